@@ -1,0 +1,425 @@
+"""The `runner` command line: thin commands that parse options, call the library, render.
+
+Exit codes (one table, keyed by the run's status): 0 completed; 1 failed; 2 usage error;
+3 stopped resumably (max turns, budget, interrupted). Errors print one line, no traceback,
+unless --debug.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from runner import store
+from runner.state import RunConfig, RunState, new_run
+
+EXIT_CODES = {"completed": 0, "failed": 1, "max_turns_exceeded": 3, "budget_exceeded": 3,
+              "interrupted": 3, "running": 3}
+USAGE = 2
+
+app = typer.Typer(help="runner: drive, measure and govern an agent loop on your own machine.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+scripted_app = typer.Typer(help="The scripted provider (replies are a pure function of the conversation).",
+                           no_args_is_help=True)
+models_app = typer.Typer(help="Local GGUF models: list and download.", no_args_is_help=True)
+app.add_typer(scripted_app, name="scripted")
+app.add_typer(models_app, name="models")
+
+_debug = False
+
+RunsDir = Annotated[Optional[Path], typer.Option("--runs-dir", envvar="RUNNER_RUNS_DIR",
+                                                 help="Where runs are saved [default: ./runs].")]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the summary.")]
+MaxTurns = Annotated[Optional[int], typer.Option("--max-turns", min=0, help="Stop before turn N+1.")]
+MaxBudget = Annotated[Optional[float], typer.Option(
+    "--max-budget", min=0.0,
+    help="Stop once spend reaches this many USD. Checked before each turn, so spend can pass "
+         "the cap by at most one turn's cost (use --cap-max-tokens to keep it under).")]
+
+
+class UsageError(Exception):
+    """Bad input from the user: exit code 2."""
+
+
+@app.callback()
+def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False) -> None:
+    global _debug
+    _debug = debug
+
+
+def _guard(fn: Callable[[], int]) -> None:
+    """Run a command body; map errors to one line and an exit code."""
+    from runner.client import ProviderError
+
+    try:
+        code = fn()
+    except typer.Exit:
+        raise
+    except (UsageError, store.RunNotFound, ValueError) as exc:
+        if _debug:
+            raise
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(USAGE) from None
+    except (store.CorruptState, ProviderError, RuntimeError, OSError) as exc:
+        if _debug:
+            raise
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)
+
+
+def _drive(state: RunState, runs_root: Path, *, latency_ms: float = 0, faults: str | None = None,
+           show_progress: bool = True) -> RunState:
+    """Run `state` with Ctrl-C wired to the Stop signal, starting the scripted provider if needed."""
+    from runner.cancel import CancelToken
+    from runner.harness import execute, scripted_provider
+
+    cancel = CancelToken()
+    began = time.perf_counter()
+
+    def on_progress(tool: str, label: str) -> None:
+        if show_progress:
+            ms = (time.perf_counter() - began) * 1000
+            typer.echo(f"  progress: {tool}: {label}  (t+{ms:,.0f} ms)", err=True)
+
+    async def go(base_url: str) -> RunState:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, cancel.cancel, "user pressed Stop")
+        try:
+            return await execute(state, base_url, runs_root, cancel=cancel, on_progress=on_progress)
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    if state.config.base_url:
+        return asyncio.run(go(state.config.base_url))
+    with scripted_provider(latency_ms=latency_ms, faults=faults) as base_url:
+        return asyncio.run(go(base_url))
+
+
+def _summary(state: RunState) -> dict[str, Any]:
+    """The JSON shape of `run`/`resume` (R12)."""
+    return {
+        "run_id": state.run_id,
+        "model": state.config.model,
+        "status": state.status,
+        "reason": state.reason,
+        "interruption": state.interruption.model_dump() if state.interruption else None,
+        "turns": state.turns,
+        "tool_runs": state.tool_run_count,
+        "prompt_tokens": state.prompt_tokens,
+        "completion_tokens": state.completion_tokens,
+        "cost_usd": round(state.cost_usd, 9),
+        "child_cost_usd": round(state.child_cost_usd, 9),
+        "wall_ms": round(state.wall_ms, 3),
+        "answer": state.answer,
+        "per_turn_prompt_tokens": [t.prompt_tokens for t in state.per_turn],
+    }
+
+
+def _render(state: RunState, as_json: bool, runs_root: Path) -> int:
+    if as_json:
+        typer.echo(json.dumps(_summary(state)))
+        return EXIT_CODES[state.status]
+    name = state.config.model.removeprefix("scripted/")
+    typer.echo(f"{name}  turns={state.turns}  tools={state.tool_run_count}  in={state.prompt_tokens:,}  "
+               f"out={state.completion_tokens:,}  cost=${state.cost_usd:.6f}  ms={state.wall_ms:,.0f}  "
+               f"status={state.status}")
+    if state.answer:
+        typer.echo(f"   answer: {json.dumps(state.answer, ensure_ascii=False)}")
+    typer.echo("   per-turn prompt tokens: " + ", ".join(str(t.prompt_tokens) for t in state.per_turn))
+    typer.echo(f"   run id: {state.run_id}   trace: {store.trace_path(runs_root, state.run_id)}")
+    if state.status not in ("completed",):
+        typer.echo(f"   stopped: {state.reason}")
+    it = state.interruption
+    if it is not None and it.type == "approval":
+        typer.echo(f"   waiting for approval: {it.tool_name}({json.dumps(it.args)})  call id {it.call_id}"
+                   + ("  [in doubt: it may already have run]" if it.in_doubt else ""))
+        typer.echo(f"   decide with: runner resume {state.run_id} --approve {it.call_id}"
+                   f"  |  --reject {it.call_id} --reason TEXT")
+    elif state.status in ("max_turns_exceeded", "budget_exceeded", "interrupted"):
+        typer.echo(f"   resume with: runner resume {state.run_id} [--max-turns N] [--max-budget USD]")
+    return EXIT_CODES[state.status]
+
+
+@app.command()
+def run(
+    prompt: Annotated[Optional[str], typer.Argument(help="The user's task (default: the scenario's own).")] = None,
+    scenario: Annotated[Optional[str], typer.Option(help="A scripted scenario, e.g. plan, runaway, recover.")] = None,
+    base_url: Annotated[Optional[str], typer.Option(
+        "--base-url", envvar="RUNNER_BASE_URL", help="Any OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1.")] = None,
+    model: Annotated[Optional[str], typer.Option(help="Model name sent to --base-url.")] = None,
+    max_turns: MaxTurns = None,
+    max_budget: MaxBudget = None,
+    dedupe: Annotated[bool, typer.Option(help="Answer a repeated read-only call from the cache.")] = False,
+    dedupe_all: Annotated[bool, typer.Option(help="UNSAFE: dedupe write tools too (a second, intended write is swallowed).")] = False,
+    tool_errors: Annotated[str, typer.Option(help="text: 'Error: <message>'; generic: 'Error: the tool failed.'; fatal: stop as failed.")] = "text",
+    permanent_errors: Annotated[bool, typer.Option(help="Stop as failed on errors the model cannot fix.")] = True,
+    max_identical_failures: Annotated[int, typer.Option(min=0, help="Same failing call this many times in a row is permanent (0: off).")] = 2,
+    auto_approve: Annotated[bool, typer.Option(help="Run needs-approval tools without stopping.")] = False,
+    cap_max_tokens: Annotated[bool, typer.Option(help="Cap max_tokens from the budget left, so spend stays under --max-budget.")] = False,
+    price_in: Annotated[float, typer.Option(help="USD per million prompt tokens.")] = 2.0,
+    price_out: Annotated[float, typer.Option(help="USD per million completion tokens.")] = 12.0,
+    timeout_s: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 600.0,
+    max_retries: Annotated[int, typer.Option(min=0, help="Retries for 429/5xx/timeouts.")] = 4,
+    latency_ms: Annotated[float, typer.Option(help="Scripted provider: delay every reply by this many ms.")] = 0.0,
+    fault: Annotated[Optional[str], typer.Option(help="Scripted provider: faults KIND@TURN,... (429, 500, 401, truncated, slow).")] = None,
+    runs_dir: RunsDir = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Start a run: scripted (--scenario) or against any endpoint (--base-url + --model)."""
+
+    def body() -> int:
+        from runner.scripted import PROMPTS, SCENARIOS, parse_faults, scenario_name
+
+        if tool_errors not in ("text", "generic", "fatal"):
+            raise UsageError("--tool-errors must be text, generic or fatal")
+        if (scenario is None) == (base_url is None):
+            raise UsageError("give either --scenario NAME or --base-url URL --model NAME")
+        if scenario is not None and scenario_name(scenario) not in SCENARIOS:
+            raise UsageError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+        if base_url is not None and not model:
+            raise UsageError("--base-url needs --model")
+        parse_faults(fault)
+        name = scenario_name(scenario) if scenario else ""
+        task = prompt or PROMPTS.get(name)
+        if not task:
+            raise UsageError("give a PROMPT")
+        config = RunConfig(
+            model=f"scripted/{name}" if scenario else str(model), base_url=base_url,
+            max_turns=max_turns, max_budget_usd=max_budget, dedupe=dedupe, dedupe_all=dedupe_all,
+            tool_errors=tool_errors, permanent_errors=permanent_errors,  # type: ignore[arg-type]
+            max_identical_failures=max_identical_failures, auto_approve=auto_approve,
+            cap_max_tokens=cap_max_tokens, price_in_usd_per_mtok=price_in, price_out_usd_per_mtok=price_out,
+            timeout_s=timeout_s, max_retries=max_retries,
+        )
+        if name == "research":
+            config.tools = [*config.tools, "research"]
+            config.research_model = "scripted/research_child"
+        root = store.runs_dir(runs_dir)
+        state = new_run(task, config)
+        store.save(state, root)
+        state = _drive(state, root, latency_ms=latency_ms, faults=fault, show_progress=not as_json)
+        return _render(state, as_json, root)
+
+    _guard(body)
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run to continue.")],
+    approve: Annotated[Optional[str], typer.Option(help="Approve this pending call id, then continue.")] = None,
+    reject: Annotated[Optional[str], typer.Option(help="Reject this pending call id, then continue.")] = None,
+    reason: Annotated[str, typer.Option(help="Why the call was rejected (the model reads it).")] = "",
+    max_turns: MaxTurns = None,
+    max_budget: MaxBudget = None,
+    latency_ms: Annotated[float, typer.Option(help="Scripted provider: delay every reply by this many ms.")] = 0.0,
+    runs_dir: RunsDir = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Continue a stopped run: after a crash, a cap, a cancel, or with an approval verdict."""
+
+    def body() -> int:
+        from runner.loop import approve as approve_call
+        from runner.loop import reject as reject_call
+
+        root = store.runs_dir(runs_dir)
+        state = store.load(root, run_id)
+        if state.status in ("completed", "failed"):
+            raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
+        if approve and reject:
+            raise UsageError("give --approve or --reject, not both")
+        if approve:
+            approve_call(state, approve)
+        if reject:
+            reject_call(state, reject, reason)
+        if max_turns is not None:
+            state.config.max_turns = max_turns
+        if max_budget is not None:
+            state.config.max_budget_usd = max_budget
+        store.save(state, root)
+        state = _drive(state, root, latency_ms=latency_ms, show_progress=not as_json)
+        return _render(state, as_json, root)
+
+    _guard(body)
+
+
+@app.command("runs")
+def list_runs(runs_dir: RunsDir = None, as_json: JsonOut = False) -> None:
+    """List saved runs with status, turns and cost."""
+
+    def body() -> int:
+        states = store.list_runs(store.runs_dir(runs_dir))
+        if as_json:
+            typer.echo(json.dumps([{k: v for k, v in _summary(s).items() if k != "per_turn_prompt_tokens"}
+                                   for s in states]))
+            return 0
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("run id", "model", "status", "turns", "tools", "cost USD", "reason")
+        for s in states:
+            table.add_row(s.run_id, s.config.model, s.status, str(s.turns), str(s.tool_run_count),
+                          f"{s.cost_usd:.6f}", s.reason or "")
+        Console().print(table)
+        return 0
+
+    _guard(body)
+
+
+@app.command()
+def trace(run_id: Annotated[str, typer.Argument()], runs_dir: RunsDir = None, as_json: JsonOut = False) -> None:
+    """Print a run's trace: every event, then why it stopped and what it cost."""
+
+    def body() -> int:
+        from runner.trace import read_trace
+
+        root = store.runs_dir(runs_dir)
+        path = store.trace_path(root, run_id)
+        if not path.exists():
+            raise store.RunNotFound(f"no trace for run {run_id!r} in {root}")
+        events = read_trace(path)
+        if as_json:
+            for e in events:
+                typer.echo(e.model_dump_json(exclude_none=True))
+            return 0
+        t0 = events[0].ts if events else 0.0
+        for e in events:
+            fields = e.model_dump(exclude={"runId", "ts", "type"}, exclude_none=True, exclude_defaults=True)
+            shown = "  ".join(f"{k}={json.dumps(v) if not isinstance(v, (int, float)) else v}" for k, v in fields.items())
+            typer.echo(f"+{(e.ts - t0) * 1000:9.0f} ms  {e.type:<17} {shown}")
+        stops = [e for e in events if e.type == "run_stopped"]
+        if stops:
+            last = stops[-1]
+            typer.echo(f"stopped: {last.status} ({last.reason})  turns={last.turns}  cost=${last.costUsd:.6f}"
+                       f"  processes={len(stops)}")
+        return 0
+
+    _guard(body)
+
+
+@scripted_app.command("serve")
+def scripted_serve(
+    host: Annotated[str, typer.Option(help="Interface to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0: a free one).")] = 8765,
+    latency_ms: Annotated[float, typer.Option(help="Delay every reply by this many ms.")] = 0.0,
+    fault: Annotated[Optional[str], typer.Option(help="KIND@TURN,... with KIND in 429, 500, 401, truncated, slow.")] = None,
+) -> None:
+    """Serve the scripted provider; prints its base URL, then serves until Ctrl-C."""
+
+    def body() -> int:
+        from runner.scripted import ScriptedServer, ScriptedSettings, parse_faults
+
+        settings = ScriptedSettings(latency_ms=latency_ms, faults=parse_faults(fault))
+        with ScriptedServer(settings, host=host, port=port) as server:
+            print(server.base_url, flush=True)
+            try:
+                signal.sigwait({signal.SIGINT, signal.SIGTERM})
+            except KeyboardInterrupt:
+                pass
+        return 0
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    _guard(body)
+
+
+@app.command()
+def serve(
+    model: Annotated[Optional[str], typer.Option(help="A name from `runner models list` or a .gguf path [default: Qwen if pulled, else SmolLM2].")] = None,
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 8080,
+    n_ctx: Annotated[int, typer.Option(help="Context size, tokens.")] = 4096,
+) -> None:
+    """Serve a local GGUF with llama.cpp (OpenAI-compatible, greedy, tool calls) until Ctrl-C."""
+
+    def body() -> int:
+        from runner import local, models
+
+        name, path = models.resolve_choice(model)
+        typer.echo(f"model: {name} ({path})", err=True)
+        with local.LocalServer(path, port=port, n_ctx=n_ctx) as server:
+            print(server.base_url, flush=True)
+            try:
+                signal.sigwait({signal.SIGINT, signal.SIGTERM})
+            except KeyboardInterrupt:
+                pass
+        return 0
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    _guard(body)
+
+
+@models_app.command("list")
+def models_list(as_json: JsonOut = False) -> None:
+    """Show the models in the manifest and whether each is on disk."""
+
+    def body() -> int:
+        from runner import models
+
+        rows = models.list_models()
+        if as_json:
+            typer.echo(json.dumps([r.model_dump(mode="json") for r in rows]))
+            return 0
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("name", "present", "source", "size MB", "path")
+        for r in rows:
+            table.add_row(r.name, "yes" if r.present else "no", r.source,
+                          f"{(r.size_bytes or 0) / 1e6:.0f}", str(r.path or ""))
+        Console().print(table)
+        return 0
+
+    _guard(body)
+
+
+@models_app.command("pull")
+def models_pull(name: Annotated[str, typer.Argument(help="A manifest name.")] = "qwen2.5-0.5b-instruct") -> None:
+    """Download a GGUF from the Hugging Face hub into models/ and verify its sha256."""
+
+    def body() -> int:
+        from runner import models
+
+        path = models.pull(name)
+        typer.echo(str(path))
+        return 0
+
+    _guard(body)
+
+
+@app.command()
+def suite(
+    provider: Annotated[str, typer.Option(help="scripted, local or both.")] = "both",
+    model: Annotated[Optional[str], typer.Option(help="Local model name or .gguf path [default: Qwen if pulled, else SmolLM2].")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="Use this OpenAI-compatible endpoint as the 'local' provider instead of starting llama.cpp.")] = None,
+    max_turns: Annotated[int, typer.Option(min=1, help="Turn cap per task.")] = 8,
+    runs_dir: RunsDir = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Run the six-task suite on the scripted provider, the local model, or both side by side."""
+
+    def body() -> int:
+        from runner import suite as suite_mod
+
+        if provider not in ("scripted", "local", "both"):
+            raise UsageError("--provider must be scripted, local or both")
+        report = suite_mod.run_suite(provider, runs_root=store.runs_dir(runs_dir), model=model,
+                                     base_url=base_url, max_turns=max_turns, quiet=as_json)
+        if as_json:
+            typer.echo(report.model_dump_json())
+        else:
+            suite_mod.print_report(report)
+        return 0
+
+    _guard(body)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,357 @@
+"""The harness loop: `run(state, runtime)` and the small steps it is made of.
+
+Each iteration, in this order: run the pending tool calls of the last assistant message
+(so resume and approval are one code path); else check the stop rules (turns, budget,
+cancellation) before paying for anything; else ask the model, record its reply and cost;
+a reply without tool calls completes the run. Every transition is saved atomically and
+traced before the next one starts. Expected endings are data on the state, never exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from runner import store
+from runner.cancel import Cancelled, CancelToken, race
+from runner.client import ChatClient, ChatReply, ProviderError
+from runner.state import (
+    ApprovalInterruption, CancelledInterruption, Interruption, MaxBudgetInterruption,
+    MaxTurnsInterruption, Message, RunState, RunStatus, ToolCall, ToolRun, TurnRecord,
+    call_signature, pending,
+)
+from runner.tools import Tool, ToolContext, ToolError
+from runner.trace import (
+    ApprovalRequired, RunResumed, RunStarted, RunStopped, ToolProgress, ToolResult, ToolStart,
+    Tracer, TurnEvent,
+)
+
+GENERIC_TOOL_ERROR = "Error: the tool failed."
+
+
+def default_tool_error_text(exc: Exception) -> str:
+    """The default formatter: `Error: <message>` (a sentence written for the model)."""
+    return f"Error: {exc}"
+
+
+@dataclass
+class Runtime:
+    """The live half of a run: everything `RunState` must not hold.
+
+    Attributes:
+        client: the chat client for `state.config.base_url`.
+        tools: the catalog offered to the model.
+        workspace: the folder tools may touch.
+        runs_root: where state and trace are saved; None keeps the run in memory only.
+        cancel: the run's Stop signal, shared with tools and child runs.
+        on_progress: called with (tool name, label) for every tool progress report.
+        tool_error_text: formats a tool's exception for the model under the "text" policy.
+        tools_see_cancel: test switch; False delivers the Stop signal to the HTTP layer only.
+    """
+
+    client: ChatClient
+    tools: list[Tool]
+    workspace: Path
+    runs_root: Path | None = None
+    cancel: CancelToken = field(default_factory=CancelToken)
+    on_progress: Callable[[str, str], None] | None = None
+    tool_error_text: Callable[[Exception], str] = default_tool_error_text
+    tools_see_cancel: bool = True
+    tracer: Tracer = field(default_factory=lambda: Tracer(None))
+
+    def tool(self, name: str) -> Tool | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+    def save(self, state: RunState) -> None:
+        if self.runs_root is not None:
+            store.save(state, self.runs_root)
+
+
+async def run(state: RunState, rt: Runtime) -> RunState:
+    """Drive `state` until it stops; returns the same (mutated) state.
+
+    Resumable statuses are reset to `running` first, so calling `run` on a loaded state is
+    how a run is resumed. Final states (completed, failed) are returned unchanged.
+    Raises only for bugs and bad configuration; provider failures and cancellation are
+    recorded as `failed` / `interrupted` with a reason.
+    """
+    if state.status in ("completed", "failed"):
+        return state
+    began = time.perf_counter()
+    fresh = state.turns == 0 and not state.tool_runs
+    state.status, state.interruption, state.reason = "running", None, None
+    rt.tracer.emit(
+        RunStarted(runId=state.run_id, model=state.config.model, parentRunId=state.parent_run_id,
+                   prompt=next((m.content or "" for m in state.messages if m.role == "user"), ""))
+        if fresh else RunResumed(runId=state.run_id, status="running", turns=state.turns, costUsd=state.cost_usd)
+    )
+    try:
+        while state.status == "running":
+            calls = pending(state)
+            if calls:
+                await _run_tool_calls(state, rt, calls)
+                continue
+            limit = _check_limits(state, rt)
+            if limit is not None:
+                _stop(state, *limit)
+                break
+            reply = await race(_ask_model(state, rt), rt.cancel)
+            _record_reply(state, rt, reply)
+            if not reply.message.tool_calls:
+                _stop(state, "completed", None, "the model answered")
+    except Cancelled as exc:
+        _stop(state, "interrupted", CancelledInterruption(reason=exc.reason), f"cancelled: {exc.reason}")
+    except ProviderError as exc:
+        _stop(state, "failed", None, f"provider error: {exc}")
+    finally:
+        state.wall_ms += (time.perf_counter() - began) * 1000
+        if state.status == "running":  # an unexpected exception is escaping: keep it resumable
+            _stop(state, "interrupted", CancelledInterruption(reason="crashed"), "the harness crashed")
+        rt.save(state)
+        rt.tracer.emit(RunStopped(runId=state.run_id, status=state.status, reason=state.reason,
+                                  turns=state.turns, costUsd=state.cost_usd))
+    return state
+
+
+def _stop(state: RunState, status: RunStatus, interruption: Interruption | None, reason: str) -> None:
+    state.status, state.interruption, state.reason = status, interruption, reason
+
+
+def _check_limits(state: RunState, rt: Runtime) -> tuple[RunStatus, Interruption, str] | None:
+    """The stop rules, checked before each model call. The budget check runs before the
+    turn is bought, so spend passes the cap by at most one turn's cost."""
+    cfg = state.config
+    if rt.cancel.is_cancelled:
+        reason = rt.cancel.reason or "cancelled"
+        return "interrupted", CancelledInterruption(reason=reason), f"cancelled: {reason}"
+    if cfg.max_turns is not None and state.turns >= cfg.max_turns:
+        return "max_turns_exceeded", MaxTurnsInterruption(), f"reached the turn cap of {cfg.max_turns}"
+    if cfg.max_budget_usd is not None and state.cost_usd >= cfg.max_budget_usd:
+        return ("budget_exceeded", MaxBudgetInterruption(),
+                f"spent ${state.cost_usd:.6f} of a ${cfg.max_budget_usd:.6f} budget")
+    return None
+
+
+async def _ask_model(state: RunState, rt: Runtime) -> ChatReply:
+    cfg = state.config
+    max_tokens = cfg.max_tokens
+    if cfg.cap_max_tokens and cfg.max_budget_usd is not None:
+        # Reserve the prompt's cost (estimated from the last turn) and let the reply use the rest.
+        left = cfg.max_budget_usd - state.cost_usd
+        if state.per_turn:
+            left -= state.per_turn[-1].prompt_tokens * cfg.price_in_usd_per_mtok / 1e6
+        cap = max(1, int(left * 1e6 / cfg.price_out_usd_per_mtok))
+        max_tokens = cap if max_tokens is None else min(max_tokens, cap)
+    return await rt.client.chat(cfg.model, state.messages, [t.schema() for t in rt.tools],
+                                max_tokens=max_tokens)
+
+
+def _record_reply(state: RunState, rt: Runtime, reply: ChatReply) -> None:
+    cfg = state.config
+    cost = (reply.prompt_tokens * cfg.price_in_usd_per_mtok
+            + reply.completion_tokens * cfg.price_out_usd_per_mtok) / 1e6
+    state.turns += 1
+    state.prompt_tokens += reply.prompt_tokens
+    state.completion_tokens += reply.completion_tokens
+    state.cost_usd += cost
+    _unique_call_ids(state, reply.message)
+    state.messages.append(reply.message)
+    ms = reply.provider_ms
+    state.per_turn.append(TurnRecord(
+        turn=state.turns, prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
+        cost_usd=cost, ms=ms, provider_ms=reply.provider_ms, finish_reason=reply.finish_reason,
+        retries=len(reply.retries),
+    ))
+    rt.save(state)
+    store.crash_point("reply")
+    rt.tracer.emit(TurnEvent(
+        runId=state.run_id, turn=state.turns, prompt_tokens=reply.prompt_tokens,
+        completion_tokens=reply.completion_tokens,
+        total_tokens=reply.prompt_tokens + reply.completion_tokens,
+        costUsd=round(state.cost_usd, 9), finish=reply.finish_reason, ms=round(ms, 3),
+        retries=reply.retries,
+    ))
+
+
+def _unique_call_ids(state: RunState, message: Message) -> None:
+    """Give a reused call id a fresh one, so answers and approvals stay bound to one call."""
+    used = {c.id for m in state.messages for c in (m.tool_calls or [])}
+    for i, call in enumerate(message.tool_calls or []):
+        if call.id in used:
+            call.id = f"{call.id}~{state.turns}.{i}"
+        used.add(call.id)
+
+
+async def _run_tool_calls(state: RunState, rt: Runtime, calls: list[ToolCall]) -> None:
+    """Answer each pending call in order, or stop the run (approval, failure, cancel)."""
+    for call in calls:
+        tool = rt.tool(call.function.name)
+        try:
+            if tool is None:
+                names = ", ".join(t.name for t in rt.tools)
+                raise ToolError(f"unknown tool {call.function.name!r}; available tools: {names}")
+            args = tool.parse(call.function.arguments)
+        except ToolError as exc:
+            _answer(state, rt, call, rt.tool_error_text(exc), ToolRun(
+                call_id=call.id, tool_name=call.function.name, signature="invalid", ok=False, ms=0,
+                source="invalid", error=str(exc)))
+            continue
+        signature = call_signature(tool.name, call.function.arguments)
+        if _needs_verdict(state, tool, call, signature):
+            _ask_approval(state, rt, tool, call, args.model_dump())
+            return
+        cached = _cached_result(state, tool, signature)
+        if cached is not None:
+            _answer(state, rt, call, cached, ToolRun(call_id=call.id, tool_name=tool.name,
+                                                       signature=signature, ok=True, ms=0, source="cache"))
+            continue
+        await _execute(state, rt, tool, call, args, signature)
+        if state.status != "running":
+            return
+
+
+def _needs_verdict(state: RunState, tool: Tool, call: ToolCall, signature: str) -> bool:
+    """True if a person must decide first: the tool needs approval (and this exact call was
+    not approved), or a write started in an earlier process has an unknown outcome."""
+    if call.id in state.started and not tool.idempotent:
+        # In doubt: it may or may not have happened. Never re-run it blindly.
+        del state.started[call.id]
+        state.approved.pop(call.id, None)
+        state.in_doubt.append(call.id)
+    if not (tool.needs_approval or call.id in state.in_doubt):
+        return False
+    if state.config.auto_approve and call.id not in state.in_doubt:
+        return False
+    return state.approved.get(call.id) != signature
+
+
+def _ask_approval(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, args: Any) -> None:
+    in_doubt = call.id in state.in_doubt
+    rt.tracer.emit(ApprovalRequired(runId=state.run_id, toolName=tool.name,
+                                    args=call.function.arguments, callId=call.id, inDoubt=in_doubt))
+    reason = (f"{tool.name} was started before a crash and its outcome is unknown; approve to run it again"
+              if in_doubt else f"{tool.name} needs approval")
+    _stop(state, "interrupted", ApprovalInterruption(
+        call_id=call.id, tool_name=tool.name, args=args, in_doubt=in_doubt), reason)
+
+
+def _cached_result(state: RunState, tool: Tool, signature: str) -> str | None:
+    """The earlier successful result of the same call, when dedupe applies to this tool."""
+    cfg = state.config
+    if not cfg.dedupe or not (tool.read_only or cfg.dedupe_all):
+        return None
+    for record in state.tool_runs:
+        if record.signature == signature and record.ok and record.source == "run":
+            return next(m.content or "" for m in state.messages
+                        if m.role == "tool" and m.tool_call_id == record.call_id)
+    return None
+
+
+async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, args: Any, signature: str) -> None:
+    """Run one tool call and record its result; errors become text, or stop the run."""
+    if not tool.read_only:
+        state.started[call.id] = signature  # from here until recorded, the call is in doubt
+        rt.save(state)
+    store.crash_point("tool_start")
+    rt.tracer.emit(ToolStart(runId=state.run_id, toolName=tool.name, args=call.function.arguments, callId=call.id))
+    ctx = ToolContext(
+        cancel=rt.cancel if rt.tools_see_cancel else CancelToken(), workspace=rt.workspace,
+        progress=lambda label: _progress(state, rt, tool, call, label),
+        idempotency_key=f"{state.run_id}/{call.id}", call_id=call.id, runtime=rt,
+    )
+    began = time.perf_counter()
+    error: Exception | None = None
+    try:
+        text = await tool.run(args, ctx)
+    except Cancelled:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a tool's failure is data for the model
+        error, text = exc, ""
+    ms = (time.perf_counter() - began) * 1000
+    record = ToolRun(call_id=call.id, tool_name=tool.name, signature=signature, ok=error is None,
+                     ms=ms, error=None if error is None else str(error))
+    if error is not None:
+        text = GENERIC_TOOL_ERROR if state.config.tool_errors == "generic" else rt.tool_error_text(error)
+    state.started.pop(call.id, None)
+    if ctx.child_cost_usd:
+        state.cost_usd += ctx.child_cost_usd
+        state.child_cost_usd += ctx.child_cost_usd
+    _answer(state, rt, call, text, record, child=ctx.child_run_id)
+    if error is not None:
+        _fail_if_fatal(state, error, record)
+
+
+def _progress(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, label: str) -> None:
+    rt.tracer.emit(ToolProgress(runId=state.run_id, toolName=tool.name, callId=call.id, label=label))
+    if rt.on_progress is not None:
+        rt.on_progress(tool.name, label)
+
+
+def _answer(state: RunState, rt: Runtime, call: ToolCall, text: str, record: ToolRun,
+            child: str | None = None) -> None:
+    """Append the tool result for `call` and its record; save; trace."""
+    state.messages.append(Message(role="tool", tool_call_id=call.id, name=call.function.name, content=text))
+    state.tool_runs.append(record)
+    rt.save(state)
+    store.crash_point("tool_result")
+    rt.tracer.emit(ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id,
+                              ms=round(record.ms, 3), ok=record.ok, source=record.source,
+                              error=record.error, childRunId=child))
+
+
+def _fail_if_fatal(state: RunState, error: Exception, record: ToolRun) -> None:
+    """Stop `failed` for the fatal policy, a permanent error, or the same failure N times."""
+    cfg = state.config
+    if cfg.tool_errors == "fatal":
+        _stop(state, "failed", None, f"tool {record.tool_name} failed: {error}")
+    elif cfg.permanent_errors and getattr(error, "permanent", False):
+        _stop(state, "failed", None, f"permanent error from {record.tool_name}: {error}")
+    elif cfg.max_identical_failures > 0:
+        streak = 0
+        for earlier in reversed(state.tool_runs):
+            if (earlier.signature, earlier.ok, earlier.error) != (record.signature, False, record.error):
+                break
+            streak += 1
+        if streak >= cfg.max_identical_failures:
+            _stop(state, "failed", None,
+                  f"permanent error: {record.tool_name} failed the same way {streak} times in a row: {error}")
+
+
+def approve(state: RunState, call_id: str) -> None:
+    """Approve one pending call; the approval holds only for its current arguments.
+
+    Raises:
+        ValueError: `call_id` is not a pending call of this run.
+    """
+    call = _pending_call(state, call_id)
+    state.approved[call_id] = call_signature(call.function.name, call.function.arguments)
+
+
+def reject(state: RunState, call_id: str, reason: str = "", *, empty: bool = False) -> None:
+    """Refuse one pending call: its tool result says so in words, so the model reads it.
+
+    Args:
+        empty: demonstration only; writes an empty result (the model then misreports).
+
+    Raises:
+        ValueError: `call_id` is not a pending call of this run.
+    """
+    call = _pending_call(state, call_id)
+    text = "" if empty else f"The user declined this call: {reason or 'no reason given'}"
+    state.messages.append(Message(role="tool", tool_call_id=call.id, name=call.function.name, content=text))
+    state.tool_runs.append(ToolRun(call_id=call.id, tool_name=call.function.name, signature="rejected",
+                                   ok=False, ms=0, source="rejected", error="declined by the user"))
+    state.approved.pop(call_id, None)
+    if call_id in state.in_doubt:
+        state.in_doubt.remove(call_id)
+
+
+def _pending_call(state: RunState, call_id: str) -> ToolCall:
+    for call in pending(state):
+        if call.id == call_id:
+            return call
+    ids = ", ".join(c.id for c in pending(state)) or "none"
+    raise ValueError(f"{call_id!r} is not a pending tool call of run {state.run_id} (pending: {ids})")

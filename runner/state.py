@@ -1,0 +1,232 @@
+"""The run as data: one pydantic model that holds everything a run needs to resume.
+
+`RunState` is plain, serializable data (no clients, tools or callables). It round-trips
+through JSON, carries a `format_version`, and is the only thing `save`/`load` persist.
+Messages use the OpenAI chat-completions shapes so they can be sent as they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FORMAT_VERSION = 1
+
+RunStatus = Literal[
+    "running",  # the loop may call the model again
+    "completed",  # the model answered in prose; final
+    "failed",  # an error no retry can fix (provider 4xx, permanent tool error); final
+    "max_turns_exceeded",  # the turn cap stopped it; resumable with a higher cap
+    "budget_exceeded",  # the USD budget stopped it; resumable with a higher budget
+    "interrupted",  # approval needed, or cancelled; resumable
+]
+FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed"})
+
+
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str = "{}"
+    """The arguments as a JSON string, exactly as the model sent them."""
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(BaseModel):
+    """One chat message in the OpenAI shape (`system`, `user`, `assistant`, `tool`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        """The dict sent to a chat-completions endpoint (no null fields)."""
+        return self.model_dump(exclude_none=True)
+
+
+class ApprovalInterruption(BaseModel):
+    type: Literal["approval"] = "approval"
+    call_id: str
+    tool_name: str
+    args: Any
+    in_doubt: bool = False
+    """True when the call was started in an earlier process and its outcome is unknown."""
+
+
+class MaxTurnsInterruption(BaseModel):
+    type: Literal["max_turns"] = "max_turns"
+
+
+class MaxBudgetInterruption(BaseModel):
+    type: Literal["max_budget"] = "max_budget"
+
+
+class CancelledInterruption(BaseModel):
+    type: Literal["cancelled"] = "cancelled"
+    reason: str
+
+
+Interruption = Annotated[
+    Union[ApprovalInterruption, MaxTurnsInterruption, MaxBudgetInterruption, CancelledInterruption],
+    Field(discriminator="type"),
+]
+
+
+class TurnRecord(BaseModel):
+    """One answered model call: usage in tokens, cost in USD, wall time in ms."""
+
+    turn: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    ms: float
+    provider_ms: float = 0.0
+    """Time spent inside the HTTP call(s), retries and back-off included."""
+    finish_reason: str | None = None
+    retries: int = 0
+
+
+class ToolRun(BaseModel):
+    """One tool call that produced a result (really run, served from cache, or refused)."""
+
+    call_id: str
+    tool_name: str
+    signature: str
+    ok: bool
+    ms: float
+    source: Literal["run", "cache", "rejected", "invalid"] = "run"
+    error: str | None = None
+
+
+class RunConfig(BaseModel):
+    """How the run talks to its model and which limits and policies apply.
+
+    Persisted with the state so `resume` continues under the same rules unless told otherwise.
+    Prices default to $2.00 / $12.00 per million prompt / completion tokens (the chapter's
+    reference rates, read 2026-09-06).
+    """
+
+    model: str
+    base_url: str | None = None
+    """None means: start the scripted provider on a free loopback port (scripted runs)."""
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    price_in_usd_per_mtok: float = 2.0
+    price_out_usd_per_mtok: float = 12.0
+    dedupe: bool = False
+    dedupe_all: bool = False
+    tool_errors: Literal["text", "generic", "fatal"] = "text"
+    permanent_errors: bool = True
+    max_identical_failures: int = 2
+    """A failing call repeated this many times in a row is treated as permanent (0: never)."""
+    auto_approve: bool = False
+    """Approve every needs_approval call without stopping (used by the double_delete demo)."""
+    cap_max_tokens: bool = False
+    """Cap each request's max_tokens from the budget left, so spend never passes the cap."""
+    max_tokens: int | None = None
+    timeout_s: float = 600.0
+    max_retries: int = 4
+    tools: list[str] = ["list_files", "read_file", "delete_file", "scan_archive"]
+    """Names of the tools offered to the model (`research` adds a child-agent tool)."""
+    research_model: str | None = None
+    """Model for the `research` tool's child runs (default: the parent's model)."""
+    research_max_turns: int = 6
+    research_max_budget_usd: float = 0.05
+
+
+class RunState(BaseModel):
+    """Everything about one run. Counts are in tokens, money in USD, times in ms."""
+
+    format_version: int = FORMAT_VERSION
+    run_id: str
+    parent_run_id: str | None = None
+    created_at: float = Field(default_factory=time.time)
+    config: RunConfig
+    messages: list[Message]
+    status: RunStatus = "running"
+    interruption: Interruption | None = None
+    reason: str | None = None
+    """Why the run stopped, in words (set with every non-running status)."""
+    turns: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    """Total spend, including child runs started by the research tool."""
+    child_cost_usd: float = 0.0
+    wall_ms: float = 0.0
+    """Wall time summed over every process that worked on this run."""
+    per_turn: list[TurnRecord] = []
+    tool_runs: list[ToolRun] = []
+    approved: dict[str, str] = {}
+    """call id -> call signature; an approval holds only for those exact arguments."""
+    started: dict[str, str] = {}
+    """Write-tool calls started but not yet recorded: call id -> signature (in doubt on resume)."""
+    in_doubt: list[str] = []
+    """Call ids whose earlier start has an unknown outcome: they run again only if approved."""
+
+    @property
+    def answer(self) -> str:
+        """The final assistant prose when completed, else an empty string."""
+        if self.status != "completed" or not self.messages:
+            return ""
+        return self.messages[-1].content or ""
+
+    @property
+    def tool_run_count(self) -> int:
+        """Tool calls that really executed (cache hits and rejections excluded)."""
+        return sum(1 for r in self.tool_runs if r.source == "run")
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def new_run(
+    prompt: str, config: RunConfig, *, system: str | None = None, run_id: str | None = None,
+    parent_run_id: str | None = None,
+) -> RunState:
+    """A fresh `running` state holding the system prompt (if any) and the user's prompt."""
+    messages = [Message(role="system", content=system)] if system else []
+    messages.append(Message(role="user", content=prompt))
+    return RunState(
+        run_id=run_id or new_run_id(), parent_run_id=parent_run_id, config=config, messages=messages
+    )
+
+
+def call_signature(tool_name: str, arguments: str) -> str:
+    """Tool name + a digest of the canonical JSON of the arguments; the dedupe and approval key.
+
+    `arguments` is the JSON string the model sent; key order and spacing do not matter.
+    A string that is not JSON is signed as it is.
+    """
+    try:
+        canonical = json.dumps(json.loads(arguments or "{}"), sort_keys=True, separators=(",", ":"),
+                               ensure_ascii=False)
+    except json.JSONDecodeError:
+        canonical = arguments
+    return tool_name + ":" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def pending(state: RunState) -> list[ToolCall]:
+    """Tool calls of the last assistant message that have no tool result yet, in order."""
+    last_assistant = next(
+        (i for i in range(len(state.messages) - 1, -1, -1) if state.messages[i].role == "assistant"),
+        None,
+    )
+    if last_assistant is None:
+        return []
+    answered = {m.tool_call_id for m in state.messages[last_assistant + 1 :] if m.role == "tool"}
+    calls = state.messages[last_assistant].tool_calls or []
+    return [c for c in calls if c.id not in answered]

