@@ -62,16 +62,16 @@ def _guard(fn: Callable[[], int]) -> None:
         code = fn()
     except typer.Exit:
         raise
-    except (UsageError, store.RunNotFound, ValueError) as exc:
-        if _debug:
-            raise
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(USAGE) from None
     except (store.CorruptState, ProviderError, RuntimeError, OSError) as exc:
         if _debug:
             raise
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+    except (UsageError, store.RunNotFound, ValueError) as exc:
+        if _debug:
+            raise
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(USAGE) from None
     raise typer.Exit(code)
 
 

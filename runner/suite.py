@@ -1,0 +1,245 @@
+"""The six-task suite (the main job): the same harness on the scripted provider and on a
+local model, side by side.
+
+Tasks live in `tasks/suite.json` (prompt + answer check as regular expressions over the
+lower-cased answer). The scripted provider answers each task with the scenario of the same
+name. Each run is a normal saved run under the runs directory, so `runner trace` works on it.
+Reports are written to `runs/suite-<timestamp>.json` and `.md`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Iterator, Literal
+
+from pydantic import BaseModel
+
+from runner import store
+from runner.harness import execute, scripted_provider, tasks_dir
+from runner.state import RunConfig, RunState, new_run
+
+Provider = Literal["scripted", "local"]
+
+
+class Check(BaseModel):
+    all: list[str] = []
+    """Every pattern must match the lower-cased answer."""
+    none: list[str] = []
+    """No pattern may match."""
+
+
+class Task(BaseModel):
+    id: str
+    prompt: str
+    check: Check
+    min_tool_runs: int = 0
+    """The answer only counts if at least this many tools really ran (e.g. 'read each one')."""
+
+    def is_correct(self, answer: str, tool_runs: int) -> bool:
+        text = answer.lower()
+        return (bool(text)
+                and all(re.search(p, text) for p in self.check.all)
+                and not any(re.search(p, text) for p in self.check.none)
+                and tool_runs >= self.min_tool_runs)
+
+
+class SuiteDefinition(BaseModel):
+    system: str
+    tasks: list[Task]
+
+
+def load_suite(path: Path | None = None) -> SuiteDefinition:
+    """Read `tasks/suite.json` (or `path`)."""
+    return SuiteDefinition.model_validate_json((path or tasks_dir() / "suite.json").read_text())
+
+
+class TaskResult(BaseModel):
+    """One task on one provider. Tokens are counts, cost USD, times ms."""
+
+    provider: Provider
+    task: str
+    status: str
+    turns: int
+    tool_runs: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    wall_ms: float
+    mean_turn_ms: float
+    answer: str
+    correct: bool
+    run_id: str
+    reason: str | None = None
+
+
+class SuiteReport(BaseModel):
+    model: str | None
+    """The local model's name (None when only the scripted provider ran)."""
+    model_path: str | None = None
+    base_url: str | None = None
+    max_turns: int
+    results: list[TaskResult]
+
+
+def _result(provider: Provider, task: Task, state: RunState) -> TaskResult:
+    return TaskResult(
+        provider=provider, task=task.id, status=state.status, turns=state.turns,
+        tool_runs=state.tool_run_count, prompt_tokens=state.prompt_tokens,
+        completion_tokens=state.completion_tokens, cost_usd=round(state.cost_usd, 9),
+        wall_ms=round(state.wall_ms, 1),
+        mean_turn_ms=round(statistics.fmean(t.ms for t in state.per_turn), 1) if state.per_turn else 0.0,
+        answer=state.answer, correct=task.is_correct(state.answer, state.tool_run_count),
+        run_id=state.run_id, reason=state.reason,
+    )
+
+
+async def _run_tasks(provider: Provider, suite: SuiteDefinition, base_url: str, model_for: dict[str, str],
+                     runs_root: Path, max_turns: int, quiet: bool) -> list[TaskResult]:
+    results = []
+    for task in suite.tasks:
+        config = RunConfig(model=model_for[task.id], max_turns=max_turns,
+                           tools=["list_files", "read_file", "delete_file", "scan_archive"])
+        state = new_run(task.prompt, config, system=suite.system)
+        store.save(state, runs_root)
+        state = await execute(state, base_url, runs_root)
+        result = _result(provider, task, state)
+        results.append(result)
+        if not quiet:
+            print(f"  {provider:<8} {task.id:<13} {result.status:<18} turns={result.turns} "
+                  f"tools={result.tool_runs} ms={result.wall_ms:,.0f} correct={'yes' if result.correct else 'no'}",
+                  file=sys.stderr, flush=True)
+    return results
+
+
+@contextlib.contextmanager
+def _local_endpoint(model: str | None, base_url: str | None, quiet: bool) -> Iterator[tuple[str, str, str | None]]:
+    """Yield (base URL, model name, GGUF path) for the 'local' column."""
+    if base_url:
+        yield base_url, model or "default", None
+        return
+    from runner import local, models
+
+    name, path = models.resolve_choice(model)
+    if not quiet:
+        print(f"local model: {name} ({path})", file=sys.stderr, flush=True)
+    with local.LocalServer(path) as server:
+        yield server.base_url, server.model_name, str(path)
+
+
+def run_suite(provider: str, runs_root: Path, *, model: str | None = None, base_url: str | None = None,
+              max_turns: int = 8, quiet: bool = False) -> SuiteReport:
+    """Run every task on `provider` ("scripted", "local" or "both"); write the reports.
+
+    Args:
+        model: local model name or GGUF path (default: Qwen if pulled, else packaged SmolLM2),
+            or, with `base_url`, the model name to send.
+        base_url: use this OpenAI-compatible endpoint as the local column instead of
+            starting llama.cpp.
+
+    Raises:
+        models.ModelNotFound: the named model is not on disk.
+        RuntimeError: the local server failed to start.
+    """
+    suite = load_suite()
+    report = SuiteReport(model=None, max_turns=max_turns, results=[])
+    if provider in ("scripted", "both"):
+        with scripted_provider() as url:
+            scripted_models = {t.id: f"scripted/{t.id}" for t in suite.tasks}
+            report.results += asyncio.run(_run_tasks("scripted", suite, url, scripted_models, runs_root, max_turns, quiet))
+    if provider in ("local", "both"):
+        with _local_endpoint(model, base_url, quiet) as (url, name, path):
+            report.model, report.model_path, report.base_url = name, path, base_url
+            report.results += asyncio.run(_run_tasks("local", suite, url, {t.id: name for t in suite.tasks},
+                                              runs_root, max_turns, quiet))
+    write_report(report, runs_root)
+    return report
+
+
+def totals(results: list[TaskResult]) -> dict[str, float]:
+    """Sums over tasks (turns, tool runs, tokens, cost USD, wall ms), the mean turn ms, correct count."""
+    turns = sum(r.turns for r in results)
+    wall = sum(r.wall_ms for r in results)
+    return {
+        "turns": turns, "tool_runs": sum(r.tool_runs for r in results),
+        "prompt_tokens": sum(r.prompt_tokens for r in results),
+        "completion_tokens": sum(r.completion_tokens for r in results),
+        "cost_usd": round(sum(r.cost_usd for r in results), 6), "wall_ms": round(wall, 1),
+        "mean_turn_ms": round(sum(r.mean_turn_ms * r.turns for r in results) / turns, 1) if turns else 0.0,
+        "correct": sum(r.correct for r in results),
+    }
+
+
+def markdown(report: SuiteReport) -> str:
+    """The report as Markdown: one table per provider, then totals."""
+    lines = []
+    for provider in ("scripted", "local"):
+        rows = [r for r in report.results if r.provider == provider]
+        if not rows:
+            continue
+        title = "scripted provider" if provider == "scripted" else f"local model: {report.model}"
+        lines += [f"### {title}", "",
+                  "| task | status | turns | tool runs | prompt tok | completion tok | cost USD | wall ms | mean turn ms | correct | answer |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+        for r in rows:
+            answer = r.answer.replace("|", "\\|").replace("\n", " ")[:120]
+            lines.append(f"| {r.task} | {r.status} | {r.turns} | {r.tool_runs} | {r.prompt_tokens} | "
+                         f"{r.completion_tokens} | {r.cost_usd:.6f} | {r.wall_ms:,.0f} | {r.mean_turn_ms:,.0f} | "
+                         f"{'yes' if r.correct else 'no'} | {answer} |")
+        t = totals(rows)
+        lines += [f"| **total** | | {t['turns']} | {t['tool_runs']} | {t['prompt_tokens']} | "
+                  f"{t['completion_tokens']} | {t['cost_usd']:.6f} | {t['wall_ms']:,.0f} | {t['mean_turn_ms']:,.0f} | "
+                  f"{t['correct']}/{len(rows)} | |", ""]
+    return "\n".join(lines)
+
+
+def write_report(report: SuiteReport, runs_root: Path) -> Path:
+    """Write `suite-<timestamp>.json` and `.md` under `runs_root`; returns the JSON path."""
+    runs_root.mkdir(parents=True, exist_ok=True)
+    stem = runs_root / time.strftime("suite-%Y%m%d-%H%M%S")
+    stem.with_suffix(".json").write_text(report.model_dump_json(indent=1))
+    stem.with_suffix(".md").write_text(markdown(report))
+    return stem.with_suffix(".json")
+
+
+def print_report(report: SuiteReport) -> None:
+    """A rich table: one row per task; with both providers, their figures side by side."""
+    from rich.console import Console
+    from rich.table import Table
+
+    by = {(r.provider, r.task): r for r in report.results}
+    providers = [p for p in ("scripted", "local") if any(r.provider == p for r in report.results)]
+    table = Table(title="runner suite" + (f"  (local model: {report.model})" if report.model else ""))
+    table.add_column("task")
+    for p in providers:
+        table.add_column(f"{p}\nturns/tools", justify="right")
+        table.add_column(f"{p}\nwall ms", justify="right")
+        table.add_column(f"{p}\nstatus")
+        table.add_column(f"{p}\nok")
+    if "local" in providers:
+        table.add_column("local answer", max_width=48)
+    tasks = list(dict.fromkeys(r.task for r in report.results))
+    for task in tasks:
+        row = [task]
+        for p in providers:
+            r = by.get((p, task))
+            row += [f"{r.turns}/{r.tool_runs}", f"{r.wall_ms:,.0f}", r.status, "yes" if r.correct else "no"] if r else ["-"] * 4
+        if "local" in providers:
+            local = by.get(("local", task))
+            row.append((local.answer or f"({local.reason})") if local else "")
+        table.add_row(*row)
+    total_row = ["TOTAL"]
+    for p in providers:
+        t = totals([r for r in report.results if r.provider == p])
+        total_row += [f"{t['turns']}/{t['tool_runs']}", f"{t['wall_ms']:,.0f}", f"mean turn {t['mean_turn_ms']:,.0f} ms",
+                      f"{t['correct']}/{len(tasks)}"]
+    if "local" in providers:
+        total_row.append("")
+    table.add_row(*total_row, style="bold")
+    Console().print(table)
