@@ -219,6 +219,9 @@ def resume(
     approve: Annotated[Optional[str], typer.Option(help="Approve this pending call id, then continue.")] = None,
     reject: Annotated[Optional[str], typer.Option(help="Reject this pending call id, then continue.")] = None,
     reason: Annotated[str, typer.Option(help="Why the call was rejected (the model reads it).")] = "",
+    unsafe_empty_rejection: Annotated[bool, typer.Option(
+        help="DEMONSTRATION ONLY: write an empty tool result for --reject, to show the false "
+             "report an agent gives when a refusal is not written down.", hidden=True)] = False,
     max_turns: MaxTurns = None,
     max_budget: MaxBudget = None,
     latency_ms: Annotated[float, typer.Option(help="Scripted provider: delay every reply by this many ms.")] = 0.0,
@@ -240,7 +243,11 @@ def resume(
         if approve:
             approve_call(state, approve)
         if reject:
-            reject_call(state, reject, reason)
+            from runner.trace import Tracer
+
+            tracer = Tracer(store.trace_path(root, state.run_id))
+            reject_call(state, reject, reason, empty=unsafe_empty_rejection, tracer=tracer)
+            tracer.close()
         if max_turns is not None:
             state.config.max_turns = max_turns
         if max_budget is not None:

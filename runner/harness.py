@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +79,16 @@ async def execute(
             tracer.close()
 
 
+def die_with_parent() -> None:
+    """preexec_fn for helper servers: on Linux, SIGTERM the child when its parent dies, so a
+    killed runner (kill -9, the resume tests) never leaves a provider behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 @contextlib.contextmanager
 def scripted_provider(latency_ms: float = 0, faults: str | None = None) -> Iterator[str]:
     """Start `runner scripted serve` as a child process on a free loopback port.
@@ -92,13 +103,13 @@ def scripted_provider(latency_ms: float = 0, faults: str | None = None) -> Itera
            "--latency-ms", str(latency_ms)]
     if faults:
         cmd += ["--fault", faults]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            preexec_fn=die_with_parent)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
         if not line.startswith("http"):
-            err = proc.stderr.read() if proc.stderr and proc.poll() is not None else ""
-            raise RuntimeError(f"the scripted provider did not start: {line or err.strip()[-300:]}")
+            raise RuntimeError(f"the scripted provider did not start (exit code {proc.poll()}): {line}")
         yield line
     finally:
         proc.terminate()

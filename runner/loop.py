@@ -81,12 +81,13 @@ async def run(state: RunState, rt: Runtime) -> RunState:
     if state.status in ("completed", "failed"):
         return state
     began = time.perf_counter()
-    fresh = state.turns == 0 and not state.tool_runs
+    fresh = state.turns == 0 and not state.tool_runs and not rt.tracer.has_events()
     state.status, state.interruption, state.reason = "running", None, None
     rt.tracer.emit(
         RunStarted(runId=state.run_id, model=state.config.model, parentRunId=state.parent_run_id,
                    prompt=next((m.content or "" for m in state.messages if m.role == "user"), ""))
-        if fresh else RunResumed(runId=state.run_id, status="running", turns=state.turns, costUsd=state.cost_usd)
+        if fresh else RunResumed(runId=state.run_id, turns=state.turns, costUsd=state.cost_usd,
+                                 approved=[c.id for c in pending(state) if c.id in state.approved])
     )
     try:
         while state.status == "running":
@@ -94,14 +95,15 @@ async def run(state: RunState, rt: Runtime) -> RunState:
             if calls:
                 await _run_tool_calls(state, rt, calls)
                 continue
+            if state.messages[-1].role == "assistant":  # prose, no calls: the answer (maybe saved before a kill)
+                _stop(state, "completed", None, "the model answered")
+                break
             limit = _check_limits(state, rt)
             if limit is not None:
                 _stop(state, *limit)
                 break
             reply = await race(_ask_model(state, rt), rt.cancel)
             _record_reply(state, rt, reply)
-            if not reply.message.tool_calls:
-                _stop(state, "completed", None, "the model answered")
     except Cancelled as exc:
         _stop(state, "interrupted", CancelledInterruption(reason=exc.reason), f"cancelled: {exc.reason}")
     except ProviderError as exc:
@@ -270,6 +272,7 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
         raise
     except Exception as exc:  # noqa: BLE001 - a tool's failure is data for the model
         error, text = exc, ""
+    store.crash_point("tool_done")
     ms = (time.perf_counter() - began) * 1000
     record = ToolRun(call_id=call.id, tool_name=tool.name, signature=signature, ok=error is None,
                      ms=ms, error=None if error is None else str(error))
@@ -330,11 +333,13 @@ def approve(state: RunState, call_id: str) -> None:
     state.approved[call_id] = call_signature(call.function.name, call.function.arguments)
 
 
-def reject(state: RunState, call_id: str, reason: str = "", *, empty: bool = False) -> None:
+def reject(state: RunState, call_id: str, reason: str = "", *, empty: bool = False,
+           tracer: Tracer | None = None) -> None:
     """Refuse one pending call: its tool result says so in words, so the model reads it.
 
     Args:
         empty: demonstration only; writes an empty result (the model then misreports).
+        tracer: where to record the verdict as a `tool_result` event (source "rejected").
 
     Raises:
         ValueError: `call_id` is not a pending call of this run.
@@ -342,8 +347,12 @@ def reject(state: RunState, call_id: str, reason: str = "", *, empty: bool = Fal
     call = _pending_call(state, call_id)
     text = "" if empty else f"The user declined this call: {reason or 'no reason given'}"
     state.messages.append(Message(role="tool", tool_call_id=call.id, name=call.function.name, content=text))
-    state.tool_runs.append(ToolRun(call_id=call.id, tool_name=call.function.name, signature="rejected",
-                                   ok=False, ms=0, source="rejected", error="declined by the user"))
+    record = ToolRun(call_id=call.id, tool_name=call.function.name, signature="rejected",
+                     ok=False, ms=0, source="rejected", error=f"declined by the user: {reason}")
+    state.tool_runs.append(record)
+    if tracer is not None:
+        tracer.emit(ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id, ms=0,
+                               ok=False, source="rejected", error=record.error))
     state.approved.pop(call_id, None)
     if call_id in state.in_doubt:
         state.in_doubt.remove(call_id)

@@ -247,6 +247,7 @@ def create_app(settings: ScriptedSettings | None = None) -> Any:
     faulted: set[str] = set()
     lock = threading.Lock()
     app = FastAPI(title="runner scripted provider")
+    app.state.requests = []  # (scenario, 1-based turn) per answered request: observability only
     tokens.encoding()  # load (and verify) the tokenizer before the first request
 
     def error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> Response:
@@ -292,6 +293,7 @@ def create_app(settings: ScriptedSettings | None = None) -> Any:
         if settings.latency_ms:
             await asyncio.sleep(settings.latency_ms / 1000)
         message = reply_for(scenario, messages)
+        app.state.requests.append((scenario, turn))
         prompt_tokens = tokens.count(tokens.render_request(messages, body.get("tools")))
         completion_tokens = tokens.count(tokens.render_reply(message))
         payload = {
@@ -329,9 +331,15 @@ class ScriptedServer:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
         self.host, self.port = self._sock.getsockname()[:2]
-        config = uvicorn.Config(create_app(settings), log_level="warning", access_log=False, lifespan="off")
+        self.app = create_app(settings)
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    @property
+    def requests(self) -> list[tuple[str, int]]:
+        """(scenario, 1-based turn) of every request answered so far (tests count these)."""
+        return list(self.app.state.requests)
 
     @property
     def base_url(self) -> str:

@@ -112,8 +112,10 @@ _crash_counts: Counter[str] = Counter()
 
 def crash_point(name: str) -> None:
     """Test hook for the kill-and-resume tests: with RUNNER_CRASH_AT="name:N" set, the
-    process SIGKILLs itself the N-th time it reaches `name` (reply, tool_start, tool_result,
-    save). Does nothing otherwise."""
+    process SIGKILLs itself the N-th time it reaches `name`: reply (a model reply saved),
+    tool_start (about to run a tool; writes are marked started), tool_done (a tool returned,
+    result not yet saved), tool_result (a result saved), save (temp file written, not yet
+    renamed). Does nothing otherwise."""
     spec = os.environ.get("RUNNER_CRASH_AT")
     if not spec:
         return

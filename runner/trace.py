@@ -30,9 +30,10 @@ class RunStarted(_Event):
 
 class RunResumed(_Event):
     type: Literal["run_resumed"] = "run_resumed"
-    status: str
     turns: int
     costUsd: float
+    approved: list[str] = []
+    """Pending call ids that carry an approval as the run resumes."""
 
 
 class TurnEvent(_Event):
@@ -119,6 +120,10 @@ class Tracer:
             self._file = self.path.open("a", encoding="utf-8")
         self._file.write(event.model_dump_json(exclude_none=True) + "\n")
         self._file.flush()
+
+    def has_events(self) -> bool:
+        """True if the file already holds events (an earlier process worked on this run)."""
+        return self.path is not None and self.path.exists() and self.path.stat().st_size > 0
 
     def close(self) -> None:
         if self._file is not None:

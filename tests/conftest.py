@@ -19,10 +19,16 @@ from runner.state import RunConfig, RunState, new_run
 
 
 @pytest.fixture(scope="session")
-def provider() -> Iterator[str]:
-    """Base URL of a scripted provider served in-process over loopback HTTP."""
+def provider_server() -> Iterator[ScriptedServer]:
+    """A scripted provider served in-process over loopback HTTP (it counts requests)."""
     with ScriptedServer(ScriptedSettings()) as server:
-        yield server.base_url
+        yield server
+
+
+@pytest.fixture(scope="session")
+def provider(provider_server: ScriptedServer) -> str:
+    """Base URL of the in-process scripted provider."""
+    return provider_server.base_url
 
 
 @pytest.fixture

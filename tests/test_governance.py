@@ -1,0 +1,152 @@
+"""Tool errors as data, permanent errors, duplicate calls and approval (issue 3: R4, R5, R6.1-R6.3)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runner import loop, store
+from runner.tools import deleted_files
+from tests.conftest import cli, cli_json, drive, scripted_run
+
+
+def test_recover_under_three_tool_error_policies(provider: str) -> None:
+    text = drive(scripted_run("recover", tool_errors="text"), provider, None)
+    generic = drive(scripted_run("recover", tool_errors="generic"), provider, None)
+    fatal = drive(scripted_run("recover", tool_errors="fatal"), provider, None)
+    assert text.status == "completed" and "errors.log" in text.answer and text.turns == 4
+    assert generic.status == "completed" and "do not know" in generic.answer and generic.turns == 2
+    assert fatal.status == "failed" and "timeout.log" in (fatal.reason or "") and fatal.turns == 1
+    # the model read exactly what each policy wrote
+    assert [m.content for m in text.messages if m.role == "tool"][0] == \
+        "Error: no such file: timeout.log. Call list_files to see what exists."
+    assert [m.content for m in generic.messages if m.role == "tool"][0] == "Error: the tool failed."
+    assert text.cost_usd > generic.cost_usd > fatal.cost_usd
+
+
+def test_custom_error_formatter(provider: str) -> None:
+    from runner.harness import build_tools, workspace_template
+    from runner.client import ChatClient
+    import asyncio, tempfile
+
+    state = scripted_run("recover")
+
+    async def go() -> None:
+        async with ChatClient(provider) as client:
+            rt = loop.Runtime(client=client, tools=build_tools(state),
+                              workspace=store.workspace_path(Path(tempfile.mkdtemp()), "w", workspace_template()),
+                              tool_error_text=lambda e: f"TOOL FAILED <<{e}>>")
+            await loop.run(state, rt)
+
+    asyncio.run(go())
+    assert next(m.content for m in state.messages if m.role == "tool").startswith("TOOL FAILED <<no such file")
+
+
+def test_denied_fails_fast_with_a_permanent_error(provider: str) -> None:
+    state = drive(scripted_run("denied", max_turns=12), provider, None)
+    assert state.status == "failed" and state.turns <= 3
+    assert "permanent error" in (state.reason or "") and "permission denied" in (state.reason or "")
+
+
+def test_denied_without_detection_burns_the_turn_cap(provider: str) -> None:
+    state = drive(scripted_run("denied", max_turns=12, permanent_errors=False, max_identical_failures=0),
+                  provider, None)
+    assert state.status == "max_turns_exceeded" and state.turns == 12 and state.tool_run_count == 12
+
+
+def test_same_failure_twice_in_a_row_is_permanent(provider: str) -> None:
+    state = drive(scripted_run("denied", max_turns=12, permanent_errors=False), provider, None)
+    assert state.status == "failed" and state.turns == 2
+    assert "failed the same way 2 times in a row" in (state.reason or "")
+
+
+def test_dedupe_saves_a_tool_run_not_a_turn(provider: str) -> None:
+    plain = drive(scripted_run("repeat"), provider, None)
+    deduped = drive(scripted_run("repeat", dedupe=True), provider, None)
+    assert plain.answer == deduped.answer and plain.status == deduped.status == "completed"
+    assert (plain.tool_run_count, deduped.tool_run_count) == (2, 1)
+    assert plain.turns == deduped.turns == 3
+    assert plain.cost_usd == pytest.approx(deduped.cost_usd)  # the model was paid for the repeat anyway
+    assert [r.source for r in deduped.tool_runs] == ["run", "cache"]
+
+
+def test_dedupe_never_swallows_a_write_unless_told_to(provider: str, runs: Path) -> None:
+    safe = drive(scripted_run("double_delete", dedupe=True, auto_approve=True), provider, runs)
+    naive = drive(scripted_run("double_delete", dedupe=True, dedupe_all=True, auto_approve=True), provider, runs)
+    assert safe.tool_run_count == 2 and naive.tool_run_count == 1
+    # the second deletion really ran (and found nothing left to delete)
+    assert [r.ok for r in safe.tool_runs] == [True, False]
+    assert deleted_files(runs / safe.run_id / "workspace") == ["access.log"]
+
+
+def test_idempotency_key_reaches_the_write_tool(provider: str, runs: Path) -> None:
+    state = drive(scripted_run("double_delete", auto_approve=True), provider, runs)
+    ledger = (runs / state.run_id / "workspace" / ".deleted.jsonl").read_text().splitlines()
+    assert [json.loads(line)["key"] for line in ledger] == [f"{state.run_id}/c1"]
+
+
+def _stop_for_approval(runs: Path) -> dict:
+    code, out = cli_json("run", "--scenario", "destructive", runs_dir=runs)
+    assert code == 3
+    return out
+
+
+def test_destructive_stops_for_approval_with_nothing_deleted(runs: Path) -> None:
+    out = _stop_for_approval(runs)
+    assert out["status"] == "interrupted" and out["turns"] == 2
+    assert out["interruption"] == {"type": "approval", "call_id": "c2", "tool_name": "delete_file",
+                                   "args": {"path": "access.log"}, "in_doubt": False}
+    assert (runs / out["run_id"] / "workspace" / "access.log").exists()
+    events = [json.loads(line) for line in store.trace_path(runs, out["run_id"]).read_text().splitlines()]
+    assert events[-2]["type"] == "approval_required" and events[-2]["callId"] == "c2"
+    assert events[-1]["reason"] == "delete_file needs approval"
+
+
+def test_approve_runs_the_call_in_the_run_copy(runs: Path) -> None:
+    out = _stop_for_approval(runs)
+    code, done = cli_json("resume", out["run_id"], "--approve", "c2", runs_dir=runs)
+    assert code == 0 and done["status"] == "completed" and done["turns"] == 3
+    assert done["answer"] == "Deleted access.log to free space."
+    assert not (runs / out["run_id"] / "workspace" / "access.log").exists()
+    assert (Path(__file__).parents[1] / "tasks" / "workspace" / "access.log").exists()
+
+
+def test_reject_with_a_reason_is_written_where_the_model_reads(runs: Path) -> None:
+    out = _stop_for_approval(runs)
+    code, done = cli_json("resume", out["run_id"], "--reject", "c2", "--reason", "keep it for the audit",
+                          runs_dir=runs)
+    assert code == 0 and done["answer"] == "I did not delete anything: you declined the deletion."
+    assert (runs / out["run_id"] / "workspace" / "access.log").exists()
+    state = store.load(runs, out["run_id"])
+    results = [m.content for m in state.messages if m.role == "tool"]
+    assert results[-1] == "The user declined this call: keep it for the audit"
+    assert all(results)  # never an empty slot
+    events = [json.loads(line) for line in store.trace_path(runs, out["run_id"]).read_text().splitlines()]
+    assert any(e["type"] == "tool_result" and e.get("source") == "rejected" for e in events)
+
+
+def test_empty_rejection_demo_shows_the_false_report(runs: Path) -> None:
+    out = _stop_for_approval(runs)
+    _, done = cli_json("resume", out["run_id"], "--reject", "c2", "--unsafe-empty-rejection", runs_dir=runs)
+    assert done["answer"] == "Deleted access.log to free space."  # the lie the chapter warns about
+    assert (runs / out["run_id"] / "workspace" / "access.log").exists()
+
+
+def test_approval_is_bound_to_call_id_and_arguments(runs: Path) -> None:
+    out = _stop_for_approval(runs)
+    state = store.load(runs, out["run_id"])
+    loop.approve(state, "c2")
+    # the same call id with a changed argument is a new call: the approval does not carry over
+    state.messages[-1].tool_calls[0].function.arguments = '{"path": "errors.log"}'  # type: ignore[index]
+    store.save(state, runs)
+    code, again = cli_json("resume", out["run_id"], runs_dir=runs)
+    assert code == 3 and again["interruption"]["args"] == {"path": "errors.log"}
+    assert (runs / out["run_id"] / "workspace" / "errors.log").exists()
+
+
+def test_verdict_on_an_unknown_call_id_is_a_usage_error(runs: Path) -> None:
+    out = _stop_for_approval(runs)
+    proc = cli("resume", out["run_id"], "--approve", "c9", runs_dir=runs)
+    assert proc.returncode == 2 and "not a pending tool call" in proc.stderr and "c2" in proc.stderr
