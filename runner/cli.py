@@ -170,6 +170,8 @@ def run(
     price_out: Annotated[float, typer.Option(help="USD per million completion tokens.")] = 12.0,
     timeout_s: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 600.0,
     max_retries: Annotated[int, typer.Option(min=0, help="Retries for 429/5xx/timeouts.")] = 4,
+    research_max_turns: Annotated[int, typer.Option(min=1, help="Turn cap of each research child run.")] = 6,
+    research_max_budget: Annotated[float, typer.Option(min=0.0, help="Budget of each research child run, USD.")] = 0.05,
     latency_ms: Annotated[float, typer.Option(help="Scripted provider: delay every reply by this many ms.")] = 0.0,
     fault: Annotated[Optional[str], typer.Option(help="Scripted provider: faults KIND@TURN,... (429, 500, 401, truncated, slow).")] = None,
     runs_dir: RunsDir = None,
@@ -200,6 +202,7 @@ def run(
             max_identical_failures=max_identical_failures, auto_approve=auto_approve,
             cap_max_tokens=cap_max_tokens, price_in_usd_per_mtok=price_in, price_out_usd_per_mtok=price_out,
             timeout_s=timeout_s, max_retries=max_retries,
+            research_max_turns=research_max_turns, research_max_budget_usd=research_max_budget,
         )
         if name == "research":
             config.tools = [*config.tools, "research"]

@@ -1,0 +1,186 @@
+"""Cancellation that reaches the tools, progress, provider faults, sub-agents (issue 4: R7, R3.5, R1.6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from runner import store
+from runner.cancel import CancelToken
+from runner.scripted import ScriptedServer, ScriptedSettings, parse_faults
+from runner.trace import read_trace
+from tests.conftest import cli, cli_json, drive, scripted_run
+
+
+def _slow_run(provider: str, runs: Path, cancel_at_s: float | None, tools_see_cancel: bool = True):  # type: ignore[no-untyped-def]
+    token = CancelToken()
+    progress: list[tuple[float, str]] = []
+    began = time.perf_counter()
+    if cancel_at_s is not None:
+        threading.Timer(cancel_at_s, token.cancel, args=("user pressed Stop",)).start()
+    state = drive(scripted_run("slow"), provider, runs, cancel=token, tools_see_cancel=tools_see_cancel,
+                  on_progress=lambda tool, label: progress.append((time.perf_counter(), label)))
+    ended = time.perf_counter()
+    return state, token, progress, began, ended
+
+
+def test_slow_without_cancel_reports_progress_every_half_second(provider: str, runs: Path) -> None:
+    state, _, progress, began, ended = _slow_run(provider, runs, None)
+    assert state.status == "completed" and "1200" in state.answer
+    assert 2.8 <= ended - began <= 4.5
+    assert [label for _, label in progress] == [f"scanned {n} of 1200 files" for n in (200, 400, 600, 800, 1000)]
+    gaps = [b - a for (a, _), (b, _) in zip(progress, progress[1:])]
+    assert all(0.4 <= g <= 0.7 for g in gaps), gaps
+    events = read_trace(store.trace_path(runs, state.run_id))
+    assert [e.label for e in events if e.type == "tool_progress"] == [label for _, label in progress]
+
+
+def test_cancel_reaches_the_running_tool_within_50_ms(provider: str, runs: Path) -> None:
+    state, token, progress, began, ended = _slow_run(provider, runs, 1.2)
+    assert state.status == "interrupted"
+    assert state.interruption is not None and state.interruption.type == "cancelled"
+    assert state.interruption.reason == "user pressed Stop" and "user pressed Stop" in (state.reason or "")
+    assert token.cancelled_at is not None
+    assert (ended - token.cancelled_at) * 1000 <= 50
+    assert all(t < token.cancelled_at for t, _ in progress)  # the scan really stopped
+    assert [label for _, label in progress] == ["scanned 200 of 1200 files", "scanned 400 of 1200 files"]
+    stop = read_trace(store.trace_path(runs, state.run_id))[-1]
+    assert stop.type == "run_stopped" and stop.status == "interrupted"
+
+
+def test_cancel_wired_only_to_http_waits_for_the_tool(provider: str, runs: Path) -> None:
+    """The contrast: with the signal kept from the tools, Stop waits out the whole scan."""
+    state, token, progress, began, ended = _slow_run(provider, runs, 1.2, tools_see_cancel=False)
+    assert token.cancelled_at is not None
+    assert ended - token.cancelled_at >= 1.5
+    assert len(progress) == 5  # the scan ran to the end after Stop was pressed
+    assert state.status == "interrupted"  # caught only at the next stop-rule check
+
+
+def test_ctrl_c_is_the_stop_button_and_the_run_resumes(runs: Path) -> None:
+    env = {**os.environ, "RUNNER_RUNS_DIR": str(runs)}
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "--scenario", "slow", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # wait until the scan is running (its first progress line lands in the trace)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        traces = list(runs.glob("*/trace.jsonl"))
+        if traces and "tool_progress" in traces[0].read_text():
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 3, err
+    result = json.loads(out)
+    assert result["status"] == "interrupted"
+    assert result["interruption"] == {"type": "cancelled", "reason": "user pressed Stop"}
+    code, done = cli_json("resume", result["run_id"], runs_dir=runs)
+    assert code == 0 and done["status"] == "completed" and done["turns"] == 2
+
+
+def test_progress_goes_to_stderr_and_json_stays_clean(runs: Path) -> None:
+    proc = cli("run", "--scenario", "slow", runs_dir=runs)
+    assert proc.returncode == 0
+    assert "progress: scan_archive: scanned 200 of 1200 files" in proc.stderr
+    proc = cli("run", "--scenario", "slow", "--json", runs_dir=runs)
+    assert json.loads(proc.stdout)["status"] == "completed" and "progress" not in proc.stdout
+
+
+@pytest.fixture
+def faulty() -> Iterator[ScriptedServer]:
+    """A fresh provider per test: it remembers which requests it has already faulted."""
+    servers: list[ScriptedServer] = []
+
+    def start(spec: str, latency_ms: float = 0, slow_s: float = 5.0) -> ScriptedServer:
+        server = ScriptedServer(ScriptedSettings(latency_ms=latency_ms, faults=parse_faults(spec), slow_fault_s=slow_s))
+        servers.append(server.__enter__())
+        return server
+
+    yield start  # type: ignore[misc]
+    for s in servers:
+        s.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("spec", ["429@2", "500@1", "truncated@2", "500@1,429@2,truncated@3"])
+def test_transient_faults_are_retried_without_changing_answer_or_cost(
+    spec: str, faulty, provider: str, runs: Path  # type: ignore[no-untyped-def]
+) -> None:
+    clean = drive(scripted_run("plan"), provider, None)
+    server = faulty(spec)
+    began = time.perf_counter()
+    state = drive(scripted_run("plan"), server.base_url, runs)
+    assert state.status == "completed" and state.answer == clean.answer
+    assert state.cost_usd == pytest.approx(clean.cost_usd) and state.prompt_tokens == clean.prompt_tokens
+    turns = [e for e in read_trace(store.trace_path(runs, state.run_id)) if e.type == "turn"]
+    faults = parse_faults(spec)
+    for turn in turns:
+        assert bool(turn.retries) == (turn.turn in faults)
+    if faults.get(2) == "429":
+        retry = turns[1].retries[0]
+        assert retry["status"] == 429 and retry["waitMs"] == 1000  # Retry-After: 1 honoured
+        assert time.perf_counter() - began >= 1.0
+
+
+def test_a_slow_reply_times_out_and_is_retried(faulty, provider: str) -> None:  # type: ignore[no-untyped-def]
+    server = faulty("slow@2", slow_s=3.0)
+    state = drive(scripted_run("plan", timeout_s=1.0), server.base_url, None)
+    assert state.status == "completed" and state.per_turn[1].retries == 1
+
+
+def test_401_fails_with_the_providers_message(runs: Path) -> None:
+    code, out = cli_json("run", "--scenario", "plan", "--fault", "401@2", runs_dir=runs)
+    assert code == 1 and out["status"] == "failed" and out["turns"] == 1
+    assert "401" in out["reason"] and "invalid API key" in out["reason"]
+
+
+def test_retries_run_out_and_fail(faulty) -> None:  # type: ignore[no-untyped-def]
+    server = faulty("500@1")
+    state = drive(scripted_run("plan", max_retries=0), server.base_url, None)
+    assert state.status == "failed" and "HTTP 500" in (state.reason or "") and state.cost_usd == 0
+
+
+def test_research_child_with_tiny_budget_stops_and_parent_completes(runs: Path) -> None:
+    code, out = cli_json("run", "--scenario", "research", "--research-max-budget", "0.0001", runs_dir=runs)
+    assert code == 0 and out["status"] == "completed"
+    parent = store.load(runs, out["run_id"])
+    child = store.load(runs, f"{parent.run_id}.c1")
+    assert child.status == "budget_exceeded" and child.turns == 1 and child.parent_run_id == parent.run_id
+    assert "budget_exceeded" in out["answer"]  # the parent read why its helper stopped
+    assert child.cost_usd > 0 and parent.child_cost_usd == pytest.approx(child.cost_usd)
+    assert parent.cost_usd == pytest.approx(sum(t.cost_usd for t in parent.per_turn) + child.cost_usd)
+    # only the child's summary reached the parent's transcript, and the trace links the two
+    assert len(parent.messages) == 4
+    events = read_trace(store.trace_path(runs, parent.run_id))
+    assert any(e.type == "tool_result" and e.childRunId == child.run_id for e in events)
+    child_events = read_trace(store.trace_path(runs, child.run_id))
+    assert child_events[0].type == "run_started" and child_events[0].parentRunId == parent.run_id
+
+
+def test_research_completes_with_the_childs_summary(runs: Path) -> None:
+    code, out = cli_json("run", "--scenario", "research", runs_dir=runs)
+    assert code == 0 and "errors.log" in out["answer"] and "worker 7" in out["answer"]
+    child = store.load(runs, f"{out['run_id']}.c1")
+    assert child.status == "completed" and child.turns == 3 and out["child_cost_usd"] == pytest.approx(child.cost_usd)
+
+
+def test_one_cancel_stops_parent_and_child(faulty, runs: Path) -> None:  # type: ignore[no-untyped-def]
+    server = faulty("", latency_ms=400)
+    token = CancelToken()
+    threading.Timer(1.0, token.cancel, args=("user pressed Stop",)).start()  # during the child's turns
+    state = scripted_run("research", tools=["list_files", "read_file", "delete_file", "scan_archive", "research"],
+                         research_model="scripted/research_child")
+    state = drive(state, server.base_url, runs, cancel=token)
+    ended = time.perf_counter()
+    child = store.load(runs, f"{state.run_id}.c1")
+    assert state.status == "interrupted" and child.status == "interrupted"
+    assert child.interruption is not None and child.interruption.type == "cancelled"
+    assert token.cancelled_at is not None and (ended - token.cancelled_at) * 1000 <= 100
