@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
+from typing import Awaitable, TypeVar
+
+T = TypeVar("T")
 
 
 class CancelToken:
@@ -28,8 +32,6 @@ class CancelToken:
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Signal cancellation (idempotent; the first reason wins)."""
-        import time
-
         with self._lock:
             if self._event.is_set():
                 return
@@ -69,9 +71,9 @@ class Cancelled(Exception):
         self.reason = reason
 
 
-async def race(coro: "asyncio.Future[object] | object", token: CancelToken) -> object:
-    """Await `coro` unless `token` fires first; then cancel it and raise `Cancelled`."""
-    task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+async def race(awaitable: Awaitable[T], token: CancelToken) -> T:
+    """Await `awaitable` unless `token` fires first; then cancel it and raise `Cancelled`."""
+    task = asyncio.ensure_future(awaitable)
     if token.is_cancelled:
         task.cancel()
         raise Cancelled(token.reason or "cancelled")

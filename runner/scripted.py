@@ -128,7 +128,9 @@ def _rotate(t: int, tools: str) -> Reply:
 def _quirks(t: int, tools: str) -> Reply:
     """What sloppy local servers send: empty and duplicate call ids, arguments as an object
     or with trailing spaces, unknown tools, malformed JSON. The harness must cope with all."""
-    fn = lambda name, args: {"type": "function", "function": {"name": name, "arguments": args}}  # noqa: E731
+    def fn(name: str, args: Any) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": name, "arguments": args}}
+
     if t == 0:
         return {"role": "assistant", "content": None, "tool_calls": [
             {"id": "", **fn("list_files", {})},

@@ -213,7 +213,7 @@ def print_report(report: SuiteReport) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    by = {(r.provider, r.task): r for r in report.results}
+    by: dict[tuple[str, str], TaskResult] = {(r.provider, r.task): r for r in report.results}
     providers = [p for p in ("scripted", "local") if any(r.provider == p for r in report.results)]
     table = Table(title="runner suite" + (f"  (local model: {report.model})" if report.model else ""))
     table.add_column("task")
