@@ -174,7 +174,7 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply) -> None:
         completion_tokens=reply.completion_tokens,
         total_tokens=reply.prompt_tokens + reply.completion_tokens,
         costUsd=round(state.cost_usd, 9), finish=reply.finish_reason, ms=round(ms, 3),
-        retries=reply.retries,
+        retries=reply.retries or None,
     ))
 
 

@@ -46,8 +46,8 @@ class TurnEvent(_Event):
     """Cumulative cost of the run after this turn, USD."""
     finish: str | None
     ms: float
-    retries: list[dict[str, Any]] = []
-    """Failed attempts before this reply: {"error": str, "waitMs": float} each."""
+    retries: list[dict[str, Any]] | None = None
+    """Failed attempts before this reply, if any: {"error", "status", "waitMs"} each."""
 
 
 class ToolStart(_Event):

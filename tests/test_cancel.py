@@ -125,7 +125,7 @@ def test_transient_faults_are_retried_without_changing_answer_or_cost(
     for turn in turns:
         assert bool(turn.retries) == (turn.turn in faults)
     if faults.get(2) == "429":
-        retry = turns[1].retries[0]
+        retry = (turns[1].retries or [])[0]
         assert retry["status"] == 429 and retry["waitMs"] == 1000  # Retry-After: 1 honoured
         assert time.perf_counter() - began >= 1.0
 
