@@ -54,6 +54,13 @@ def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks."
     _debug = debug
 
 
+def _console() -> Any:
+    """A rich console for stdout; wide when piped, so tables don't fold into columns of fragments."""
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
 def _guard(fn: Callable[[], int]) -> None:
     """Run a command body; map errors to one line and an exit code."""
     from runner.client import ProviderError
@@ -272,14 +279,13 @@ def list_runs(runs_dir: RunsDir = None, as_json: JsonOut = False) -> None:
             typer.echo(json.dumps([{k: v for k, v in _summary(s).items() if k != "per_turn_prompt_tokens"}
                                    for s in states]))
             return 0
-        from rich.console import Console
         from rich.table import Table
 
         table = Table("run id", "model", "status", "turns", "tools", "cost USD", "reason")
         for s in states:
             table.add_row(s.run_id, s.config.model, s.status, str(s.turns), str(s.tool_run_count),
                           f"{s.cost_usd:.6f}", s.reason or "")
-        Console().print(table)
+        _console().print(table)
         return 0
 
     _guard(body)
@@ -377,14 +383,13 @@ def models_list(as_json: JsonOut = False) -> None:
         if as_json:
             typer.echo(json.dumps([r.model_dump(mode="json") for r in rows]))
             return 0
-        from rich.console import Console
         from rich.table import Table
 
         table = Table("name", "present", "source", "size MB", "path")
         for r in rows:
             table.add_row(r.name, "yes" if r.present else "no", r.source,
                           f"{(r.size_bytes or 0) / 1e6:.0f}", str(r.path or ""))
-        Console().print(table)
+        _console().print(table)
         return 0
 
     _guard(body)

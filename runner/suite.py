@@ -213,6 +213,7 @@ def print_report(report: SuiteReport) -> None:
     from rich.console import Console
     from rich.table import Table
 
+
     by: dict[tuple[str, str], TaskResult] = {(r.provider, r.task): r for r in report.results}
     providers = [p for p in ("scripted", "local") if any(r.provider == p for r in report.results)]
     table = Table(title="runner suite" + (f"  (local model: {report.model})" if report.model else ""))
@@ -242,4 +243,4 @@ def print_report(report: SuiteReport) -> None:
     if "local" in providers:
         total_row.append("")
     table.add_row(*total_row, style="bold")
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
