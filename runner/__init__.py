@@ -3,17 +3,40 @@
 One loop (`runner.loop.run`) drives an agent over an OpenAI-compatible chat-completions
 endpoint: the scripted provider (`runner.scripted`) or an embedded llama.cpp server
 (`runner.local`). The run is one serializable `RunState`; it stops in exactly one of five
-ways, recorded as data. Importing this package does no work: heavy modules (llama_cpp,
-huggingface_hub, tiktoken, rich) load where they are used.
+ways, recorded as data.
+
+Importing this package does no work: the public names below load their modules on first
+access, and heavy modules (llama_cpp, huggingface_hub, tiktoken, rich) load where used.
 """
 
-from runner.cancel import CancelToken
-from runner.loop import Runtime, approve, pending, reject, run
-from runner.state import Interruption, RunConfig, RunState, RunStatus, new_run
-from runner.tools import PermanentToolError, Tool, ToolContext, ToolError
+from __future__ import annotations
 
-__all__ = [
-    "CancelToken", "Interruption", "PermanentToolError", "RunConfig", "RunState", "RunStatus",
-    "Runtime", "Tool", "ToolContext", "ToolError", "approve", "new_run", "pending", "reject", "run",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runner.cancel import CancelToken
+    from runner.harness import execute, scripted_provider
+    from runner.loop import Runtime, approve, pending, reject, run
+    from runner.state import Interruption, RunConfig, RunState, RunStatus, new_run
+    from runner.tools import PermanentToolError, Tool, ToolContext, ToolError
+
+_EXPORTS = {
+    "CancelToken": "runner.cancel",
+    "execute": "runner.harness", "scripted_provider": "runner.harness",
+    "Runtime": "runner.loop", "approve": "runner.loop", "pending": "runner.loop",
+    "reject": "runner.loop", "run": "runner.loop",
+    "Interruption": "runner.state", "RunConfig": "runner.state", "RunState": "runner.state",
+    "RunStatus": "runner.state", "new_run": "runner.state",
+    "PermanentToolError": "runner.tools", "Tool": "runner.tools", "ToolContext": "runner.tools",
+    "ToolError": "runner.tools",
+}
+__all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'runner' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

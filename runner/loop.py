@@ -9,7 +9,7 @@ traced before the next one starts. Expected endings are data on the state, never
 
 from __future__ import annotations
 
-import json
+import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +64,11 @@ class Runtime:
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
+
+    @functools.cached_property
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The `tools` array sent with every request (built once: schema generation is slow)."""
+        return [t.schema() for t in self.tools]
 
     def save(self, state: RunState) -> None:
         if self.runs_root is not None:
@@ -147,8 +152,7 @@ async def _ask_model(state: RunState, rt: Runtime) -> ChatReply:
             left -= state.per_turn[-1].prompt_tokens * cfg.price_in_usd_per_mtok / 1e6
         cap = max(1, int(left * 1e6 / cfg.price_out_usd_per_mtok))
         max_tokens = cap if max_tokens is None else min(max_tokens, cap)
-    return await rt.client.chat(cfg.model, state.messages, [t.schema() for t in rt.tools],
-                                max_tokens=max_tokens)
+    return await rt.client.chat(cfg.model, state.messages, rt.tool_schemas, max_tokens=max_tokens)
 
 
 def _record_reply(state: RunState, rt: Runtime, reply: ChatReply) -> None:
