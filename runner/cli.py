@@ -69,6 +69,11 @@ def _guard(fn: Callable[[], int]) -> None:
         code = fn()
     except typer.Exit:
         raise
+    except LookupError as exc:  # unknown run, model or scenario: the user named something absent
+        if _debug:
+            raise
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(USAGE) from None
     except (store.CorruptState, ProviderError, RuntimeError, OSError) as exc:
         if _debug:
             raise

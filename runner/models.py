@@ -47,7 +47,7 @@ class ManifestError(ModelError):
     """The manifest file is missing, unreadable or invalid."""
 
 
-class ModelNotFound(ModelError):
+class ModelNotFound(ModelError, LookupError):
     """The model is unknown, or known but not on disk (the message says how to get it)."""
 
 
