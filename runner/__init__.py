@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from runner.cancel import CancelToken
     from runner.harness import execute, scripted_provider
-    from runner.loop import Runtime, approve, pending, reject, run
-    from runner.state import Interruption, RunConfig, RunState, RunStatus, new_run
+    from runner.loop import Runtime, approve, reject, run
+    from runner.state import Interruption, RunConfig, RunState, RunStatus, new_run, pending
     from runner.tools import PermanentToolError, Tool, ToolContext, ToolError
 
 _EXPORTS = {
     "CancelToken": "runner.cancel",
     "execute": "runner.harness", "scripted_provider": "runner.harness",
-    "Runtime": "runner.loop", "approve": "runner.loop", "pending": "runner.loop",
+    "Runtime": "runner.loop", "approve": "runner.loop", "pending": "runner.state",
     "reject": "runner.loop", "run": "runner.loop",
     "Interruption": "runner.state", "RunConfig": "runner.state", "RunState": "runner.state",
     "RunStatus": "runner.state", "new_run": "runner.state",

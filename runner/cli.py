@@ -177,7 +177,7 @@ def run(
     permanent_errors: Annotated[bool, typer.Option(help="Stop as failed on errors the model cannot fix.")] = True,
     max_identical_failures: Annotated[int, typer.Option(min=0, help="Same failing call this many times in a row is permanent (0: off).")] = 2,
     auto_approve: Annotated[bool, typer.Option(help="Run needs-approval tools without stopping.")] = False,
-    cap_max_tokens: Annotated[bool, typer.Option(help="Cap max_tokens from the budget left, so spend stays under --max-budget.")] = False,
+    cap_max_tokens: Annotated[bool, typer.Option(help="Also cap each reply's max_tokens from the budget left (after an estimate of the prompt), so spend stays under --max-budget as far as the estimate holds.")] = False,
     price_in: Annotated[float, typer.Option(help="USD per million prompt tokens.")] = 2.0,
     price_out: Annotated[float, typer.Option(help="USD per million completion tokens.")] = 12.0,
     timeout_s: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 600.0,

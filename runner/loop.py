@@ -10,6 +10,7 @@ traced before the next one starts. Expected endings are data on the state, never
 from __future__ import annotations
 
 import functools
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,15 +101,15 @@ async def run(state: RunState, rt: Runtime) -> RunState:
             if calls:
                 await _run_tool_calls(state, rt, calls)
                 continue
-            if state.messages[-1].role == "assistant":  # prose, no calls: the answer (maybe saved before a kill)
-                _stop(state, "completed", None, "the model answered")
+            if _answered(state):  # prose, no calls (maybe saved just before a kill)
+                _stop(state, "completed", None, _answer_reason(state))
                 break
             limit = _check_limits(state, rt)
             if limit is not None:
                 _stop(state, *limit)
                 break
-            reply = await race(_ask_model(state, rt), rt.cancel)
-            _record_reply(state, rt, reply)
+            reply, max_tokens = await race(_ask_model(state, rt), rt.cancel)
+            _record_reply(state, rt, reply, max_tokens)
     except Cancelled as exc:
         _stop(state, "interrupted", CancelledInterruption(reason=exc.reason), f"cancelled: {exc.reason}")
     except ProviderError as exc:
@@ -121,6 +122,21 @@ async def run(state: RunState, rt: Runtime) -> RunState:
         rt.tracer.emit(RunStopped(runId=state.run_id, status=state.status, reason=state.reason,
                                   turns=state.turns, costUsd=state.cost_usd))
     return state
+
+
+def _answered(state: RunState) -> bool:
+    """The last message is the model's prose, not a reply the budget cap cut short."""
+    if state.messages[-1].role != "assistant":
+        return False
+    last = state.per_turn[-1] if state.per_turn else None
+    return not (last and last.finish_reason == "length" and last.budget_capped)
+
+
+def _answer_reason(state: RunState) -> str:
+    last = state.per_turn[-1] if state.per_turn else None
+    if last and last.finish_reason == "length":
+        return f"the model answered, cut off at max_tokens={last.max_tokens}"
+    return "the model answered"
 
 
 def _stop(state: RunState, status: RunStatus, interruption: Interruption | None, reason: str) -> None:
@@ -139,23 +155,53 @@ def _check_limits(state: RunState, rt: Runtime) -> tuple[RunStatus, Interruption
     if cfg.max_budget_usd is not None and state.cost_usd >= cfg.max_budget_usd:
         return ("budget_exceeded", MaxBudgetInterruption(),
                 f"spent ${state.cost_usd:.6f} of a ${cfg.max_budget_usd:.6f} budget")
+    reply_tokens = _reply_token_budget(state, rt)
+    if reply_tokens is not None and reply_tokens < 1:
+        return ("budget_exceeded", MaxBudgetInterruption(),
+                f"spent ${state.cost_usd:.6f} of a ${cfg.max_budget_usd:.6f} budget; the next prompt "
+                f"(~{_next_prompt_tokens(state, rt)} tokens) would leave nothing for a reply")
     return None
 
 
-async def _ask_model(state: RunState, rt: Runtime) -> ChatReply:
+def _next_prompt_tokens(state: RunState, rt: Runtime) -> int:
+    """A deliberately high estimate of the next request's prompt tokens: the last prompt, the
+    last reply, and 2 characters per token (logs and JSON run ~2.5) for what was appended
+    since (turn 1: everything)."""
+    if not state.per_turn:
+        chars = sum(len(m.content or "") + 16 for m in state.messages) + len(json.dumps(rt.tool_schemas))
+        return chars // 2
+    last = state.per_turn[-1]
+    since = state.messages[_last_assistant_index(state) + 1:]
+    return last.prompt_tokens + last.completion_tokens + sum(len(m.content or "") + 16 for m in since) // 2
+
+
+def _last_assistant_index(state: RunState) -> int:
+    return max((i for i, m in enumerate(state.messages) if m.role == "assistant"), default=-1)
+
+
+def _reply_token_budget(state: RunState, rt: Runtime) -> int | None:
+    """With `cap_max_tokens`, the completion tokens the budget still pays for once the next
+    prompt is paid; None when not capping. Keeps spend under the cap as far as the prompt
+    estimate holds."""
+    cfg = state.config
+    if not cfg.cap_max_tokens or cfg.max_budget_usd is None:
+        return None
+    left_usd = cfg.max_budget_usd - state.cost_usd - _next_prompt_tokens(state, rt) * cfg.price_in_usd_per_mtok / 1e6
+    return int(left_usd * 1e6 / cfg.price_out_usd_per_mtok)
+
+
+async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | None]:
+    """One model call; returns the reply and the max_tokens sent (None: none sent)."""
     cfg = state.config
     max_tokens = cfg.max_tokens
-    if cfg.cap_max_tokens and cfg.max_budget_usd is not None:
-        # Reserve the prompt's cost (estimated from the last turn) and let the reply use the rest.
-        left = cfg.max_budget_usd - state.cost_usd
-        if state.per_turn:
-            left -= state.per_turn[-1].prompt_tokens * cfg.price_in_usd_per_mtok / 1e6
-        cap = max(1, int(left * 1e6 / cfg.price_out_usd_per_mtok))
+    cap = _reply_token_budget(state, rt)
+    if cap is not None:
         max_tokens = cap if max_tokens is None else min(max_tokens, cap)
-    return await rt.client.chat(cfg.model, state.messages, rt.tool_schemas, max_tokens=max_tokens)
+    reply = await rt.client.chat(cfg.model, state.messages, rt.tool_schemas, max_tokens=max_tokens)
+    return reply, max_tokens
 
 
-def _record_reply(state: RunState, rt: Runtime, reply: ChatReply) -> None:
+def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: int | None) -> None:
     cfg = state.config
     cost = (reply.prompt_tokens * cfg.price_in_usd_per_mtok
             + reply.completion_tokens * cfg.price_out_usd_per_mtok) / 1e6
@@ -169,7 +215,8 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply) -> None:
     state.per_turn.append(TurnRecord(
         turn=state.turns, prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
         cost_usd=cost, ms=ms, provider_ms=reply.provider_ms, finish_reason=reply.finish_reason,
-        retries=len(reply.retries),
+        retries=len(reply.retries), max_tokens=max_tokens,
+        budget_capped=max_tokens is not None and max_tokens != state.config.max_tokens,
     ))
     rt.save(state)
     store.crash_point("reply")

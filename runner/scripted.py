@@ -298,13 +298,19 @@ def create_app(settings: ScriptedSettings | None = None) -> Any:
         app.state.requests.append((scenario, turn))
         prompt_tokens = tokens.count(tokens.render_request(messages, body.get("tools")))
         completion_tokens = tokens.count(tokens.render_reply(message))
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        max_tokens = body.get("max_tokens")
+        if isinstance(max_tokens, int) and 0 < max_tokens < completion_tokens:
+            # Honour max_tokens like a real model: the reply is cut off and calls are lost.
+            ids = tokens.encoding().encode(tokens.render_reply(message), disallowed_special=())
+            message = {"role": "assistant", "content": tokens.encoding().decode(ids[:max_tokens])}
+            completion_tokens, finish = max_tokens, "length"
         payload = {
             "id": "chatcmpl-" + hashlib.sha256(raw).hexdigest()[:12],
             "object": "chat.completion",
             "created": int(time.time()),
             "model": model,
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
         }

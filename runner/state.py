@@ -96,6 +96,10 @@ class TurnRecord(BaseModel):
     """Time spent inside the HTTP call(s), retries and back-off included."""
     finish_reason: str | None = None
     retries: int = 0
+    max_tokens: int | None = None
+    """The max_tokens sent with the request, if any."""
+    budget_capped: bool = False
+    """True when max_tokens came from the budget left (cap_max_tokens)."""
 
 
 class ToolRun(BaseModel):
@@ -134,7 +138,9 @@ class RunConfig(BaseModel):
     auto_approve: bool = False
     """Approve every needs_approval call without stopping (used by the double_delete demo)."""
     cap_max_tokens: bool = False
-    """Cap each request's max_tokens from the budget left, so spend never passes the cap."""
+    """Cap each request's max_tokens from the budget left after an (over-)estimate of the
+    next prompt, and stop when not even one reply token fits: spend stays under the cap as
+    long as the estimate holds. A reply cut off by this cap stops the run as budget_exceeded."""
     max_tokens: int | None = None
     timeout_s: float = 600.0
     max_retries: int = 4

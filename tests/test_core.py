@@ -60,12 +60,25 @@ def test_budget_overshoots_by_at_most_one_turn(runs: Path) -> None:
     assert state.cost_usd - state.per_turn[-1].cost_usd < 0.01  # the last turn was bought under the cap
 
 
-def test_cap_max_tokens_keeps_spend_under_the_budget(provider: str) -> None:
-    state = drive(scripted_run("runaway", max_budget_usd=0.01, cap_max_tokens=True), provider, None)
-    assert state.status == "budget_exceeded"
-    # The scripted provider ignores max_tokens, so this only shows the cap is sent; the
-    # overshoot bound still holds.
-    assert state.cost_usd - 0.01 <= state.per_turn[-1].cost_usd
+@pytest.mark.parametrize("budget", [0.005, 0.01, 0.05])
+def test_cap_max_tokens_keeps_spend_under_the_budget(provider: str, budget: float) -> None:
+    state = drive(scripted_run("runaway", max_budget_usd=budget, cap_max_tokens=True), provider, None)
+    assert state.status == "budget_exceeded" and state.cost_usd <= budget
+    assert "would leave nothing for a reply" in (state.reason or "")
+    assert all(t.max_tokens is not None and t.completion_tokens <= t.max_tokens for t in state.per_turn)
+
+
+def test_a_reply_cut_off_by_the_budget_cap_is_not_an_answer(provider: str) -> None:
+    full = drive(scripted_run("plan"), provider, None)
+    # enough for the first two turns and the final prompt, not for the whole final answer
+    budget = full.cost_usd - 10 * 12 / 1e6
+    state = drive(scripted_run("plan", max_budget_usd=budget, cap_max_tokens=True), provider, None)
+    assert state.status == "budget_exceeded" and state.cost_usd <= budget
+    last = state.per_turn[-1]
+    assert last.finish_reason == "length" and last.budget_capped and state.answer == ""
+    state.config.max_budget_usd = 1.0  # resume with more money: the model is asked again
+    state = drive(state, provider, None)
+    assert state.status == "completed" and state.turns == 4 and state.reason == "the model answered"
 
 
 def test_trace_has_run_id_on_every_line_and_a_final_stop(runs: Path) -> None:
