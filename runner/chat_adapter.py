@@ -171,7 +171,8 @@ def parse_reply(text: str, tool_names: Sequence[str], first_index: int = 0) -> P
     """Split generated text into content and tool calls.
 
     A block becomes a call only if it is tagged ``<tool_call>`` (the closing tag may be
-    missing at the end of the text), its body is a JSON object, ``name`` is one of
+    missing at the end of the text), its body is a JSON object (surplus closing brackets
+    after it are forgiven), ``name`` is one of
     `tool_names` and ``arguments`` (optional, default {}) is an object or a JSON string of one.
     Anything else, including untagged JSON, stays in the content verbatim.
 
@@ -202,10 +203,13 @@ def parse_reply(text: str, tool_names: Sequence[str], first_index: int = 0) -> P
 
 
 def _parse_call(body: str, tool_names: Sequence[str]) -> tuple[str, JsonObject] | None:
+    body = body.strip()
     try:
-        payload = json.loads(body)
+        payload, end = json.JSONDecoder().raw_decode(body)
     except json.JSONDecodeError:
         return None
+    if body[end:].strip(" \t\r\n}]"):
+        return None  # only surplus closing brackets (a small model's usual slip) are forgiven
     if not isinstance(payload, dict) or payload.get("name") not in tool_names:
         return None
     arguments = payload.get("arguments", {})

@@ -250,6 +250,13 @@ def test_invalid_blocks_stay_as_content(body: str) -> None:
     assert reply.tool_calls == [] and reply.content == text
 
 
+def test_surplus_closing_brackets_are_forgiven_other_trailing_text_is_not() -> None:
+    slip = parse_reply('<tool_call>\n{"name": "list_files", "arguments": {}}\n}\n</tool_call>', NAMES)
+    assert [c["function"]["name"] for c in slip.tool_calls] == ["list_files"]
+    junk = '<tool_call>{"name": "list_files", "arguments": {}} and more</tool_call>'
+    assert parse_reply(junk, NAMES).tool_calls == []
+
+
 def test_a_bad_block_does_not_hide_a_good_one() -> None:
     good = '<tool_call>{"name": "list_files", "arguments": {}}</tool_call>'
     text = '<tool_call>{"name": "nope"}</tool_call> then ' + good
