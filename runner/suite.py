@@ -188,7 +188,7 @@ def markdown(report: SuiteReport) -> str:
                   "| task | status | turns | tool runs | prompt tok | completion tok | cost USD | wall ms | mean turn ms | correct | answer |",
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
         for r in rows:
-            answer = r.answer.replace("|", "\\|").replace("\n", " ")[:120]
+            answer = _short(r.answer, 120).replace("|", "\\|")
             lines.append(f"| {r.task} | {r.status} | {r.turns} | {r.tool_runs} | {r.prompt_tokens} | "
                          f"{r.completion_tokens} | {r.cost_usd:.6f} | {r.wall_ms:,.0f} | {r.mean_turn_ms:,.0f} | "
                          f"{'yes' if r.correct else 'no'} | {answer} |")
@@ -206,6 +206,12 @@ def write_report(report: SuiteReport, runs_root: Path) -> Path:
     stem.with_suffix(".json").write_text(report.model_dump_json(indent=1))
     stem.with_suffix(".md").write_text(markdown(report))
     return stem.with_suffix(".json")
+
+
+def _short(text: str, limit: int = 110) -> str:
+    """One line, at most `limit` characters (the reports keep the full answer)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def print_report(report: SuiteReport) -> None:
@@ -233,7 +239,7 @@ def print_report(report: SuiteReport) -> None:
             row += [f"{r.turns}/{r.tool_runs}", f"{r.wall_ms:,.0f}", r.status, "yes" if r.correct else "no"] if r else ["-"] * 4
         if "local" in providers:
             local = by.get(("local", task))
-            row.append((local.answer or f"({local.reason})") if local else "")
+            row.append(_short(local.answer or f"({local.reason})") if local else "")
         table.add_row(*row)
     total_row = ["TOTAL"]
     for p in providers:
