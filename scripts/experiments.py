@@ -278,78 +278,43 @@ def plot_turn_cap(cum_in: list[int], cum_cost: list[float], caps: tuple[int, ...
     plt.close(fig)
 
 
-class MaxTokensRecorder:
-    """ASGI middleware for the scripted provider: records each chat request's `max_tokens`
-    (None when absent), so the budget experiment can show what the harness really sent."""
-
-    def __init__(self, app: Any, sent: list[int | None]) -> None:
-        self.app, self.sent = app, sent
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not scope["path"].endswith("/chat/completions"):
-            await self.app(scope, receive, send)
-            return
-        received, more = [], True
-        while more:
-            received.append(await receive())
-            more = received[-1].get("more_body", False)
-        body = b"".join(m.get("body", b"") for m in received)
-        self.sent.append(json.loads(body or b"{}").get("max_tokens"))
-        replay = iter(received)
-
-        async def replay_receive() -> Any:
-            return next(replay, None) or await receive()
-
-        await self.app(scope, replay_receive, send)
-
-
 def budgets(lab: Lab) -> Outcome:
     """runaway with no turn cap under three budgets, then the same with cap_max_tokens."""
-    sent: list[int | None] = []
-    server = ScriptedServer(ScriptedSettings())
-    server.app.add_middleware(MaxTokensRecorder, sent=sent)
     rows: list[list[str]] = []
     data: list[dict[str, Any]] = []
     checks: list[Check] = []
-    with server:
-        for capped in (False, True):
-            for budget_usd in (0.005, 0.010, 0.050):
-                first = len(sent)
-                s = lab.run("runaway", base_url=server.base_url, max_budget_usd=budget_usd, cap_max_tokens=capped)
-                last = s.per_turn[-1]
-                overshoot = s.cost_usd - budget_usd
-                fits = overshoot <= last.cost_usd + 1e-12
-                max_tokens = sent[first:]
-                # What the spend would be if the server honoured max_tokens (the scripted one doesn't).
-                honoured_usd = sum(
-                    (t.prompt_tokens * s.config.price_in_usd_per_mtok
-                     + min(t.completion_tokens, m if m is not None else t.completion_tokens) * s.config.price_out_usd_per_mtok) / 1e6
-                    for t, m in zip(s.per_turn, max_tokens))
-                binding = sum(1 for t, m in zip(s.per_turn, max_tokens) if m is not None and m < t.completion_tokens)
-                rows.append(["check before each turn" + (" + cap max_tokens" if capped else ""), usd(budget_usd),
-                             usd(s.cost_usd), usd(overshoot), usd(last.cost_usd), yes(fits), str(s.turns), s.status,
-                             "-" if not capped else f"{max_tokens[-1]} (reply: {last.completion_tokens})",
-                             "-" if not capped else usd(honoured_usd)])
-                data.append({"budget_usd": budget_usd, "cap_max_tokens": capped, "spent_usd": s.cost_usd,
-                             "overshoot_usd": overshoot, "last_turn_cost_usd": last.cost_usd, "turns": s.turns,
-                             "status": s.status, "max_tokens_sent": max_tokens,
-                             "spent_if_max_tokens_honoured_usd": honoured_usd if capped else None,
-                             "turns_where_max_tokens_below_reply": binding})
-                checks.append(Check(f"budget {usd(budget_usd)}{' capped' if capped else ''}: overshoot "
-                                    f"{usd(overshoot)} <= last turn {usd(last.cost_usd)}", fits))
+    for capped in (False, True):
+        for budget_usd in (0.005, 0.010, 0.050):
+            s = lab.run("runaway", max_budget_usd=budget_usd, cap_max_tokens=capped)
+            last = s.per_turn[-1]
+            overshoot = s.cost_usd - budget_usd
+            fits = overshoot <= last.cost_usd + 1e-12
+            cut = sum(1 for t in s.per_turn if t.finish_reason == "length")
+            rows.append(["check before each turn" + (" + cap max_tokens" if capped else ""), usd(budget_usd),
+                         usd(s.cost_usd), usd(overshoot), usd(last.cost_usd), yes(fits), str(s.turns), s.status,
+                         "-" if not capped else str(last.max_tokens), "-" if not capped else str(cut)])
+            data.append({"budget_usd": budget_usd, "cap_max_tokens": capped, "spent_usd": s.cost_usd,
+                         "overshoot_usd": overshoot, "last_turn_cost_usd": last.cost_usd, "turns": s.turns,
+                         "status": s.status, "reason": s.reason,
+                         "max_tokens_sent": [t.max_tokens for t in s.per_turn], "replies_cut_off": cut})
+            checks.append(Check(f"budget {usd(budget_usd)}{' capped' if capped else ''}: overshoot "
+                                f"{usd(overshoot)} <= last turn {usd(last.cost_usd)}", fits))
+            if capped:
+                checks.append(Check(f"budget {usd(budget_usd)} capped: spent {usd(s.cost_usd)} <= budget",
+                                    s.cost_usd <= budget_usd))
     plain, capped_runs = data[:3], data[3:]
-    binding_turns = sorted({d["turns_where_max_tokens_below_reply"] for d in capped_runs})
     return Outcome(
         title="three budgets on `runaway` (no turn cap)",
         tables=[Table(["mode", "budget USD", "spent USD", "overshoot USD", "last turn USD", "overshoot <= last turn",
-                       "turns bought", "status", "max_tokens sent last turn", "spent if max_tokens honoured"], rows)],
+                       "turns bought", "status", "max_tokens sent last turn", "replies cut off"], rows)],
         summary=(f"Each budget buys a different number of turns ({', '.join(str(d['turns']) for d in plain)}) and "
-                 f"every run passes its cap, by less than one turn's cost, because the check runs before a turn "
-                 f"whose price is only known afterwards. With cap_max_tokens the harness does send a shrinking "
-                 f"max_tokens, but the scripted provider ignores it, so those rows spend exactly the same; the "
-                 f"last column is arithmetic on this run's tokens showing what an honouring server would have "
-                 f"charged (the cap bit on {'/'.join(map(str, binding_turns))} turn(s) per run; the prompt itself "
-                 f"is not capped, so spend still passes the budget)."),
+                 f"every plain run passes its cap, by less than one turn's cost, because the check runs before a "
+                 f"turn whose price is only known afterwards. With cap_max_tokens the harness also estimates the "
+                 f"next prompt (deliberately high) and caps max_tokens to what is left, stopping when no reply "
+                 f"fits: those runs end under the cap (spent "
+                 f"{', '.join(usd(d['spent_usd']) for d in capped_runs)}), at the price of a turn or so of budget "
+                 f"left unused. The scripted provider honours max_tokens the way a model does (the reply is cut "
+                 f"off)."),
         data={"runs": data},
         checks=checks,
     )
