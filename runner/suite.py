@@ -208,7 +208,7 @@ def write_report(report: SuiteReport, runs_root: Path) -> Path:
     return stem.with_suffix(".json")
 
 
-def _short(text: str, limit: int = 110) -> str:
+def _short(text: str, limit: int = 60) -> str:
     """One line, at most `limit` characters (the reports keep the full answer)."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
@@ -230,7 +230,7 @@ def print_report(report: SuiteReport) -> None:
         table.add_column(f"{p}\nstatus")
         table.add_column(f"{p}\nok")
     if "local" in providers:
-        table.add_column("local answer", max_width=48)
+        table.add_column("local answer", max_width=60, no_wrap=True)
     tasks = list(dict.fromkeys(r.task for r in report.results))
     for task in tasks:
         row = [task]
