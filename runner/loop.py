@@ -31,6 +31,8 @@ from runner.trace import (
 )
 
 GENERIC_TOOL_ERROR = "Error: the tool failed."
+MIN_REPLY_TOKENS = 16
+"""With cap_max_tokens, a turn is bought only if the budget pays for at least this many reply tokens."""
 
 
 def default_tool_error_text(exc: Exception) -> str:
@@ -156,10 +158,10 @@ def _check_limits(state: RunState, rt: Runtime) -> tuple[RunStatus, Interruption
         return ("budget_exceeded", MaxBudgetInterruption(),
                 f"spent ${state.cost_usd:.6f} of a ${cfg.max_budget_usd:.6f} budget")
     reply_tokens = _reply_token_budget(state, rt)
-    if reply_tokens is not None and reply_tokens < 1:
+    if reply_tokens is not None and reply_tokens < MIN_REPLY_TOKENS:
         return ("budget_exceeded", MaxBudgetInterruption(),
                 f"spent ${state.cost_usd:.6f} of a ${cfg.max_budget_usd:.6f} budget; the next prompt "
-                f"(~{_next_prompt_tokens(state, rt)} tokens) would leave nothing for a reply")
+                f"(~{_next_prompt_tokens(state, rt)} tokens) would leave too little for a reply")
     return None
 
 

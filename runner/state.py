@@ -139,7 +139,7 @@ class RunConfig(BaseModel):
     """Approve every needs_approval call without stopping (used by the double_delete demo)."""
     cap_max_tokens: bool = False
     """Cap each request's max_tokens from the budget left after an (over-)estimate of the
-    next prompt, and stop when not even one reply token fits: spend stays under the cap as
+    next prompt, and stop when fewer than 16 reply tokens fit: spend stays under the cap as
     long as the estimate holds. A reply cut off by this cap stops the run as budget_exceeded."""
     max_tokens: int | None = None
     timeout_s: float = 600.0
