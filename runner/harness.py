@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -55,28 +56,25 @@ async def execute(
     """Run (or resume) `state` against `base_url`, saving under `runs_root` (None: in memory).
 
     Tools work on the run's private copy of the workspace: `runs_root/<run_id>/workspace`,
-    or a fresh temporary folder when `runs_root` is None.
+    or a temporary folder, removed afterwards, when `runs_root` is None.
     """
-    if runs_root is not None:
-        workspace = store.workspace_path(runs_root, state.run_id, workspace_template())
-        tracer = Tracer(store.trace_path(runs_root, state.run_id))
-    else:
-        import tempfile
-
-        workspace = store.workspace_path(Path(tempfile.mkdtemp(prefix="runner-")), state.run_id,
-                                         workspace_template())
-        tracer = Tracer(None)
-    cfg = state.config
-    async with ChatClient(base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries) as client:
-        rt = loop.Runtime(
-            client=client, tools=build_tools(state), workspace=workspace, runs_root=runs_root,
-            cancel=cancel or CancelToken(), on_progress=on_progress, tracer=tracer,
-            tools_see_cancel=tools_see_cancel,
-        )
-        try:
+    with contextlib.ExitStack() as cleanup:
+        if runs_root is not None:
+            workspace = store.workspace_path(runs_root, state.run_id, workspace_template())
+            tracer = Tracer(store.trace_path(runs_root, state.run_id))
+        else:
+            scratch = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="runner-")))
+            workspace = store.workspace_path(scratch, state.run_id, workspace_template())
+            tracer = Tracer(None)
+        cleanup.callback(tracer.close)
+        cfg = state.config
+        async with ChatClient(base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries) as client:
+            rt = loop.Runtime(
+                client=client, tools=build_tools(state), workspace=workspace, runs_root=runs_root,
+                cancel=cancel or CancelToken(), on_progress=on_progress, tracer=tracer,
+                tools_see_cancel=tools_see_cancel,
+            )
             return await loop.run(state, rt)
-        finally:
-            tracer.close()
 
 
 def die_with_parent() -> None:
