@@ -420,6 +420,7 @@ def suite(
     model: Annotated[Optional[str], typer.Option(help="Local model name or .gguf path [default: Qwen if pulled, else SmolLM2].")] = None,
     base_url: Annotated[Optional[str], typer.Option("--base-url", help="Use this OpenAI-compatible endpoint as the 'local' provider instead of starting llama.cpp.")] = None,
     max_turns: Annotated[int, typer.Option(min=1, help="Turn cap per task.")] = 8,
+    max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Cap on each reply, tokens [default: the server's].")] = None,
     runs_dir: RunsDir = None,
     as_json: JsonOut = False,
 ) -> None:
@@ -431,7 +432,8 @@ def suite(
         if provider not in ("scripted", "local", "both"):
             raise UsageError("--provider must be scripted, local or both")
         report = suite_mod.run_suite(provider, runs_root=store.runs_dir(runs_dir), model=model,
-                                     base_url=base_url, max_turns=max_turns, quiet=as_json)
+                                     base_url=base_url, max_turns=max_turns, max_tokens=max_tokens,
+                                     quiet=as_json)
         if as_json:
             typer.echo(report.model_dump_json())
         else:
@@ -439,6 +441,24 @@ def suite(
         return 0
 
     _guard(body)
+
+
+@app.command()
+def experiments(
+    names: Annotated[Optional[list[str]], typer.Argument(help="Experiments to run (default: all).")] = None,
+    skip_local: Annotated[bool, typer.Option(help="Leave out the six tasks on the local model (the slow one).")] = False,
+) -> None:
+    """Reproduce the chapter's measurements: tables and plot under runs/experiments/ (scripts/experiments.py)."""
+    import runpy
+
+    from runner.harness import PACKAGE_DIR
+
+    script = PACKAGE_DIR.parent / "scripts" / "experiments.py"
+    if not script.exists():
+        typer.echo(f"error: {script} not found (experiments run from a checkout)", err=True)
+        raise typer.Exit(USAGE)
+    main_fn = runpy.run_path(str(script), run_name="runner_experiments")["main"]
+    raise typer.Exit(main_fn([*(names or []), *(["--skip-local"] if skip_local else [])]))
 
 
 def main() -> None:

@@ -101,10 +101,10 @@ def _result(provider: Provider, task: Task, state: RunState) -> TaskResult:
 
 
 async def _run_tasks(provider: Provider, suite: SuiteDefinition, base_url: str, model_for: dict[str, str],
-                     runs_root: Path, max_turns: int, quiet: bool) -> list[TaskResult]:
+                     runs_root: Path, max_turns: int, max_tokens: int | None, quiet: bool) -> list[TaskResult]:
     results = []
     for task in suite.tasks:
-        config = RunConfig(model=model_for[task.id], max_turns=max_turns,
+        config = RunConfig(model=model_for[task.id], max_turns=max_turns, max_tokens=max_tokens,
                            tools=["list_files", "read_file", "delete_file", "scan_archive"])
         state = new_run(task.prompt, config, system=suite.system)
         store.save(state, runs_root)
@@ -134,7 +134,7 @@ def _local_endpoint(model: str | None, base_url: str | None, quiet: bool) -> Ite
 
 
 def run_suite(provider: str, runs_root: Path, *, model: str | None = None, base_url: str | None = None,
-              max_turns: int = 8, quiet: bool = False) -> SuiteReport:
+              max_turns: int = 8, max_tokens: int | None = None, quiet: bool = False) -> SuiteReport:
     """Run every task on `provider` ("scripted", "local" or "both"); write the reports.
 
     Args:
@@ -142,6 +142,8 @@ def run_suite(provider: str, runs_root: Path, *, model: str | None = None, base_
             or, with `base_url`, the model name to send.
         base_url: use this OpenAI-compatible endpoint as the local column instead of
             starting llama.cpp.
+        max_turns: turn cap per task.
+        max_tokens: cap on each reply, tokens (None: the server's default, 512 for runner serve).
 
     Raises:
         models.ModelNotFound: the named model is not on disk.
@@ -152,12 +154,12 @@ def run_suite(provider: str, runs_root: Path, *, model: str | None = None, base_
     if provider in ("scripted", "both"):
         with scripted_provider() as url:
             scripted_models = {t.id: f"scripted/{t.id}" for t in suite.tasks}
-            report.results += asyncio.run(_run_tasks("scripted", suite, url, scripted_models, runs_root, max_turns, quiet))
+            report.results += asyncio.run(_run_tasks("scripted", suite, url, scripted_models, runs_root, max_turns, max_tokens, quiet))
     if provider in ("local", "both"):
         with _local_endpoint(model, base_url, quiet) as (url, name, path):
             report.model, report.model_path, report.base_url = name, path, base_url
             report.results += asyncio.run(_run_tasks("local", suite, url, {t.id: name for t in suite.tasks},
-                                              runs_root, max_turns, quiet))
+                                              runs_root, max_turns, max_tokens, quiet))
     write_report(report, runs_root)
     return report
 

@@ -1,0 +1,26 @@
+"""`runner suite --provider local --json` on the packaged SmolLM2 through the real llama.cpp
+server: whatever the model answers, every task ends in one of the five statuses with its
+turns, wall time and mean turn time recorded (issue 5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import cli_json
+
+FIVE = {"completed", "failed", "max_turns_exceeded", "budget_exceeded", "interrupted"}
+
+
+def test_local_suite_json_on_the_packaged_model(runs: Path) -> None:
+    code, out = cli_json("suite", "--provider", "local", "--max-turns", "2", "--max-tokens", "96",
+                         runs_dir=runs, timeout=900)
+    assert code == 0
+    assert out["model"] == "SmolLM2-135M-Instruct.Q4_1"
+    results = out["results"]
+    assert [r["task"] for r in results] == ["timeout_file", "count_files", "read_notes", "read_each",
+                                           "largest_file", "rotate_logs"]
+    for r in results:
+        assert r["provider"] == "local" and r["status"] in FIVE
+        assert 1 <= r["turns"] <= 2 and r["wall_ms"] > 0 and r["mean_turn_ms"] > 0
+        assert r["prompt_tokens"] > 0 and isinstance(r["correct"], bool)
+    assert list(runs.glob("suite-*.md"))
