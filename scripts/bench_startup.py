@@ -1,0 +1,339 @@
+"""Benchmark (R13): `import runner` time and the peak RSS of `runner run` on the `plan` scenario.
+
+Every figure comes from fresh subprocesses, measured side by side, round-robin (the order
+rotates every round), medians over >= 30 rounds after a warm-up. One round runs:
+
+    pass         python -c "pass"                       interpreter start-up, the baseline
+    import       python -c "import runner"              the R13 target (<= 200 ms)
+    import_api   python -c "from runner import RunConfig, execute, new_run, run"
+                 what a script needs to drive a run (loop, client, httpx, pydantic models):
+                 the stricter reading of the same target
+    import_api_nopyc  the same with PYTHONDONTWRITEBYTECODE=1, so runner's own modules compile
+                 from source every time (how this sandbox runs when runner/__pycache__ is absent)
+    cli          runner run PROMPT --base-url URL --model scripted/plan --runs-dir TMP
+                 the client process only: the scripted provider is already running
+
+Import time = median(case) - median(pass), ms, with the bytecode cache warm (a normal
+install). Peak RSS = ru_maxrss of the `cli` process from os.wait4 (that process only; with
+--base-url it starts no children), MiB; target <= 60 MiB. The provider's own peak RSS, after
+serving every round, is reported separately. `python -X importtime` (5 runs, median per
+module) lists the heaviest imports of `import_api` (imported as plain `import` statements, which
+importtime logs), and a check says which heavy modules each import loads (R13 names llama_cpp, huggingface_hub, tiktoken, rich).
+
+`--candidate DIR` (repeatable) adds `import@DIR`, `import_api@DIR` and `cli@DIR` to the same
+round-robin with PYTHONPATH=DIR, so a proposed change (a scratch copy of the tree holding
+`runner/` and `tasks/`) is measured side by side with the installed code.
+
+Writes runs/bench/startup.md and runs/bench/startup.json (see --out) and prints the Markdown.
+
+    python scripts/bench_startup.py [--runs 40] [--warmup 3] [--candidate DIR ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+PLAN_PROMPT = "Which log file mentions a timeout, and what does it say?"
+IMPORT = "import runner"
+IMPORT_API = "from runner import RunConfig, execute, new_run, run"
+IMPORT_API_TREE = "import runner.state, runner.harness, runner.loop"
+"""The same modules as IMPORT_API through plain imports: the package's lazy exports load theirs
+with importlib.import_module, which `-X importtime` does not log."""
+IMPORT_TARGET_MS = 200.0
+RSS_TARGET_MIB = 60.0
+HEAVY = ("llama_cpp", "huggingface_hub", "tiktoken", "rich", "fastapi", "uvicorn", "typer", "click",
+         "pygments", "httpx", "pydantic", "asyncio", "ssl")
+"""Modules whose presence after an import the report checks (R13 names the first four)."""
+
+Cases = dict[str, tuple[list[str], dict[str, str]]]
+
+
+def rss_mib(ru_maxrss: int) -> float:
+    """ru_maxrss is KiB on Linux and bytes on macOS."""
+    return ru_maxrss / (1024 * 1024) if sys.platform == "darwin" else ru_maxrss / 1024
+
+
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """Run `cmd` to completion; (wall ms, peak RSS MiB of that process).
+
+    Raises:
+        RuntimeError: the command exited non-zero (its stderr tail is in the message).
+    """
+    began = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    ms = (time.perf_counter() - began) * 1000
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {err[-400:]}")
+    return ms, rss_mib(usage.ru_maxrss)
+
+
+def envs(pycache: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """(warm: bytecode written to and read from `pycache`; cold: no bytecode written)."""
+    warm = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    warm["PYTHONPYCACHEPREFIX"] = str(pycache)
+    cold = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
+    cold["PYTHONDONTWRITEBYTECODE"] = "1"
+    return warm, cold
+
+
+def with_path(env: dict[str, str], first: Path) -> dict[str, str]:
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(first), env.get("PYTHONPATH", "")]))}
+
+
+def start_provider(env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen[str], str]:
+    """`runner scripted serve --port 0` as a child; returns it and its base URL."""
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "scripted", "serve", "--port", "0"],
+                            env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    url = proc.stdout.readline().strip()
+    if not url.startswith("http"):
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"the scripted provider did not start: {url!r}")
+    return proc, url
+
+
+def stop_provider(proc: subprocess.Popen[str]) -> float:
+    """Terminate the provider; its peak RSS over its whole life, MiB."""
+    proc.terminate()
+    _, _, usage = os.wait4(proc.pid, 0)
+    proc.returncode = 0
+    return rss_mib(usage.ru_maxrss)
+
+
+def runner_cli() -> list[str]:
+    script = Path(sys.executable).parent / "runner"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "runner"]
+
+
+def round_robin(cases: Cases, runs: int, warmup: int, cwd: Path) -> dict[str, dict[str, list[float]]]:
+    names = list(cases)
+    out: dict[str, dict[str, list[float]]] = {n: {"ms": [], "rss_mib": []} for n in names}
+    for i in range(warmup + runs):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            ms, rss = timed(*cases[name], cwd)
+            if i >= warmup:
+                out[name]["ms"].append(ms)
+                out[name]["rss_mib"].append(rss)
+    return out
+
+
+def importtime(code: str, env: dict[str, str], cwd: Path, runs: int = 5) -> list[dict[str, Any]]:
+    """Per module: median self and cumulative µs over `runs` `-X importtime` runs, its depth in
+    the import tree and the module that imported it."""
+    samples: dict[str, dict[str, Any]] = {}
+    for _ in range(runs):
+        err = subprocess.run([sys.executable, "-X", "importtime", "-c", code], env=env, cwd=cwd,
+                             capture_output=True, text=True, check=True).stderr
+        rows = []
+        for line in err.splitlines():
+            if not line.startswith("import time:") or "self [us]" in line:
+                continue
+            self_text, cum_text, name = line[len("import time:"):].split("|")
+            rows.append((name.strip(), int(self_text), int(cum_text), (len(name) - len(name.lstrip()) - 1) // 2))
+        for i, (mod, self_us, cum_us, depth) in enumerate(rows):
+            parent = next((r[0] for r in rows[i + 1:] if r[3] < depth), "")  # post-order: parent comes later
+            s = samples.setdefault(mod, {"self": [], "cum": [], "depth": depth, "parent": parent})
+            s["self"].append(self_us)
+            s["cum"].append(cum_us)
+    return [{"module": mod, "self_us": statistics.median(s["self"]), "cum_us": statistics.median(s["cum"]),
+             "depth": s["depth"], "imported_by": s["parent"]} for mod, s in samples.items()]
+
+
+def by_package(mods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Self time summed per top-level package, with the module that imported the package."""
+    out: dict[str, dict[str, Any]] = {}
+    for m in mods:
+        top = m["module"].split(".")[0]
+        p = out.setdefault(top, {"package": top, "self_us": 0.0, "modules": 0, "imported_by": ""})
+        p["self_us"] += m["self_us"]
+        p["modules"] += 1
+        outside = m["imported_by"] and m["imported_by"].split(".")[0] != top
+        if outside and (m["module"] == top or not p["imported_by"]):
+            p["imported_by"] = m["imported_by"]  # the package's own importer wins
+    return sorted(out.values(), key=lambda p: -p["self_us"])
+
+
+def loaded_heavy(code: str, env: dict[str, str], cwd: Path) -> list[str]:
+    probe = f"{code}\nimport sys, json; print(json.dumps([m for m in {list(HEAVY)!r} if m in sys.modules]))"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=cwd, capture_output=True, text=True, check=True)
+    return list(json.loads(out.stdout))
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values), "n": len(values)}
+
+
+def import_figures(results: dict[str, dict[str, list[float]]], name: str) -> dict[str, Any]:
+    """median(name) - median(pass), and the per-round paired differences."""
+    base, case = results["pass"]["ms"], results[name]["ms"]
+    return {"ms": statistics.median(case) - statistics.median(base),
+            "paired": summary([b - a for a, b in zip(base, case)])}
+
+
+def measure(runs: int, warmup: int, work: Path, candidates: list[Path]) -> dict[str, Any]:
+    warm, cold = envs(work / "pycache")
+    cwd = work  # neutral: `runner` resolves through the installed package, not a checkout in cwd
+    provider, url = start_provider(warm, cwd)
+    try:
+        cli = [*runner_cli(), "run", PLAN_PROMPT, "--base-url", url, "--model", "scripted/plan",
+               "--runs-dir", str(work / "runs")]
+        cases: Cases = {
+            "pass": ([sys.executable, "-c", "pass"], warm),
+            "import": ([sys.executable, "-c", IMPORT], warm),
+            "import_api": ([sys.executable, "-c", IMPORT_API], warm),
+            "import_api_nopyc": ([sys.executable, "-c", IMPORT_API], cold),
+            "cli": (cli, warm),
+        }
+        for cand in candidates:
+            cases[f"import@{cand}"] = ([sys.executable, "-c", IMPORT], with_path(warm, cand))
+            cases[f"import_api@{cand}"] = ([sys.executable, "-c", IMPORT_API], with_path(warm, cand))
+            cases[f"cli@{cand}"] = (cli, with_path(warm, cand))
+        load_before = os.getloadavg()
+        results = round_robin(cases, runs, warmup, cwd)
+        load_after = os.getloadavg()
+    finally:
+        provider_rss = stop_provider(provider)
+    api_modules = importtime(IMPORT_API_TREE, warm, cwd)
+    report: dict[str, Any] = {
+        "cases": {n: {"ms": summary(r["ms"]), "rss_mib": summary(r["rss_mib"])} for n, r in results.items()},
+        "import": import_figures(results, "import"),
+        "import_api": import_figures(results, "import_api"),
+        "import_api_nopyc": import_figures(results, "import_api_nopyc"),
+        "cli_rss_mib": statistics.median(results["cli"]["rss_mib"]),
+        "provider_rss_mib": provider_rss,
+        "provider_served_runs": runs + warmup,
+        "heaviest_modules": sorted((m for m in api_modules if not m["module"].startswith("runner")),
+                                   key=lambda m: -m["cum_us"])[:20],
+        "runner_modules": sorted((m for m in api_modules if m["module"].startswith("runner")),
+                                 key=lambda m: -m["self_us"]),
+        "packages": by_package(api_modules)[:15],
+        "loaded": {"import": loaded_heavy(IMPORT, warm, cwd), "import_api": loaded_heavy(IMPORT_API, warm, cwd)},
+        "loadavg_before_after": [load_before[0], load_after[0]],
+        "candidates": [],
+        "raw": results,
+    }
+    for cand in candidates:
+        env = with_path(warm, cand)
+        report["candidates"].append({
+            "path": str(cand), "import": import_figures(results, f"import@{cand}"),
+            "import_api": import_figures(results, f"import_api@{cand}"),
+            "cli_rss_mib": statistics.median(results[f"cli@{cand}"]["rss_mib"]),
+            "loaded": {"import": loaded_heavy(IMPORT, env, cwd), "import_api": loaded_heavy(IMPORT_API, env, cwd)},
+            "heaviest_modules": sorted((m for m in importtime(IMPORT_API_TREE, env, cwd)
+                                        if not m["module"].startswith("runner")), key=lambda m: -m["cum_us"])[:12],
+        })
+    return report
+
+
+def _verdict(value: float, target: float, unit: str) -> str:
+    return "meets" if value <= target else f"MISSES by {value - target:.1f} {unit}"
+
+
+def _import_line(label: str, fig: dict[str, Any]) -> str:
+    p = fig["paired"]
+    return (f"{label} = {fig['ms']:.1f} ms (target ≤ {IMPORT_TARGET_MS:.0f} ms: "
+            f"{_verdict(fig['ms'], IMPORT_TARGET_MS, 'ms')}; paired per-round min / median / max = "
+            f"{p['min']:.1f} / {p['median']:.1f} / {p['max']:.1f} ms)")
+
+
+def _module_rows(mods: list[dict[str, Any]]) -> list[str]:
+    rows = ["| module | cumulative ms | self ms | imported by |", "|---|---:|---:|---|"]
+    rows += [f"| {'· ' * m['depth']}{m['module']} | {m['cum_us'] / 1000:.1f} | {m['self_us'] / 1000:.1f} | "
+             f"{m['imported_by']} |" for m in mods]
+    return rows
+
+
+def render(r: dict[str, Any]) -> str:
+    rss = r["cli_rss_mib"]
+    lines = [
+        "# Start-up: `import runner` and peak RSS (R13)", "",
+        f"- {r['runs']} timed rounds after {r['warmup']} warm-up rounds, fresh subprocesses, order rotated "
+        f"each round; load average (1 min) before / after: {r['loadavg_before_after'][0]:.2f} / "
+        f"{r['loadavg_before_after'][1]:.2f}",
+        f"- machine: {r['machine']}; runner from `{r['runner_path']}`; bytecode cache warm unless noted", "",
+        "**" + _import_line("`import runner`", r["import"]) + "**", "",
+        _import_line(f"`{IMPORT_API}`", r["import_api"]), "",
+        f"Same, runner's modules compiled from source (PYTHONDONTWRITEBYTECODE=1): {r['import_api_nopyc']['ms']:.1f} ms", "",
+        f"**Peak RSS of `runner run` on `plan` (client process) = {rss:.1f} MiB** (median; target ≤ "
+        f"{RSS_TARGET_MIB:.0f} MiB: {_verdict(rss, RSS_TARGET_MIB, 'MiB')}). The scripted provider "
+        f"(`runner scripted serve`, its own process) peaked at {r['provider_rss_mib']:.1f} MiB after "
+        f"serving {r['provider_served_runs']} runs.", "",
+        "| case | wall min ms | wall median ms | wall max ms | RSS median MiB | RSS max MiB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, s in r["cases"].items():
+        lines.append(f"| {name} | {s['ms']['min']:.1f} | {s['ms']['median']:.1f} | {s['ms']['max']:.1f} | "
+                     f"{s['rss_mib']['median']:.1f} | {s['rss_mib']['max']:.1f} |")
+    lines += ["", f"Heavy modules loaded (of {', '.join(HEAVY)}):", "",
+              f"- by `{IMPORT}`: {', '.join(r['loaded']['import']) or 'none'}",
+              f"- by `{IMPORT_API}`: {', '.join(r['loaded']['import_api']) or 'none'}", "",
+              f"Heaviest imports under `{IMPORT_API_TREE}` (the modules `{IMPORT_API}` loads; `-X importtime`, "
+              "median of 5; cumulative includes children):",
+              "", *_module_rows(r["heaviest_modules"]), "",
+              "Self time per top-level package:", "", "| package | self ms | modules | imported by |", "|---|---:|---:|---|"]
+    lines += [f"| {p['package']} | {p['self_us'] / 1000:.1f} | {p['modules']} | {p['imported_by']} |" for p in r["packages"]]
+    lines += ["", "runner's own modules (self time: module body, including pydantic model building):", "",
+              "| module | self ms | cumulative ms |", "|---|---:|---:|"]
+    lines += [f"| {m['module']} | {m['self_us'] / 1000:.1f} | {m['cum_us'] / 1000:.1f} |" for m in r["runner_modules"]]
+    for cand in r["candidates"]:
+        lines += ["", f"## Candidate `{cand['path']}` (same round-robin)", "",
+                  "- " + _import_line("`import runner`", cand["import"]),
+                  "- " + _import_line(f"`{IMPORT_API}`", cand["import_api"]),
+                  f"- peak RSS of `runner run` = {cand['cli_rss_mib']:.1f} MiB (installed: {rss:.1f} MiB)",
+                  f"- loaded by `{IMPORT_API}`: {', '.join(cand['loaded']['import_api']) or 'none'}", "",
+                  *_module_rows(cand["heaviest_modules"])]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=40, help="timed rounds (>= 30)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed rounds first")
+    parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench")
+    parser.add_argument("--candidate", type=Path, action="append", default=[],
+                        help="a tree holding a changed runner/ (and tasks/) to compare (repeatable)")
+    args = parser.parse_args()
+    if args.runs < 30:
+        parser.error("--runs must be >= 30 (R13)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="startup-", dir=args.out))
+    try:
+        report = measure(args.runs, args.warmup, work, [c.resolve() for c in args.candidate])
+        located = subprocess.run([sys.executable, "-c", "import runner, os; print(os.path.dirname(runner.__file__))"],
+                                 cwd=work, capture_output=True, text=True, check=True).stdout.strip()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report.update(runs=args.runs, warmup=args.warmup, runner_path=located,
+                  machine=f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+                  targets={"import_ms": IMPORT_TARGET_MS, "rss_mib": RSS_TARGET_MIB},
+                  meets={"import": report["import"]["ms"] <= IMPORT_TARGET_MS,
+                         "import_api": report["import_api"]["ms"] <= IMPORT_TARGET_MS,
+                         "rss": report["cli_rss_mib"] <= RSS_TARGET_MIB})
+    text = render(report)
+    (args.out / "startup.md").write_text(text, encoding="utf-8")
+    (args.out / "startup.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    print(text)
+    print(f"wrote {args.out / 'startup.md'} and {args.out / 'startup.json'}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
