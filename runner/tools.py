@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -75,16 +75,13 @@ class Tool:
     needs_approval: ClassVar[bool] = False
     idempotent: ClassVar[bool] = False
     """True if the tool honours ctx.idempotency_key (safe to re-run after a crash)."""
+    blocking: ClassVar[bool] = True
+    """run_sync may take long: run it in a worker thread. False for sub-millisecond file
+    operations, where the thread hop would cost more than the work."""
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI `tools` entry: {"type": "function", "function": {name, description, parameters}}."""
-        params = self.Params.model_json_schema()
-        params.pop("title", None)
-        params.setdefault("properties", {})
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": params},
-        }
+        return _schema(type(self))
 
     def parse(self, arguments: str) -> BaseModel:
         """Validate the model's JSON argument string.
@@ -107,10 +104,28 @@ class Tool:
             raise ToolError(f"invalid arguments for {self.name}: {problems}") from None
 
     async def run(self, args: BaseModel, ctx: ToolContext) -> str:
+        if not self.blocking:
+            return self.run_sync(args, ctx)
         return await asyncio.to_thread(self.run_sync, args, ctx)
 
     def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
         raise NotImplementedError
+
+
+_SCHEMAS: dict[type[Tool], dict[str, Any]] = {}
+
+
+def _schema(tool_class: type[Tool]) -> dict[str, Any]:
+    # Built once per class: pydantic's schema generation costs ~150 µs a tool.
+    if tool_class not in _SCHEMAS:
+        params = tool_class.Params.model_json_schema()
+        params.pop("title", None)
+        params.setdefault("properties", {})
+        _SCHEMAS[tool_class] = {
+            "type": "function",
+            "function": {"name": tool_class.name, "description": tool_class.description, "parameters": params},
+        }
+    return _SCHEMAS[tool_class]
 
 
 def resolve_in_workspace(workspace: Path, path: str) -> Path:
@@ -137,6 +152,7 @@ def _visible_files(workspace: Path) -> list[Path]:
 
 class ListFiles(Tool):
     name = "list_files"
+    blocking = False
     description = "List the files in the workspace with their sizes in bytes."
 
     def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
@@ -152,6 +168,7 @@ class PathParams(BaseModel):
 
 class ReadFile(Tool):
     name = "read_file"
+    blocking = False
     description = "Read a text file from the workspace and return its contents."
     Params = PathParams
 
@@ -168,6 +185,7 @@ class ReadFile(Tool):
 
 class DeleteFile(Tool):
     name = "delete_file"
+    blocking = False
     description = "Delete a file from the workspace. Requires the user's approval."
     Params = PathParams
     read_only = False
