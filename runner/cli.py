@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 import time
@@ -24,19 +25,22 @@ EXIT_CODES = {"completed": 0, "failed": 1, "max_turns_exceeded": 3, "budget_exce
               "interrupted": 3, "running": 3}
 USAGE = 2
 
+# Plain click help: rich's boxes cut long option names at 80 columns.
 app = typer.Typer(help="runner: drive, measure and govern an agent loop on your own machine.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  rich_markup_mode=None)
 scripted_app = typer.Typer(help="The scripted provider (replies are a pure function of the conversation).",
-                           no_args_is_help=True)
-models_app = typer.Typer(help="Local GGUF models: list and download.", no_args_is_help=True)
+                           no_args_is_help=True, rich_markup_mode=None)
+models_app = typer.Typer(help="Local GGUF models: list and download.", no_args_is_help=True,
+                         rich_markup_mode=None)
 app.add_typer(scripted_app, name="scripted")
 app.add_typer(models_app, name="models")
 
 _debug = False
 
-RunsDir = Annotated[Optional[Path], typer.Option("--runs-dir", envvar="RUNNER_RUNS_DIR",
-                                                 help="Where runs are saved [default: ./runs].")]
-JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the summary.")]
+RunsDir = Annotated[Optional[Path], typer.Option("--runs-dir", envvar="RUNNER_RUNS_DIR", show_default="./runs",
+                                                 help="Where runs are saved.")]
+JsonOut = Annotated[bool, typer.Option("--json", help="Machine-readable output (see README: one object; JSONL for trace).")]
 MaxTurns = Annotated[Optional[int], typer.Option("--max-turns", min=0, help="Stop before turn N+1.")]
 MaxBudget = Annotated[Optional[float], typer.Option(
     "--max-budget", min=0.0,
@@ -69,6 +73,9 @@ def _guard(fn: Callable[[], int]) -> None:
         code = fn()
     except typer.Exit:
         raise
+    except BrokenPipeError:  # stdout closed early (`| head`): not an error of the command
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(0) from None
     except LookupError as exc:  # unknown run, model or scenario: the user named something absent
         if _debug:
             raise
@@ -115,6 +122,13 @@ def _drive(state: RunState, runs_root: Path, *, latency_ms: float = 0, faults: s
         return asyncio.run(go(state.config.base_url))
     with scripted_provider(latency_ms=latency_ms, faults=faults) as base_url:
         return asyncio.run(go(base_url))
+
+
+def _suite_prompt(task_id: str) -> str | None:
+    """The prompt of a suite task (the scripted scenarios named after suite tasks use it)."""
+    from runner.suite import load_suite
+
+    return next((t.prompt for t in load_suite().tasks if t.id == task_id), None)
 
 
 def _summary(state: RunState) -> dict[str, Any]:
@@ -165,7 +179,10 @@ def _render(state: RunState, as_json: bool, runs_root: Path) -> int:
 @app.command()
 def run(
     prompt: Annotated[Optional[str], typer.Argument(help="The user's task (default: the scenario's own).")] = None,
-    scenario: Annotated[Optional[str], typer.Option(help="A scripted scenario, e.g. plan, runaway, recover.")] = None,
+    scenario: Annotated[Optional[str], typer.Option(help=(
+        "A scripted scenario: plan, runaway, recover, destructive, repeat, double_delete, denied, slow, "
+        "research, quirks, or a suite task (timeout_file, count_files, read_notes, read_each, "
+        "largest_file, rotate_logs)."))] = None,
     base_url: Annotated[Optional[str], typer.Option(
         "--base-url", envvar="RUNNER_BASE_URL", help="Any OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1.")] = None,
     model: Annotated[Optional[str], typer.Option(help="Model name sent to --base-url.")] = None,
@@ -178,9 +195,9 @@ def run(
     max_identical_failures: Annotated[int, typer.Option(min=0, help="Same failing call this many times in a row is permanent (0: off).")] = 2,
     auto_approve: Annotated[bool, typer.Option(help="Run needs-approval tools without stopping.")] = False,
     cap_max_tokens: Annotated[bool, typer.Option(help="Also cap each reply's max_tokens from the budget left (after an estimate of the prompt), so spend stays under --max-budget as far as the estimate holds.")] = False,
-    price_in: Annotated[float, typer.Option(help="USD per million prompt tokens.")] = 2.0,
-    price_out: Annotated[float, typer.Option(help="USD per million completion tokens.")] = 12.0,
-    timeout_s: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 600.0,
+    price_in: Annotated[float, typer.Option(min=0.0, help="USD per million prompt tokens.")] = 2.0,
+    price_out: Annotated[float, typer.Option(min=0.0, help="USD per million completion tokens.")] = 12.0,
+    timeout_s: Annotated[float, typer.Option(min=0.001, help="Per-request timeout, seconds.")] = 600.0,
     max_retries: Annotated[int, typer.Option(min=0, help="Retries for 429/5xx/timeouts.")] = 4,
     research_max_turns: Annotated[int, typer.Option(min=1, help="Turn cap of each research child run.")] = 6,
     research_max_budget: Annotated[float, typer.Option(min=0.0, help="Budget of each research child run, USD.")] = 0.05,
@@ -202,9 +219,11 @@ def run(
             raise UsageError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
         if base_url is not None and not model:
             raise UsageError("--base-url needs --model")
+        if base_url is not None and not base_url.startswith(("http://", "https://")):
+            raise UsageError(f"--base-url must start with http:// or https://, got {base_url!r}")
         parse_faults(fault)
         name = scenario_name(scenario) if scenario else ""
-        task = prompt or PROMPTS.get(name)
+        task = prompt or PROMPTS.get(name) or _suite_prompt(name)
         if not task:
             raise UsageError("give a PROMPT")
         config = RunConfig(
@@ -230,7 +249,7 @@ def run(
 
 @app.command()
 def resume(
-    run_id: Annotated[str, typer.Argument(help="The run to continue.")],
+    run_id: Annotated[str, typer.Argument(help="The run to continue.", metavar="RUN_ID")],
     approve: Annotated[Optional[str], typer.Option(help="Approve this pending call id, then continue.")] = None,
     reject: Annotated[Optional[str], typer.Option(help="Reject this pending call id, then continue.")] = None,
     reason: Annotated[str, typer.Option(help="Why the call was rejected (the model reads it).")] = "",
@@ -255,6 +274,8 @@ def resume(
             raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
         if approve and reject:
             raise UsageError("give --approve or --reject, not both")
+        if reason and not reject:
+            raise UsageError("--reason goes with --reject CALL_ID")
         if approve:
             approve_call(state, approve)
         if reject:
@@ -279,7 +300,14 @@ def list_runs(runs_dir: RunsDir = None, as_json: JsonOut = False) -> None:
     """List saved runs with status, turns and cost."""
 
     def body() -> int:
-        states = store.list_runs(store.runs_dir(runs_dir))
+        root = store.runs_dir(runs_dir)
+        problems: list[str] = []
+        states = store.list_runs(root, problems)
+        for problem in problems:
+            typer.echo(f"warning: skipped an unreadable run: {problem}", err=True)
+        if not states and not as_json:
+            typer.echo(f"no runs in {root}")
+            return 0
         if as_json:
             typer.echo(json.dumps([{k: v for k, v in _summary(s).items() if k != "per_turn_prompt_tokens"}
                                    for s in states]))
@@ -297,7 +325,7 @@ def list_runs(runs_dir: RunsDir = None, as_json: JsonOut = False) -> None:
 
 
 @app.command()
-def trace(run_id: Annotated[str, typer.Argument()], runs_dir: RunsDir = None, as_json: JsonOut = False) -> None:
+def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar="RUN_ID")], runs_dir: RunsDir = None, as_json: JsonOut = False) -> None:
     """Print a run's trace: every event, then why it stopped and what it cost."""
 
     def body() -> int:
@@ -318,10 +346,13 @@ def trace(run_id: Annotated[str, typer.Argument()], runs_dir: RunsDir = None, as
             shown = "  ".join(f"{k}={json.dumps(v) if not isinstance(v, (int, float)) else v}" for k, v in fields.items())
             typer.echo(f"+{(e.ts - t0) * 1000:9.0f} ms  {e.type:<17} {shown}")
         stops = [e for e in events if e.type == "run_stopped"]
+        processes = sum(1 for e in events if e.type in ("run_started", "run_resumed"))
         if stops:
             last = stops[-1]
             typer.echo(f"stopped: {last.status} ({last.reason})  turns={last.turns}  cost=${last.costUsd:.6f}"
-                       f"  processes={len(stops)}")
+                       f"  processes={processes}")
+        if events and events[-1].type != "run_stopped":
+            typer.echo("no run_stopped after the last event: the process died (or is still running)")
         return 0
 
     _guard(body)
@@ -367,13 +398,12 @@ def serve(
         typer.echo(f"model: {name} ({path})", err=True)
         with local.LocalServer(path, port=port, n_ctx=n_ctx) as server:
             print(server.base_url, flush=True)
-            try:
-                signal.sigwait({signal.SIGINT, signal.SIGTERM})
-            except KeyboardInterrupt:
-                pass
+            # Block only now: a child started with these signals blocked would ignore SIGTERM.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+            typer.echo("stopping the server", err=True)
         return 0
 
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     _guard(body)
 
 

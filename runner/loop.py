@@ -137,7 +137,8 @@ def _answered(state: RunState) -> bool:
 def _answer_reason(state: RunState) -> str:
     last = state.per_turn[-1] if state.per_turn else None
     if last and last.finish_reason == "length":
-        return f"the model answered, cut off at max_tokens={last.max_tokens}"
+        limit = f"max_tokens={last.max_tokens}" if last.max_tokens else "the server's token limit"
+        return f"the model answered, cut off at {limit}"
     return "the model answered"
 
 

@@ -179,6 +179,7 @@ PROMPTS: dict[str, str] = {
     "slow": "Scan the archive for anomalies.",
     "research": "Find out which log file mentions a timeout.",
     "research_child": "Which log file mentions a timeout?",
+    "quirks": "List the files and read notes.txt.",
 }
 """The default user prompt of each scenario (the suite's tasks carry their own)."""
 

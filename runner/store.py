@@ -93,8 +93,12 @@ def load(root: Path, run_id: str) -> RunState:
     return state
 
 
-def list_runs(root: Path) -> list[RunState]:
-    """Every readable run in `root`, oldest first (corrupt ones are skipped)."""
+def list_runs(root: Path, problems: list[str] | None = None) -> list[RunState]:
+    """Every readable run in `root`, oldest first.
+
+    Args:
+        problems: if given, one line per unreadable run is appended to it (they are skipped).
+    """
     if not root.exists():
         return []
     states = []
@@ -102,8 +106,9 @@ def list_runs(root: Path) -> list[RunState]:
         if (folder / "state.json").exists():
             try:
                 states.append(load(root, folder.name))
-            except CorruptState:
-                continue
+            except CorruptState as exc:
+                if problems is not None:
+                    problems.append(f"{folder.name}: {exc}")
     return sorted(states, key=lambda s: s.created_at)
 
 

@@ -210,45 +210,60 @@ def write_report(report: SuiteReport, runs_root: Path) -> Path:
     return stem.with_suffix(".json")
 
 
-def _short(text: str, limit: int = 60) -> str:
-    """One line, at most `limit` characters (the reports keep the full answer)."""
+def _short(text: str, limit: int) -> str:
+    """One line, at most `limit` characters."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def print_report(report: SuiteReport) -> None:
-    """A rich table: one row per task; with both providers, their figures side by side."""
+    """A rich table, one line per task; with both providers, their figures side by side.
+    Numbers never wrap: the local answer gets the width that is left, shortened to fit,
+    and is left out on a narrow terminal (the JSON and Markdown reports keep it whole)."""
+    import io
+
     from rich.console import Console
     from rich.table import Table
 
-
     by: dict[tuple[str, str], TaskResult] = {(r.provider, r.task): r for r in report.results}
     providers = [p for p in ("scripted", "local") if any(r.provider == p for r in report.results)]
-    table = Table(title="runner suite" + (f"  (local model: {report.model})" if report.model else ""))
-    table.add_column("task")
-    for p in providers:
-        table.add_column(f"{p}\nturns/tools", justify="right")
-        table.add_column(f"{p}\nwall ms", justify="right")
-        table.add_column(f"{p}\nstatus")
-        table.add_column(f"{p}\nok")
-    if "local" in providers:
-        table.add_column("local answer", max_width=60, no_wrap=True)
     tasks = list(dict.fromkeys(r.task for r in report.results))
-    for task in tasks:
-        row = [task]
+
+    def build(answer_chars: int) -> Table:
+        table = Table(title="runner suite" + (f"  (local model: {report.model})" if report.model else ""),
+                      title_justify="left")
+        table.add_column("task", no_wrap=True)
         for p in providers:
-            r = by.get((p, task))
-            row += [f"{r.turns}/{r.tool_runs}", f"{r.wall_ms:,.0f}", r.status, "yes" if r.correct else "no"] if r else ["-"] * 4
-        if "local" in providers:
-            local = by.get(("local", task))
-            row.append(_short(local.answer or f"({local.reason})") if local else "")
-        table.add_row(*row)
-    total_row = ["TOTAL"]
-    for p in providers:
-        t = totals([r for r in report.results if r.provider == p])
-        total_row += [f"{t['turns']}/{t['tool_runs']}", f"{t['wall_ms']:,.0f}", f"mean turn {t['mean_turn_ms']:,.0f} ms",
-                      f"{t['correct']}/{len(tasks)}"]
-    if "local" in providers:
-        total_row.append("")
-    table.add_row(*total_row, style="bold")
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+            table.add_column(f"{p}\nturns/tools", justify="right", no_wrap=True)
+            table.add_column(f"{p}\nwall ms", justify="right", no_wrap=True)
+            table.add_column(f"{p}\nstatus", no_wrap=True)
+            table.add_column(f"{p}\nok", no_wrap=True)
+        if answer_chars:
+            table.add_column("local\nanswer", no_wrap=True)
+        for task in tasks:
+            row = [task]
+            for p in providers:
+                r = by.get((p, task))
+                row += ([f"{r.turns}/{r.tool_runs}", f"{r.wall_ms:,.0f}", r.status, "yes" if r.correct else "no"]
+                        if r else ["-"] * 4)
+            if answer_chars:
+                local = by.get(("local", task))
+                row.append(_short(local.answer or f"({local.reason})", answer_chars) if local else "")
+            table.add_row(*row)
+        total_row = ["TOTAL"]
+        for p in providers:
+            t = totals([r for r in report.results if r.provider == p])
+            total_row += [f"{t['turns']}/{t['tool_runs']}", f"{t['wall_ms']:,.0f}",
+                          f"{t['mean_turn_ms']:,.0f} ms/turn", f"{t['correct']}/{len(tasks)}"]
+        if answer_chars:
+            total_row.append("")
+        table.add_row(*total_row, style="bold")
+        return table
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    probe = Console(file=io.StringIO(), width=1000)
+    probe.print(build(0))
+    numbers_width = max(len(line) for line in probe.file.getvalue().splitlines()[1:])  # type: ignore[attr-defined]
+    room = console.width - numbers_width - 3
+    answer_chars = room if "local" in providers and room >= 20 else 0
+    console.print(build(answer_chars))

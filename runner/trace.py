@@ -118,6 +118,8 @@ class Tracer:
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("a", encoding="utf-8")
+        if hasattr(event, "costUsd"):
+            event.costUsd = round(event.costUsd, 9)  # no float noise like 0.0014680000000000001
         self._file.write(event.model_dump_json(exclude_none=True) + "\n")
         self._file.flush()
 
