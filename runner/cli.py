@@ -268,14 +268,14 @@ def resume(
         from runner.loop import approve as approve_call
         from runner.loop import reject as reject_call
 
-        root = store.runs_dir(runs_dir)
-        state = store.load(root, run_id)
-        if state.status in ("completed", "failed"):
-            raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
         if approve and reject:
             raise UsageError("give --approve or --reject, not both")
         if reason and not reject:
             raise UsageError("--reason goes with --reject CALL_ID")
+        root = store.runs_dir(runs_dir)
+        state = store.load(root, run_id)
+        if state.status in ("completed", "failed"):
+            raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
         if approve:
             approve_call(state, approve)
         if reject:

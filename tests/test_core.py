@@ -139,6 +139,8 @@ def test_raising_the_cap_resumes_a_capped_run(runs: Path) -> None:
     (["run", "--scenario", "plan", "--fault", "418@1"], "bad fault"),
     (["resume", "no-such-run"], "no run"),
     (["trace", "no-such-run"], "no trace"),
+    (["run", "hi", "--base-url", "notaurl", "--model", "m"], "must start with http"),
+    (["resume", "x", "--approve", "c1", "--reason", "because"], "--reason goes with --reject"),
 ])
 def test_usage_errors_exit_2_with_one_line(runs: Path, args: list[str], message: str) -> None:
     proc = cli(*args, runs_dir=runs)
@@ -154,6 +156,8 @@ def test_corrupt_state_file_is_a_clear_error(runs: Path) -> None:
     proc = cli("resume", out["run_id"], runs_dir=runs)
     assert proc.returncode == 1 and "not a valid run state" in proc.stderr and "Traceback" not in proc.stderr
     assert path.read_text() == '{"run_id": "x", "messages": ['  # nothing overwritten
+    listed = cli("runs", runs_dir=runs)
+    assert listed.returncode == 0 and "skipped an unreadable run" in listed.stderr and out["run_id"] in listed.stderr
 
 
 def test_unreachable_endpoint_fails_with_message(runs: Path) -> None:
