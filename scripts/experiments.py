@@ -268,7 +268,9 @@ def plot_turn_cap(cum_in: list[int], cum_cost: list[float], caps: tuple[int, ...
                         xytext=(-8, 8), ha="right", fontsize=8)
         ax.set_ylabel(label)
         ax.set_ylim(0, ys[-1] * 1.15)  # room for the last label
-        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: fmt.format(type(ys[0])(v))))
+        # bind fmt and the value type now: a late-binding lambda would format both axes as tokens
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+            lambda v, _, fmt=fmt, kind=type(ys[0]): fmt.format(kind(v))))
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", fontsize=8)
     ax_cost.set_title("runaway: what a turn cap lets you spend")
