@@ -65,10 +65,22 @@ def _console() -> Any:
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
-def _guard(fn: Callable[[], int]) -> None:
-    """Run a command body; map errors to one line and an exit code."""
+def _error_exit_code(exc: Exception) -> int | None:
+    """Exit code for an error shown as one line; None for a bug (let the traceback through).
+    Order matters: CorruptState is a ValueError, and a corrupt file is not a usage error."""
     from runner.client import ProviderError
 
+    if isinstance(exc, LookupError):  # unknown run, model or scenario: the user named something absent
+        return USAGE
+    if isinstance(exc, (store.CorruptState, ProviderError, RuntimeError, OSError)):
+        return 1
+    if isinstance(exc, (UsageError, ValueError)):
+        return USAGE
+    return None
+
+
+def _guard(fn: Callable[[], int]) -> None:
+    """Run a command body; map errors to one line and an exit code."""
     try:
         code = fn()
     except typer.Exit:
@@ -76,21 +88,12 @@ def _guard(fn: Callable[[], int]) -> None:
     except BrokenPipeError:  # stdout closed early (`| head`): not an error of the command
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise typer.Exit(0) from None
-    except LookupError as exc:  # unknown run, model or scenario: the user named something absent
-        if _debug:
+    except Exception as exc:  # noqa: BLE001 - mapped to an exit code below, or re-raised
+        error_code = _error_exit_code(exc)
+        if error_code is None or _debug:
             raise
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(USAGE) from None
-    except (store.CorruptState, ProviderError, RuntimeError, OSError) as exc:
-        if _debug:
-            raise
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    except (UsageError, store.RunNotFound, ValueError) as exc:
-        if _debug:
-            raise
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(USAGE) from None
+        raise typer.Exit(error_code) from None
     raise typer.Exit(code)
 
 
