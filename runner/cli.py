@@ -202,6 +202,7 @@ def run(
     price_out: Annotated[float, typer.Option(min=0.0, help="USD per million completion tokens.")] = 12.0,
     timeout_s: Annotated[float, typer.Option(min=0.001, help="Per-request timeout, seconds.")] = 600.0,
     max_retries: Annotated[int, typer.Option(min=0, help="Retries for 429/5xx/timeouts.")] = 4,
+    research: Annotated[bool, typer.Option("--research", help="Also offer the research tool (a child agent); on by default for --scenario research.")] = False,
     research_max_turns: Annotated[int, typer.Option(min=1, help="Turn cap of each research child run.")] = 6,
     research_max_budget: Annotated[float, typer.Option(min=0.0, help="Budget of each research child run, USD.")] = 0.05,
     latency_ms: Annotated[float, typer.Option(help="Scripted provider: delay every reply by this many ms.")] = 0.0,
@@ -238,8 +239,9 @@ def run(
             timeout_s=timeout_s, max_retries=max_retries,
             research_max_turns=research_max_turns, research_max_budget_usd=research_max_budget,
         )
-        if name == "research":
+        if research or name == "research":
             config.tools = [*config.tools, "research"]
+        if name == "research":
             config.research_model = "scripted/research_child"
         root = store.runs_dir(runs_dir)
         state = new_run(task, config)
