@@ -40,7 +40,7 @@ _debug = False
 
 RunsDir = Annotated[Optional[Path], typer.Option("--runs-dir", envvar="RUNNER_RUNS_DIR", show_default="./runs",
                                                  help="Where runs are saved.")]
-JsonOut = Annotated[bool, typer.Option("--json", help="Machine-readable output (see README: one object; JSONL for trace).")]
+JsonOut = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 MaxTurns = Annotated[Optional[int], typer.Option("--max-turns", min=0, help="Stop before turn N+1.")]
 MaxBudget = Annotated[Optional[float], typer.Option(
     "--max-budget", min=0.0,
@@ -62,7 +62,7 @@ def _console() -> Any:
     """A rich console for stdout; wide when piped, so tables don't fold into columns of fragments."""
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() else 160)
+    return Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
 
 
 def _error_exit_code(exc: Exception) -> int | None:
@@ -104,14 +104,15 @@ def _drive(state: RunState, runs_root: Path, *, latency_ms: float = 0, faults: s
     from runner.harness import execute, scripted_provider
 
     cancel = CancelToken()
-    began = time.perf_counter()
+    began = [time.perf_counter()]
 
     def on_progress(tool: str, label: str) -> None:
         if show_progress:
-            ms = (time.perf_counter() - began) * 1000
+            ms = (time.perf_counter() - began[0]) * 1000
             typer.echo(f"  progress: {tool}: {label}  (t+{ms:,.0f} ms)", err=True)
 
     async def go(base_url: str) -> RunState:
+        began[0] = time.perf_counter()  # the run's clock, not the provider's start-up
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, cancel.cancel, "user pressed Stop")
@@ -164,7 +165,8 @@ def _render(state: RunState, as_json: bool, runs_root: Path) -> int:
                f"status={state.status}")
     if state.answer:
         typer.echo(f"   answer: {json.dumps(state.answer, ensure_ascii=False)}")
-    typer.echo("   per-turn prompt tokens: " + ", ".join(str(t.prompt_tokens) for t in state.per_turn))
+    if state.per_turn:
+        typer.echo("   per-turn prompt tokens: " + ", ".join(str(t.prompt_tokens) for t in state.per_turn))
     typer.echo(f"   run id: {state.run_id}   trace: {store.trace_path(runs_root, state.run_id)}")
     if state.status not in ("completed",):
         typer.echo(f"   stopped: {state.reason}")
@@ -174,8 +176,12 @@ def _render(state: RunState, as_json: bool, runs_root: Path) -> int:
                    + ("  [in doubt: it may already have run]" if it.in_doubt else ""))
         typer.echo(f"   decide with: runner resume {state.run_id} --approve {it.call_id}"
                    f"  |  --reject {it.call_id} --reason TEXT")
-    elif state.status in ("max_turns_exceeded", "budget_exceeded", "interrupted"):
-        typer.echo(f"   resume with: runner resume {state.run_id} [--max-turns N] [--max-budget USD]")
+    elif state.status == "max_turns_exceeded":
+        typer.echo(f"   resume with: runner resume {state.run_id} --max-turns N   (N > {state.turns})")
+    elif state.status == "budget_exceeded":
+        typer.echo(f"   resume with: runner resume {state.run_id} --max-budget USD   (more than ${state.cost_usd:.6f})")
+    elif state.status == "interrupted":
+        typer.echo(f"   resume with: runner resume {state.run_id}")
     return EXIT_CODES[state.status]
 
 
@@ -293,11 +299,22 @@ def resume(
             state.config.max_turns = max_turns
         if max_budget is not None:
             state.config.max_budget_usd = max_budget
+        _check_room(state)
         store.save(state, root)
         state = _drive(state, root, latency_ms=latency_ms, show_progress=not as_json)
         return _render(state, as_json, root)
 
     _guard(body)
+
+
+def _check_room(state: RunState) -> None:
+    """A resume that would stop again at once, on the limit that stopped it, is a usage error."""
+    cfg = state.config
+    if state.status == "max_turns_exceeded" and cfg.max_turns is not None and state.turns >= cfg.max_turns:
+        raise UsageError(f"run {state.run_id} stopped at its turn cap after {state.turns} turns; "
+                         f"give --max-turns larger than {state.turns}")
+    if cfg.max_budget_usd is not None and state.cost_usd >= cfg.max_budget_usd and state.status == "budget_exceeded":
+        raise UsageError(f"run {state.run_id} has spent ${state.cost_usd:.6f}; give --max-budget larger than that")
 
 
 @app.command("runs")
@@ -320,6 +337,7 @@ def list_runs(runs_dir: RunsDir = None, as_json: JsonOut = False) -> None:
         from rich.table import Table
 
         table = Table("run id", "model", "status", "turns", "tools", "cost USD", "reason")
+        table.columns[0].no_wrap = True  # the id is what gets copied into resume and trace
         for s in states:
             table.add_row(s.run_id, s.config.model, s.status, str(s.turns), str(s.tool_run_count),
                           f"{s.cost_usd:.6f}", s.reason or "")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import statistics
 import sys
@@ -259,7 +260,7 @@ def print_report(report: SuiteReport) -> None:
         table.add_row(*total_row, style="bold")
         return table
 
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
     probe = Console(file=io.StringIO(), width=1000)
     probe.print(build(0))
     numbers_width = max(len(line) for line in probe.file.getvalue().splitlines()[1:])  # type: ignore[attr-defined]

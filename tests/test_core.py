@@ -149,6 +149,16 @@ def test_usage_errors_exit_2_with_one_line(runs: Path, args: list[str], message:
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_resume_without_room_under_the_limit_that_stopped_it_is_a_usage_error(runs: Path) -> None:
+    _, capped = cli_json("run", "--scenario", "plan", "--max-turns", "1", runs_dir=runs)
+    proc = cli("resume", capped["run_id"], runs_dir=runs)
+    assert proc.returncode == 2 and "give --max-turns larger than 1" in proc.stderr
+    _, broke = cli_json("run", "--scenario", "runaway", "--max-budget", "0.002", runs_dir=runs)
+    proc = cli("resume", broke["run_id"], "--max-budget", "0.001", runs_dir=runs)
+    assert proc.returncode == 2 and "give --max-budget larger than that" in proc.stderr
+    assert store.load(runs, broke["run_id"]).config.max_budget_usd == 0.002  # nothing saved
+
+
 def test_corrupt_state_file_is_a_clear_error(runs: Path) -> None:
     _, out = cli_json("run", "--scenario", "plan", "--max-turns", "1", runs_dir=runs)
     path = runs / out["run_id"] / "state.json"
