@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from runner.cancel import CancelToken
+    from runner.errors import RunnerError
     from runner.harness import execute, scripted_provider
     from runner.loop import Runtime, approve, reject, run
     from runner.state import Interruption, RunConfig, RunState, RunStatus, new_run, pending
-    from runner.tools import PermanentToolError, Tool, ToolContext, ToolError
+    from runner.tools import PermanentToolError, Spawner, Tool, ToolContext, ToolError
 
 _EXPORTS = {
     "CancelToken": "runner.cancel",
@@ -29,9 +30,30 @@ _EXPORTS = {
     "Interruption": "runner.state", "RunConfig": "runner.state", "RunState": "runner.state",
     "RunStatus": "runner.state", "new_run": "runner.state",
     "PermanentToolError": "runner.tools", "Tool": "runner.tools", "ToolContext": "runner.tools",
-    "ToolError": "runner.tools",
+    "ToolError": "runner.tools", "Spawner": "runner.tools",
+    "RunnerError": "runner.errors",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "CancelToken",
+    "Interruption",
+    "PermanentToolError",
+    "RunConfig",
+    "RunState",
+    "RunStatus",
+    "RunnerError",
+    "Runtime",
+    "Spawner",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "approve",
+    "execute",
+    "new_run",
+    "pending",
+    "reject",
+    "run",
+    "scripted_provider",
+]
 __version__ = "0.1.0"
 
 

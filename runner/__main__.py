@@ -1,3 +1,6 @@
+"""`python -m runner`: the same CLI as the `runner` command."""
+
 from runner.cli import main
 
-main()
+if __name__ == "__main__":
+    main()

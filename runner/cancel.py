@@ -87,6 +87,6 @@ async def race(awaitable: Awaitable[T], token: CancelToken) -> T:
     task.cancel()
     try:
         await task
-    except BaseException:  # noqa: BLE001 - the cancelled task's own outcome does not matter
+    except BaseException:
         pass
     raise Cancelled(token.reason or "cancelled")

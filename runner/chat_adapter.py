@@ -108,7 +108,7 @@ def render_prompt(
         parts.append(f"<|im_start|>system\n{intro}{TOOLS_HEADER}{schemas}{TOOLS_FOOTER}<|im_end|>\n")
     elif system is not None:
         parts.append(f"<|im_start|>system\n{system}<|im_end|>\n")
-    for i, message in enumerate(messages):
+    for i, _message in enumerate(messages):
         if i == 0 and first_is_system:
             continue
         parts.append(_render_message(messages, i))

@@ -1,8 +1,9 @@
 """The `runner` command line: thin commands that parse options, call the library, render.
 
 Exit codes (one table, keyed by the run's status): 0 completed; 1 failed; 2 usage error;
-3 stopped resumably (max turns, budget, interrupted). Errors print one line, no traceback,
-unless --debug.
+3 stopped resumably (max turns, budget, interrupted). A `runner.errors.RunnerError` prints one
+line and exits with its own `exit_code`; anything else is a bug: exit 1 and a hint to rerun
+with `--debug` (accepted anywhere on the command line) for the traceback.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from runner import store
+from runner.errors import RunnerError, UnknownScenario, UsageError
 from runner.state import RunConfig, RunState, new_run
 
 EXIT_CODES = {"completed": 0, "failed": 1, "max_turns_exceeded": 3, "budget_exceeded": 3,
@@ -48,39 +50,51 @@ MaxBudget = Annotated[Optional[float], typer.Option(
          "the cap by at most one turn's cost (use --cap-max-tokens to keep it under).")]
 
 
-class UsageError(Exception):
-    """Bad input from the user: exit code 2."""
-
-
 @app.callback()
-def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False) -> None:
+def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks (accepted anywhere on the line).")] = False) -> None:
     global _debug
-    _debug = debug
+    _debug = _debug or debug
 
 
 def _console() -> Any:
-    """A rich console for stdout; wide when piped, so tables don't fold into columns of fragments."""
+    """A rich console for stdout: the terminal's width, else $COLUMNS, else 80 when piped.
+    Tables shorten their text columns to fit and never wrap a number (`--json` has it all)."""
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
+    return Console()
 
 
-def _error_exit_code(exc: Exception) -> int | None:
-    """Exit code for an error shown as one line; None for a bug (let the traceback through).
-    Order matters: CorruptState is a ValueError, and a corrupt file is not a usage error."""
-    from runner.client import ProviderError
+def _print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
+    """Print a compact table that fits the console. Each column is (header, kind): "id" and
+    "num" cells are never cut or wrapped; "text" columns share the width that is left, cut with
+    an ellipsis, and are left out when fewer than 8 characters remain for each."""
+    from rich import box
+    from rich.table import Table
 
-    if isinstance(exc, LookupError):  # unknown run, model or scenario: the user named something absent
-        return USAGE
-    if isinstance(exc, (store.CorruptState, ProviderError, RuntimeError, OSError)):
-        return 1
-    if isinstance(exc, (UsageError, ValueError)):
-        return USAGE
-    return None
+    console = _console()
+    widths = [max([len(header), *(len(r[i]) for r in rows)]) for i, (header, _) in enumerate(columns)]
+    fixed = sum(w + 2 for w, (_, kind) in zip(widths, columns) if kind != "text")
+    texts = [i for i, (_, kind) in enumerate(columns) if kind == "text"]
+    while texts and (console.width - fixed) // len(texts) - 2 < 8:
+        texts.pop()  # the rightmost text column goes first
+    keep = [i for i, (_, kind) in enumerate(columns) if kind != "text" or i in texts]
+    share = (console.width - fixed) // len(texts) - 2 if texts else 0
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    for i in keep:
+        header, kind = columns[i]
+        if kind == "text":
+            table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=max(share, 8))
+        else:
+            table.add_column(header, no_wrap=True, min_width=widths[i], justify="right" if kind == "num" else "left")
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
+    console.print(table)
 
 
 def _guard(fn: Callable[[], int]) -> None:
-    """Run a command body; map errors to one line and an exit code."""
+    """Run a command body; a `RunnerError` becomes one line and its exit code, an OSError
+    (disk full, permission denied on the runs directory) one line and exit 1, anything else
+    is a bug: exit 1 with a hint (or the traceback with --debug)."""
     try:
         code = fn()
     except typer.Exit:
@@ -88,18 +102,42 @@ def _guard(fn: Callable[[], int]) -> None:
     except BrokenPipeError:  # stdout closed early (`| head`): not an error of the command
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise typer.Exit(0) from None
-    except Exception as exc:  # noqa: BLE001 - mapped to an exit code below, or re-raised
-        error_code = _error_exit_code(exc)
-        if error_code is None or _debug:
+    except (RunnerError, OSError) as exc:
+        if _debug:
             raise
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(error_code) from None
+        raise typer.Exit(exc.exit_code if isinstance(exc, RunnerError) else 1) from None
+    except Exception as exc:
+        if _debug:
+            raise
+        typer.echo(f"error: internal error ({type(exc).__name__}: {exc}); this is a bug in runner. "
+                   "Rerun with --debug for the traceback.", err=True)
+        raise typer.Exit(1) from None
     raise typer.Exit(code)
 
 
 def _drive(state: RunState, runs_root: Path, *, latency_ms: float = 0, faults: str | None = None,
            show_progress: bool = True) -> RunState:
-    """Run `state` with Ctrl-C wired to the Stop signal, starting the scripted provider if needed."""
+    """Run `state` with Ctrl-C wired to the Stop signal, starting the scripted provider if needed.
+    A Ctrl-C outside the loop's own handler (while the provider starts, or a second one) keeps
+    the run resumable, prints its id and exits 3."""
+    try:
+        return _drive_run(state, runs_root, latency_ms=latency_ms, faults=faults, show_progress=show_progress)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further Ctrl-C must not cut this short
+        from runner.state import CancelledInterruption
+
+        if state.status == "running":
+            state.status, state.reason = "interrupted", "cancelled: user pressed Stop before the run started"
+            state.interruption = CancelledInterruption(reason="user pressed Stop")
+            store.save(state, runs_root)
+        typer.echo(f"interrupted: run {state.run_id} ({state.status}); continue it with: "
+                   f"runner resume {state.run_id}", err=True)
+        raise typer.Exit(EXIT_CODES[state.status]) from None
+
+
+def _drive_run(state: RunState, runs_root: Path, *, latency_ms: float, faults: str | None,
+               show_progress: bool) -> RunState:
     from runner.cancel import CancelToken
     from runner.harness import execute, scripted_provider
 
@@ -223,12 +261,18 @@ def run(
 
         if tool_errors not in ("text", "generic", "fatal"):
             raise UsageError("--tool-errors must be text, generic or fatal")
-        if (scenario is None) == (base_url is None):
-            raise UsageError("give either --scenario NAME or --base-url URL --model NAME")
+        if scenario is None and base_url is None:
+            raise UsageError("give --scenario NAME (scripted), or --base-url URL --model NAME; "
+                             "both together run the scenario on a scripted provider already serving at URL")
         if scenario is not None and scenario_name(scenario) not in SCENARIOS:
-            raise UsageError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
-        if base_url is not None and not model:
+            raise UnknownScenario(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+        if scenario is not None and model:
+            raise UsageError("--model goes with --base-url alone; a scenario names its own model")
+        if scenario is None and not model:
             raise UsageError("--base-url needs --model")
+        if base_url is not None and (fault or latency_ms):
+            raise UsageError("--fault and --latency-ms configure the scripted provider runner starts; with --base-url, "
+                             "start that provider with `runner scripted serve --fault ...`")
         if base_url is not None and not base_url.startswith(("http://", "https://")):
             raise UsageError(f"--base-url must start with http:// or https://, got {base_url!r}")
         parse_faults(fault)
@@ -334,14 +378,10 @@ def list_runs(runs_dir: RunsDir = None, as_json: JsonOut = False) -> None:
             typer.echo(json.dumps([{k: v for k, v in _summary(s).items() if k != "per_turn_prompt_tokens"}
                                    for s in states]))
             return 0
-        from rich.table import Table
-
-        table = Table("run id", "model", "status", "turns", "tools", "cost USD", "reason")
-        table.columns[0].no_wrap = True  # the id is what gets copied into resume and trace
-        for s in states:
-            table.add_row(s.run_id, s.config.model, s.status, str(s.turns), str(s.tool_run_count),
-                          f"{s.cost_usd:.6f}", s.reason or "")
-        _console().print(table)
+        _print_table([("run id", "id"), ("status", "id"), ("turns", "num"), ("tools", "num"),
+                      ("cost USD", "num"), ("reason", "text"), ("model", "text")],
+                     [[s.run_id, s.status, str(s.turns), str(s.tool_run_count), f"{s.cost_usd:.6f}",
+                       s.reason or "", s.config.model] for s in states])
         return 0
 
     _guard(body)
@@ -441,13 +481,9 @@ def models_list(as_json: JsonOut = False) -> None:
         if as_json:
             typer.echo(json.dumps([r.model_dump(mode="json") for r in rows]))
             return 0
-        from rich.table import Table
-
-        table = Table("name", "present", "source", "size MB", "path")
-        for r in rows:
-            table.add_row(r.name, "yes" if r.present else "no", r.source,
-                          f"{(r.size_bytes or 0) / 1e6:.0f}", str(r.path or ""))
-        _console().print(table)
+        _print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "text")],
+                     [[r.name, "yes" if r.present else "no", r.source, f"{(r.size_bytes or 0) / 1e6:.0f}",
+                       str(r.path or "")] for r in rows])
         return 0
 
     _guard(body)
@@ -474,6 +510,7 @@ def suite(
     base_url: Annotated[Optional[str], typer.Option("--base-url", help="Use this OpenAI-compatible endpoint as the 'local' provider instead of starting llama.cpp.")] = None,
     max_turns: Annotated[int, typer.Option(min=1, help="Turn cap per task.")] = 8,
     max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Cap on each reply, tokens [default: the server's].")] = None,
+    latency_ms: Annotated[float, typer.Option(min=0.0, help="Scripted provider: delay every reply by this many ms.")] = 0.0,
     runs_dir: RunsDir = None,
     as_json: JsonOut = False,
 ) -> None:
@@ -486,11 +523,16 @@ def suite(
             raise UsageError("--provider must be scripted, local or both")
         report = suite_mod.run_suite(provider, runs_root=store.runs_dir(runs_dir), model=model,
                                      base_url=base_url, max_turns=max_turns, max_tokens=max_tokens,
-                                     quiet=as_json)
+                                     latency_ms=latency_ms, quiet=as_json)
         if as_json:
             typer.echo(report.model_dump_json())
         else:
             suite_mod.print_report(report)
+        if report.cancelled:
+            stopped = [r for r in report.results if r.status != "completed" and r.status != "failed"]
+            typer.echo(f"suite cancelled after {len(report.results)} task(s); the report above holds them"
+                       + "".join(f"; resume {r.task} with: runner resume {r.run_id}" for r in stopped), err=True)
+            return EXIT_CODES["interrupted"]
         return 0
 
     _guard(body)
@@ -504,9 +546,10 @@ def experiments(
     """Reproduce the chapter's measurements: tables and plot under runs/experiments/ (scripts/experiments.py)."""
     import runpy
 
-    from runner.harness import PACKAGE_DIR
+    from runner.resources import checkout_root
 
-    script = PACKAGE_DIR.parent / "scripts" / "experiments.py"
+    root = checkout_root()
+    script = root / "scripts" / "experiments.py" if root else Path("scripts/experiments.py")
     if not script.exists():
         typer.echo(f"error: {script} not found (experiments run from a checkout)", err=True)
         raise typer.Exit(USAGE)
@@ -514,5 +557,12 @@ def experiments(
     raise typer.Exit(main_fn([*(names or []), *(["--skip-local"] if skip_local else [])]))
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """The `runner` entry point. `--debug` is taken from anywhere before a `--`."""
+    global _debug
+    args = list(sys.argv[1:] if argv is None else argv)
+    cut = args.index("--") if "--" in args else len(args)
+    if "--debug" in args[:cut]:
+        _debug = True
+        args = [a for i, a in enumerate(args) if not (i < cut and a == "--debug")]
+    app(args=args, prog_name="runner")

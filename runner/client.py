@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -17,12 +18,13 @@ from typing import Any
 
 import httpx
 
+from runner.errors import RunnerError
 from runner.state import FunctionCall, Message, ToolCall
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
-class ProviderError(Exception):
+class ProviderError(RunnerError):
     """The provider could not give a usable reply.
 
     Attributes:
@@ -82,7 +84,7 @@ class ChatClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> "ChatClient":
+    async def __aenter__(self) -> ChatClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -163,7 +165,8 @@ class ChatClient:
 
 
 def _error_text(response: httpx.Response) -> str:
-    """The provider's own error message if it sent one in the OpenAI shape, else the body."""
+    """The provider's own error message if it sent one in the OpenAI shape, else the body in
+    one line. An HTML page (a web server or proxy, not an API) becomes its title and a hint."""
     try:
         data = response.json()
         err = data.get("error", data) if isinstance(data, dict) else data
@@ -171,7 +174,14 @@ def _error_text(response: httpx.Response) -> str:
             return str(err.get("message") or err.get("detail") or err)
         return str(err)
     except ValueError:
-        return response.text[:300] or response.reason_phrase
+        pass
+    text = response.text
+    if "html" in response.headers.get("content-type", "") or text.lstrip()[:1] == "<":
+        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
+        label = " ".join(title.group(1).split()) if title else response.reason_phrase
+        return (f"an HTML page ({label!r}), not an API reply: is {response.request.url.host}"
+                f" an OpenAI-compatible endpoint? The base URL usually ends in /v1")
+    return " ".join(text.split())[:300] or response.reason_phrase
 
 
 def _request_messages(messages: list[Message]) -> list[dict[str, Any]]:

@@ -6,7 +6,6 @@ experiments call; `loop.run` stays free of all this wiring.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -14,20 +13,14 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
-from runner import loop, store
+from runner import catalog, loop, store
 from runner.cancel import CancelToken
 from runner.client import ChatClient
-from runner.research import Research
+from runner.errors import RunNotFound, ServiceError
+from runner.resources import tasks_dir
 from runner.state import RunState
-from runner.tools import Tool, default_tools
+from runner.tools import Tool
 from runner.trace import Tracer
-
-PACKAGE_DIR = Path(__file__).resolve().parent
-
-
-def tasks_dir() -> Path:
-    """`tasks/` of the checkout ($RUNNER_TASKS_DIR overrides)."""
-    return Path(os.environ.get("RUNNER_TASKS_DIR") or PACKAGE_DIR.parent / "tasks")
 
 
 def workspace_template() -> Path:
@@ -36,17 +29,8 @@ def workspace_template() -> Path:
 
 
 def build_tools(state: RunState) -> list[Tool]:
-    """The catalog named by `state.config.tools`, in that order.
-
-    Raises:
-        ValueError: a name that is not a known tool.
-    """
-    known: dict[str, Tool] = {t.name: t for t in default_tools()}
-    known["research"] = Research(state.config, state.run_id)
-    unknown = [n for n in state.config.tools if n not in known]
-    if unknown:
-        raise ValueError(f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(known)}")
-    return [known[n] for n in state.config.tools]
+    """The catalog named by `state.config.tools`, in that order (see `runner.catalog.build`)."""
+    return catalog.build(state.config)
 
 
 async def execute(
@@ -69,10 +53,28 @@ async def execute(
         cleanup.callback(tracer.close)
         cfg = state.config
         async with ChatClient(base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries) as client:
+
+            async def run_child(child: RunState, child_cancel: CancelToken) -> RunState:
+                """A child run shares the client and workspace; it is saved and traced as a run
+                of its own, and resumed (not restarted) if it already exists."""
+                if runs_root is not None:
+                    try:
+                        child = store.load(runs_root, child.run_id)
+                    except RunNotFound:
+                        store.save(child, runs_root)
+                child_tracer = Tracer(store.trace_path(runs_root, child.run_id) if runs_root else None)
+                try:
+                    return await loop.run(child, loop.Runtime(
+                        client=client, tools=catalog.build(child.config), workspace=workspace,
+                        runs_root=runs_root, cancel=child_cancel, on_progress=on_progress,
+                        tracer=child_tracer, run_child=run_child))
+                finally:
+                    child_tracer.close()
+
             rt = loop.Runtime(
-                client=client, tools=build_tools(state), workspace=workspace, runs_root=runs_root,
+                client=client, tools=catalog.build(state.config), workspace=workspace, runs_root=runs_root,
                 cancel=cancel or CancelToken(), on_progress=on_progress, tracer=tracer,
-                tools_see_cancel=tools_see_cancel,
+                tools_see_cancel=tools_see_cancel, run_child=run_child,
             )
             return await loop.run(state, rt)
 
@@ -107,7 +109,7 @@ def scripted_provider(latency_ms: float = 0, faults: str | None = None) -> Itera
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
         if not line.startswith("http"):
-            raise RuntimeError(f"the scripted provider did not start (exit code {proc.poll()}): {line}")
+            raise ServiceError(f"the scripted provider did not start (exit code {proc.poll()}): {line}")
         yield line
     finally:
         proc.terminate()

@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from runner.chat_adapter import HANDLER_NAME
+from runner.errors import ServiceError
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -47,7 +48,7 @@ DEFAULT_SEED = 0
 CHAT_PATH = "/v1/chat/completions"
 
 
-class LocalServerError(RuntimeError):
+class LocalServerError(ServiceError):
     """The local server could not start or stopped unexpectedly; the message has its log tail."""
 
 

@@ -14,20 +14,38 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from runner import store
 from runner.cancel import Cancelled, CancelToken, race
 from runner.client import ChatClient, ChatReply, ProviderError
+from runner.errors import NotPending
 from runner.state import (
-    ApprovalInterruption, CancelledInterruption, Interruption, MaxBudgetInterruption,
-    MaxTurnsInterruption, Message, RunState, RunStatus, ToolCall, ToolRun, TurnRecord,
-    call_signature, pending,
+    ApprovalInterruption,
+    CancelledInterruption,
+    Interruption,
+    MaxBudgetInterruption,
+    MaxTurnsInterruption,
+    Message,
+    RunState,
+    RunStatus,
+    ToolCall,
+    ToolRun,
+    TurnRecord,
+    call_signature,
+    pending,
 )
 from runner.tools import Tool, ToolContext, ToolError
 from runner.trace import (
-    ApprovalRequired, RunResumed, RunStarted, RunStopped, ToolProgress, ToolResult, ToolStart,
-    Tracer, TurnEvent,
+    ApprovalRequired,
+    RunResumed,
+    RunStarted,
+    RunStopped,
+    ToolProgress,
+    ToolResult,
+    ToolStart,
+    Tracer,
+    TurnEvent,
 )
 
 GENERIC_TOOL_ERROR = "Error: the tool failed."
@@ -53,6 +71,8 @@ class Runtime:
         on_progress: called with (tool name, label) for every tool progress report.
         tool_error_text: formats a tool's exception for the model under the "text" policy.
         tools_see_cancel: test switch; False delivers the Stop signal to the HTTP layer only.
+        run_child: drives a child run (load-or-create by its id, run, save) and returns its
+            final state; wired by `runner.harness`. None: tools cannot start child runs.
     """
 
     client: ChatClient
@@ -64,6 +84,7 @@ class Runtime:
     tool_error_text: Callable[[Exception], str] = default_tool_error_text
     tools_see_cancel: bool = True
     tracer: Tracer = field(default_factory=lambda: Tracer(None))
+    run_child: Callable[[RunState, CancelToken], Awaitable[RunState]] | None = None
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -313,10 +334,23 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
         rt.save(state)
     store.crash_point("tool_start")
     rt.tracer.emit(ToolStart(runId=state.run_id, toolName=tool.name, args=call.function.arguments, callId=call.id))
+    cancel = rt.cancel if rt.tools_see_cancel else CancelToken()
+    children: list[str] = []
+
+    async def spawn(child: RunState) -> RunState:
+        assert rt.run_child is not None
+        children.append(child.run_id)
+        try:
+            child = await rt.run_child(child, cancel)
+        finally:
+            _record_child_cost(state, child)
+        return child
+
     ctx = ToolContext(
-        cancel=rt.cancel if rt.tools_see_cancel else CancelToken(), workspace=rt.workspace,
+        cancel=cancel, workspace=rt.workspace,
         progress=lambda label: _progress(state, rt, tool, call, label),
-        idempotency_key=f"{state.run_id}/{call.id}", call_id=call.id, runtime=rt,
+        idempotency_key=f"{state.run_id}/{call.id}", call_id=call.id, run_id=state.run_id,
+        spawn=spawn if rt.run_child is not None else None,
     )
     began = time.perf_counter()
     error: Exception | None = None
@@ -324,7 +358,7 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
         text = await tool.run(args, ctx)
     except Cancelled:
         raise
-    except Exception as exc:  # noqa: BLE001 - a tool's failure is data for the model
+    except Exception as exc:
         error, text = exc, ""
     store.crash_point("tool_done")
     ms = (time.perf_counter() - began) * 1000
@@ -333,12 +367,18 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
     if error is not None:
         text = GENERIC_TOOL_ERROR if state.config.tool_errors == "generic" else rt.tool_error_text(error)
     state.started.pop(call.id, None)
-    if ctx.child_cost_usd:
-        state.cost_usd += ctx.child_cost_usd
-        state.child_cost_usd += ctx.child_cost_usd
-    _answer(state, rt, call, text, record, child=ctx.child_run_id)
+    _answer(state, rt, call, text, record, child=children[-1] if children else None)
     if error is not None:
         _fail_if_fatal(state, error, record)
+
+
+def _record_child_cost(state: RunState, child: RunState) -> None:
+    """Record a child run's spend on the parent as a value per child, not an increment, so a
+    child resumed after a crash is counted exactly once."""
+    before = state.child_costs.get(child.run_id, 0.0)
+    state.child_costs[child.run_id] = child.cost_usd
+    state.cost_usd += child.cost_usd - before
+    state.child_cost_usd += child.cost_usd - before
 
 
 def _progress(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, label: str) -> None:
@@ -381,7 +421,7 @@ def approve(state: RunState, call_id: str) -> None:
     """Approve one pending call; the approval holds only for its current arguments.
 
     Raises:
-        ValueError: `call_id` is not a pending call of this run.
+        NotPending: `call_id` is not a pending call of this run.
     """
     call = _pending_call(state, call_id)
     state.approved[call_id] = call_signature(call.function.name, call.function.arguments)
@@ -396,7 +436,7 @@ def reject(state: RunState, call_id: str, reason: str = "", *, empty: bool = Fal
         tracer: where to record the verdict as a `tool_result` event (source "rejected").
 
     Raises:
-        ValueError: `call_id` is not a pending call of this run.
+        NotPending: `call_id` is not a pending call of this run.
     """
     call = _pending_call(state, call_id)
     text = "" if empty else f"The user declined this call: {reason or 'no reason given'}"
@@ -417,4 +457,4 @@ def _pending_call(state: RunState, call_id: str) -> ToolCall:
         if call.id == call_id:
             return call
     ids = ", ".join(c.id for c in pending(state)) or "none"
-    raise ValueError(f"{call_id!r} is not a pending tool call of run {state.run_id} (pending: {ids})")
+    raise NotPending(f"{call_id!r} is not a pending tool call of run {state.run_id} (pending: {ids})")

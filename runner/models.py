@@ -31,6 +31,9 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from runner import resources
+from runner.errors import NotFound, RunnerError
+
 MANIFEST_ENV = "RUNNER_MANIFEST"
 MODELS_DIR_ENV = "RUNNER_MODELS_DIR"
 LOCK_FILENAME = "pulled.json"
@@ -39,7 +42,7 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _HASH_CHUNK_BYTES = 1 << 20
 
 
-class ModelError(RuntimeError):
+class ModelError(RunnerError, RuntimeError):
     """Base class for model catalogue errors; the message is one line a user can act on."""
 
 
@@ -47,7 +50,7 @@ class ManifestError(ModelError):
     """The manifest file is missing, unreadable or invalid."""
 
 
-class ModelNotFound(ModelError, LookupError):
+class ModelNotFound(ModelError, NotFound):
     """The model is unknown, or known but not on disk (the message says how to get it)."""
 
 
@@ -184,21 +187,14 @@ class ModelStatus(BaseModel):
     """True when the digest comes from the checked-in manifest."""
 
 
-def repo_root() -> Path:
-    """The directory holding the `runner` package (the checkout root in development)."""
-    return Path(__file__).resolve().parent.parent
-
-
 def models_dir() -> Path:
-    """Where hub models are downloaded: `RUNNER_MODELS_DIR`, else ``<repo root>/models``."""
-    override = os.environ.get(MODELS_DIR_ENV)
-    return Path(override).expanduser() if override else repo_root() / "models"
+    """Where hub models are downloaded (see `runner.resources.models_dir`)."""
+    return resources.models_dir()
 
 
 def manifest_path() -> Path:
-    """The manifest file: `RUNNER_MANIFEST`, else ``<repo root>/models/manifest.json``."""
-    override = os.environ.get(MANIFEST_ENV)
-    return Path(override).expanduser() if override else repo_root() / "models" / "manifest.json"
+    """The manifest file (see `runner.resources.manifest_path`)."""
+    return resources.manifest_path()
 
 
 def load_manifest(path: Path | None = None) -> Manifest:
@@ -489,7 +485,7 @@ def _record(directory: Path, entry: ModelEntry, sha256: str, size_bytes: int) ->
         revision=entry.revision,
         sha256=sha256,
         size_bytes=size_bytes,
-        pulled_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        pulled_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     )
     path = directory / LOCK_FILENAME
     tmp = path.with_suffix(".json.tmp")

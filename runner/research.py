@@ -2,17 +2,21 @@
 
 The child has its own transcript (the parent only sees its summary), its own turn and
 budget limits (a runaway child cannot spend the parent's budget), and the parent's Stop
-signal (one cancel stops the tree). Its cost is added to the parent's spend, and its
-run id is derived from the parent's run id and call id, so a resumed parent resumes the
-same child instead of paying for a new one.
+signal (one cancel stops the tree). Its run id is derived from the parent's run id and the
+call id, so a resumed parent resumes the same child instead of paying for a new one. The
+tool only builds the child's state and hands it to `ctx.spawn`; driving, saving and tracing
+the child, and adding its cost to the parent, happen where runs are wired.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel, Field
 
+from runner.cancel import Cancelled
 from runner.state import RunConfig, new_run
-from runner.tools import ListFiles, ReadFile, ScanArchive, Tool, ToolContext, ToolError
+from runner.tools import Tool, ToolContext, ToolError
 
 RESEARCH_SYSTEM = (
     "You are a research assistant. Use the tools to answer the question, then reply with a "
@@ -25,11 +29,11 @@ class ResearchParams(BaseModel):
 
 
 class Research(Tool):
-    """Runs a child agent on `question` with read-only tools; returns its answer.
+    """Runs a child agent on `question`; returns its answer.
 
     Args:
         parent: the parent's config; the child reuses its base URL and prices.
-        parent_run_id: recorded on the child and used to derive the child's run id.
+        child_tools: the tool names offered to the child (the catalog's read-only tools).
     """
 
     name = "research"
@@ -37,45 +41,24 @@ class Research(Tool):
     Params = ResearchParams
     read_only = True
 
-    def __init__(self, parent: RunConfig, parent_run_id: str) -> None:
+    def __init__(self, parent: RunConfig, child_tools: Sequence[str]) -> None:
         self.parent = parent
-        self.parent_run_id = parent_run_id
+        self.child_tools = list(child_tools)
 
     async def run(self, args: BaseModel, ctx: ToolContext) -> str:
-        from runner import loop, store
-        from runner.trace import Tracer
-
-        assert isinstance(args, ResearchParams) and ctx.runtime is not None
-        rt = ctx.runtime
-        child_id = f"{self.parent_run_id}.{ctx.call_id}"
-        try:
-            child = store.load(rt.runs_root, child_id) if rt.runs_root else None
-        except store.RunNotFound:
-            child = None
-        if child is None:
-            config = self.parent.model_copy(update={
-                "model": self.parent.research_model or self.parent.model,
-                "max_turns": self.parent.research_max_turns,
-                "max_budget_usd": self.parent.research_max_budget_usd,
-                "tools": ["list_files", "read_file", "scan_archive"],
-            })
-            child = new_run(args.question, config, system=RESEARCH_SYSTEM, run_id=child_id,
-                            parent_run_id=self.parent_run_id)
-        spent_before = child.cost_usd
-        child_rt = loop.Runtime(
-            client=rt.client, tools=[ListFiles(), ReadFile(), ScanArchive()], workspace=rt.workspace,
-            runs_root=rt.runs_root, cancel=ctx.cancel, on_progress=rt.on_progress,
-            tracer=Tracer(store.trace_path(rt.runs_root, child_id) if rt.runs_root else None),
-        )
-        try:
-            child = await loop.run(child, child_rt)
-        finally:
-            child_rt.tracer.close()
-            ctx.child_run_id = child_id
-            ctx.child_cost_usd = child.cost_usd - spent_before
+        assert isinstance(args, ResearchParams)
+        if ctx.spawn is None:
+            raise ToolError("the research helper is not available in this run")
+        config = self.parent.model_copy(update={
+            "model": self.parent.research_model or self.parent.model,
+            "max_turns": self.parent.research_max_turns,
+            "max_budget_usd": self.parent.research_max_budget_usd,
+            "tools": self.child_tools,
+        })
+        child = new_run(args.question, config, system=RESEARCH_SYSTEM,
+                        run_id=f"{ctx.run_id}.{ctx.call_id}", parent_run_id=ctx.run_id)
+        child = await ctx.spawn(child)
         if child.status == "interrupted" and ctx.cancel.is_cancelled:
-            from runner.cancel import Cancelled
-
             raise Cancelled(ctx.cancel.reason or "cancelled")
         if child.status == "completed":
             return child.answer

@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
+from runner.errors import ServiceError, UsageError
+
 Call = tuple[str, str, dict[str, Any]]  # (call id, tool name, arguments)
 Reply = Union[str, list[Call], dict[str, Any]]  # prose, tool calls, or a raw message
 Script = Callable[[int, str], Reply]
@@ -225,7 +227,7 @@ def parse_faults(spec: str | None) -> dict[int, str]:
     for part in filter(None, (p.strip() for p in (spec or "").split(","))):
         kind, _, turn = part.partition("@")
         if kind not in FAULT_KINDS or not turn.isdigit() or int(turn) < 1:
-            raise ValueError(f"bad fault {part!r}: expected KIND@TURN, KIND one of {', '.join(FAULT_KINDS)}")
+            raise UsageError(f"bad fault {part!r}: expected KIND@TURN, KIND one of {', '.join(FAULT_KINDS)}")
         faults[int(turn)] = kind
     return faults
 
@@ -359,7 +361,7 @@ class ScriptedServer:
         deadline = time.monotonic() + 10
         while not self._server.started:
             if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the scripted provider did not start")
+                raise ServiceError("the scripted provider did not start")
             time.sleep(0.01)
         return self
 

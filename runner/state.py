@@ -26,6 +26,8 @@ RunStatus = Literal[
     "interrupted",  # approval needed, or cancelled; resumable
 ]
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed"})
+DEFAULT_TOOLS: tuple[str, ...] = ("list_files", "read_file", "delete_file", "scan_archive")
+"""The tool names a run offers unless told otherwise (resolved by `runner.catalog`)."""
 
 
 class FunctionCall(BaseModel):
@@ -144,7 +146,7 @@ class RunConfig(BaseModel):
     max_tokens: int | None = None
     timeout_s: float = 600.0
     max_retries: int = 4
-    tools: list[str] = ["list_files", "read_file", "delete_file", "scan_archive"]
+    tools: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOLS))
     """Names of the tools offered to the model (`research` adds a child-agent tool)."""
     research_model: str | None = None
     """Model for the `research` tool's child runs (default: the parent's model)."""
@@ -171,6 +173,9 @@ class RunState(BaseModel):
     cost_usd: float = 0.0
     """Total spend, including child runs started by the research tool."""
     child_cost_usd: float = 0.0
+    """The part of `cost_usd` spent by child runs, USD."""
+    child_costs: dict[str, float] = {}
+    """Child run id -> that child's total spend as last seen, USD (a value, not an increment)."""
     wall_ms: float = 0.0
     """Wall time summed over every process that worked on this run."""
     per_turn: list[TurnRecord] = []

@@ -17,17 +17,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from runner.errors import CorruptState, RunNotFound
 from runner.state import FORMAT_VERSION, RunState
 
+__all__ = ["CorruptState", "RunNotFound", "list_runs", "load", "run_dir", "runs_dir", "save",
+           "trace_path", "workspace_path"]
+
 DEFAULT_RUNS_DIR = Path("runs")
-
-
-class RunNotFound(LookupError):
-    """No state file for that run id in the runs directory."""
-
-
-class CorruptState(ValueError):
-    """The state file exists but is not a valid RunState of a known format version."""
 
 
 def runs_dir(value: str | Path | None = None) -> Path:

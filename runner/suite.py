@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
+import signal
 import statistics
 import sys
 import time
@@ -22,7 +22,9 @@ from typing import Iterator, Literal
 from pydantic import BaseModel
 
 from runner import store
-from runner.harness import execute, scripted_provider, tasks_dir
+from runner.cancel import CancelToken
+from runner.harness import execute, scripted_provider
+from runner.resources import tasks_dir
 from runner.state import RunConfig, RunState, new_run
 
 Provider = Literal["scripted", "local"]
@@ -86,6 +88,8 @@ class SuiteReport(BaseModel):
     base_url: str | None = None
     max_turns: int
     results: list[TaskResult]
+    cancelled: bool = False
+    """True when Ctrl-C stopped the suite: `results` holds the tasks run until then."""
 
 
 def _result(provider: Provider, task: Task, state: RunState) -> TaskResult:
@@ -101,21 +105,36 @@ def _result(provider: Provider, task: Task, state: RunState) -> TaskResult:
 
 
 async def _run_tasks(provider: Provider, suite: SuiteDefinition, base_url: str, model_for: dict[str, str],
-                     runs_root: Path, max_turns: int, max_tokens: int | None, quiet: bool) -> list[TaskResult]:
+                     runs_root: Path, max_turns: int, max_tokens: int | None, quiet: bool,
+                     cancel: CancelToken) -> list[TaskResult]:
+    """Run the tasks one after another; Ctrl-C (SIGINT/SIGTERM) stops the running task as a
+    resumable `interrupted` run and skips the rest."""
     results = []
-    for task in suite.tasks:
-        config = RunConfig(model=model_for[task.id], max_turns=max_turns, max_tokens=max_tokens,
-                           tools=["list_files", "read_file", "delete_file", "scan_archive"])
-        state = new_run(task.prompt, config, system=suite.system)
-        store.save(state, runs_root)
-        state = await execute(state, base_url, runs_root)
-        result = _result(provider, task, state)
-        results.append(result)
-        if not quiet:
-            print(f"  {provider:<8} {task.id:<13} {result.status:<18} turns={result.turns} "
-                  f"tools={result.tool_runs} ms={result.wall_ms:,.0f} correct={'yes' if result.correct else 'no'}",
-                  file=sys.stderr, flush=True)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, cancel.cancel, "user pressed Stop")
+    try:
+        for task in suite.tasks:
+            if cancel.is_cancelled:
+                break
+            config = RunConfig(model=model_for[task.id], max_turns=max_turns, max_tokens=max_tokens)
+            state = new_run(task.prompt, config, system=suite.system)
+            store.save(state, runs_root)
+            state = await execute(state, base_url, runs_root, cancel=cancel)
+            result = _result(provider, task, state)
+            results.append(result)
+            _print_progress(result, quiet)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
     return results
+
+
+def _print_progress(result: TaskResult, quiet: bool) -> None:
+    if not quiet:
+        print(f"  {result.provider:<8} {result.task:<13} {result.status:<18} turns={result.turns} "
+              f"tools={result.tool_runs} ms={result.wall_ms:,.0f} correct={'yes' if result.correct else 'no'}",
+              file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -134,7 +153,8 @@ def _local_endpoint(model: str | None, base_url: str | None, quiet: bool) -> Ite
 
 
 def run_suite(provider: str, runs_root: Path, *, model: str | None = None, base_url: str | None = None,
-              max_turns: int = 8, max_tokens: int | None = None, quiet: bool = False) -> SuiteReport:
+              max_turns: int = 8, max_tokens: int | None = None, latency_ms: float = 0.0,
+              quiet: bool = False) -> SuiteReport:
     """Run every task on `provider` ("scripted", "local" or "both"); write the reports.
 
     Args:
@@ -144,6 +164,7 @@ def run_suite(provider: str, runs_root: Path, *, model: str | None = None, base_
             starting llama.cpp.
         max_turns: turn cap per task.
         max_tokens: cap on each reply, tokens (None: the server's default, 512 for runner serve).
+        latency_ms: delay of every scripted reply, ms (the scripted column only).
 
     Raises:
         models.ModelNotFound: the named model is not on disk.
@@ -151,15 +172,21 @@ def run_suite(provider: str, runs_root: Path, *, model: str | None = None, base_
     """
     suite = load_suite()
     report = SuiteReport(model=None, max_turns=max_turns, results=[])
-    if provider in ("scripted", "both"):
-        with scripted_provider() as url:
-            scripted_models = {t.id: f"scripted/{t.id}" for t in suite.tasks}
-            report.results += asyncio.run(_run_tasks("scripted", suite, url, scripted_models, runs_root, max_turns, max_tokens, quiet))
-    if provider in ("local", "both"):
-        with _local_endpoint(model, base_url, quiet) as (url, name, path):
-            report.model, report.model_path, report.base_url = name, path, base_url
-            report.results += asyncio.run(_run_tasks("local", suite, url, {t.id: name for t in suite.tasks},
-                                              runs_root, max_turns, max_tokens, quiet))
+    cancel = CancelToken()
+    try:
+        if provider in ("scripted", "both"):
+            with scripted_provider(latency_ms=latency_ms) as url:
+                scripted_models = {t.id: f"scripted/{t.id}" for t in suite.tasks}
+                report.results += asyncio.run(_run_tasks("scripted", suite, url, scripted_models, runs_root,
+                                                         max_turns, max_tokens, quiet, cancel))
+        if provider in ("local", "both") and not cancel.is_cancelled:
+            with _local_endpoint(model, base_url, quiet) as (url, name, path):
+                report.model, report.model_path, report.base_url = name, path, base_url
+                report.results += asyncio.run(_run_tasks("local", suite, url, {t.id: name for t in suite.tasks},
+                                                         runs_root, max_turns, max_tokens, quiet, cancel))
+    except KeyboardInterrupt:  # Ctrl-C while a server was starting: no run was in flight
+        cancel.cancel("user pressed Stop")
+    report.cancelled = cancel.is_cancelled
     write_report(report, runs_root)
     return report
 
@@ -260,7 +287,7 @@ def print_report(report: SuiteReport) -> None:
         table.add_row(*total_row, style="bold")
         return table
 
-    console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
+    console = Console()  # the terminal's width, else $COLUMNS, else 80
     probe = Console(file=io.StringIO(), width=1000)
     probe.print(build(0))
     numbers_width = max(len(line) for line in probe.file.getvalue().splitlines()[1:])  # type: ignore[attr-defined]

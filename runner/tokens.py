@@ -21,6 +21,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner.errors import RunnerError
+
 if TYPE_CHECKING:
     import tiktoken
 
@@ -28,7 +30,7 @@ O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tik
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
 
 
-class TokenizerUnavailable(RuntimeError):
+class TokenizerUnavailable(RunnerError):
     """o200k_base could neither be found in tiktoken's cache nor seeded from a verified copy."""
 
 
@@ -80,7 +82,7 @@ def verified(data: bytes, source: str) -> bytes:
 
 
 @lru_cache(maxsize=1)
-def encoding() -> "tiktoken.Encoding":
+def encoding() -> tiktoken.Encoding:
     """The o200k_base encoding, seeded offline if needed (see module docstring)."""
     import tiktoken
 

@@ -13,14 +13,14 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
 from pydantic import BaseModel, Field
 
 from runner.cancel import Cancelled, CancelToken
 
 if TYPE_CHECKING:
-    from runner.loop import Runtime
+    from runner.state import RunState
 
 
 class ToolError(Exception):
@@ -35,6 +35,18 @@ class PermanentToolError(ToolError):
     permanent = True
 
 
+class Spawner(Protocol):
+    """The one capability a tool gets for starting a child run (the research tool).
+
+    Given a fresh child state, it drives that child to a stop and returns its final state.
+    If a run with the child's id already exists (the parent was resumed after a crash), that
+    run is resumed instead, so no turn of the child is paid for twice. The implementation
+    (in `runner.harness`) owns the store, the trace and the loop; the tool knows none of them.
+    """
+
+    async def __call__(self, child: RunState) -> RunState: ...
+
+
 @dataclass
 class ToolContext:
     """What a running tool may use besides its arguments.
@@ -45,7 +57,9 @@ class ToolContext:
         workspace: the folder this run's tools may touch.
         idempotency_key: stable per logical operation (run id + call id); write tools use it
             to make a re-run after a crash a no-op.
-        runtime: the loop's runtime, for tools that start child runs (research).
+        call_id: the id of the tool call being answered.
+        run_id: the id of the run making the call.
+        spawn: starts (or resumes) a child run; None where child runs are not wired.
     """
 
     cancel: CancelToken
@@ -53,11 +67,8 @@ class ToolContext:
     progress: Callable[[str], None] = lambda label: None
     idempotency_key: str | None = None
     call_id: str = ""
-    runtime: "Runtime | None" = None
-    child_run_id: str | None = None
-    """Set by a tool that ran a child run (research), for the trace."""
-    child_cost_usd: float = 0.0
-    """Spend of child runs started by this call, USD; the loop adds it to the parent's cost."""
+    run_id: str = ""
+    spawn: Spawner | None = None
 
 
 class NoParams(BaseModel):
@@ -248,6 +259,5 @@ class ScanArchive(Tool):
         return f"Scanned {self.total_files} archived files: no anomalies beyond errors.log."
 
 
-def default_tools() -> list[Tool]:
-    """The four-tool catalog of the chapter, plus nothing else."""
-    return [ListFiles(), ReadFile(), DeleteFile(), ScanArchive()]
+BASIC_TOOLS: tuple[type[Tool], ...] = (ListFiles, ReadFile, DeleteFile, ScanArchive)
+"""The chapter's four tools; `runner.catalog` adds the research tool to make the registry."""

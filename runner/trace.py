@@ -15,6 +15,8 @@ from typing import IO, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter
 
+from runner.errors import CorruptState
+
 
 class _Event(BaseModel):
     runId: str
@@ -137,7 +139,7 @@ def read_trace(path: Path) -> list[TraceEvent]:
     """Parse a trace file into event models, skipping a torn last line (a killed writer).
 
     Raises:
-        ValueError: a line other than the last is not a valid event.
+        CorruptState: a line other than the last is not a valid event.
     """
     lines = path.read_text(encoding="utf-8").splitlines()
     events: list[TraceEvent] = []
@@ -149,5 +151,5 @@ def read_trace(path: Path) -> list[TraceEvent]:
         except ValueError:
             if i == len(lines) - 1:
                 break
-            raise ValueError(f"{path}:{i + 1}: not a trace event: {line[:80]!r}") from None
+            raise CorruptState(f"{path}:{i + 1}: not a trace event: {line[:80]!r}") from None
     return events

@@ -32,8 +32,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runner import models  # noqa: E402
-from runner.local import LocalServer  # noqa: E402
+from runner import models
+from runner.local import LocalServer
 
 TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {"name": "list_files", "description": "List the workspace files.",

@@ -719,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             try:
                 outcome = EXPERIMENTS[name](Lab(server.base_url, root))
-            except Exception as exc:  # noqa: BLE001 - report it, run the others, exit non-zero
+            except Exception as exc:
                 traceback.print_exc()
                 failures.append(f"{name}: crashed: {type(exc).__name__}: {exc}")
                 continue

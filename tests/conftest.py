@@ -57,7 +57,8 @@ def cli(*args: str, runs_dir: Path, check_json: bool = False, timeout: float = 1
     return proc
 
 
-def cli_json(*args: str, runs_dir: Path, **kw: Any) -> tuple[int, dict[str, Any]]:
+def cli_json(*args: str, runs_dir: Path, **kw: Any) -> tuple[int, Any]:
+    """Run the CLI with --json; returns (exit code, the parsed JSON: an object, or a list for `runs`)."""
     proc = cli(*args, "--json", runs_dir=runs_dir, **kw)
     assert proc.stdout.strip(), proc.stderr
     return proc.returncode, json.loads(proc.stdout)

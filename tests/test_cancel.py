@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -10,13 +11,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
 from runner import store
 from runner.cancel import CancelToken
 from runner.scripted import ScriptedServer, ScriptedSettings, parse_faults
+from runner.state import DEFAULT_TOOLS
 from runner.trace import read_trace
 from tests.conftest import cli, cli_json, drive, scripted_run
 
@@ -36,21 +38,25 @@ def _slow_run(provider: str, runs: Path, cancel_at_s: float | None, tools_see_ca
 def test_slow_without_cancel_reports_progress_every_half_second(provider: str, runs: Path) -> None:
     state, _, progress, began, ended = _slow_run(provider, runs, None)
     assert state.status == "completed" and "1200" in state.answer
-    assert 2.8 <= ended - began <= 4.5
     assert [label for _, label in progress] == [f"scanned {n} of 1200 files" for n in (200, 400, 600, 800, 1000)]
-    gaps = [b - a for (a, _), (b, _) in zip(progress, progress[1:])]
-    assert all(0.4 <= g <= 0.7 for g in gaps), gaps
+    assert began < progress[0][0] and all(a < b for (a, _), (b, _) in itertools.pairwise(progress))
+    assert progress[-1][0] < ended
+    # in the trace, every progress report sits between the tool's start and its result
     events = read_trace(store.trace_path(runs, state.run_id))
+    scan = [e.type for e in events if e.type in ("tool_start", "tool_progress", "tool_result")
+            and e.toolName == "scan_archive"]
+    assert scan == ["tool_start", *["tool_progress"] * 5, "tool_result"]
     assert [e.label for e in events if e.type == "tool_progress"] == [label for _, label in progress]
 
 
-def test_cancel_reaches_the_running_tool_within_50_ms(provider: str, runs: Path) -> None:
-    state, token, progress, began, ended = _slow_run(provider, runs, 1.2)
+def test_cancel_reaches_the_running_tool_and_stops_the_scan(provider: str, runs: Path) -> None:
+    """Order, not milliseconds (the stop latency is measured by `runner experiments cancel`):
+    after Stop the tool reports nothing more and the run stops before the scan could end."""
+    state, token, progress, _began, ended = _slow_run(provider, runs, 1.2)
     assert state.status == "interrupted"
     assert state.interruption is not None and state.interruption.type == "cancelled"
     assert state.interruption.reason == "user pressed Stop" and "user pressed Stop" in (state.reason or "")
-    assert token.cancelled_at is not None
-    assert (ended - token.cancelled_at) * 1000 <= 50
+    assert token.cancelled_at is not None and token.cancelled_at < ended
     assert all(t < token.cancelled_at for t, _ in progress)  # the scan really stopped
     assert [label for _, label in progress] == ["scanned 200 of 1200 files", "scanned 400 of 1200 files"]
     stop = read_trace(store.trace_path(runs, state.run_id))[-1]
@@ -59,10 +65,10 @@ def test_cancel_reaches_the_running_tool_within_50_ms(provider: str, runs: Path)
 
 def test_cancel_wired_only_to_http_waits_for_the_tool(provider: str, runs: Path) -> None:
     """The contrast: with the signal kept from the tools, Stop waits out the whole scan."""
-    state, token, progress, began, ended = _slow_run(provider, runs, 1.2, tools_see_cancel=False)
+    state, token, progress, _began, _ended = _slow_run(provider, runs, 1.2, tools_see_cancel=False)
     assert token.cancelled_at is not None
-    assert ended - token.cancelled_at >= 1.5
     assert len(progress) == 5  # the scan ran to the end after Stop was pressed
+    assert any(t > token.cancelled_at for t, _ in progress)
     assert state.status == "interrupted"  # caught only at the next stop-rule check
 
 
@@ -112,7 +118,7 @@ def faulty() -> Iterator[ScriptedServer]:
 
 @pytest.mark.parametrize("spec", ["429@2", "500@1", "truncated@2", "500@1,429@2,truncated@3"])
 def test_transient_faults_are_retried_without_changing_answer_or_cost(
-    spec: str, faulty, provider: str, runs: Path  # type: ignore[no-untyped-def]
+    spec: str, faulty: Any, provider: str, runs: Path
 ) -> None:
     clean = drive(scripted_run("plan"), provider, None)
     server = faulty(spec)
@@ -176,11 +182,11 @@ def test_one_cancel_stops_parent_and_child(faulty, runs: Path) -> None:  # type:
     server = faulty("", latency_ms=400)
     token = CancelToken()
     threading.Timer(1.0, token.cancel, args=("user pressed Stop",)).start()  # during the child's turns
-    state = scripted_run("research", tools=["list_files", "read_file", "delete_file", "scan_archive", "research"],
+    state = scripted_run("research", tools=[*DEFAULT_TOOLS, "research"],
                          research_model="scripted/research_child")
     state = drive(state, server.base_url, runs, cancel=token)
     ended = time.perf_counter()
     child = store.load(runs, f"{state.run_id}.c1")
     assert state.status == "interrupted" and child.status == "interrupted"
     assert child.interruption is not None and child.interruption.type == "cancelled"
-    assert token.cancelled_at is not None and (ended - token.cancelled_at) * 1000 <= 100
+    assert token.cancelled_at is not None and token.cancelled_at < ended

@@ -80,14 +80,14 @@ def test_a_reply_cut_off_by_the_budget_cap_is_not_an_answer(provider: str) -> No
     assert state.status == "budget_exceeded" and state.cost_usd <= budget
     last = state.per_turn[-1]
     assert last.finish_reason == "length" and last.budget_capped and state.answer == ""
-    assert last.completion_tokens == last.max_tokens >= 16
+    assert last.max_tokens is not None and last.completion_tokens == last.max_tokens >= 16
     state.config.max_budget_usd = 1.0  # resume with more money: the model is asked again
     state = drive(state, provider, None)
     assert state.status == "completed" and state.turns == 4 and state.reason == "the model answered"
 
 
 def test_trace_has_run_id_on_every_line_and_a_final_stop(runs: Path) -> None:
-    code, out = cli_json("run", "--scenario", "plan", runs_dir=runs)
+    _code, out = cli_json("run", "--scenario", "plan", runs_dir=runs)
     path = store.trace_path(runs, out["run_id"])
     lines = path.read_text().splitlines()
     events = [json.loads(line) for line in lines]
@@ -106,7 +106,7 @@ def test_trace_has_run_id_on_every_line_and_a_final_stop(runs: Path) -> None:
 
 
 def test_trace_command_answers_why_and_cost(runs: Path) -> None:
-    code, out = cli_json("run", "--scenario", "runaway", "--max-turns", "4", runs_dir=runs)
+    _code, out = cli_json("run", "--scenario", "runaway", "--max-turns", "4", runs_dir=runs)
     proc = cli("trace", out["run_id"], runs_dir=runs)
     assert proc.returncode == 0
     last = proc.stdout.splitlines()[-1]
@@ -133,7 +133,8 @@ def test_raising_the_cap_resumes_a_capped_run(runs: Path) -> None:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["run"], "give either --scenario"),
+    (["run"], "give --scenario NAME"),
+    (["run", "--scenario", "plan", "--model", "m"], "--model goes with --base-url"),
     (["run", "--scenario", "nope"], "unknown scenario"),
     (["run", "--scenario", "plan", "--tool-errors", "loud"], "--tool-errors"),
     (["run", "--scenario", "plan", "--fault", "418@1"], "bad fault"),

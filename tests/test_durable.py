@@ -11,12 +11,13 @@ import asyncio
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
 from runner import loop, store
 from runner.scripted import ScriptedServer
-from runner.state import FunctionCall, Message, RunConfig, ToolCall, new_run
+from runner.state import FunctionCall, Message, RunConfig, RunState, ToolCall, new_run
 from runner.tools import Tool, ToolContext, deleted_files
 from tests.conftest import cli, cli_json, drive, scripted_run
 
@@ -27,7 +28,7 @@ def _only_run(runs: Path) -> str:
     return states[0].run_id
 
 
-def _transcript(state) -> list[dict]:  # type: ignore[no-untyped-def]
+def _transcript(state: RunState) -> list[dict[str, Any]]:
     return [m.model_dump() for m in state.messages]
 
 
@@ -101,7 +102,7 @@ class Charge(Tool):
     name = "list_files"  # answers the scripted `plan` scenario's first call
     description = "Charge a card."
     read_only = False
-    calls: list[str] = []
+    calls: ClassVar[list[str]] = []
 
     async def run(self, args, ctx: ToolContext) -> str:  # type: ignore[no-untyped-def]
         Charge.calls.append(ctx.call_id)

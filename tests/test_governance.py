@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,16 +21,18 @@ def test_recover_under_three_tool_error_policies(provider: str) -> None:
     assert generic.status == "completed" and "do not know" in generic.answer and generic.turns == 2
     assert fatal.status == "failed" and "timeout.log" in (fatal.reason or "") and fatal.turns == 1
     # the model read exactly what each policy wrote
-    assert [m.content for m in text.messages if m.role == "tool"][0] == \
+    assert next(m.content for m in text.messages if m.role == "tool") == \
         "Error: no such file: timeout.log. Call list_files to see what exists."
-    assert [m.content for m in generic.messages if m.role == "tool"][0] == "Error: the tool failed."
+    assert next(m.content for m in generic.messages if m.role == "tool") == "Error: the tool failed."
     assert text.cost_usd > generic.cost_usd > fatal.cost_usd
 
 
 def test_custom_error_formatter(provider: str) -> None:
-    from runner.harness import build_tools, workspace_template
+    import asyncio
+    import tempfile
+
     from runner.client import ChatClient
-    import asyncio, tempfile
+    from runner.harness import build_tools, workspace_template
 
     state = scripted_run("recover")
 
@@ -41,7 +44,7 @@ def test_custom_error_formatter(provider: str) -> None:
             await loop.run(state, rt)
 
     asyncio.run(go())
-    assert next(m.content for m in state.messages if m.role == "tool").startswith("TOOL FAILED <<no such file")
+    assert next(m.content or "" for m in state.messages if m.role == "tool").startswith("TOOL FAILED <<no such file")
 
 
 def test_denied_fails_fast_with_a_permanent_error(provider: str) -> None:
@@ -87,9 +90,9 @@ def test_idempotency_key_reaches_the_write_tool(provider: str, runs: Path) -> No
     assert [json.loads(line)["key"] for line in ledger] == [f"{state.run_id}/c1"]
 
 
-def _stop_for_approval(runs: Path) -> dict:
+def _stop_for_approval(runs: Path) -> dict[str, Any]:
     code, out = cli_json("run", "--scenario", "destructive", runs_dir=runs)
-    assert code == 3
+    assert code == 3 and isinstance(out, dict)
     return out
 
 

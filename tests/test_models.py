@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,9 +97,9 @@ def test_packaged_smollm2_resolves_and_verifies_without_download() -> None:
 
 
 def test_resolve_absent_hub_model_names_the_pull_command(tmp_path: Path) -> None:
-    with pytest.raises(ModelNotFound, match="runner models pull qwen2.5-0.5b-instruct"):
+    with pytest.raises(ModelNotFound, match=re.escape("runner models pull qwen2.5-0.5b-instruct")):
         models.resolve("qwen2.5-0.5b-instruct", directory=tmp_path)
-    with pytest.raises(ModelNotFound, match="unknown model 'nope'.*smollm2-135m-instruct"):
+    with pytest.raises(ModelNotFound, match=r"unknown model 'nope'.*smollm2-135m-instruct"):
         models.resolve("nope", directory=tmp_path)
 
 
@@ -189,7 +190,7 @@ def test_dead_download_fails_cleanly_and_leaves_no_partial_file(hub: HubStub, tm
     data = payload(BIG)
     stub = hub.add_file(REPO, FILENAME, data)
     hub.faults.extend(["drop", "503"])  # cut mid-body, then the resume attempt is refused
-    with pytest.raises(PullError, match="could not download Qwen/Qwen2.5-0.5B-Instruct-GGUF"):
+    with pytest.raises(PullError, match=re.escape("could not download Qwen/Qwen2.5-0.5B-Instruct-GGUF")):
         pull_via(hub, manifest_with(stub.sha256), tmp_path)
     assert not (tmp_path / FILENAME).exists()
     assert not leftovers(tmp_path)

@@ -1,0 +1,58 @@
+"""Where runner's files are: the task suite and model manifest it ships, and where models go.
+
+In a checkout (an editable install) the data is the checkout's own `tasks/` and
+`models/manifest.json`, and downloaded models go to `models/`. In an installed wheel the same
+files ship inside the package (`runner/_data/`, read with `importlib.resources`) and models go
+to a user cache folder. Environment variables override each: `RUNNER_TASKS_DIR`,
+`RUNNER_MANIFEST`, `RUNNER_MODELS_DIR`.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def checkout_root() -> Path | None:
+    """The source checkout holding this package, or None when runner is installed as a wheel."""
+    root = PACKAGE_DIR.parent
+    return root if (root / "pyproject.toml").is_file() and (root / "tasks").is_dir() else None
+
+
+def _data(*parts: str) -> Path:
+    """A file or folder shipped in the package (the wheel is installed unpacked, so a real path)."""
+    return Path(str(resources.files("runner").joinpath("_data", *parts)))
+
+
+def tasks_dir() -> Path:
+    """The suite and its workspace: $RUNNER_TASKS_DIR, the checkout's `tasks/`, or the packaged copy."""
+    override = os.environ.get("RUNNER_TASKS_DIR")
+    if override:
+        return Path(override).expanduser()
+    root = checkout_root()
+    return root / "tasks" if root else _data("tasks")
+
+
+def manifest_path() -> Path:
+    """The model manifest: $RUNNER_MANIFEST, the checkout's `models/manifest.json`, or the packaged copy."""
+    override = os.environ.get("RUNNER_MANIFEST")
+    if override:
+        return Path(override).expanduser()
+    root = checkout_root()
+    return root / "models" / "manifest.json" if root else _data("manifest.json")
+
+
+def models_dir() -> Path:
+    """Where downloaded models live: $RUNNER_MODELS_DIR, the checkout's `models/`, or
+    `$XDG_CACHE_HOME/runner/models` (default `~/.cache/runner/models`)."""
+    override = os.environ.get("RUNNER_MODELS_DIR")
+    if override:
+        return Path(override).expanduser()
+    root = checkout_root()
+    if root:
+        return root / "models"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "runner" / "models"

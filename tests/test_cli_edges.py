@@ -1,0 +1,132 @@
+"""The command line where a new user meets it: errors, Ctrl-C, narrow terminals, odd endpoints.
+
+Every test drives the real `runner` CLI in a subprocess against real servers on loopback.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from runner import store
+from runner.scripted import ScriptedServer, ScriptedSettings, parse_faults
+from tests.conftest import cli, cli_json
+
+
+def _popen(*args: str, runs: Path, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "runner", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "RUNNER_RUNS_DIR": str(runs), **env})
+
+
+def _wait_for(predicate: object, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.02)
+
+
+def test_scenario_against_a_provider_already_serving_with_a_fault(runs: Path) -> None:
+    settings = ScriptedSettings(faults=parse_faults("500@1"))
+    with ScriptedServer(settings) as server:
+        code, out = cli_json("run", "--scenario", "plan", "--base-url", server.base_url, runs_dir=runs)
+        assert (code, out["status"], out["model"]) == (0, "completed", "scripted/plan")
+        assert ("plan", 1) in server.requests  # it went to this server, and the fault was retried
+
+
+def test_fault_with_base_url_is_a_usage_error(runs: Path) -> None:
+    proc = cli("run", "--scenario", "plan", "--base-url", "http://127.0.0.1:9/v1", "--fault", "500@1", runs_dir=runs)
+    assert proc.returncode == 2 and "runner scripted serve --fault" in proc.stderr
+
+
+class _HtmlHandler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        body = b"<html>\n<head><title>404 Not Found</title></head>\n<body>\n<h1>Not Found</h1>\n" * 5
+        self.send_response(404)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def html_server() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HtmlHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_an_html_error_page_is_one_line_with_a_hint(runs: Path, html_server: str) -> None:
+    code, out = cli_json("run", "hi", "--base-url", html_server, "--model", "m", runs_dir=runs)
+    assert code == 1 and out["status"] == "failed"
+    assert "\n" not in out["reason"] and "<" not in out["reason"]
+    assert "404 Not Found" in out["reason"] and "/v1" in out["reason"]
+
+
+def test_runs_table_fits_80_columns_and_keeps_ids_and_numbers_whole(runs: Path) -> None:
+    ids = [cli_json("run", "--scenario", s, runs_dir=runs)[1]["run_id"] for s in ("plan", "denied", "destructive")]
+    proc = cli("runs", runs_dir=runs, env={"COLUMNS": "80"})
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, proc.stdout
+    for run_id in ids:
+        assert run_id in proc.stdout
+    assert "0.002712" in proc.stdout  # plan's cost, never cut
+    models = cli("models", "list", runs_dir=runs, env={"COLUMNS": "80"})
+    assert models.returncode == 0 and "smollm2-135m-instruct" in models.stdout
+    assert max(len(line) for line in models.stdout.splitlines()) <= 80, models.stdout
+
+
+def test_debug_is_accepted_anywhere_and_a_bug_hint_is_not_a_usage_error(runs: Path) -> None:
+    proc = cli("runs", "--debug", runs_dir=runs)
+    assert proc.returncode == 0
+    proc = cli("trace", "no-such-run", runs_dir=runs)
+    assert proc.returncode == 2 and proc.stderr.startswith("error:") and "Traceback" not in proc.stderr
+
+
+def test_ctrl_c_mid_suite_writes_the_report_of_the_tasks_done(runs: Path) -> None:
+    proc = _popen("suite", "--provider", "scripted", "--latency-ms", "400", runs=runs)
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # the first task's line: the second task is now in flight
+    assert "timeout_file" in first, first
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    assert "Traceback" not in err and "crashed" not in out + err
+    report = json.loads(sorted(runs.glob("suite-*.json"))[-1].read_text())
+    assert report["cancelled"] is True
+    statuses = [r["status"] for r in report["results"]]
+    assert statuses[0] == "completed" and statuses[-1] == "interrupted" and len(statuses) < 6
+    stopped = report["results"][-1]
+    assert stopped["reason"] == "cancelled: user pressed Stop"
+    assert f"runner resume {stopped['run_id']}" in err
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_ctrl_c_early_or_twice_keeps_the_run_resumable_and_prints_its_id(runs: Path, presses: int) -> None:
+    proc = _popen("run", "--scenario", "plan", "--latency-ms", "3000", runs=runs)
+    _wait_for(lambda: any(runs.glob("*/state.json")))
+    for _ in range(presses):
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, out + err
+    (state,) = store.list_runs(runs)
+    assert state.status == "interrupted" and "crashed" not in (state.reason or "")
+    assert state.run_id in out + err
+    assert "Traceback" not in err

@@ -1,0 +1,140 @@
+"""The package's shape: modules import alone, no import cycles, the public surface is exactly
+`__all__`, lint and types are clean, and a built wheel works outside the checkout."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+import runner
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = sorted(f"runner.{p.stem}" for p in (ROOT / "runner").glob("*.py") if p.stem != "__init__")
+
+
+def _runner_imports(path: Path) -> set[str]:
+    """runner.* modules imported by a file, at any depth, except under `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text())
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for n in ast.walk(node))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("runner"):
+            if node.module == "runner":
+                found.update(f"runner.{a.name}" for a in node.names if f"runner.{a.name}" in MODULES)
+            else:
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("runner."))
+    return found & set(MODULES)
+
+
+def test_no_import_cycles_between_runner_modules() -> None:
+    graph = {m: _runner_imports(ROOT / "runner" / f"{m.split('.')[1]}.py") - {m} for m in MODULES}
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            cycle = path[path.index(module):] + [module]
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+        if module in done:
+            return
+        for dep in sorted(graph[module]):
+            visit(dep, [*path, module])
+        done.add(module)
+
+    for module in MODULES:
+        visit(module, [])
+
+
+def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
+    script = (
+        "import importlib, subprocess, sys\n"
+        "bad = []\n"
+        f"for m in {MODULES!r}:\n"
+        "    p = subprocess.run([sys.executable, '-c', f'import {m}'], capture_output=True, text=True)\n"
+        "    if p.returncode: bad.append(m + ': ' + p.stderr.strip().splitlines()[-1])\n"
+        "print('\\n'.join(bad)); sys.exit(1 if bad else 0)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_public_surface_is_all_and_every_name_resolves() -> None:
+    exported = set(runner._EXPORTS)
+    assert set(runner.__all__) == exported
+    assert len(runner.__all__) == len(set(runner.__all__))
+    for name in runner.__all__:
+        assert getattr(runner, name) is not None
+    with pytest.raises(AttributeError):
+        runner.not_a_name  # noqa: B018
+
+
+def test_importing_runner_does_no_work() -> None:
+    """Nothing at import time: `import runner` loads none of its submodules."""
+    code = "import sys, runner; print(sorted(m for m in sys.modules if m.startswith('runner.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_ruff_is_clean() -> None:
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "runner", "scripts", "tests"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-1000:]
+
+
+def test_wheel_installed_in_a_fresh_venv_runs_a_scenario_and_the_suite(tmp_path: Path) -> None:
+    """Build the wheel, install it (no deps) into a fresh venv that borrows this venv's
+    dependencies, and run the CLI from an empty folder: the task files and the manifest
+    must come from the package, not the checkout."""
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(dist), str(ROOT)], check=True, capture_output=True, timeout=300)
+    wheel = next(dist.glob("runner-*.whl"))
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    py = env_dir / "bin" / "python"
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    # Borrow the dependencies (not runner itself: its editable .pth lives in this site dir
+    # and a path listed in a .pth is not scanned for further .pth files).
+    Path(site, "borrowed-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", site, str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNNER_") and k != "PYTHONPATH"}
+    env["HOME"] = str(tmp_path / "home")
+    where = subprocess.run([str(py), "-c", "import runner, runner.resources as r; print(runner.__file__); "
+                            "print(r.tasks_dir()); print(r.models_dir())"],
+                           capture_output=True, text=True, cwd=empty, env=env, check=True).stdout.split("\n")
+    assert where[0].startswith(site), where
+    assert where[1].startswith(site) and where[2].startswith(str(tmp_path / "home" / ".cache")), where
+    runner_bin = [str(py), "-m", "runner"]
+    plan = subprocess.run([*runner_bin, "run", "--scenario", "plan"], capture_output=True, text=True,
+                          cwd=empty, env=env, timeout=120)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "errors.log" in plan.stdout
+    suite = subprocess.run([*runner_bin, "suite", "--provider", "scripted"], capture_output=True, text=True,
+                           cwd=empty, env=env, timeout=300)
+    assert suite.returncode == 0, suite.stdout + suite.stderr
+    assert "6/6" in suite.stdout
+    assert (empty / "runs").is_dir()
+
+
+def test_readme_layout_names_every_module() -> None:
+    readme = (ROOT / "README.md").read_text()
+    layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    missing = [m for m in MODULES if f"runner/{m.split('.')[1]}.py" not in layout]
+    assert not missing, f"README's Layout does not name: {missing}"
