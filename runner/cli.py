@@ -1,7 +1,8 @@
 """The `runner` command line: thin commands that parse options, call the library, render.
 
-Exit codes (one table, keyed by the run's status): 0 completed; 1 failed; 2 usage error;
-3 stopped resumably (max turns, budget, interrupted). A `runner.errors.RunnerError` prints one
+Exit codes (one table, `EXIT_CODES`, keyed by the `RunStatus` literal): 0 completed; 1 failed;
+2 usage error; 3 stopped resumably (max turns, budget, interrupted: approval, cancel, provider
+unavailable). A `runner.errors.RunnerError` prints one
 line and exits with its own `exit_code`; anything else is a bug: exit 1 and a hint to rerun
 with `--debug` (accepted anywhere on the command line) for the traceback.
 """
@@ -21,10 +22,13 @@ import typer
 
 from runner import store
 from runner.errors import RunnerError, UnknownScenario, UsageError
-from runner.state import RunConfig, RunState, new_run
+from runner.state import DEFAULT_MAX_TURNS, RunConfig, RunState, RunStatus, new_run
 
-EXIT_CODES = {"completed": 0, "failed": 1, "max_turns_exceeded": 3, "budget_exceeded": 3,
-              "interrupted": 3, "running": 3}
+EXIT_CODES: dict[RunStatus, int] = {
+    "completed": 0, "failed": 1, "max_turns_exceeded": 3, "budget_exceeded": 3, "interrupted": 3,
+    "running": 3,
+}
+"""Exit code per run status; a test checks every `RunStatus` value has one."""
 USAGE = 2
 
 # Plain click help: rich's boxes cut long option names at 80 columns.
@@ -43,7 +47,8 @@ _debug = False
 RunsDir = Annotated[Optional[Path], typer.Option("--runs-dir", envvar="RUNNER_RUNS_DIR", show_default="./runs",
                                                  help="Where runs are saved.")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
-MaxTurns = Annotated[Optional[int], typer.Option("--max-turns", min=0, help="Stop before turn N+1.")]
+MaxTurns = Annotated[Optional[int], typer.Option("--max-turns", min=0, help=(
+    f"Stop before turn N+1 (a new run's default: {DEFAULT_MAX_TURNS}; 0: no turn cap)."))]
 MaxBudget = Annotated[Optional[float], typer.Option(
     "--max-budget", min=0.0,
     help="Stop once spend reaches this many USD. Checked before each turn, so spend can pass "
@@ -181,6 +186,7 @@ def _summary(state: RunState) -> dict[str, Any]:
         "status": state.status,
         "reason": state.reason,
         "interruption": state.interruption.model_dump() if state.interruption else None,
+        "error": state.error.model_dump(exclude_none=True) if state.error else None,
         "turns": state.turns,
         "tool_runs": state.tool_run_count,
         "prompt_tokens": state.prompt_tokens,
@@ -227,7 +233,7 @@ def _render(state: RunState, as_json: bool, runs_root: Path) -> int:
 def run(
     prompt: Annotated[Optional[str], typer.Argument(help="The user's task (default: the scenario's own).")] = None,
     scenario: Annotated[Optional[str], typer.Option(help=(
-        "A scripted scenario: plan, runaway, recover, destructive, repeat, double_delete, denied, slow, "
+        "A scripted scenario: plan, runaway, stuck, recover, destructive, repeat, double_delete, denied, slow, "
         "research, quirks, or a suite task (timeout_file, count_files, read_notes, read_each, "
         "largest_file, rotate_logs)."))] = None,
     base_url: Annotated[Optional[str], typer.Option(
@@ -282,7 +288,8 @@ def run(
             raise UsageError("give a PROMPT")
         config = RunConfig(
             model=f"scripted/{name}" if scenario else str(model), base_url=base_url,
-            max_turns=max_turns, max_budget_usd=max_budget, dedupe=dedupe, dedupe_all=dedupe_all,
+            max_turns=DEFAULT_MAX_TURNS if max_turns is None else (max_turns or None),
+            max_budget_usd=max_budget, dedupe=dedupe, dedupe_all=dedupe_all,
             tool_errors=tool_errors, permanent_errors=permanent_errors,  # type: ignore[arg-type]
             max_identical_failures=max_identical_failures, auto_approve=auto_approve,
             cap_max_tokens=cap_max_tokens, price_in_usd_per_mtok=price_in, price_out_usd_per_mtok=price_out,
@@ -340,7 +347,7 @@ def resume(
             reject_call(state, reject, reason, empty=unsafe_empty_rejection, tracer=tracer)
             tracer.close()
         if max_turns is not None:
-            state.config.max_turns = max_turns
+            state.config.max_turns = max_turns or None
         if max_budget is not None:
             state.config.max_budget_usd = max_budget
         _check_room(state)

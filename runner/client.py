@@ -1,9 +1,20 @@
 """The chat-completions client: the base URL is the only seam between providers.
 
-Talks to any OpenAI-compatible `POST {base_url}/chat/completions` with httpx. Retries
-429, 5xx, timeouts and unreadable bodies with exponential back-off that honours
-`Retry-After`; 400/401/403/404 are not retried. Normalises what real servers get wrong in
-both directions (see `_request_messages` and `_parse_message`).
+Talks to any OpenAI-compatible `POST {base_url}/chat/completions` with httpx, and triages
+what comes back (`classify`):
+
+- transient (429, 5xx, timeouts, unreachable, unreadable bodies, an error object in a 200
+  body that says so): retried with exponential back-off that honours `Retry-After`; when
+  the retries run out the error is `unavailable` (the loop makes that resumable);
+- deterministic (401/403 `auth`, 404 `not_found`, other 4xx `invalid_request`, a context
+  overflow in any status, a 500 that only ever repeats, such as "Failed to parse tool call
+  arguments"): raised at once, never retried.
+
+It normalises what real servers get wrong in both directions: on the way out, tool-call
+arguments that are not a JSON object are sent as "{}" and chat control tokens in user and
+tool text are neutralised (`_request_messages`); on the way in, ids and argument strings are
+repaired with the originals recorded (`_parse_message`), and missing usage is counted with
+the tokenizer and marked estimated.
 """
 
 from __future__ import annotations
@@ -14,7 +25,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -23,6 +34,29 @@ from runner.state import FunctionCall, Message, ToolCall
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
+ErrorKind = Literal["unavailable", "auth", "not_found", "invalid_request", "context_overflow"]
+"""unavailable: transient, retried (after the last retry the loop stops `interrupted`);
+the others are deterministic and stop the run `failed`."""
+
+_CONTEXT_OVERFLOW = re.compile(
+    r"context[_ ]length[_ ]exceeded|exceed_context_size|maximum context length|context window"
+    r"|exceeds? (?:the )?(?:available )?context|context size (?:has been |was )?exceeded"
+    r"|too many tokens|prompt is too long",
+    re.IGNORECASE,
+)
+# 5xx texts a server repeats for the same request whatever the retry (llama.cpp's server).
+_DETERMINISTIC_5XX = re.compile(r"failed to parse tool call|parse tool call arguments", re.IGNORECASE)
+_AUTH_TYPES = re.compile(r"auth|api[_ ]?key|permission", re.IGNORECASE)
+
+CONTROL_TOKEN = re.compile(r"<\|([A-Za-z0-9_.\-]{1,40})\|>")
+"""Text shaped like a chat control token: <|im_start|>, <|im_end|>, <|endoftext|>, <|eot_id|>..."""
+
+
+def neutralise(text: str) -> tuple[str, int]:
+    """`text` with every control-token look-alike defused by backslashes (`<|im_end|>` becomes
+    `<\\|im_end\\|>`, which no template or tokenizer reads as the real token), and the count."""
+    return CONTROL_TOKEN.subn(r"<\\|\1\\|>", text)
+
 
 class ProviderError(RunnerError):
     """The provider could not give a usable reply.
@@ -30,12 +64,51 @@ class ProviderError(RunnerError):
     Attributes:
         status: HTTP status, or None for transport and decoding errors.
         retryable: whether another attempt could succeed (after all retries: False).
+        kind: the triage class (see `ErrorKind`).
+        retries: attempts made after the first before this error was raised.
+        details: numbers the provider sent with its error (e.g. n_ctx, n_prompt_tokens).
+        retry_after_s: the provider's Retry-After, seconds, if any.
     """
 
-    def __init__(self, message: str, status: int | None = None, retryable: bool = False) -> None:
+    def __init__(self, message: str, status: int | None = None, retryable: bool = False,
+                 kind: ErrorKind | None = None, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.retryable = retryable
+        self.kind: ErrorKind = kind or ("unavailable" if retryable else "invalid_request")
+        self.retries = 0
+        self.details = details
+        self.retry_after_s: float | None = None
+
+
+def classify(status: int | None, message: str, error_type: str = "") -> tuple[ErrorKind, bool]:
+    """Triage one failed attempt: (kind, retryable).
+
+    Args:
+        status: the HTTP status (or the `code` of an error object in a 200 body); None if unknown.
+        message: the provider's message. error_type: its `type`/`code` string, if any.
+    """
+    text = f"{error_type} {message}"
+    if _CONTEXT_OVERFLOW.search(text) or status == 413:
+        return "context_overflow", False
+    if status in (401, 403):
+        return "auth", False
+    if status == 404:
+        return "not_found", False
+    if status is not None and 500 <= status < 600 and _DETERMINISTIC_5XX.search(text):
+        return "invalid_request", False
+    if status is None:  # an error object in a 200 body without a numeric code: read its type
+        if _AUTH_TYPES.search(error_type):
+            return "auth", False
+        if "invalid_request" in error_type:
+            return "invalid_request", False
+        return "unavailable", True
+    if status in RETRYABLE_STATUS or status >= 500:
+        return "unavailable", True
+    return "invalid_request", False
+
+
+SlipKind = Literal["empty_tool_calls", "blank_content", "unparsed_tool_call"]
 
 
 @dataclass
@@ -44,9 +117,14 @@ class ChatReply:
 
     Attributes:
         message: the assistant message, normalised (string arguments, unique non-empty ids).
-        prompt_tokens / completion_tokens: the provider's reported usage, tokens.
+        prompt_tokens / completion_tokens: the provider's reported usage, tokens; counted with
+            tiktoken o200k_base over `runner.tokens`' rendering when the provider sent none.
         provider_ms: wall time inside HTTP, back-off included, ms.
-        retries: one entry per failed attempt: {"error": str, "waitMs": float}.
+        retries: one entry per failed attempt: {"error": str, "status": int | None, "waitMs": float}.
+        usage_estimated: True when some usage was counted here, not reported by the provider.
+        rewrites: what was changed in the provider's message, with the originals:
+            {"callId", "field": "id" | "arguments", "original", "sent"} each.
+        neutralised: control-token look-alikes defused in the request's user and tool text.
     """
 
     message: Message
@@ -55,6 +133,28 @@ class ChatReply:
     finish_reason: str | None
     provider_ms: float
     retries: list[dict[str, Any]] = field(default_factory=list)
+    usage_estimated: bool = False
+    rewrites: list[dict[str, Any]] = field(default_factory=list)
+    neutralised: int = 0
+
+    @property
+    def slip(self) -> SlipKind | None:
+        """A protocol slip: a reply that is neither an answer nor a usable call.
+
+        empty_tool_calls: finish_reason "tool_calls" with no calls; unparsed_tool_call: no calls
+        but a `<tool_call>` block in the text (the server could not parse it); blank_content:
+        no calls and no visible text.
+        """
+        if self.message.tool_calls:
+            return None
+        content = self.message.content or ""
+        if self.finish_reason == "tool_calls":
+            return "empty_tool_calls"
+        if "<tool_call>" in content:
+            return "unparsed_tool_call"
+        if not content.strip():
+            return "blank_content"
+        return None
 
 
 class ChatClient:
@@ -97,10 +197,12 @@ class ChatClient:
         """Ask for one completion, retrying transient failures.
 
         Raises:
-            ProviderError: a non-retryable status (with the provider's message) or retries exhausted.
+            ProviderError: a deterministic failure at once (kind auth, not_found,
+                invalid_request, context_overflow), or kind "unavailable" once the retries
+                are spent; `retries` says how many were made.
         """
-        body: dict[str, Any] = {"model": model, "messages": _request_messages(messages),
-                                "temperature": 0, "seed": 0}
+        sent, neutralised = _request_messages(messages)
+        body: dict[str, Any] = {"model": model, "messages": sent, "temperature": 0, "seed": 0}
         if tools:
             body["tools"] = tools
         if max_tokens is not None:
@@ -110,26 +212,21 @@ class ChatClient:
         started = time.perf_counter()
         for attempt in range(self.max_retries + 1):
             try:
-                data = await self._post(body)
-                message, finish = _parse_choice(data)
-                usage = data.get("usage") or {}
-                return ChatReply(
-                    message=message,
-                    prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                    completion_tokens=int(usage.get("completion_tokens") or 0),
-                    finish_reason=finish,
-                    provider_ms=(time.perf_counter() - started) * 1000,
-                    retries=retries,
-                )
+                reply = _reply(await self._post(body), body)
             except ProviderError as exc:
+                exc.retries = attempt
                 if not exc.retryable or attempt == self.max_retries:
                     exc.retryable = False
                     raise
-                wait_s = getattr(exc, "retry_after_s", None)
+                wait_s = exc.retry_after_s
                 if wait_s is None:
                     wait_s = min(self.backoff_s * 2**attempt, 8.0)
                 retries.append({"error": str(exc), "status": exc.status, "waitMs": round(wait_s * 1000)})
                 await asyncio.sleep(wait_s)
+                continue
+            reply.provider_ms = (time.perf_counter() - started) * 1000
+            reply.retries, reply.neutralised = retries, neutralised
+            return reply
         raise AssertionError("unreachable")
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -140,15 +237,11 @@ class ChatClient:
         except httpx.TransportError as exc:
             raise ProviderError(f"cannot reach {self.base_url}: {exc}", retryable=True) from None
         if response.status_code >= 400:
-            err = ProviderError(
-                f"HTTP {response.status_code}: {_error_text(response)}",
-                status=response.status_code,
-                retryable=response.status_code in RETRYABLE_STATUS,
-            )
+            err = _error_from(response.status_code, _error_object(response))
             retry_after = response.headers.get("retry-after")
             if retry_after is not None:
                 try:
-                    err.retry_after_s = max(0.0, float(retry_after))  # type: ignore[attr-defined]
+                    err.retry_after_s = max(0.0, float(retry_after))
                 except ValueError:
                     pass
             raise err
@@ -161,20 +254,31 @@ class ChatClient:
             ) from None
         if not isinstance(data, dict):
             raise ProviderError("the provider answered with a non-object body", retryable=True)
+        if data.get("error") and not data.get("choices"):
+            # An error object in a 200 body (proxies and routers do this): the code inside wins.
+            error = data["error"] if isinstance(data["error"], dict) else {"message": str(data["error"])}
+            code = error.get("code") if isinstance(error.get("code"), int) else error.get("status")
+            raise _error_from(code if isinstance(code, int) else None, error, in_body=True)
         return data
 
 
-def _error_text(response: httpx.Response) -> str:
-    """The provider's own error message if it sent one in the OpenAI shape, else the body in
-    one line. An HTML page (a web server or proxy, not an API) becomes its title and a hint."""
+def _error_object(response: httpx.Response) -> dict[str, Any]:
+    """The provider's error object in the OpenAI shape if it sent one, else {"message": the
+    body in one line}. An HTML page (a web server or proxy, not an API) becomes its title and
+    a hint."""
     try:
         data = response.json()
-        err = data.get("error", data) if isinstance(data, dict) else data
-        if isinstance(err, dict):
-            return str(err.get("message") or err.get("detail") or err)
-        return str(err)
     except ValueError:
-        pass
+        return {"message": _body_text(response)}
+    err = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(err, dict):
+        if not err.get("message") and err.get("detail"):
+            err = {**err, "message": err["detail"]}
+        return err
+    return {"message": str(err)}
+
+
+def _body_text(response: httpx.Response) -> str:
     text = response.text
     if "html" in response.headers.get("content-type", "") or text.lstrip()[:1] == "<":
         title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
@@ -184,20 +288,90 @@ def _error_text(response: httpx.Response) -> str:
     return " ".join(text.split())[:300] or response.reason_phrase
 
 
-def _request_messages(messages: list[Message]) -> list[dict[str, Any]]:
-    """Messages as sent: assistant `content: null` becomes "" (llama-cpp-python 0.3.x
-    answers HTTP 500 otherwise)."""
+def _error_from(status: int | None, error: dict[str, Any], in_body: bool = False) -> ProviderError:
+    """A ProviderError for one failed attempt, triaged by `classify`, with the provider's numbers.
+
+    Args:
+        status: the HTTP status, or the error object's numeric code when it came in a 200 body.
+        error: the provider's error object ({"message", "type", "code", ...}).
+    """
+    message = str(error.get("message") or error)
+    error_type = " ".join(str(error[k]) for k in ("type", "code") if isinstance(error.get(k), str))
+    kind, retryable = classify(status, message, error_type)
+    details = {k: v for k, v in error.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("code", "status")}
+    if in_body:
+        label = "error in a 200 body" + (f" (code {status})" if status is not None else "")
+    else:
+        label = f"HTTP {status}"
+    return ProviderError(f"{label}: {message}", status=status, retryable=retryable, kind=kind,
+                         details=details or None)
+
+
+def _request_messages(messages: list[Message]) -> tuple[list[dict[str, Any]], int]:
+    """Messages as sent, and the number of control-token look-alikes neutralised.
+
+    - assistant `content: null` becomes "" (llama-cpp-python 0.3.x answers HTTP 500 otherwise);
+    - tool-call arguments that are not a JSON object are sent as "{}" (llama.cpp's server
+      answers every later request 500 otherwise); the state keeps the model's own string and
+      the tool result tells the model what was wrong;
+    - `<|...|>` look-alikes in user and tool text are defused (`neutralise`).
+    """
     out = []
+    count = 0
     for m in messages:
         d = m.to_api()
         if m.role == "assistant" and d.get("content") is None:
             d["content"] = ""
+        for call in d.get("tool_calls") or []:
+            if not _is_json_object(call["function"].get("arguments", "")):
+                call["function"]["arguments"] = "{}"
+        if m.role in ("user", "tool") and isinstance(d.get("content"), str):
+            d["content"], n = neutralise(d["content"])
+            count += n
         out.append(d)
-    return out
+    return out, count
 
 
-def _parse_choice(data: dict[str, Any]) -> tuple[Message, str | None]:
-    """The first choice's message, normalised.
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
+def _reply(data: dict[str, Any], body: dict[str, Any]) -> ChatReply:
+    """A ChatReply from a 200 body; usage the provider did not report is counted here.
+
+    Raises:
+        ProviderError (retryable): the body has no usable choice.
+    """
+    message, finish, rewrites = _parse_choice(data)
+    usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
+    prompt_tokens = _int(usage.get("prompt_tokens"))
+    completion_tokens = _int(usage.get("completion_tokens"))
+    estimated = False
+    if prompt_tokens <= 0 or (completion_tokens <= 0 and (message.content or message.tool_calls)):
+        from runner import tokens  # loaded only when a provider leaves usage out
+
+        estimated = True
+        if prompt_tokens <= 0:
+            prompt_tokens = tokens.count(tokens.render_request(body["messages"], body.get("tools")))
+        if completion_tokens <= 0:
+            completion_tokens = tokens.count(tokens.render_reply(message.to_api()))
+    return ChatReply(message=message, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                     finish_reason=finish, provider_ms=0.0, usage_estimated=estimated, rewrites=rewrites)
+
+
+def _int(value: Any) -> int:
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _parse_choice(data: dict[str, Any]) -> tuple[Message, str | None, list[dict[str, Any]]]:
+    """The first choice's message, normalised, with the rewrites made.
 
     Raises:
         ProviderError (retryable): the body has no usable choice.
@@ -209,30 +383,40 @@ def _parse_choice(data: dict[str, Any]) -> tuple[Message, str | None]:
         raise ProviderError("the provider's reply has no choices[0].message", retryable=True) from None
     if not isinstance(raw, dict):
         raise ProviderError("the provider's choices[0].message is not an object", retryable=True)
-    return _parse_message(raw), choice.get("finish_reason")
+    message, rewrites = _parse_message(raw)
+    return message, choice.get("finish_reason"), rewrites
 
 
-def _parse_message(raw: dict[str, Any]) -> Message:
-    """Normalise a local server's assistant message.
+def _parse_message(raw: dict[str, Any]) -> tuple[Message, list[dict[str, Any]]]:
+    """Normalise a local server's assistant message; returns it and what was rewritten.
 
     - `arguments` sent as an object become a JSON string; surrounding whitespace is stripped;
-      empty arguments become "{}".
+      empty arguments become "{}". A string that is not a JSON object is kept as it is (the
+      loop answers the call with an error; `_request_messages` sends "{}" in its place).
     - missing, empty or duplicate call ids get fresh unique ones.
+    Each change is one rewrite: {"callId", "field", "original", "sent"}.
     """
     calls: list[ToolCall] = []
+    rewrites: list[dict[str, Any]] = []
     seen: set[str] = set()
     for raw_call in raw.get("tool_calls") or []:
+        if not isinstance(raw_call, dict):
+            continue
         fn = raw_call.get("function") or {}
-        args = fn.get("arguments")
-        if args is None or args == "":
-            args = "{}"
-        elif not isinstance(args, str):
-            args = json.dumps(args)
-        call_id = str(raw_call.get("id") or "").strip()
+        original = fn.get("arguments")
+        args = "{}" if original is None or original == "" else original
+        args = (args if isinstance(args, str) else json.dumps(args)).strip()
+        raw_id = raw_call.get("id")
+        call_id = str(raw_id or "").strip()
         if not call_id or call_id in seen:
             call_id = f"call_{uuid.uuid4().hex[:12]}"
+            rewrites.append({"callId": call_id, "field": "id", "original": raw_id, "sent": call_id})
         seen.add(call_id)
-        calls.append(ToolCall(id=call_id, function=FunctionCall(name=str(fn.get("name") or ""), arguments=args.strip())))
+        if args != original:
+            rewrites.append({"callId": call_id, "field": "arguments", "original": original, "sent": args})
+        if not _is_json_object(args):
+            rewrites.append({"callId": call_id, "field": "arguments", "original": args, "sent": "{}"})
+        calls.append(ToolCall(id=call_id, function=FunctionCall(name=str(fn.get("name") or ""), arguments=args)))
     content = raw.get("content")
-    return Message(role="assistant", content=content if isinstance(content, str) else None,
-                   tool_calls=calls or None)
+    return (Message(role="assistant", content=content if isinstance(content, str) else None,
+                    tool_calls=calls or None), rewrites)

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from runner import catalog, loop, store
 from runner.cancel import CancelToken
@@ -36,8 +36,12 @@ def build_tools(state: RunState) -> list[Tool]:
 async def execute(
     state: RunState, base_url: str, runs_root: Path | None, *, cancel: CancelToken | None = None,
     on_progress: Callable[[str, str], None] | None = None, tools_see_cancel: bool = True,
+    server_settings: dict[str, Any] | None = None,
 ) -> RunState:
     """Run (or resume) `state` against `base_url`, saving under `runs_root` (None: in memory).
+
+    `server_settings` (what the endpoint runs with, e.g. the local server's n_ctx, chat_format,
+    seed, n_threads) is recorded on `run_started`.
 
     Tools work on the run's private copy of the workspace: `runs_root/<run_id>/workspace`,
     or a temporary folder, removed afterwards, when `runs_root` is None.
@@ -74,7 +78,7 @@ async def execute(
             rt = loop.Runtime(
                 client=client, tools=catalog.build(state.config), workspace=workspace, runs_root=runs_root,
                 cancel=cancel or CancelToken(), on_progress=on_progress, tracer=tracer,
-                tools_see_cancel=tools_see_cancel, run_child=run_child,
+                tools_see_cancel=tools_see_cancel, run_child=run_child, server_settings=server_settings,
             )
             return await loop.run(state, rt)
 

@@ -1,10 +1,14 @@
 """The harness loop: `run(state, runtime)` and the small steps it is made of.
 
 Each iteration, in this order: run the pending tool calls of the last assistant message
-(so resume and approval are one code path); else check the stop rules (turns, budget,
-cancellation) before paying for anything; else ask the model, record its reply and cost;
-a reply without tool calls completes the run. Every transition is saved atomically and
-traced before the next one starts. Expected endings are data on the state, never exceptions.
+(so resume and approval are one code path; the budget and turn cap are checked before each
+call of a batch); else check the stop rules (turns, budget, cancellation) before paying for
+anything; else ask the model, record its reply and cost; a reply without tool calls
+completes the run. A protocol slip (no answer and no usable call) is billed, not kept, and
+asked again a bounded number of times. Every transition is saved atomically and traced
+before the next one starts. Expected endings are data on the state, never exceptions:
+a provider that stays unavailable through its retries leaves the run `interrupted`
+(resumable); what no resume fixes leaves it `failed` with a typed `error`.
 """
 
 from __future__ import annotations
@@ -21,12 +25,16 @@ from runner.cancel import Cancelled, CancelToken, race
 from runner.client import ChatClient, ChatReply, ProviderError
 from runner.errors import NotPending
 from runner.state import (
+    FORMAT_VERSION,
     ApprovalInterruption,
     CancelledInterruption,
+    ErrorType,
     Interruption,
     MaxBudgetInterruption,
     MaxTurnsInterruption,
     Message,
+    ProviderUnavailableInterruption,
+    RunError,
     RunState,
     RunStatus,
     ToolCall,
@@ -41,6 +49,7 @@ from runner.trace import (
     RunResumed,
     RunStarted,
     RunStopped,
+    ToolCancelled,
     ToolProgress,
     ToolResult,
     ToolStart,
@@ -51,6 +60,12 @@ from runner.trace import (
 GENERIC_TOOL_ERROR = "Error: the tool failed."
 MIN_REPLY_TOKENS = 16
 """With cap_max_tokens, a turn is bought only if the budget pays for at least this many reply tokens."""
+SLIPS = {
+    "empty_tool_calls": 'finish_reason "tool_calls" with no tool calls',
+    "blank_content": "no tool calls and blank content",
+    "unparsed_tool_call": "a <tool_call> block the server could not parse",
+}
+"""The protocol slips, in words (see `ChatReply.slip`)."""
 
 
 def default_tool_error_text(exc: Exception) -> str:
@@ -73,6 +88,8 @@ class Runtime:
         tools_see_cancel: test switch; False delivers the Stop signal to the HTTP layer only.
         run_child: drives a child run (load-or-create by its id, run, save) and returns its
             final state; wired by `runner.harness`. None: tools cannot start child runs.
+        server_settings: what the endpoint runs with, for `run_started` (the local llama.cpp
+            server fills it: context size, chat format, seed, threads); None: unknown.
     """
 
     client: ChatClient
@@ -85,6 +102,7 @@ class Runtime:
     tools_see_cancel: bool = True
     tracer: Tracer = field(default_factory=lambda: Tracer(None))
     run_child: Callable[[RunState, CancelToken], Awaitable[RunState]] | None = None
+    server_settings: dict[str, Any] | None = None
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -105,18 +123,21 @@ async def run(state: RunState, rt: Runtime) -> RunState:
     Resumable statuses are reset to `running` first, so calling `run` on a loaded state is
     how a run is resumed. Final states (completed, failed) are returned unchanged.
     Raises only for bugs and bad configuration; provider failures and cancellation are
-    recorded as `failed` / `interrupted` with a reason.
+    recorded as `failed` (with `error`) / `interrupted` with a reason.
     """
     if state.status in ("completed", "failed"):
         return state
     began = time.perf_counter()
     fresh = state.turns == 0 and not state.tool_runs and not rt.tracer.has_events()
     state.status, state.interruption, state.reason = "running", None, None
+    state.format_version = FORMAT_VERSION  # from here on it is written in this version's shape
     rt.tracer.emit(
         RunStarted(runId=state.run_id, model=state.config.model, parentRunId=state.parent_run_id,
-                   prompt=next((m.content or "" for m in state.messages if m.role == "user"), ""))
+                   prompt=next((m.content or "" for m in state.messages if m.role == "user"), ""),
+                   endpoint=rt.client.base_url, server=rt.server_settings)
         if fresh else RunResumed(runId=state.run_id, turns=state.turns, costUsd=state.cost_usd,
-                                 approved=[c.id for c in pending(state) if c.id in state.approved])
+                                 approved=[c.id for c in pending(state) if c.id in state.approved],
+                                 endpoint=rt.client.base_url)
     )
     try:
         while state.status == "running":
@@ -136,7 +157,7 @@ async def run(state: RunState, rt: Runtime) -> RunState:
     except Cancelled as exc:
         _stop(state, "interrupted", CancelledInterruption(reason=exc.reason), f"cancelled: {exc.reason}")
     except ProviderError as exc:
-        _stop(state, "failed", None, f"provider error: {exc}")
+        _stop_for_provider(state, exc)
     finally:
         state.wall_ms += (time.perf_counter() - began) * 1000
         if state.status == "running":  # an unexpected exception is escaping: keep it resumable
@@ -167,6 +188,23 @@ def _stop(state: RunState, status: RunStatus, interruption: Interruption | None,
     state.status, state.interruption, state.reason = status, interruption, reason
 
 
+def _fail(state: RunState, kind: ErrorType, message: str, reason: str, http_status: int | None = None,
+          details: dict[str, Any] | None = None) -> None:
+    _stop(state, "failed", None, reason)
+    state.error = RunError(type=kind, message=message, http_status=http_status, details=details)
+
+
+def _stop_for_provider(state: RunState, exc: ProviderError) -> None:
+    """Unavailable through every retry: interrupted (a plain resume asks again). Anything
+    deterministic: failed, with the provider's own message and numbers."""
+    if exc.kind == "unavailable":
+        _stop(state, "interrupted", ProviderUnavailableInterruption(
+            http_status=exc.status, message=str(exc), retries=exc.retries),
+            f"provider unavailable after {exc.retries} retries: {exc}")
+    else:
+        _fail(state, exc.kind, str(exc), f"provider error: {exc}", exc.status, exc.details)
+
+
 def _check_limits(state: RunState, rt: Runtime) -> tuple[RunStatus, Interruption, str] | None:
     """The stop rules, checked before each model call. The budget check runs before the
     turn is bought, so spend passes the cap by at most one turn's cost."""
@@ -175,13 +213,15 @@ def _check_limits(state: RunState, rt: Runtime) -> tuple[RunStatus, Interruption
         reason = rt.cancel.reason or "cancelled"
         return "interrupted", CancelledInterruption(reason=reason), f"cancelled: {reason}"
     if cfg.max_turns is not None and state.turns >= cfg.max_turns:
-        return "max_turns_exceeded", MaxTurnsInterruption(), f"reached the turn cap of {cfg.max_turns}"
-    if cfg.max_budget_usd is not None and state.cost_usd >= cfg.max_budget_usd:
-        return ("budget_exceeded", MaxBudgetInterruption(),
-                f"spent ${state.cost_usd:.6f} of a ${cfg.max_budget_usd:.6f} budget")
+        return ("max_turns_exceeded", MaxTurnsInterruption(limit=cfg.max_turns, used=state.turns),
+                f"reached the turn cap of {cfg.max_turns}")
+    budget = None if cfg.max_budget_usd is None else MaxBudgetInterruption(
+        limit_usd=cfg.max_budget_usd, used_usd=round(state.cost_usd, 9))
+    if budget is not None and state.cost_usd >= (cfg.max_budget_usd or 0.0):
+        return "budget_exceeded", budget, f"spent ${state.cost_usd:.6f} of a ${cfg.max_budget_usd:.6f} budget"
     reply_tokens = _reply_token_budget(state, rt)
-    if reply_tokens is not None and reply_tokens < MIN_REPLY_TOKENS:
-        return ("budget_exceeded", MaxBudgetInterruption(),
+    if budget is not None and reply_tokens is not None and reply_tokens < MIN_REPLY_TOKENS:
+        return ("budget_exceeded", budget,
                 f"spent ${state.cost_usd:.6f} of a ${cfg.max_budget_usd:.6f} budget; the next prompt "
                 f"(~{_next_prompt_tokens(state, rt)} tokens) would leave too little for a reply")
     return None
@@ -189,14 +229,15 @@ def _check_limits(state: RunState, rt: Runtime) -> tuple[RunStatus, Interruption
 
 def _next_prompt_tokens(state: RunState, rt: Runtime) -> int:
     """A deliberately high estimate of the next request's prompt tokens: the last prompt, the
-    last reply, and 2 characters per token (logs and JSON run ~2.5) for what was appended
-    since (turn 1: everything)."""
+    last reply, and `tokens.upper_bound` (conservative for any script: CJK, emoji, digits)
+    plus 8 tokens of framing per message for what was appended since (turn 1: everything)."""
+    from runner.tokens import upper_bound
+
     if not state.per_turn:
-        chars = sum(len(m.content or "") + 16 for m in state.messages) + len(json.dumps(rt.tool_schemas))
-        return chars // 2
+        return sum(upper_bound(m.content or "") + 8 for m in state.messages) + upper_bound(json.dumps(rt.tool_schemas))
     last = state.per_turn[-1]
     since = state.messages[_last_assistant_index(state) + 1:]
-    return last.prompt_tokens + last.completion_tokens + sum(len(m.content or "") + 16 for m in since) // 2
+    return last.prompt_tokens + last.completion_tokens + sum(upper_bound(m.content or "") + 8 for m in since)
 
 
 def _last_assistant_index(state: RunState) -> int:
@@ -226,6 +267,8 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
 
 
 def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: int | None) -> None:
+    """Bill the reply; keep it unless it is a protocol slip (then it is asked again, up to
+    `max_protocol_retries` times, and the run fails past that)."""
     cfg = state.config
     cost = (reply.prompt_tokens * cfg.price_in_usd_per_mtok
             + reply.completion_tokens * cfg.price_out_usd_per_mtok) / 1e6
@@ -233,15 +276,21 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
     state.prompt_tokens += reply.prompt_tokens
     state.completion_tokens += reply.completion_tokens
     state.cost_usd += cost
-    _unique_call_ids(state, reply.message)
-    state.messages.append(reply.message)
+    slip = reply.slip
+    rewrites = list(reply.rewrites)
+    if slip is None:
+        rewrites += _unique_call_ids(state, reply.message)
+        state.messages.append(reply.message)
     ms = reply.provider_ms
     state.per_turn.append(TurnRecord(
         turn=state.turns, prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
         cost_usd=cost, ms=ms, provider_ms=reply.provider_ms, finish_reason=reply.finish_reason,
         retries=len(reply.retries), max_tokens=max_tokens,
         budget_capped=max_tokens is not None and max_tokens != state.config.max_tokens,
+        usage_estimated=reply.usage_estimated, slip=slip,
     ))
+    if slip is not None:
+        _fail_if_slipping(state)
     rt.save(state)
     store.crash_point("reply")
     rt.tracer.emit(TurnEvent(
@@ -249,22 +298,52 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
         completion_tokens=reply.completion_tokens,
         total_tokens=reply.prompt_tokens + reply.completion_tokens,
         costUsd=round(state.cost_usd, 9), finish=reply.finish_reason, ms=round(ms, 3),
-        retries=reply.retries or None,
+        retries=reply.retries or None, usageEstimated=reply.usage_estimated or None,
+        slip=slip, content=(reply.message.content or "")[:500] if slip else None,
+        rewrites=rewrites or None, neutralised=reply.neutralised or None,
     ))
 
 
-def _unique_call_ids(state: RunState, message: Message) -> None:
-    """Give a reused call id a fresh one, so answers and approvals stay bound to one call."""
+def _fail_if_slipping(state: RunState) -> None:
+    """Fail once the last `max_protocol_retries` + 1 replies in a row were all slips."""
+    slips = 0
+    for record in reversed(state.per_turn):
+        if record.slip is None:
+            break
+        slips += 1
+    if slips > state.config.max_protocol_retries:
+        last = state.per_turn[-1].slip or ""
+        what = f"the model replied {slips} times in a row with {SLIPS.get(last, last)} ({last})"
+        _fail(state, "protocol_slip", what, f"protocol slip: {what}")
+
+
+def _unique_call_ids(state: RunState, message: Message) -> list[dict[str, Any]]:
+    """Give a reused call id a fresh one, so answers and approvals stay bound to one call;
+    returns the rewrites made ({"callId", "field": "id", "original", "sent"})."""
     used = {c.id for m in state.messages for c in (m.tool_calls or [])}
+    rewrites: list[dict[str, Any]] = []
     for i, call in enumerate(message.tool_calls or []):
         if call.id in used:
-            call.id = f"{call.id}~{state.turns}.{i}"
+            new_id = f"{call.id}~{state.turns}.{i}"
+            rewrites.append({"callId": new_id, "field": "id", "original": call.id, "sent": new_id})
+            call.id = new_id
         used.add(call.id)
+    return rewrites
 
 
 async def _run_tool_calls(state: RunState, rt: Runtime, calls: list[ToolCall]) -> None:
-    """Answer each pending call in order, or stop the run (approval, failure, cancel)."""
+    """Answer each pending call in order, or stop the run (approval, failure, cancel).
+    Before each call: the Stop signal (the rest stay pending), then the budget and turn cap
+    (the rest are answered "not run", so the transcript stays valid)."""
     for call in calls:
+        if rt.cancel.is_cancelled:
+            raise Cancelled(rt.cancel.reason or "cancelled")
+        refusal = _batch_limit(state, call)
+        if refusal is not None:
+            _answer(state, rt, call, refusal, ToolRun(
+                call_id=call.id, tool_name=call.function.name, signature="skipped", ok=False, ms=0,
+                source="skipped", error=refusal))
+            continue
         tool = rt.tool(call.function.name)
         try:
             if tool is None:
@@ -282,12 +361,28 @@ async def _run_tool_calls(state: RunState, rt: Runtime, calls: list[ToolCall]) -
             return
         cached = _cached_result(state, tool, signature)
         if cached is not None:
-            _answer(state, rt, call, cached, ToolRun(call_id=call.id, tool_name=tool.name,
-                                                       signature=signature, ok=True, ms=0, source="cache"))
-            continue
-        await _execute(state, rt, tool, call, args, signature)
+            record = ToolRun(call_id=call.id, tool_name=tool.name, signature=signature, ok=True, ms=0,
+                             source="cache")
+            _answer(state, rt, call, cached, record)
+            _fail_if_repeating(state, record)
+        else:
+            await _execute(state, rt, tool, call, args, signature)
         if state.status != "running":
             return
+
+
+def _batch_limit(state: RunState, call: ToolCall) -> str | None:
+    """Why `call` must not run (budget spent, or past the turn cap), in words for the model;
+    None to run it. A write already started (in doubt) is never answered "not run"."""
+    cfg = state.config
+    if call.id in state.started or call.id in state.in_doubt:
+        return None
+    if cfg.max_budget_usd is not None and state.cost_usd >= cfg.max_budget_usd:
+        return (f"Not run: the run's budget of ${cfg.max_budget_usd:.6f} was spent "
+                f"(${state.cost_usd:.6f}) before this call could start.")
+    if cfg.max_turns is not None and state.turns > cfg.max_turns:
+        return f"Not run: the run is past its turn cap of {cfg.max_turns} turns."
+    return None
 
 
 def _needs_verdict(state: RunState, tool: Tool, call: ToolCall, signature: str) -> bool:
@@ -356,7 +451,9 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
     error: Exception | None = None
     try:
         text = await tool.run(args, ctx)
-    except Cancelled:
+    except Cancelled as exc:  # the call stays pending: a resume runs it again
+        rt.tracer.emit(ToolCancelled(runId=state.run_id, toolName=tool.name, callId=call.id,
+                                     ms=round((time.perf_counter() - began) * 1000, 3), reason=exc.reason))
         raise
     except Exception as exc:
         error, text = exc, ""
@@ -370,6 +467,8 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
     _answer(state, rt, call, text, record, child=children[-1] if children else None)
     if error is not None:
         _fail_if_fatal(state, error, record)
+    else:
+        _fail_if_repeating(state, record)
 
 
 def _record_child_cost(state: RunState, child: RunState) -> None:
@@ -389,32 +488,58 @@ def _progress(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, label: s
 
 def _answer(state: RunState, rt: Runtime, call: ToolCall, text: str, record: ToolRun,
             child: str | None = None) -> None:
-    """Append the tool result for `call` and its record; save; trace."""
+    """Append the tool result for `call` (capped at `max_tool_result_chars`) and its record;
+    save; trace."""
+    text, omitted = cap_text(text, state.config.max_tool_result_chars)
     state.messages.append(Message(role="tool", tool_call_id=call.id, name=call.function.name, content=text))
     state.tool_runs.append(record)
     rt.save(state)
     store.crash_point("tool_result")
     rt.tracer.emit(ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id,
                               ms=round(record.ms, 3), ok=record.ok, source=record.source,
-                              error=record.error, childRunId=child))
+                              error=record.error, childRunId=child, omittedChars=omitted or None))
+
+
+def cap_text(text: str, max_chars: int | None) -> tuple[str, int]:
+    """`text` cut to `max_chars` characters plus a marker the model can read
+    (`[truncated: N of M characters omitted]`), and N; unchanged (and 0) when it fits."""
+    if max_chars is None or len(text) <= max_chars:
+        return text, 0
+    omitted = len(text) - max_chars
+    return f"{text[:max_chars]}\n[truncated: {omitted} of {len(text)} characters omitted]", omitted
 
 
 def _fail_if_fatal(state: RunState, error: Exception, record: ToolRun) -> None:
     """Stop `failed` for the fatal policy, a permanent error, or the same failure N times."""
     cfg = state.config
     if cfg.tool_errors == "fatal":
-        _stop(state, "failed", None, f"tool {record.tool_name} failed: {error}")
+        _fail(state, "tool_error", str(error), f"tool {record.tool_name} failed: {error}")
     elif cfg.permanent_errors and getattr(error, "permanent", False):
-        _stop(state, "failed", None, f"permanent error from {record.tool_name}: {error}")
+        _fail(state, "permanent_tool_error", str(error), f"permanent error from {record.tool_name}: {error}")
     elif cfg.max_identical_failures > 0:
-        streak = 0
-        for earlier in reversed(state.tool_runs):
-            if (earlier.signature, earlier.ok, earlier.error) != (record.signature, False, record.error):
-                break
-            streak += 1
+        streak = _streak(state, record)
         if streak >= cfg.max_identical_failures:
-            _stop(state, "failed", None,
+            _fail(state, "repeated_failure", str(error),
                   f"permanent error: {record.tool_name} failed the same way {streak} times in a row: {error}")
+
+
+def _fail_if_repeating(state: RunState, record: ToolRun) -> None:
+    """Stop `failed` when the same successful call came `max_identical_calls` times in a row."""
+    limit = state.config.max_identical_calls
+    streak = _streak(state, record)
+    if limit > 0 and streak >= limit:
+        what = f"{record.tool_name} was called with the same arguments {streak} times in a row"
+        _fail(state, "repeated_call", what, f"repeated call: {what}; the model is not making progress")
+
+
+def _streak(state: RunState, record: ToolRun) -> int:
+    """How many tool runs in a row, ending with the last, match `record` (signature, ok, error)."""
+    streak = 0
+    for earlier in reversed(state.tool_runs):
+        if (earlier.signature, earlier.ok, earlier.error) != (record.signature, record.ok, record.error):
+            break
+        streak += 1
+    return streak
 
 
 def approve(state: RunState, call_id: str) -> None:

@@ -74,6 +74,14 @@ def _double_delete(t: int, tools: str) -> Reply:
     return "Deleted access.log."
 
 
+def _runaway(t: int, tools: str) -> Reply:
+    """A tool call every turn, forever, never the same call twice in a row (so only a turn cap
+    or a budget stops it; `stuck` repeats one call and trips the repeated-call rule)."""
+    if t % 2 == 0:
+        return _call(f"c{t + 1}", "list_files")
+    return _call(f"c{t + 1}", "read_file", path="notes.txt")
+
+
 def _slow(t: int, tools: str) -> Reply:
     if t == 0:
         return _call("c1", "scan_archive")
@@ -150,7 +158,8 @@ def _quirks(t: int, tools: str) -> Reply:
 
 SCENARIOS: dict[str, Script] = {
     "plan": _plan,
-    "runaway": lambda t, tools: _call(f"c{t + 1}", "list_files"),
+    "runaway": _runaway,
+    "stuck": lambda t, tools: _call(f"c{t + 1}", "list_files"),
     "recover": _recover,
     "destructive": _destructive,
     "repeat": _repeat,
@@ -173,6 +182,7 @@ SCENARIOS: dict[str, Script] = {
 PROMPTS: dict[str, str] = {
     "plan": "Which log file mentions a timeout, and what does it say?",
     "runaway": "Keep an eye on the workspace.",
+    "stuck": "Keep an eye on the workspace.",
     "recover": "Which log file mentions a timeout?",
     "destructive": "Free some space in the workspace.",
     "repeat": "What does errors.log say about timeouts?",

@@ -15,15 +15,22 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2 (issue 10): `error`, the `provider_unavailable` interruption, limits on the max_turns /
+max_budget interruptions, `usage_estimated`/`slip` on turn records, `skipped` tool runs.
+Every new field has a default, so version-1 files load unchanged."""
+
+DEFAULT_MAX_TURNS = 20
+"""The turn cap a run gets unless one is given (the chapter's runs use 20); None lifts it."""
 
 RunStatus = Literal[
     "running",  # the loop may call the model again
     "completed",  # the model answered in prose; final
-    "failed",  # an error no retry can fix (provider 4xx, permanent tool error); final
+    "failed",  # what no resume fixes (401/403, invalid request, context overflow, permanent tool
+    # error, protocol slips or repeated calls past their bound); `error` says which; final
     "max_turns_exceeded",  # the turn cap stopped it; resumable with a higher cap
     "budget_exceeded",  # the USD budget stopped it; resumable with a higher budget
-    "interrupted",  # approval needed, or cancelled; resumable
+    "interrupted",  # approval needed, cancelled, or the provider unavailable; resumable
 ]
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed"})
 DEFAULT_TOOLS: tuple[str, ...] = ("list_files", "read_file", "delete_file", "scan_archive")
@@ -69,10 +76,31 @@ class ApprovalInterruption(BaseModel):
 
 class MaxTurnsInterruption(BaseModel):
     type: Literal["max_turns"] = "max_turns"
+    limit: int | None = None
+    """The turn cap in force (None in version-1 files)."""
+    used: int | None = None
+    """Turns taken when the run stopped."""
 
 
 class MaxBudgetInterruption(BaseModel):
     type: Literal["max_budget"] = "max_budget"
+    limit_usd: float | None = None
+    """The budget in force, USD (None in version-1 files)."""
+    used_usd: float | None = None
+    """Spend when the run stopped, USD (may pass the limit by at most one turn's cost)."""
+
+
+class ProviderUnavailableInterruption(BaseModel):
+    """The provider could not be reached, or kept failing, through every retry: a plain
+    resume asks again. Not a verdict on the run."""
+
+    type: Literal["provider_unavailable"] = "provider_unavailable"
+    http_status: int | None
+    """The last attempt's HTTP status; None for a transport error or timeout."""
+    message: str
+    """The last attempt's error, with the provider's own message where it sent one."""
+    retries: int
+    """Attempts made after the first."""
 
 
 class CancelledInterruption(BaseModel):
@@ -81,9 +109,35 @@ class CancelledInterruption(BaseModel):
 
 
 Interruption = Annotated[
-    Union[ApprovalInterruption, MaxTurnsInterruption, MaxBudgetInterruption, CancelledInterruption],
+    Union[ApprovalInterruption, MaxTurnsInterruption, MaxBudgetInterruption, CancelledInterruption,
+          ProviderUnavailableInterruption],
     Field(discriminator="type"),
 ]
+
+ErrorType = Literal[
+    "auth",  # HTTP 401/403: the key or the account
+    "invalid_request",  # a 4xx (or a deterministic 5xx) the provider calls invalid
+    "not_found",  # HTTP 404: unknown model or endpoint
+    "context_overflow",  # the prompt does not fit the model's context
+    "protocol_slip",  # the model kept replying with no answer and no usable call
+    "tool_error",  # tool_errors="fatal" and a tool failed
+    "permanent_tool_error",  # a tool failure no retry fixes (permission denied, ...)
+    "repeated_failure",  # the same failing call N times in a row
+    "repeated_call",  # the same successful call N times in a row
+]
+"""Why a `failed` run failed, as a closed set."""
+
+
+class RunError(BaseModel):
+    """What stopped a `failed` run, as data."""
+
+    type: ErrorType
+    message: str
+    """One line: the provider's own message, or the tool's error, or the slip described."""
+    http_status: int | None = None
+    """The provider's HTTP status (None for tool errors, slips and transport errors)."""
+    details: dict[str, Any] | None = None
+    """Numbers the provider gave with the error, e.g. {"n_prompt_tokens": 5000, "n_ctx": 4096}."""
 
 
 class TurnRecord(BaseModel):
@@ -102,6 +156,12 @@ class TurnRecord(BaseModel):
     """The max_tokens sent with the request, if any."""
     budget_capped: bool = False
     """True when max_tokens came from the budget left (cap_max_tokens)."""
+    usage_estimated: bool = False
+    """True when the provider sent no usable usage and the tokens were counted with tiktoken
+    o200k_base over `runner.tokens`' rendering (charged all the same)."""
+    slip: str | None = None
+    """A protocol slip (`empty_tool_calls`, `blank_content`, `unparsed_tool_call`): the reply
+    was billed but not kept, and the turn was asked again."""
 
 
 class ToolRun(BaseModel):
@@ -112,7 +172,9 @@ class ToolRun(BaseModel):
     signature: str
     ok: bool
     ms: float
-    source: Literal["run", "cache", "rejected", "invalid"] = "run"
+    source: Literal["run", "cache", "rejected", "invalid", "skipped"] = "run"
+    """run: executed; cache: dedupe; rejected: the user declined; invalid: unknown tool or bad
+    arguments; skipped: not run because the budget or turn cap was reached mid-batch."""
     error: str | None = None
 
 
@@ -127,7 +189,8 @@ class RunConfig(BaseModel):
     model: str
     base_url: str | None = None
     """None means: start the scripted provider on a free loopback port (scripted runs)."""
-    max_turns: int | None = None
+    max_turns: int | None = DEFAULT_MAX_TURNS
+    """Turn cap; None: no cap (version-1 files without one load as None, as they ran)."""
     max_budget_usd: float | None = None
     price_in_usd_per_mtok: float = 2.0
     price_out_usd_per_mtok: float = 12.0
@@ -137,6 +200,13 @@ class RunConfig(BaseModel):
     permanent_errors: bool = True
     max_identical_failures: int = 2
     """A failing call repeated this many times in a row is treated as permanent (0: never)."""
+    max_identical_calls: int = 3
+    """The same successful call (tool + arguments) this many times in a row stops the run
+    `failed` (0: never)."""
+    max_protocol_retries: int = 2
+    """A reply that is neither an answer nor a usable call is asked again this many times."""
+    max_tool_result_chars: int | None = 20_000
+    """Longer tool results are cut, with a marker the model reads (None: no cap)."""
     auto_approve: bool = False
     """Approve every needs_approval call without stopping (used by the double_delete demo)."""
     cap_max_tokens: bool = False
@@ -167,6 +237,8 @@ class RunState(BaseModel):
     interruption: Interruption | None = None
     reason: str | None = None
     """Why the run stopped, in words (set with every non-running status)."""
+    error: RunError | None = None
+    """Set when status is `failed`: the typed cause."""
     turns: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0

@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import tempfile
 from functools import lru_cache
 from importlib import resources
@@ -122,3 +123,23 @@ def render_message(m: dict[str, Any]) -> str:
 def render_reply(message: dict[str, Any]) -> str:
     """The text a reply's completion tokens are counted over (same form as a message)."""
     return render_message(message)
+
+
+_LETTER_OR_SPACE = re.compile(r"[A-Za-z ]+")
+
+
+def upper_bound(text: str) -> int:
+    """A conservative token count for `text` under any byte-level BPE tokenizer, no tokenizer
+    needed (the harness does not know the model's).
+
+    Each non-ASCII character counts as its UTF-8 bytes (a byte-level token holds at least one
+    byte, so CJK and emoji can never be undercounted), each ASCII digit, punctuation mark or
+    control character as one (Qwen and SmolLM2 split digits one by one), and runs of ASCII
+    letters and spaces as one token per 2 characters, rounded up. Measured against
+    SmolLM2's and o200k_base's tokenizers in tests/test_providers.py.
+    """
+    ascii_len = len(text.encode("ascii", "ignore"))
+    non_ascii_bytes = len(text.encode("utf-8", "surrogatepass")) - ascii_len
+    letter_runs = _LETTER_OR_SPACE.findall(text)
+    letters = sum(len(run) for run in letter_runs)
+    return non_ascii_bytes + (ascii_len - letters) + sum((len(run) + 1) // 2 for run in letter_runs)

@@ -1,9 +1,12 @@
 """The trace: append-only JSONL, one event per line, `runId` on every line.
 
 The vocabulary is small on purpose: `run_started`, `run_resumed`, `turn`, `tool_start`,
-`tool_progress`, `tool_result`, `approval_required`, `run_stopped`. Field names follow the
-chapter's wire format (`prompt_tokens`, `costUsd`, `toolName`, ...). Each line also carries
-`ts` (Unix seconds) so a run spanning processes and days reads in order.
+`tool_progress`, `tool_result`, `tool_cancelled`, `approval_required`, `run_stopped`. Field
+names follow the chapter's wire format (`prompt_tokens`, `costUsd`, `toolName`, ...). Each
+line also carries `ts` (Unix seconds) so a run spanning processes and days reads in order.
+
+A process killed mid-append leaves a torn last line; the next writer ends it with a newline
+before appending, and `read_trace` skips torn lines (a `{` that never closes).
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ class RunStarted(_Event):
     model: str
     parentRunId: str | None = None
     prompt: str = ""
+    endpoint: str | None = None
+    """The base URL the run talks to."""
+    server: dict[str, Any] | None = None
+    """The endpoint's settings when runner started it (local llama.cpp: n_ctx, chat_format,
+    seed, n_threads, ...); None when unknown."""
 
 
 class RunResumed(_Event):
@@ -36,6 +44,8 @@ class RunResumed(_Event):
     costUsd: float
     approved: list[str] = []
     """Pending call ids that carry an approval as the run resumes."""
+    endpoint: str | None = None
+    """The base URL this process talks to (a resume may use another)."""
 
 
 class TurnEvent(_Event):
@@ -50,6 +60,17 @@ class TurnEvent(_Event):
     ms: float
     retries: list[dict[str, Any]] | None = None
     """Failed attempts before this reply, if any: {"error", "status", "waitMs"} each."""
+    usageEstimated: bool | None = None
+    """True when the provider sent no usable usage and runner counted the tokens itself."""
+    slip: str | None = None
+    """A protocol slip (the reply was billed, not kept, and the turn is asked again)."""
+    content: str | None = None
+    """With `slip`: the slipped reply's text (first 500 characters)."""
+    rewrites: list[dict[str, Any]] | None = None
+    """What runner changed in the provider's message, with the originals:
+    {"callId", "field": "id" | "arguments", "original", "sent"} each."""
+    neutralised: int | None = None
+    """Control-token look-alikes (`<|im_end|>`...) defused in this request's user/tool text."""
 
 
 class ToolStart(_Event):
@@ -75,6 +96,18 @@ class ToolResult(_Event):
     source: str = "run"
     error: str | None = None
     childRunId: str | None = None
+    omittedChars: int | None = None
+    """Characters cut from the result (max_tool_result_chars)."""
+
+
+class ToolCancelled(_Event):
+    """The Stop signal ended a running tool; the call stays pending and a resume runs it."""
+
+    type: Literal["tool_cancelled"] = "tool_cancelled"
+    toolName: str
+    callId: str
+    ms: float
+    reason: str
 
 
 class ApprovalRequired(_Event):
@@ -95,7 +128,7 @@ class RunStopped(_Event):
 
 TraceEvent = Annotated[
     Union[
-        RunStarted, RunResumed, TurnEvent, ToolStart, ToolProgress, ToolResult,
+        RunStarted, RunResumed, TurnEvent, ToolStart, ToolProgress, ToolResult, ToolCancelled,
         ApprovalRequired, RunStopped,
     ],
     Field(discriminator="type"),
@@ -119,7 +152,10 @@ class Tracer:
             return
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            torn = _ends_torn(self.path)
             self._file = self.path.open("a", encoding="utf-8")
+            if torn:  # a writer died mid-line: end that line, never glue onto it
+                self._file.write("\n")
         if hasattr(event, "costUsd"):
             event.costUsd = round(event.costUsd, 9)  # no float noise like 0.0014680000000000001
         self._file.write(event.model_dump_json(exclude_none=True) + "\n")
@@ -135,21 +171,39 @@ class Tracer:
             self._file = None
 
 
+def _ends_torn(path: Path) -> bool:
+    """True if the file exists, is not empty and does not end with a newline."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            if f.tell() == 0:
+                return False
+            f.seek(-1, 2)
+            return f.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
+
+
 def read_trace(path: Path) -> list[TraceEvent]:
-    """Parse a trace file into event models, skipping a torn last line (a killed writer).
+    """Parse a trace file into event models, skipping torn lines (a writer killed mid-line:
+    an object that starts but never closes; the last line, or any line a later writer ended).
 
     Raises:
-        CorruptState: a line other than the last is not a valid event.
+        CorruptState: a line is whole JSON but not a valid event, or is not JSON and not torn.
     """
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     events: list[TraceEvent] = []
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            events.append(_adapter.validate_python(json.loads(line)))
+            raw = json.loads(line)
         except ValueError:
-            if i == len(lines) - 1:
-                break
+            if i == len(lines) - 1 or line.lstrip().startswith("{"):
+                continue  # torn
+            raise CorruptState(f"{path}:{i + 1}: not a trace event: {line[:80]!r}") from None
+        try:
+            events.append(_adapter.validate_python(raw))
+        except ValueError:
             raise CorruptState(f"{path}:{i + 1}: not a trace event: {line[:80]!r}") from None
     return events

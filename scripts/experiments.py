@@ -287,7 +287,7 @@ def budgets(lab: Lab) -> Outcome:
     checks: list[Check] = []
     for capped in (False, True):
         for budget_usd in (0.005, 0.010, 0.050):
-            s = lab.run("runaway", max_budget_usd=budget_usd, cap_max_tokens=capped)
+            s = lab.run("runaway", max_turns=None, max_budget_usd=budget_usd, cap_max_tokens=capped)
             last = s.per_turn[-1]
             overshoot = s.cost_usd - budget_usd
             fits = overshoot <= last.cost_usd + 1e-12

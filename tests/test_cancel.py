@@ -148,10 +148,12 @@ def test_401_fails_with_the_providers_message(runs: Path) -> None:
     assert "401" in out["reason"] and "invalid API key" in out["reason"]
 
 
-def test_retries_run_out_and_fail(faulty) -> None:  # type: ignore[no-untyped-def]
+def test_retries_run_out_and_the_run_is_resumable(faulty) -> None:  # type: ignore[no-untyped-def]
     server = faulty("500@1")
     state = drive(scripted_run("plan", max_retries=0), server.base_url, None)
-    assert state.status == "failed" and "HTTP 500" in (state.reason or "") and state.cost_usd == 0
+    assert state.status == "interrupted" and "HTTP 500" in (state.reason or "") and state.cost_usd == 0
+    assert state.interruption is not None and state.interruption.type == "provider_unavailable"
+    assert state.interruption.http_status == 500 and state.interruption.retries == 0
 
 
 def test_research_child_with_tiny_budget_stops_and_parent_completes(runs: Path) -> None:

@@ -36,7 +36,7 @@ def test_runaway_stops_at_turn_cap(runs: Path) -> None:
     code, out = cli_json("run", "--scenario", "runaway", "--max-turns", "20", runs_dir=runs)
     assert code == 3
     assert out["status"] == "max_turns_exceeded"
-    assert out["turns"] == 20 and out["interruption"] == {"type": "max_turns"}
+    assert out["turns"] == 20 and out["interruption"] == {"type": "max_turns", "limit": 20, "used": 20}
     assert out["answer"] == ""
 
 
@@ -53,7 +53,8 @@ def test_turn_cap_cost_grows_quadratically(provider: str) -> None:
 def test_budget_overshoots_by_at_most_one_turn(runs: Path) -> None:
     code, out = cli_json("run", "--scenario", "runaway", "--max-budget", "0.01", runs_dir=runs)
     assert code == 3 and out["status"] == "budget_exceeded"
-    assert out["interruption"] == {"type": "max_budget"}
+    assert out["interruption"]["type"] == "max_budget" and out["interruption"]["limit_usd"] == 0.01
+    assert out["interruption"]["used_usd"] == pytest.approx(out["cost_usd"])
     state = store.load(runs, out["run_id"])
     assert state.cost_usd >= 0.01
     assert state.cost_usd - 0.01 <= state.per_turn[-1].cost_usd
@@ -62,7 +63,7 @@ def test_budget_overshoots_by_at_most_one_turn(runs: Path) -> None:
 
 @pytest.mark.parametrize("budget", [0.005, 0.01, 0.05])
 def test_cap_max_tokens_keeps_spend_under_the_budget(provider: str, budget: float) -> None:
-    state = drive(scripted_run("runaway", max_budget_usd=budget, cap_max_tokens=True), provider, None)
+    state = drive(scripted_run("runaway", max_turns=None, max_budget_usd=budget, cap_max_tokens=True), provider, None)
     assert state.status == "budget_exceeded" and state.cost_usd <= budget
     assert "would leave too little for a reply" in (state.reason or "")
     assert all(t.max_tokens is not None and t.completion_tokens <= t.max_tokens for t in state.per_turn)
@@ -171,10 +172,11 @@ def test_corrupt_state_file_is_a_clear_error(runs: Path) -> None:
     assert listed.returncode == 0 and "skipped an unreadable run" in listed.stderr and out["run_id"] in listed.stderr
 
 
-def test_unreachable_endpoint_fails_with_message(runs: Path) -> None:
+def test_unreachable_endpoint_is_resumable_with_message(runs: Path) -> None:
     code, out = cli_json("run", "hello", "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
                          "--max-retries", "0", runs_dir=runs)
-    assert code == 1 and out["status"] == "failed" and "cannot reach" in out["reason"]
+    assert code == 3 and out["status"] == "interrupted" and "cannot reach" in out["reason"]
+    assert out["interruption"]["type"] == "provider_unavailable" and out["interruption"]["http_status"] is None
 
 
 def test_suite_scripted_answers_all_six(runs: Path) -> None:

@@ -13,7 +13,7 @@ from runner import store
 from tests.conftest import drive, scripted_run
 
 GOLDEN = Path(__file__).parent / "golden" / "plan_trace.jsonl"
-VOLATILE = {"runId", "ts", "ms"}
+VOLATILE = {"runId", "ts", "ms", "endpoint"}
 
 
 def _stable(line: str) -> dict:  # type: ignore[type-arg]

@@ -112,4 +112,4 @@ def test_null_assistant_content_is_sent_as_empty_string(provider: str) -> None:
     from runner.state import FunctionCall, Message, ToolCall
 
     msg = Message(role="assistant", content=None, tool_calls=[ToolCall(id="a", function=FunctionCall(name="x"))])
-    assert _request_messages([msg])[0]["content"] == ""
+    assert _request_messages([msg])[0][0]["content"] == ""
