@@ -110,7 +110,7 @@ class FakeProvider:
         fake = self
 
         class _Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 body = json.loads(raw)
                 with fake._lock:

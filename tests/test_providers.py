@@ -230,7 +230,7 @@ def test_the_prompt_estimate_is_conservative_for_any_script() -> None:
     from runner import models, tokens
 
     llama_cpp = pytest.importorskip("llama_cpp")
-    name, path = models.resolve_choice(None)
+    _, path = models.resolve_choice(None)
     vocab = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
     samples = {
         "english": "Which log file mentions a timeout, and what does it say? Remember to rotate your logs.",
