@@ -221,7 +221,7 @@ def _render(state: RunState, as_json: bool, runs_root: Path) -> int:
         typer.echo(f"   decide with: runner resume {state.run_id} --approve {it.call_id}"
                    f"  |  --reject {it.call_id} --reason TEXT")
     elif state.status == "max_turns_exceeded":
-        typer.echo(f"   resume with: runner resume {state.run_id} --max-turns N   (N > {state.turns})")
+        typer.echo(f"   resume with: runner resume {state.run_id} --max-turns N   (N > {state.turns}; 0: no cap)")
     elif state.status == "budget_exceeded":
         typer.echo(f"   resume with: runner resume {state.run_id} --max-budget USD   (more than ${state.cost_usd:.6f})")
     elif state.status == "interrupted":
