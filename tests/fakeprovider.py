@@ -31,7 +31,7 @@ Handler = Callable[[dict[str, Any]], Answer]
 
 
 def completion(message: dict[str, Any], *, finish: str | None = None,
-               usage: dict[str, Any] | None | str = "fixed") -> Answer:
+               usage: dict[str, Any] | str | None = "fixed") -> Answer:
     """A 200 chat completion holding `message`.
 
     Args:
@@ -58,7 +58,7 @@ def error(status: int, message: str, kind: str = "server_error", retry_after: st
     return Answer(status, {"error": {"message": message, "type": kind, **extra}}, headers)
 
 
-def scripted(scenario: str, usage: dict[str, Any] | None | str = "fixed") -> Handler:
+def scripted(scenario: str, usage: dict[str, Any] | str | None = "fixed") -> Handler:
     """A handler answering like the scripted provider's `scenario` (same replies)."""
     return lambda body: completion(reply_for(scenario, body["messages"]), usage=usage)
 
@@ -136,7 +136,7 @@ class FakeProvider:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
-    def __enter__(self) -> "FakeProvider":
+    def __enter__(self) -> FakeProvider:
         self._thread.start()
         return self
 

@@ -27,7 +27,13 @@ from runner.tools import deleted_files
 from runner.trace import read_trace
 from tests.conftest import cli, cli_json, drive, scripted_run
 from tests.fakeprovider import (
-    Answer, FakeProvider, completion, error, scripted, tool_call, transcript_problems,
+    Answer,
+    FakeProvider,
+    completion,
+    error,
+    scripted,
+    tool_call,
+    transcript_problems,
 )
 
 FIXED_TURN_USD = (100 * 2 + 10 * 12) / 1e6  # tests.fakeprovider's fixed usage at the default prices
