@@ -1,10 +1,10 @@
-"""Hermes-style tool calling for llama-cpp-python: render the prompt, generate, parse the calls.
+"""Hermes-style tool calling on llama.cpp: render the prompt, generate under a grammar, stream.
 
 Why this exists: llama-cpp-python 0.3.x has no chat handler that both shows tool results to
-the model and returns OpenAI ``tool_calls``. Its ``chatml-function-calling`` handler renders
-every ``role: tool`` message as an empty turn and drops the tools when ``tool_choice`` is
-absent; the GGUF's own template renders tools but returns ``<tool_call>…</tool_call>`` as plain
-content. This module is the deliberate replacement, registered under `HANDLER_NAME`.
+the model and returns OpenAI ``tool_calls``; its ``chatml-function-calling`` handler renders
+every ``role: tool`` message as an empty turn, and a GGUF's own template returns
+``<tool_call>…</tool_call>`` as plain content. This module is the replacement, served under the
+chat format name `HANDLER_NAME` by `runner.local_app`.
 
 Prompt format (ChatML, with tools the way Qwen2.5's own chat template renders them; the
 equivalence is tested against that template):
@@ -15,27 +15,42 @@ equivalence is tested against that template):
 - an assistant tool call is ``\\n<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>``;
 - consecutive tool results form one user turn of ``<tool_response>…</tool_response>`` blocks.
 
-Output: every ``<tool_call>{json}</tool_call>`` block whose JSON is an object naming one of the
-request's tools becomes an OpenAI tool call (id ``call_<n>``, n counted over the whole
-conversation so ids never repeat); everything else stays content. Untagged JSON is never a
-call. Decoding is greedy (temperature 0), so a reply is a function of the prompt.
+Generation (`Engine`): greedy (temperature 0), so a reply is a function of the prompt. Tool
+calls are constrained by a llama.cpp grammar built from the offered tools' JSON schemas
+(`call_grammar`): with ``tool_choice`` ``auto`` the grammar is lazy — free text until the model
+writes ``<tool_call>``, then only an offered tool's name, arguments valid for its schema (no
+extra keys) and ``</tool_call>``, then further calls or the end of the turn; ``required`` and a
+named function put the whole turn under the grammar (exactly one call); ``none`` hides the tools.
+The prompt is evaluated message by message and the KV cache is reused for whole messages only
+(see `Engine`), which makes a warm server's reply identical to a fresh one's.
+
+Output: text outside calls is content; each complete call becomes an OpenAI tool call (id
+``call_<n>``, n counted over the whole conversation so ids never repeat). Untagged JSON is never
+a call, and a call cut short by ``max_tokens`` is dropped, never sent half-made.
 """
 
 from __future__ import annotations
 
+import codecs
+import functools
 import json
 import re
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
 
 HANDLER_NAME = "runner-hermes"
 DEFAULT_MAX_TOKENS = 512
-STOP_STRINGS = ("<|im_end|>", "<|endoftext|>")
+MAX_CALLS_PER_TURN = 8
+"""Most calls one assistant turn may make (the grammar's repetition bound)."""
+STOP_STRINGS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
+CALL_OPEN = "<tool_call>"
+CALL_CLOSE = "</tool_call>"
 
 TOOLS_HEADER = (
     "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -48,11 +63,20 @@ TOOLS_FOOTER = (
 )
 
 JsonObject = dict[str, Any]
+ChoiceMode = Literal["none", "auto", "required", "named"]
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 # A literal default system prompt inside a ChatML template, e.g. Qwen's or SmolLM2's. The
 # template may hold a real newline or the two characters backslash-n.
 _DEFAULT_SYSTEM = re.compile(r"<\|im_start\|>system(?:\n|\\n)([^'\"{}<]+?)<\|im_end\|>")
+
+
+class RequestError(ValueError):
+    """The request cannot be served as given (HTTP 400); the message says why."""
+
+
+class ContextOverflow(RequestError):
+    """The rendered prompt does not fit the context window."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +93,47 @@ class ParsedReply:
     tool_calls: list[JsonObject]
 
 
+@dataclass(frozen=True)
+class ToolChoice:
+    """A request's ``tool_choice``, checked against its tools.
+
+    Attributes:
+        mode: none (tools hidden, no call), auto (the model decides; calls under the grammar),
+            required (the turn is one call to any offered tool), named (one call to `name`).
+        name: the function for mode "named", else None.
+    """
+
+    mode: ChoiceMode
+    name: str | None = None
+
+
+def parse_tool_choice(value: Any, tool_names: Sequence[str]) -> ToolChoice:
+    """Read OpenAI's ``tool_choice`` (absent: "auto" with tools, "none" without).
+
+    Accepts "none", "auto", "required" and ``{"type": "function", "function": {"name": N}}``.
+
+    Raises:
+        RequestError: any other value, "required" or a name with no tools, an unknown name.
+    """
+    if value is None:
+        return ToolChoice("auto" if tool_names else "none")
+    if value in ("none", "auto"):
+        return ToolChoice(value if tool_names else "none")
+    if value == "required":
+        if not tool_names:
+            raise RequestError("tool_choice 'required' needs at least one tool in 'tools'")
+        return ToolChoice("required")
+    if isinstance(value, Mapping) and value.get("type") == "function":
+        name = (value.get("function") or {}).get("name")
+        if name not in tool_names:
+            raise RequestError(f"tool_choice names {name!r}, which is not in 'tools' ({', '.join(tool_names) or 'none'})")
+        return ToolChoice("named", str(name))
+    raise RequestError(
+        "tool_choice must be 'none', 'auto', 'required' or "
+        '{"type": "function", "function": {"name": ...}}'
+    )
+
+
 def default_system_prompt(chat_template: str | None) -> str | None:
     """The default system prompt a ChatML GGUF template inserts, or None if it has none.
 
@@ -79,6 +144,36 @@ def default_system_prompt(chat_template: str | None) -> str | None:
         return None
     match = _DEFAULT_SYSTEM.search(chat_template)
     return match.group(1) if match else None
+
+
+def render_segments(
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    default_system: str | None = None,
+) -> list[str]:
+    """The ChatML prompt as one string per turn: system, each message, the assistant header.
+
+    Consecutive tool results are one segment (one user turn). ``"".join`` gives `render_prompt`.
+    """
+    segments: list[str] = []
+    first_is_system = bool(messages) and messages[0].get("role") == "system"
+    system = _text(messages[0].get("content")) if first_is_system else default_system
+    if tools:
+        intro = system if system is not None else ""
+        schemas = "".join("\n" + _dumps(tool) for tool in tools)
+        segments.append(f"<|im_start|>system\n{intro}{TOOLS_HEADER}{schemas}{TOOLS_FOOTER}<|im_end|>\n")
+    elif system is not None:
+        segments.append(f"<|im_start|>system\n{system}<|im_end|>\n")
+    for i, message in enumerate(messages):
+        if i == 0 and first_is_system:
+            continue
+        text = _render_message(messages, i)
+        if message.get("role") == "tool" and i > 0 and messages[i - 1].get("role") == "tool":
+            segments[-1] += text
+        else:
+            segments.append(text)
+    segments.append("<|im_start|>assistant\n")
+    return segments
 
 
 def render_prompt(
@@ -99,23 +194,7 @@ def render_prompt(
     Returns:
         The prompt text, special tokens spelled out (tokenize with ``special=True``).
     """
-    parts: list[str] = []
-    first_is_system = bool(messages) and messages[0].get("role") == "system"
-    system = _text(messages[0].get("content")) if first_is_system else default_system
-    if tools:
-        intro = system if system is not None else ""
-        schemas = "".join("\n" + _dumps(tool) for tool in tools)
-        parts.append(f"<|im_start|>system\n{intro}{TOOLS_HEADER}{schemas}{TOOLS_FOOTER}<|im_end|>\n")
-    elif system is not None:
-        parts.append(f"<|im_start|>system\n{system}<|im_end|>\n")
-    for i, _message in enumerate(messages):
-        if i == 0 and first_is_system:
-            continue
-        parts.append(_render_message(messages, i))
-    parts.append("<|im_start|>assistant\n")
-    return "".join(parts)
-
-
+    return "".join(render_segments(messages, tools, default_system))
 def _render_message(messages: Sequence[Mapping[str, Any]], i: int) -> str:
     message = messages[i]
     role = str(message.get("role"))
@@ -231,167 +310,528 @@ def _tool_names(tools: Sequence[Mapping[str, Any]] | None) -> list[str]:
     return [str(t.get("function", {}).get("name")) for t in tools or []]
 
 
-def hermes_chat_handler(
-    *,
-    llama: Llama,
-    messages: list[JsonObject],
-    functions: list[JsonObject] | None = None,
-    tools: list[JsonObject] | None = None,
-    tool_choice: str | JsonObject | None = None,
-    stream: bool = False,
-    stop: str | list[str] | None = None,
-    seed: int | None = None,
-    max_tokens: int | None = None,
-    model: str | None = None,
-    **_ignored: Any,
-) -> JsonObject | Iterator[JsonObject]:
-    """A llama-cpp-python chat completion handler (the `LlamaChatCompletionHandler` protocol).
 
-    Renders with `render_prompt`, generates greedily (temperature 0, repeat penalty 1; the
-    request's sampling options, grammar, logit_bias and response_format are ignored) until
-    ``<|im_end|>``, `max_tokens` (default `DEFAULT_MAX_TOKENS`) or a request stop string,
-    and parses with `parse_reply`. The request's seed is passed through.
-    ``tool_choice="none"`` hides the tools and parses no calls; a named or "required"
-    choice is treated as "auto" (nothing is forced).
 
-    Returns:
-        An OpenAI ``chat.completion`` dict. `usage` is real: prompt_tokens = tokens of the
-        rendered prompt, completion_tokens = generated tokens. An extra ``runner`` object
-        carries llama.cpp's own timings for this call (see `_PerfWindow`). With
-        ``stream=True``, the same reply as a short iterator of ``chat.completion.chunk`` dicts.
+# --- the tool-call grammar ----------------------------------------------------------------------
+
+
+def closed_schema(schema: Any) -> Any:
+    """A copy of a JSON schema where every object allows only its listed properties.
+
+    ``additionalProperties`` is set to false wherever an object schema leaves it unset, so the
+    grammar built from it admits no extra keys at any depth.
+    """
+    if isinstance(schema, list):
+        return [closed_schema(item) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {key: closed_schema(value) for key, value in schema.items()}
+    if (out.get("type") == "object" or "properties" in out) and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def call_schema(tools: Sequence[Mapping[str, Any]], only: str | None = None) -> JsonObject:
+    """The JSON schema of one call body: ``{"name": <tool>, "arguments": <its parameters>}``.
+
+    Args:
+        tools: OpenAI tool definitions.
+        only: restrict to this function name (a named ``tool_choice``).
 
     Raises:
-        ValueError: from llama-cpp-python when the prompt exceeds the context window
-            (the server turns it into an OpenAI-style 400).
+        RequestError: two tools define the same ``$defs`` name differently.
     """
-    if functions and not tools:
-        tools = [{"type": "function", "function": f} for f in functions]
-    if tool_choice == "none":
-        tools = None
-    chat_template = llama.metadata.get("tokenizer.chat_template")
-    prompt = render_prompt(messages, tools, default_system_prompt(chat_template))
-    prompt_tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
-    extra_stop = [stop] if isinstance(stop, str) else list(stop or [])
-    with _PerfWindow(llama, prompt_tokens) as perf:
-        completion: Any = llama.create_completion(
-            prompt=prompt_tokens,
-            max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
-            temperature=0.0,
-            repeat_penalty=1.0,
-            stop=[*STOP_STRINGS, *extra_stop],
-            seed=seed,
-            model=model,
-            stream=False,
-        )
-    choice = completion["choices"][0]
-    parsed = parse_reply(choice["text"], _tool_names(tools), _count_prior_calls(messages))
-    response = _chat_completion(completion, parsed, perf.timings)
-    return _as_chunks(response) if stream else response
+    alternatives: list[JsonObject] = []
+    defs: JsonObject = {}
+    for tool in tools:
+        function = tool.get("function") or {}
+        name = str(function.get("name"))
+        if only is not None and name != only:
+            continue
+        parameters = dict(function.get("parameters") or {"type": "object", "properties": {}})
+        for key, value in (parameters.pop("$defs", None) or {}).items():
+            if defs.setdefault(key, value) != value:
+                raise RequestError(f"tools define $defs/{key} in two different ways")
+        alternatives.append({
+            "type": "object",
+            "properties": {"name": {"const": name}, "arguments": closed_schema(parameters)},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        })
+    schema: JsonObject = alternatives[0] if len(alternatives) == 1 else {"oneOf": alternatives}
+    if defs:
+        schema["$defs"] = closed_schema(defs)
+    return schema
 
 
-def _chat_completion(completion: Any, parsed: ParsedReply, timings: JsonObject | None) -> JsonObject:
-    """Wrap a llama-cpp-python text completion and its parsed reply as a chat.completion."""
-    choice = completion["choices"][0]
-    message: JsonObject = {"role": "assistant", "content": parsed.content}
-    if parsed.tool_calls:
-        message["tool_calls"] = parsed.tool_calls
-    response: JsonObject = {
-        "id": "chat" + str(completion["id"]),
-        "object": "chat.completion",
-        "created": completion["created"],
-        "model": completion["model"],
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": "tool_calls" if parsed.tool_calls else choice["finish_reason"],
-            }
-        ],
-        "usage": completion["usage"],
-    }
-    if timings is not None:
-        response["runner"] = timings
-    return response
+@functools.lru_cache(maxsize=32)
+def _grammar_for(schema_json: str, calls: int, after_open: bool) -> str:
+    from llama_cpp.llama_grammar import SchemaConverter
+
+    converter: Any = SchemaConverter(  # type: ignore[no-untyped-call]
+        prop_order={"name": 0, "arguments": 1}, allow_fetch=False, dotall=False, raw_pattern=False)
+    schema = converter.resolve_refs(json.loads(schema_json), "")
+    converter.visit(schema, "call")
+    first = 'call-body' if after_open else 'call-block'
+    more = f' ("\\n"? call-block){{0,{calls - 1}}}' if calls > 1 else ""
+    rules = [
+        f"root ::= {first}{more}",
+        'call-block ::= "<tool_call>" call-body',
+        'call-body ::= "\\n"? call "\\n"? "</tool_call>"',
+        converter.format_grammar(),
+    ]
+    return "\n".join(rules)
 
 
-class _PerfWindow:
-    """Measures one generation with llama.cpp's own counters; `timings` is set on success.
+def call_grammar(tools: Sequence[Mapping[str, Any]], only: str | None = None,
+                 calls: int = MAX_CALLS_PER_TURN, after_open: bool = False) -> str:
+    """A llama.cpp GBNF grammar for 1..`calls` ``<tool_call>{json}</tool_call>`` blocks.
 
-    The ``runner`` timings: prompt_eval_ms / prompt_eval_tokens (batched decodes) and
-    eval_ms / eval_tokens (single-token decodes) from ``llama_perf_context``, reset right
-    before the call, in ms and tokens; cached_prompt_tokens = prompt tokens whose KV entries
-    were reused from the previous request (the common prefix with the tokens in the context,
-    minus the one token llama-cpp-python re-decodes to refresh logits); handler_ms = wall time
-    of the generation call, ms. Left None (no ``runner`` field) if llama's internals change.
+    Each block's JSON is ``{"name": N, "arguments": A}`` where N is an offered tool (or `only`)
+    and A satisfies that tool's parameter schema with no extra keys (`closed_schema`), built by
+    llama-cpp-python's own JSON-schema converter. With `after_open` the grammar starts just
+    after the first ``<tool_call>`` (the model has written the tag itself).
+    """
+    return _grammar_for(json.dumps(call_schema(tools, only)), calls, after_open)
+
+
+# --- from generated text to OpenAI message parts -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """Content text, in order; the deltas concatenate to the reply's stripped content."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class CallDelta:
+    """One complete, validated tool call (sent only once its closing tag was generated)."""
+
+    index: int
+    """Position among this reply's calls, from 0."""
+    call: JsonObject
+    """OpenAI shape: {"id", "type": "function", "function": {"name", "arguments": JSON string}}."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The end of a reply.
+
+    Attributes:
+        finish_reason: "stop", "length", "tool_calls", or "cancelled" (the client went away).
+        prompt_tokens / completion_tokens: tokens of the rendered prompt / generated tokens.
+        timings: `Engine` timings (ms and token counts; see `Engine.stream`).
     """
 
-    def __init__(self, llama: Llama, prompt_tokens: Sequence[int]) -> None:
-        self.timings: JsonObject | None = None
-        self.cached = _reusable_prefix(llama, prompt_tokens)
-        self.ctx: Any = getattr(getattr(llama, "_ctx", None), "ctx", None)
-        self.started = 0.0
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    timings: JsonObject
 
-    def __enter__(self) -> _PerfWindow:
+
+Event = TextDelta | CallDelta | Finished
+
+
+class ReplySplitter:
+    """Turns generated text, fed piece by piece, into content deltas and complete calls.
+
+    Content is stripped the way `parse_reply` strips it (leading whitespace dropped, trailing
+    whitespace held until more text follows), and any text that could still become
+    ``<tool_call>`` or a stop string is held back, so streamed content never shows protocol
+    text that the final reply would not.
+    """
+
+    def __init__(self, tool_names: Sequence[str], first_index: int = 0,
+                 stops: Sequence[str] = STOP_STRINGS, calls_allowed: bool = True) -> None:
+        self.tool_names = list(tool_names)
+        self.first_index = first_index
+        self.markers = ([CALL_OPEN] if calls_allowed else []) + [s for s in stops if s]
+        self.calls: list[JsonObject] = []
+        self.content: list[str] = []
+        self.stopped = False
+        """A stop string was generated: the reply is over."""
+        self.dropped_call = False
+        """A call was left unfinished (cut off) or did not parse, and was dropped."""
+        self._buffer = ""
+        self._in_call = False
+        self._started = False
+        self._pending_space = ""
+
+    def feed(self, text: str) -> list[Event]:
+        self._buffer += text
+        events: list[Event] = []
+        while not self.stopped:
+            if self._in_call:
+                end = self._buffer.find(CALL_CLOSE)
+                if end < 0:
+                    break
+                events += self._close_call(self._buffer[:end])
+                self._buffer = self._buffer[end + len(CALL_CLOSE):]
+                continue
+            hit = min(((self._buffer.find(m), m) for m in self.markers if m in self._buffer), default=None)
+            if hit is None:
+                hold = _partial_marker(self._buffer, self.markers)
+                events += self._text(self._buffer[: len(self._buffer) - hold])
+                self._buffer = self._buffer[len(self._buffer) - hold:]
+                break
+            at, marker = hit
+            events += self._text(self._buffer[:at])
+            self._buffer = self._buffer[at + len(marker):]
+            if marker == CALL_OPEN:
+                self._in_call = True
+            else:
+                self.stopped = True
+        return events
+
+    def finish(self) -> list[Event]:
+        """Flush held text at the end of generation; an unfinished call is dropped."""
+        if self._in_call:
+            self.dropped_call = True
+            return []
+        events = [] if self.stopped else self._text(self._buffer)
+        self._buffer = ""
+        return events
+
+    def _close_call(self, body: str) -> list[Event]:
+        self._in_call = False
+        parsed = _parse_call(body, self.tool_names)
+        if parsed is None:
+            self.dropped_call = True
+            return []
+        call = {"id": f"call_{self.first_index + len(self.calls)}", "type": "function",
+                "function": {"name": parsed[0], "arguments": _dumps(parsed[1])}}
+        self.calls.append(call)
+        return [CallDelta(len(self.calls) - 1, call)]
+
+    def _text(self, text: str) -> list[Event]:
+        if not self._started:
+            text = text.lstrip()
+        text = self._pending_space + text
+        kept = text.rstrip()
+        self._pending_space = text[len(kept):]
+        if not kept:
+            return []
+        self._started = True
+        self.content.append(kept)
+        return [TextDelta(kept)]
+
+
+def _partial_marker(text: str, markers: Sequence[str]) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of a marker."""
+    best = 0
+    for marker in markers:
+        for n in range(min(len(marker) - 1, len(text)), best, -1):
+            if text.endswith(marker[:n]):
+                best = n
+                break
+    return best
+
+
+# --- generation on llama.cpp -------------------------------------------------------------------
+
+
+@dataclass
+class ChatRequest:
+    """What the engine needs from an OpenAI chat request (validated by `runner.local_app`).
+
+    Attributes:
+        messages: OpenAI messages, at least one.
+        tools: OpenAI tool definitions (legacy ``functions`` already converted).
+        tool_choice: as `parse_tool_choice` reads it.
+        max_tokens: reply cap, tokens (None: the server's default).
+        stop: extra stop strings.
+    """
+
+    messages: list[JsonObject]
+    tools: list[JsonObject] = field(default_factory=list)
+    tool_choice: Any = None
+    max_tokens: int | None = None
+    stop: list[str] = field(default_factory=list)
+
+
+class CallForcer:
+    """The text the call grammar forces next, in its canonical spacing (jump-forward decoding).
+
+    Inside a call the grammar leaves the model one real choice per step only at the tool's name
+    and in the arguments: ``\n{"name": "`` after the tag, the rest of a name once its start
+    fits one tool, ``", "arguments": `` after it, and ``{}}\n</tool_call>`` for a tool without
+    parameters are forced. The engine evaluates such text as one batch instead of sampling it
+    token by token. The spacing is the one the prompt's own examples use, which the grammar allows.
+
+    Args:
+        tools: the offered tools.
+        only: the one allowed function (a named tool_choice), else None.
+    """
+
+    _PARTIAL_NAME = re.compile(r'\n?\{ ?"name": ?"([^"]*)')
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]], only: str | None = None) -> None:
+        self.parameters = {name: params for name, params in _tool_parameters(tools).items()
+                           if only is None or name == only}
+
+    def forced(self, text: str) -> str:
+        """The forced continuation of `text` (the reply so far), or "" when the model chooses."""
+        opened = text.rfind(CALL_OPEN)
+        if not self.parameters or opened < 0 or CALL_CLOSE in text[opened:]:
+            return ""
+        call = text[opened + len(CALL_OPEN):]
+        if call == "":
+            return '\n{"name": "'
+        match = self._PARTIAL_NAME.fullmatch(call)
+        if match is None:
+            return ""
+        partial = match.group(1)
+        names = [name for name in self.parameters if name.startswith(partial)]
+        if len(names) != 1:
+            return ""
+        rest = names[0][len(partial):] + '", "arguments": '
+        return rest + ("{}}\n" + CALL_CLOSE if not self.parameters[names[0]].get("properties") else "")
+
+
+def _tool_parameters(tools: Sequence[Mapping[str, Any]]) -> dict[str, JsonObject]:
+    return {str((t.get("function") or {}).get("name")): dict((t.get("function") or {}).get("parameters") or {})
+            for t in tools}
+
+
+class Engine:
+    """Greedy chat generation on one `Llama`, one request at a time.
+
+    KV reuse, message by message: the prompt is tokenized per segment (`render_segments`) and
+    evaluated one segment per ``Llama.eval`` call. Leading segments identical to the previous
+    request's are kept in the KV cache; the rest, and always the final assistant header, are
+    evaluated again. Every token's KV entries and the first token's logits therefore come from
+    the same batch composition whether the server is fresh or warm, so a fresh and a warm
+    server give byte-identical replies (llama.cpp's batched and single-token kernels round
+    differently; reusing a prefix that ends mid-message, as llama-cpp-python does, changed the
+    first reply of a warm server). Generated tokens are never reused: the next request
+    re-evaluates the assistant message as a prompt segment.
+
+    Args:
+        llama: the loaded model.
+        default_max_tokens: reply cap when a request sets none, tokens.
+        reuse_prefix: False evaluates every prompt in full (for measuring what reuse saves).
+        jump_forward: evaluate text the call grammar forces as one batch (`CallForcer`);
+            False samples it token by token (for measuring what that saves).
+    """
+
+    def __init__(self, llama: Llama, default_max_tokens: int = DEFAULT_MAX_TOKENS,
+                 reuse_prefix: bool = True, jump_forward: bool = True) -> None:
         import llama_cpp
 
-        if self.ctx is not None:
-            llama_cpp.llama_perf_context_reset(self.ctx)
-        self.started = time.perf_counter()
-        return self
+        self.llama = llama
+        self.default_max_tokens = default_max_tokens
+        self.reuse_prefix = reuse_prefix
+        self.jump_forward = jump_forward
+        self._lock = threading.Lock()
+        self._segments: list[list[int]] = []
+        self._default_system = default_system_prompt(llama.metadata.get("tokenizer.chat_template"))
+        self._vocab = llama._model.vocab
+        self._is_eog = llama_cpp.llama_vocab_is_eog
+        self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
 
-    def __exit__(self, *exc_info: object) -> None:
-        import llama_cpp
+    def tokens(self, text: str) -> int:
+        """Token count of `text` in this model's tokenizer (no BOS, special tokens parsed)."""
+        return len(self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True))
 
-        wall_ms = (time.perf_counter() - self.started) * 1000.0
-        if self.ctx is None or exc_info[0] is not None:
-            return
-        data = llama_cpp.llama_perf_context(self.ctx)
-        self.timings = {
-            "prompt_eval_ms": round(data.t_p_eval_ms, 3),
-            "prompt_eval_tokens": int(data.n_p_eval),
-            "eval_ms": round(data.t_eval_ms, 3),
-            "eval_tokens": int(data.n_eval),
-            "cached_prompt_tokens": self.cached,
-            "handler_ms": round(wall_ms, 3),
-        }
+    def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[Event]:
+        """Generate one reply as events: `TextDelta`/`CallDelta` as tokens arrive, then `Finished`.
+
+        Waits for the previous request to finish first. Setting `cancel` stops generation
+        within one token (finish_reason "cancelled"). Close the iterator when abandoning it.
+
+        `Finished.timings`: prompt_tokens; cached_prompt_tokens (KV entries reused);
+        prompt_eval_tokens (evaluated) and prompt_eval_ms; eval_tokens (generated) and
+        eval_ms (sampling and single-token decodes); first_token_ms (request start to the
+        first generated token); handler_ms (whole call, lock wait excluded).
+
+        Raises:
+            RequestError: bad tool_choice or tools; ContextOverflow when the prompt does not fit.
+        """
+        names = _tool_names(request.tools)
+        choice = parse_tool_choice(request.tool_choice, names)
+        tools = request.tools if choice.mode != "none" else []
+        segments = render_segments(request.messages, tools, self._default_system)
+        with self._lock:
+            yield from self._generate(request, choice, tools, segments, cancel)
+
+    def _generate(self, request: ChatRequest, choice: ToolChoice, tools: list[JsonObject],
+                  segments: list[str], cancel: threading.Event) -> Iterator[Event]:
+        began = time.perf_counter()
+        llama = self.llama
+        seg_tokens = [llama.tokenize(s.encode("utf-8"), add_bos=self._add_bos and i == 0, special=True)
+                      for i, s in enumerate(segments)]
+        prompt_tokens = sum(len(s) for s in seg_tokens)
+        room = llama.n_ctx() - prompt_tokens
+        if room < 1:
+            raise ContextOverflow(f"This model's maximum context length is {llama.n_ctx()} tokens; "
+                                  f"the prompt has {prompt_tokens} tokens")
+        max_tokens = min(request.max_tokens or self.default_max_tokens, room)
+        cached = self._load_prompt(seg_tokens)
+        prompt_done = time.perf_counter()
+        splitter = ReplySplitter(_tool_names(tools), _count_prior_calls(request.messages),
+                                 [*STOP_STRINGS, *request.stop], calls_allowed=bool(tools))
+        # auto: free text, watched for the opening tag; required/named: the grammar from token 1.
+        watching = bool(tools) and choice.mode == "auto"
+        constrained = bool(tools) and choice.mode in ("required", "named")
+        sampler = self._sampler(tools, choice if constrained else None)
+        forcer = CallForcer(tools if self.jump_forward else [], choice.name)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        text, tail, generated, finish, first_token_ms = "", "", 0, "length", 0.0
+        inject = CALL_OPEN if constrained else ""
+        while generated < max_tokens:
+            if cancel.is_set():
+                finish = "cancelled"
+                break
+            inject = inject or forcer.forced(text)
+            if inject:
+                # Text the grammar allows in one way only: evaluated as one batch, not token by token.
+                whole = self._tokenize(inject)
+                tokens = whole[: max_tokens - generated]
+                piece = inject if tokens == whole else llama.detokenize(tokens, special=True).decode("utf-8", "replace")
+                for forced in tokens:
+                    sampler.accept(forced)
+                llama.eval(tokens)
+                generated += len(tokens)
+                text += piece
+                inject = ""
+                yield from splitter.feed(piece)
+                continue
+            token = sampler.sample(llama._ctx, -1)
+            if self._is_eog(self._vocab, token):
+                finish = "stop"
+                break
+            first_token_ms = first_token_ms or (time.perf_counter() - began) * 1000
+            piece = decoder.decode(llama.detokenize([token], special=True))
+            opened = (tail + piece).find(CALL_OPEN) if watching else -1
+            if opened < 0:
+                tail = (tail + piece)[-len(CALL_OPEN):]
+                generated += 1
+                text += piece
+                yield from splitter.feed(piece)
+                if splitter.stopped:
+                    finish = "stop"
+                    break
+                llama.eval([token])
+                continue
+            # The model wrote <tool_call>: keep the text up to the tag's end (a token may run
+            # past it), then hand the rest of the turn to the grammar.
+            head = piece[: opened + len(CALL_OPEN) - len(tail)]
+            replacement = [token] if head == piece else self._tokenize(head)
+            generated += len(replacement)
+            text += head
+            yield from splitter.feed(head)
+            llama.eval(replacement)
+            watching, tail = False, ""
+            sampler = self._sampler(tools, choice, after_open=True)
+        yield from splitter.finish()
+        done = time.perf_counter()
+        if finish == "stop" and splitter.calls:
+            finish = "tool_calls"
+        yield Finished(finish, prompt_tokens, generated, {
+            "prompt_tokens": prompt_tokens,
+            "cached_prompt_tokens": cached,
+            "prompt_eval_tokens": prompt_tokens - cached,
+            "prompt_eval_ms": round((prompt_done - began) * 1000, 3),
+            "eval_tokens": generated,
+            "eval_ms": round((done - prompt_done) * 1000, 3),
+            "first_token_ms": round(first_token_ms, 3),
+            "handler_ms": round((done - began) * 1000, 3),
+            "dropped_call": splitter.dropped_call,
+        })
+
+    def _load_prompt(self, seg_tokens: list[list[int]]) -> int:
+        """Evaluate the prompt segment by segment, keeping matching leading segments; returns
+        the number of prompt tokens whose KV entries were reused."""
+        keep = 0
+        limit = min(len(self._segments), len(seg_tokens) - 1) if self.reuse_prefix else 0  # header: always
+        while keep < limit and self._segments[keep] == seg_tokens[keep]:
+            keep += 1
+        self._segments = seg_tokens[:keep]
+        cached = sum(len(s) for s in self._segments)
+        self.llama.n_tokens = cached  # eval() drops every KV entry from here on
+        for segment in seg_tokens[keep:]:
+            self.llama.eval(segment)
+            self._segments.append(segment)
+        return cached
+
+    def _tokenize(self, text: str) -> list[int]:
+        return self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def _sampler(self, tools: list[JsonObject], choice: ToolChoice | None, after_open: bool = False) -> Any:
+        """Greedy sampling, under the call grammar unless `choice` is None (free text)."""
+        from llama_cpp._internals import LlamaSampler
+        from llama_cpp.llama_grammar import LlamaGrammar
+
+        sampler: Any = LlamaSampler()  # type: ignore[no-untyped-call]
+        if choice is not None and choice.mode != "none" and tools:
+            calls = MAX_CALLS_PER_TURN if choice.mode == "auto" else 1
+            text = call_grammar(tools, choice.name, calls=calls, after_open=after_open)
+            sampler.add_grammar(self.llama._model, LlamaGrammar.from_string(text, verbose=False))
+        sampler.add_greedy()
+        return sampler
 
 
-def _reusable_prefix(llama: Llama, prompt_tokens: Sequence[int]) -> int:
-    """Tokens `Llama.generate` will keep from its KV cache for this prompt (its own rule)."""
-    previous = getattr(llama, "_input_ids", None)
-    if previous is None or len(prompt_tokens) == 0:
-        return 0
-    common = 0
-    for a, b in zip(previous.tolist(), prompt_tokens):
-        if a != b:
-            break
-        common += 1
-    return min(common, len(prompt_tokens) - 1)
+def complete(events: Iterator[Event], model: str, created: int, completion_id: str) -> JsonObject:
+    """Collect `Engine.stream` events into an OpenAI ``chat.completion`` dict.
 
-
-def _as_chunks(response: JsonObject) -> Iterator[JsonObject]:
-    """The finished reply as OpenAI stream chunks: role+content, tool calls, finish."""
-    choice = response["choices"][0]
-    message = choice["message"]
-    base = {k: response[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-    delta: JsonObject = {"role": "assistant", "content": message["content"]}
-    if message.get("tool_calls"):
-        delta["tool_calls"] = [dict(call, index=i) for i, call in enumerate(message["tool_calls"])]
-    yield base | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
-    yield base | {
-        "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}]
+    The extra ``runner`` object carries the engine's timings.
+    """
+    content: list[str] = []
+    calls: list[JsonObject] = []
+    finished: Finished | None = None
+    for event in events:
+        if isinstance(event, TextDelta):
+            content.append(event.text)
+        elif isinstance(event, CallDelta):
+            calls.append(event.call)
+        else:
+            finished = event
+    assert finished is not None, "the engine always ends with Finished"
+    message: JsonObject = {"role": "assistant", "content": "".join(content) or None}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": completion_id, "object": "chat.completion", "created": created, "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finished.finish_reason}],
+        "usage": usage(finished),
+        "runner": finished.timings,
     }
 
 
-def register(name: str = HANDLER_NAME) -> None:
-    """Register `hermes_chat_handler` with llama-cpp-python under `name` (idempotent).
+def usage(finished: Finished) -> JsonObject:
+    """OpenAI ``usage`` for a finished reply."""
+    return {"prompt_tokens": finished.prompt_tokens, "completion_tokens": finished.completion_tokens,
+            "total_tokens": finished.prompt_tokens + finished.completion_tokens}
 
-    Must run in the process that serves requests: the registry is a per-process singleton,
-    consulted by name at request time.
+
+def chunks(events: Iterator[Event], model: str, created: int, completion_id: str,
+           include_usage: bool) -> Iterator[JsonObject]:
+    """`Engine.stream` events as OpenAI ``chat.completion.chunk`` dicts, as they come.
+
+    First a role chunk; one chunk per content delta; per tool call, a chunk opening it (id,
+    type, name, empty arguments) and one carrying its arguments; a finish chunk; then, when
+    `include_usage`, a chunk with ``choices: []`` and the usage. The last chunk carries the
+    engine's timings as ``runner``.
     """
-    from llama_cpp import llama_chat_format
+    base = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model}
 
-    # The registry is untyped and its protocol uses TypedDicts; our handler takes plain dicts.
-    registry: Any = llama_chat_format.LlamaChatCompletionHandlerRegistry
-    registry().register_chat_completion_handler(name, hermes_chat_handler, overwrite=True)
+    def chunk(delta: JsonObject, finish: str | None = None) -> JsonObject:
+        return base | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    yield chunk({"role": "assistant", "content": ""})
+    for event in events:
+        if isinstance(event, TextDelta):
+            yield chunk({"content": event.text})
+        elif isinstance(event, CallDelta):
+            function = event.call["function"]
+            yield chunk({"tool_calls": [{"index": event.index, "id": event.call["id"], "type": "function",
+                                         "function": {"name": function["name"], "arguments": ""}}]})
+            yield chunk({"tool_calls": [{"index": event.index, "function": {"arguments": function["arguments"]}}]})
+        else:
+            last = chunk({}, event.finish_reason)
+            if include_usage:
+                yield last
+                last = base | {"choices": [], "usage": usage(event)}
+            yield last | {"runner": event.timings}

@@ -160,7 +160,8 @@ def _drive_run(state: RunState, runs_root: Path, *, latency_ms: float, faults: s
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, cancel.cancel, "user pressed Stop")
         try:
-            return await execute(state, base_url, runs_root, cancel=cancel, on_progress=on_progress)
+            return await execute(state, base_url, runs_root, cancel=cancel, on_progress=on_progress,
+                                 on_turn=_turn_line() if show_progress else None)
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
@@ -169,6 +170,29 @@ def _drive_run(state: RunState, runs_root: Path, *, latency_ms: float, faults: s
         return asyncio.run(go(state.config.base_url))
     with scripted_provider(latency_ms=latency_ms, faults=faults) as base_url:
         return asyncio.run(go(base_url))
+
+
+def _turn_line() -> Callable[[Any], None]:
+    """The live per-turn line on stderr (local-model change, issue 12): turn N, elapsed, tokens
+    so far and the reply's tail, redrawn as chunks stream in on a terminal; elsewhere one line
+    per finished turn."""
+    tty = sys.stderr.isatty()
+    drawn = [0.0]
+
+    def report(p: Any) -> None:
+        tail = " ".join(p.text.split())[-48:]
+        line = f"  turn {p.turn}  {p.elapsed_ms / 1000:5.1f} s  {p.tokens:>4} tokens" + (f'  "{tail}"' if tail else "")
+        if not tty:
+            if p.done:
+                typer.echo(line, err=True)
+            return
+        now = time.perf_counter()
+        if p.done or now - drawn[0] >= 0.1:
+            drawn[0] = now
+            sys.stderr.write("\r\x1b[2K" + line + ("\n" if p.done else ""))
+            sys.stderr.flush()
+
+    return report
 
 
 def _suite_prompt(task_id: str) -> str | None:
@@ -456,17 +480,24 @@ def scripted_serve(
 @app.command()
 def serve(
     model: Annotated[Optional[str], typer.Option(help="A name from `runner models list` or a .gguf path [default: Qwen if pulled, else SmolLM2].")] = None,
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 8080,
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: a free one).")] = 8080,
     n_ctx: Annotated[int, typer.Option(help="Context size, tokens.")] = 4096,
+    threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads [default: min(2, physical cores)].")] = None,
+    n_batch: Annotated[Optional[int], typer.Option(min=1, help="Prompt tokens per llama.cpp decode call [default: 512].")] = None,
 ) -> None:
-    """Serve a local GGUF with llama.cpp (OpenAI-compatible, greedy, tool calls) until Ctrl-C."""
+    """Serve a local GGUF with llama.cpp (OpenAI-compatible, greedy, streaming, grammar-constrained tool calls) until Ctrl-C."""
 
     def body() -> int:
         from runner import local, models
 
         name, path = models.resolve_choice(model)
+        entry = models.entry_for(name, path)
+        options: dict[str, Any] = {"n_threads": threads, "n_batch": n_batch,
+                                   "chat_format": entry.chat_format if entry else None}
+        settings = local.settings(model=path, port=port, n_ctx=n_ctx,
+                                  **{k: v for k, v in options.items() if v is not None})
         typer.echo(f"model: {name} ({path})", err=True)
-        with local.LocalServer(path, port=port, n_ctx=n_ctx) as server:
+        with local.LocalServer(settings) as server:
             print(server.base_url, flush=True)
             # Block only now: a child started with these signals blocked would ignore SIGTERM.
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})

@@ -25,12 +25,13 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import httpx
 
 from runner.errors import RunnerError
 from runner.state import FunctionCall, Message, ToolCall
+from runner.streaming import StreamError, StreamProgress, read_sse
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
@@ -193,8 +194,12 @@ class ChatClient:
     async def chat(
         self, model: str, messages: list[Message], tools: list[dict[str, Any]] | None = None,
         *, max_tokens: int | None = None, extra: dict[str, Any] | None = None,
+        on_delta: Callable[[StreamProgress], None] | None = None,
     ) -> ChatReply:
         """Ask for one completion, retrying transient failures.
+
+        With `on_delta`, the reply is requested streamed (usage included) and `on_delta` is
+        called after every chunk; a provider that answers with plain JSON works the same.
 
         Raises:
             ProviderError: a deterministic failure at once (kind auth, not_found,
@@ -208,11 +213,13 @@ class ChatClient:
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         body.update(extra or {})
+        if on_delta is not None:  # local-model change (issue 12): stream when someone watches
+            body |= {"stream": True, "stream_options": {"include_usage": True}}
         retries: list[dict[str, Any]] = []
         started = time.perf_counter()
         for attempt in range(self.max_retries + 1):
             try:
-                reply = _reply(await self._post(body), body)
+                reply = _reply(await self._post(body, on_delta), body)
             except ProviderError as exc:
                 exc.retries = attempt
                 if not exc.retryable or attempt == self.max_retries:
@@ -229,9 +236,19 @@ class ChatClient:
             return reply
         raise AssertionError("unreachable")
 
-    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _post(self, body: dict[str, Any],
+                    on_delta: Callable[[StreamProgress], None] | None = None) -> dict[str, Any]:
         try:
-            response = await self._http.post(self.base_url + "/chat/completions", json=body)
+            if on_delta is None:
+                response = await self._http.post(self.base_url + "/chat/completions", json=body)
+            else:  # local-model change (issue 12): read a streamed reply as it comes
+                async with self._http.stream("POST", self.base_url + "/chat/completions", json=body) as response:
+                    if response.status_code < 400 and "text/event-stream" in response.headers.get("content-type", ""):
+                        try:
+                            return await read_sse(response.aiter_lines(), on_delta)
+                        except StreamError as exc:
+                            raise ProviderError(f"unreadable stream: {exc}", retryable=True) from None
+                    await response.aread()
         except httpx.TimeoutException:
             raise ProviderError("the provider timed out", retryable=True) from None
         except httpx.TransportError as exc:

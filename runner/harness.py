@@ -19,6 +19,7 @@ from runner.client import ChatClient
 from runner.errors import RunNotFound, ServiceError
 from runner.resources import tasks_dir
 from runner.state import RunState
+from runner.streaming import TurnProgress
 from runner.tools import Tool
 from runner.trace import Tracer
 
@@ -37,6 +38,7 @@ async def execute(
     state: RunState, base_url: str, runs_root: Path | None, *, cancel: CancelToken | None = None,
     on_progress: Callable[[str, str], None] | None = None, tools_see_cancel: bool = True,
     server_settings: dict[str, Any] | None = None,
+    on_turn: Callable[[TurnProgress], None] | None = None,
 ) -> RunState:
     """Run (or resume) `state` against `base_url`, saving under `runs_root` (None: in memory).
 
@@ -79,6 +81,7 @@ async def execute(
                 client=client, tools=catalog.build(state.config), workspace=workspace, runs_root=runs_root,
                 cancel=cancel or CancelToken(), on_progress=on_progress, tracer=tracer,
                 tools_see_cancel=tools_see_cancel, run_child=run_child, server_settings=server_settings,
+                on_turn=on_turn,
             )
             return await loop.run(state, rt)
 

@@ -1,50 +1,44 @@
-"""The embedded llama.cpp server: llama-cpp-python's OpenAI-compatible app, set up for runner.
+"""The embedded llama.cpp server: its settings, the process that serves, and the handle that runs it.
 
-`serve` runs it in this process (blocking); `LocalServer` runs it as a subprocess on a free
-loopback port for the suite and tests. Either way the app is llama-cpp-python's own
-(`llama_cpp.server.app.create_app`) with three changes:
+`LocalSettings` is the one description of a local server: it builds the subprocess command
+line (`LocalSettings.command`), the ``python -m runner.local`` flags (`LocalSettings.from_argv`),
+the child's environment (`LocalSettings.child_env`) and the README's table (`settings_table`).
+`serve` loads the model and runs `runner.local_app` with uvicorn in this process (blocking);
+`LocalServer` runs it as a subprocess on a free loopback port for the CLI, the suite and the
+tests, and the subprocess dies with its parent, even a SIGKILLed one (``PR_SET_PDEATHSIG``).
 
-- chat uses `runner.chat_adapter` (registered in the serving process, before the model loads),
-  so tool results reach the model and tool calls come back as OpenAI ``tool_calls``;
-- ``POST /v1/chat/completions`` accepts assistant ``content: null`` (stock 0.3.x answers 500)
-  and returns the handler's extra ``runner`` timings (stock response validation drops them);
-- ``GET /health`` answers ``{"status": "ok", "pid": N}`` without waiting for the model lock.
+Settings are passed explicitly: llama-cpp-python's own env-var settings (``N_CTX``,
+``CONFIG_FILE``…) are never read. Decoding is greedy, so a reply is a function of the request.
 
-Decoding is greedy (the handler forces temperature 0) and the seed is fixed, so a reply is a
-function of the request. Settings are passed explicitly and env-var settings of llama-cpp-python
-(``API_KEY``, ``N_CTX``, ``CONFIG_FILE``…) are ignored, so the environment cannot change them.
-
-Usage: ``python -m runner.local --model PATH|NAME [--port N] [--n-ctx N] [--threads N]``.
+Usage: ``python -m runner.local --model PATH|NAME [--port N] [--n-threads N] …`` (`--help`).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
-from runner.chat_adapter import HANDLER_NAME
-from runner.errors import ServiceError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-if TYPE_CHECKING:
-    from fastapi import FastAPI
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import Response
+from runner.chat_adapter import DEFAULT_MAX_TOKENS, HANDLER_NAME
+from runner.errors import ServiceError, UsageError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_N_CTX = 4096
 DEFAULT_SEED = 0
+DEFAULT_THREADS = 2
+DEFAULT_N_BATCH = 512
 CHAT_PATH = "/v1/chat/completions"
 
 
@@ -69,181 +63,163 @@ def physical_cores() -> int:
     return len(cores) or os.cpu_count() or 1
 
 
-def build_app(
-    model_path: Path | str,
-    *,
-    model_name: str | None = None,
-    n_ctx: int = DEFAULT_N_CTX,
-    n_threads: int | None = None,
-    chat_format: str = HANDLER_NAME,
-    seed: int = DEFAULT_SEED,
-    verbose: bool = False,
-) -> Starlette:
-    """Load the model and build the OpenAI-compatible ASGI app (see module docstring).
+def known_chat_formats() -> list[str]:
+    """``runner-hermes`` plus every chat format llama-cpp-python registers (imports llama_cpp)."""
+    from llama_cpp import llama_chat_format
 
-    Args:
-        model_path: GGUF file.
-        model_name: id reported by ``GET /v1/models``; default the file stem. Requests may
-            name any model: llama-cpp-python serves its only model for unknown names.
-        n_ctx: context window, tokens.
-        n_threads: CPU threads for generation and prompt processing; default physical cores.
-        chat_format: llama-cpp-python chat handler name; default runner's Hermes adapter.
-        seed: RNG seed (decoding is greedy, so it only matters for other handlers).
-        verbose: let llama.cpp log to stderr.
+    registry: Any = llama_chat_format.LlamaChatCompletionHandlerRegistry()  # type: ignore[no-untyped-call]
+    return [HANDLER_NAME, *sorted(registry._chat_handlers)]
+
+
+class LocalSettings(BaseModel):
+    """Everything that decides how the local server runs. Units are in the descriptions."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: Path = Field(description="GGUF file to serve (the CLI also takes a manifest name).")
+    model_name: str | None = Field(default=None, description="Model id reported by /v1/models; default: the file stem.")
+    host: str = Field(default=DEFAULT_HOST, description="Interface to bind; keep it loopback.")
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, description="TCP port; 0 picks a free one at start.")
+    n_ctx: int = Field(default=DEFAULT_N_CTX, ge=64, description="Context window, tokens (prompt + reply).")
+    n_threads: int = Field(
+        default_factory=lambda: min(DEFAULT_THREADS, physical_cores()), ge=1,
+        description="CPU threads for prompt evaluation and generation; default min(2, physical cores).")
+    n_batch: int = Field(default=DEFAULT_N_BATCH, ge=1,
+                         description="Most prompt tokens evaluated per llama.cpp decode call, tokens.")
+    seed: int = Field(default=DEFAULT_SEED, description="RNG seed (decoding is greedy; other chat formats may sample).")
+    chat_format: str = Field(default=HANDLER_NAME, description=(
+        "Chat format: runner-hermes (tool calls under a grammar) or a llama-cpp-python chat format "
+        "name; the manifest gives each model's."))
+    max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1,
+                            description="Reply cap when a request sets no max_tokens, tokens.")
+    reuse_prefix: bool = Field(default=True, description=(
+        "Keep the KV entries of leading messages shared with the previous request (the system prompt "
+        "and tool schemas across tasks, the conversation so far across turns)."))
+    jump_forward: bool = Field(default=True, description=(
+        "Evaluate text the tool-call grammar forces (the tag, a tool name once its start is unique, "
+        "the argument key) as one batch instead of sampling it token by token."))
+    omp_wait_policy: Literal["PASSIVE", "ACTIVE"] = Field(default="PASSIVE", description=(
+        "OMP_WAIT_POLICY of the server process: PASSIVE threads sleep between decodes instead of spinning."))
+    verbose: bool = Field(default=False, description="Let llama.cpp log to stderr.")
+
+    @field_validator("chat_format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value != HANDLER_NAME and value not in known_chat_formats():
+            raise ValueError(f"unknown chat_format {value!r}; known: {', '.join(known_chat_formats())}")
+        return value
+
+    @property
+    def base_url(self) -> str:
+        """OpenAI base URL, e.g. ``http://127.0.0.1:8080/v1``."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def name(self) -> str:
+        return self.model_name or self.model.stem
+
+    def command(self) -> list[str]:
+        """The ``python -m runner.local`` command line that serves these settings."""
+        args = [sys.executable, "-m", "runner.local"]
+        for key in type(self).model_fields:
+            value = getattr(self, key)
+            if isinstance(value, bool):
+                args += [_flag(key) if value else "--no-" + _flag(key)[2:]]
+            elif value is not None:
+                args += [_flag(key), str(value)]
+        return args
+
+    def child_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """The server process's environment: `base` (default ours) with the runner package
+        importable and OMP_WAIT_POLICY set (OpenMP reads it once, when llama.cpp loads)."""
+        env = dict(os.environ if base is None else base)
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        env["OMP_WAIT_POLICY"] = self.omp_wait_policy
+        return env
+
+    @classmethod
+    def parser(cls) -> argparse.ArgumentParser:
+        """The ``python -m runner.local`` argument parser, one flag per field."""
+        parser = argparse.ArgumentParser(prog="python -m runner.local", description=__doc__.splitlines()[0])
+        for key, info in cls.model_fields.items():
+            if info.annotation is bool:
+                parser.add_argument(_flag(key), dest=key, action=argparse.BooleanOptionalAction,
+                                    default=None, help=info.description)
+            else:
+                parser.add_argument(_flag(key), dest=key, required=info.is_required(), default=None,
+                                    help=info.description)
+        return parser
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str] | None = None,
+                  resolve: Callable[[str], Path] | None = None) -> LocalSettings:
+        """Parse ``python -m runner.local`` flags; `resolve` maps a --model that is not a file
+        (a manifest name) to a path.
+
+        Raises:
+            SystemExit: bad flags (argparse's usage message).
+            ValueError: a value pydantic rejects, e.g. an unknown chat_format.
+        """
+        given = {k: v for k, v in vars(cls.parser().parse_args(argv)).items() if v is not None}
+        if resolve is not None and not Path(given["model"]).is_file():
+            given["model"] = resolve(given["model"])
+        return cls.model_validate(given)
+
+
+def settings(**fields: Any) -> LocalSettings:
+    """`LocalSettings` from keyword fields, for the CLI and the suite.
+
+    Raises:
+        UsageError: a field pydantic rejects (e.g. an unknown chat_format), in one line.
+    """
+    try:
+        return LocalSettings(**fields)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(p) for p in problem["loc"])
+        raise UsageError(f"local server setting {where}: {problem['msg'].removeprefix('Value error, ')}") from None
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def settings_table() -> str:
+    """The settings as a Markdown table: setting, flag, default, meaning (for the README)."""
+    lines = ["| setting | flag | default | meaning |", "|---|---|---|---|"]
+    for key, info in LocalSettings.model_fields.items():
+        if info.is_required():
+            default = "(required)"
+        elif info.default_factory is not None:
+            default = "see meaning"
+        else:
+            default = f"`{info.default}`" if info.default is not None else "none"
+        lines.append(f"| `{key}` | `{_flag(key)}` | {default} | {info.description} |")
+    return "\n".join(lines) + "\n"
+
+
+def load_llama(settings: LocalSettings) -> Any:
+    """Load the GGUF with llama-cpp-python as `settings` say.
 
     Raises:
         LocalServerError: the model file does not exist.
         ValueError: llama.cpp failed to load the model.
     """
-    from llama_cpp.server.app import create_app
-    from llama_cpp.server.settings import ModelSettings, ServerSettings
+    from llama_cpp import Llama
 
-    from runner import chat_adapter
-
-    path = Path(model_path)
-    if not path.is_file():
-        raise LocalServerError(f"model file not found: {path}")
-    chat_adapter.register()
-    threads = n_threads or physical_cores()
-    model_settings = _explicit(ModelSettings)(
-        model=str(path),
-        model_alias=model_name or path.stem,
-        n_ctx=n_ctx,
-        n_threads=threads,
-        n_threads_batch=threads,
-        chat_format=chat_format,
-        seed=seed,
-        # The stock server default (True) keeps logits for every prompt position: only
-        # logprobs need it, and it makes the first request ~4x slower with garbled perf counters.
-        logits_all=False,
-        verbose=verbose,
-    )
-    server_settings = _explicit(ServerSettings)(host=DEFAULT_HOST, port=DEFAULT_PORT)
-    os.environ.pop("CONFIG_FILE", None)  # create_app would load settings from it instead
-    return _wrap(create_app(server_settings=server_settings, model_settings=[model_settings]))
-
-
-def _explicit(settings_class: Any) -> Any:
-    """A subclass of a llama-cpp-python settings class that reads only its arguments, no env."""
-    from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
-
-    class Explicit(settings_class):  # type: ignore[misc]
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return (init_settings,)
-
-    return Explicit
-
-
-def _wrap(llama_app: FastAPI) -> Starlette:
-    """Put our two routes in front of the stock app; everything else falls through to it.
-
-    Plain Starlette routes: the endpoints take the raw request, so FastAPI's body validation
-    (which rejects ``content: null`` before any of our code runs) is not in the way. Wrapping
-    rather than editing the stock router keeps us off FastAPI's routing internals.
-    """
-    from starlette.applications import Starlette
-    from starlette.routing import Mount, Route
-
-    return Starlette(
-        routes=[
-            Route(CHAT_PATH, _chat_completions, methods=["POST"]),
-            Route("/health", _health, methods=["GET"]),
-            Mount("", app=llama_app),
-        ]
+    if not settings.model.is_file():
+        raise LocalServerError(f"model file not found: {settings.model}")
+    return Llama(
+        model_path=str(settings.model), n_ctx=settings.n_ctx, n_threads=settings.n_threads,
+        n_threads_batch=settings.n_threads, n_batch=settings.n_batch, seed=settings.seed,
+        chat_format=None if settings.chat_format == HANDLER_NAME else settings.chat_format,
+        logits_all=False, verbose=settings.verbose,
     )
 
 
-async def _health(request: Request) -> Response:
-    from starlette.responses import JSONResponse
-
-    # The pid lets LocalServer tell its own process from a stranger that got the port first.
-    return JSONResponse({"status": "ok", "pid": os.getpid()})
-
-
-async def _chat_completions(request: Request) -> Response:
-    """Stock chat endpoint, minus its two problems: null content and dropped extra fields."""
-    from fastapi import HTTPException
-    from llama_cpp.server.app import create_chat_completion
-    from llama_cpp.server.types import CreateChatCompletionRequest
-    from pydantic import ValidationError
-
-    try:
-        raw = await request.json()
-    except ValueError:
-        return _error(400, "request body is not valid JSON")
-    if not isinstance(raw, dict):
-        return _error(400, "request body must be a JSON object")
-    _null_content_to_empty(raw)
-    try:
-        body = CreateChatCompletionRequest.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        return _error(422, f"invalid chat request at {where}: {first['msg']}")
-    try:
-        result: Any = await create_chat_completion(request, body)
-    except HTTPException:
-        raise
-    except Exception as exc:  # same mapping as the stock route (context overflow -> 400)
-        status, error = _format_error(exc, body)
-        return _error(status, error["message"], error)
-    if isinstance(result, dict):
-        from starlette.responses import JSONResponse
-
-        return JSONResponse(result)
-    return result  # type: ignore[no-any-return]  # a streaming response
-
-
-def _null_content_to_empty(raw: dict[str, Any]) -> None:
-    """Assistant ``content: null`` fails llama-cpp-python's request schema; it means ""."""
-    for message in raw.get("messages") or []:
-        if isinstance(message, dict) and message.get("content", "") is None:
-            if message.get("role") == "assistant":
-                message["content"] = ""
-
-
-def _format_error(exc: Exception, body: Any) -> tuple[int, dict[str, Any]]:
-    from llama_cpp.server.errors import RouteErrorHandler
-
-    for pattern, formatter in RouteErrorHandler.pattern_and_formatters.items():
-        if match := pattern.search(str(exc)):
-            status, error = formatter(body, match)
-            return status, dict(error)
-    traceback.print_exc(file=sys.stderr)  # unexpected: keep the trace in the server log
-    return 500, {"message": str(exc), "type": "internal_server_error", "param": None, "code": None}
-
-
-def _error(status: int, message: str, error: dict[str, Any] | None = None) -> Response:
-    """An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}."""
-    from starlette.responses import JSONResponse
-
-    error = error or {"message": message, "type": "invalid_request_error", "param": None, "code": None}
-    return JSONResponse({"error": error}, status_code=status)
-
-
-def serve(
-    model_path: Path | str,
-    host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
-    n_ctx: int = DEFAULT_N_CTX,
-    n_threads: int | None = None,
-    chat_format: str = HANDLER_NAME,
-    seed: int = DEFAULT_SEED,
-    *,
-    model_name: str | None = None,
-    verbose: bool = False,
-) -> None:
-    """Serve a GGUF over HTTP until interrupted (blocking), at ``http://HOST:PORT/v1``.
-
-    Args: as `build_app`, plus the listen `host` (keep it loopback) and `port`.
+def serve(settings: LocalSettings) -> None:
+    """Serve `settings.model` at ``settings.base_url`` until SIGINT/SIGTERM (blocking).
 
     Raises:
         LocalServerError: missing model file.
@@ -252,17 +228,14 @@ def serve(
     """
     import uvicorn
 
-    app = build_app(
-        model_path,
-        model_name=model_name,
-        n_ctx=n_ctx,
-        n_threads=n_threads,
-        chat_format=chat_format,
-        seed=seed,
-        verbose=verbose,
-    )
-    print(f"serving {model_path} at http://{host}:{port}/v1", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    from runner.local_app import Backend, build_app
+
+    backend = Backend(load_llama(settings), settings.chat_format, settings.max_tokens, settings.reuse_prefix,
+                      settings.jump_forward)
+    app = build_app(backend, settings.name)
+    print(f"serving {settings.model} at {settings.base_url}", file=sys.stderr, flush=True)
+    # A generation in flight stops when its client goes; don't wait long for one that won't.
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=2)
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:
@@ -272,77 +245,69 @@ def free_port(host: str = DEFAULT_HOST) -> int:
         return int(s.getsockname()[1])
 
 
+def _die_with(parent_pid: int) -> Callable[[], None]:
+    """preexec_fn: SIGKILL this child when the thread that started it dies (Linux), even by
+    SIGKILL; exit at once if the parent is already gone (the race between fork and prctl)."""
+
+    def arm() -> None:
+        if sys.platform.startswith("linux"):
+            import ctypes
+
+            pr_set_pdeathsig = 1
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return arm
+
+
 class LocalServer:
     """The embedded server as a managed subprocess; a context manager.
 
-    ``with LocalServer(path) as server: ChatClient(server.base_url)...``. Start picks a free
-    port (unless given), launches ``python -m runner.local``, and polls ``GET /health``
-    until it answers, the process dies, or `startup_timeout_s` passes. Stop is terminate,
-    wait, kill. The subprocess's stdout and stderr go to `log_path` (default: a temporary
-    file, deleted by a clean stop, kept when start fails so its error message can point at it).
+    ``with LocalServer(settings) as server: ChatClient(server.base_url)...``. Start picks a free
+    port (when the settings say 0), launches `LocalSettings.command` with
+    `LocalSettings.child_env`, and polls ``GET /health`` until it answers with the child's pid,
+    the process dies, or `startup_timeout_s` passes. Stop is terminate, wait, kill. The child is
+    SIGKILLed by the kernel if the starting thread dies first, so no server outlives a killed
+    runner. Its stdout and stderr go to `log_path` (default: a temporary file, deleted by a clean
+    stop, kept when start fails so the error can point at it).
 
-    Attributes:
-        model_path: the GGUF being served.
-        model_name: model id the server reports (default the file stem).
-        host / port: where it listens (port chosen at start when 0).
-        log_path: the server's log file.
+    Args:
+        settings: a `LocalSettings`, or a GGUF path with `overrides` as its other fields (port
+            defaults to 0 here).
     """
 
-    def __init__(
-        self,
-        model_path: Path | str,
-        port: int = 0,
-        *,
-        host: str = DEFAULT_HOST,
-        model_name: str | None = None,
-        n_ctx: int = DEFAULT_N_CTX,
-        n_threads: int | None = None,
-        seed: int = DEFAULT_SEED,
-        chat_format: str = HANDLER_NAME,
-        startup_timeout_s: float = 120.0,
-        stop_timeout_s: float = 10.0,
-        log_path: Path | None = None,
-        verbose: bool = False,
-    ) -> None:
-        self.model_path = Path(model_path)
-        self.model_name = model_name or self.model_path.stem
-        self.host = host
-        self.port = port
-        self.n_ctx = n_ctx
-        self.n_threads = n_threads or physical_cores()
-        self.seed = seed
-        self.chat_format = chat_format
+    def __init__(self, settings: LocalSettings | Path | str, *, startup_timeout_s: float = 120.0,
+                 stop_timeout_s: float = 10.0, log_path: Path | None = None, **overrides: Any) -> None:
+        if not isinstance(settings, LocalSettings):
+            settings = LocalSettings(model=Path(settings), **{"port": 0, **overrides})
+        elif overrides:
+            settings = LocalSettings.model_validate(settings.model_dump() | overrides)
+        self.settings = settings
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
-        self.verbose = verbose
         self.log_path = log_path
         self._owns_log = log_path is None
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
+    def model_path(self) -> Path:
+        return self.settings.model
+
+    @property
+    def model_name(self) -> str:
+        return self.settings.name
+
+    @property
     def base_url(self) -> str:
-        """OpenAI base URL, e.g. ``http://127.0.0.1:PORT/v1``."""
-        return f"http://{self.host}:{self.port}/v1"
+        return self.settings.base_url
 
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
 
     def command(self) -> list[str]:
-        """The subprocess command line, built from this object's settings."""
-        args = [sys.executable, "-m", "runner.local", "--model", str(self.model_path)]
-        settings: dict[str, Any] = {
-            "--host": self.host,
-            "--port": self.port,
-            "--model-name": self.model_name,
-            "--n-ctx": self.n_ctx,
-            "--threads": self.n_threads,
-            "--seed": self.seed,
-            "--chat-format": self.chat_format,
-        }
-        for flag, value in settings.items():
-            args += [flag, str(value)]
-        return args + (["--verbose"] if self.verbose else [])
+        return self.settings.command()
 
     def start(self) -> LocalServer:
         """Launch and wait until healthy.
@@ -352,21 +317,18 @@ class LocalServer:
         """
         if self._process is not None:
             return self
-        if not self.model_path.is_file():
-            raise LocalServerError(f"model file not found: {self.model_path}")
-        if self.port == 0:
-            self.port = free_port(self.host)
+        if not self.settings.model.is_file():
+            raise LocalServerError(f"model file not found: {self.settings.model}")
+        if self.settings.port == 0:
+            self.settings = self.settings.model_copy(update={"port": free_port(self.settings.host)})
         if self.log_path is None:
             fd, name = tempfile.mkstemp(prefix="runner-local-", suffix=".log")
             os.close(fd)
             self.log_path = Path(name)
         with self.log_path.open("wb") as log:
             self._process = subprocess.Popen(
-                self.command(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=_child_env(),
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.settings.child_env(), preexec_fn=_die_with(os.getpid()),
             )
         try:
             self._wait_healthy()
@@ -380,13 +342,13 @@ class LocalServer:
 
         assert self._process is not None
         deadline = time.monotonic() + self.startup_timeout_s
-        url = f"http://{self.host}:{self.port}/health"
+        url = self.base_url.removesuffix("/v1") + "/health"
         while time.monotonic() < deadline:
             code = self._process.poll()
             if code is not None:
                 raise LocalServerError(
                     f"local server exited with code {code} before it was ready "
-                    f"(model {self.model_path}); log {self.log_path}:\n{self._log_tail()}"
+                    f"(model {self.settings.model}); log {self.log_path}:\n{self._log_tail()}"
                 )
             try:
                 reply = httpx.get(url, timeout=1.0)
@@ -396,7 +358,7 @@ class LocalServer:
                 pass  # not up yet, or not our server
             time.sleep(0.1)
         raise LocalServerError(
-            f"local server not ready after {self.startup_timeout_s:.0f} s on port {self.port}; "
+            f"local server not ready after {self.startup_timeout_s:.0f} s on port {self.settings.port}; "
             f"log {self.log_path}:\n{self._log_tail()}"
         )
 
@@ -433,44 +395,18 @@ class LocalServer:
         self.stop()
 
 
-def _child_env() -> dict[str, str]:
-    """The environment for the server process: ours, with the runner package importable."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    return env
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line for ``python -m runner.local`` (what `LocalServer` runs)."""
-    parser = argparse.ArgumentParser(prog="python -m runner.local", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="GGUF file, or a name from the model manifest")
-    parser.add_argument("--host", default=DEFAULT_HOST)
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
-    parser.add_argument("--model-name", default=None, help="model id to report")
-    parser.add_argument("--n-ctx", type=int, default=DEFAULT_N_CTX, help="context window, tokens")
-    parser.add_argument("--threads", type=int, default=None, help="default: physical cores")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    parser.add_argument("--chat-format", default=HANDLER_NAME)
-    parser.add_argument("--verbose", action="store_true", help="llama.cpp logs to stderr")
-    args = parser.parse_args(argv)
     from runner import models
 
     try:
-        path = Path(args.model)
-        if not path.is_file():
-            path = models.resolve(args.model)
-        serve(
-            path,
-            host=args.host,
-            port=args.port,
-            n_ctx=args.n_ctx,
-            n_threads=args.threads,
-            chat_format=args.chat_format,
-            seed=args.seed,
-            model_name=args.model_name,
-            verbose=args.verbose,
-        )
+        settings = LocalSettings.from_argv(argv, resolve=models.resolve)
+        os.environ.setdefault("OMP_WAIT_POLICY", settings.omp_wait_policy)  # before llama.cpp loads
+        serve(settings)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        print(f"error: --{'-'.join(str(p) for p in first['loc']).replace('_', '-')}: {first['msg']}", file=sys.stderr)
+        return 2
     except (LocalServerError, models.ModelError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -43,6 +43,7 @@ from runner.state import (
     call_signature,
     pending,
 )
+from runner.streaming import TurnMeter, TurnProgress
 from runner.tools import Tool, ToolContext, ToolError
 from runner.trace import (
     ApprovalRequired,
@@ -84,6 +85,7 @@ class Runtime:
         runs_root: where state and trace are saved; None keeps the run in memory only.
         cancel: the run's Stop signal, shared with tools and child runs.
         on_progress: called with (tool name, label) for every tool progress report.
+        on_turn: called with the progress of each model call (see `runner.streaming.TurnMeter`).
         tool_error_text: formats a tool's exception for the model under the "text" policy.
         tools_see_cancel: test switch; False delivers the Stop signal to the HTTP layer only.
         run_child: drives a child run (load-or-create by its id, run, save) and returns its
@@ -103,6 +105,9 @@ class Runtime:
     tracer: Tracer = field(default_factory=lambda: Tracer(None))
     run_child: Callable[[RunState, CancelToken], Awaitable[RunState]] | None = None
     server_settings: dict[str, Any] | None = None
+    on_turn: Callable[[TurnProgress], None] | None = None
+    """Live progress of each model call (start, every streamed chunk, end); set, it makes the
+    client ask for a streamed reply."""
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -262,7 +267,13 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     cap = _reply_token_budget(state, rt)
     if cap is not None:
         max_tokens = cap if max_tokens is None else min(max_tokens, cap)
-    reply = await rt.client.chat(cfg.model, state.messages, rt.tool_schemas, max_tokens=max_tokens)
+    # local-model change (issue 12): a first-turn tool_choice, sent on turn 1 only.
+    extra = {"tool_choice": cfg.first_turn_tool_choice} if state.turns == 0 and cfg.first_turn_tool_choice != "auto" else None
+    meter = TurnMeter(state.turns + 1, rt.on_turn) if rt.on_turn else None  # live per-turn line
+    reply = await rt.client.chat(cfg.model, state.messages, rt.tool_schemas, max_tokens=max_tokens, extra=extra,
+                                 on_delta=meter.update if meter else None)
+    if meter:
+        meter.finish(reply.completion_tokens, reply.message.content or "")
     return reply, max_tokens
 
 

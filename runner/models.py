@@ -101,7 +101,11 @@ class ModelEntry(BaseModel):
     sha256: str | None = None
     """Pinned digest, lowercase hex; null means trust on first pull (see module docstring)."""
     chat_format: str = "runner-hermes"
-    """llama-cpp-python chat handler to serve it with (see runner.chat_adapter)."""
+    """Chat format to serve it with: ``runner-hermes`` (runner.chat_adapter) or a
+    llama-cpp-python chat format name; checked when the server starts (runner.local)."""
+    first_turn_tool_choice: Literal["auto", "required", "none"] = "auto"
+    """``tool_choice`` sent on a run's first turn: ``required`` for a model too small to call
+    a tool unprompted (its first turn is then a grammar-constrained call)."""
     description: str = ""
 
     @model_validator(mode="after")
@@ -324,6 +328,16 @@ def resolve_choice(
     path = resolve(model, manifest, directory)
     known = any(m.name == model for m in manifest.models)
     return (model if known else path.stem), path
+
+
+def entry_for(name: str, path: Path | None = None, manifest: Manifest | None = None) -> ModelEntry | None:
+    """The manifest entry for a model chosen on the command line: by name, else by the GGUF's
+    file name; None for a model the manifest does not know (serve it with the defaults)."""
+    manifest = manifest or load_manifest()
+    for entry in manifest.models:
+        if entry.name == name or (path is not None and entry.filename == path.name):
+            return entry
+    return None
 
 
 def pull(

@@ -222,6 +222,10 @@ class RunConfig(BaseModel):
     """Model for the `research` tool's child runs (default: the parent's model)."""
     research_max_turns: int = 6
     research_max_budget_usd: float = 0.05
+    # local-model change (issue 12): tool_choice for turn 1 only; later turns send none.
+    first_turn_tool_choice: Literal["auto", "required", "none"] = "auto"
+    """tool_choice sent on the first turn ("auto": none sent). "required" makes a small model's
+    first turn a (grammar-constrained) tool call; the model manifest gives each model's value."""
 
 
 class RunState(BaseModel):

@@ -1,30 +1,29 @@
-"""Benchmark: local-model turn time seen over HTTP vs llama.cpp's own compute, and KV reuse.
+"""Benchmark: local turn time on the suite's own workload, server settings side by side.
 
-Runs a 3-turn tool-using conversation against the embedded server (`runner.local.LocalServer`),
-`--rounds` times, appending the model's actual replies (as an agent loop does) plus canned tool
-results. Per turn it records:
+Starts one embedded server per setting (`runner.local.LocalServer`, each a `LocalSettings`)
+and runs the six suite tasks through the real harness on each, interleaved task by task so
+that load from other processes falls on every setting alike. Per setting it reports:
 
-- wall_ms: time of the HTTP call seen by an httpx client, ms;
-- llama_ms: llama.cpp's prompt-eval + generation time for the same call (``llama_perf_context``,
-  returned by runner's chat handler in the response's ``runner`` field), ms;
-- ratio = wall_ms / llama_ms (R13 target: <= 1.15);
-- prefix hit = cached_prompt_tokens / prompt_tokens (KV entries reused from the previous call).
+- mean turn ms: the harness's per-turn wall time (HTTP included), ms;
+- prompt ms / turn and gen ms / token: the engine's own prompt evaluation and generation time
+  (GET /stats), ms;
+- evaluated / reused: prompt tokens evaluated vs served from the KV cache, summed over turns;
+- calls: tasks whose first turn was a tool call; ratio = mean turn ms / the first setting's.
 
-Turn 1 of every round after the first also hits the cache: it shares the system and user
-messages with the previous round's last call. The hit rate that matters is turns >= 2.
+The settings compared: 2 threads with OMP_WAIT_POLICY PASSIVE (the default), ACTIVE, 1 thread,
+smaller n_batch, no prefix reuse, and no jump-forward over grammar-forced text. The machine's load average is printed beside the table.
 
-Prints medians per turn index and writes the table as Markdown with ``--markdown PATH``.
-
-Usage: ``python scripts/bench_local.py [--model NAME|PATH] [--rounds 5] [--max-tokens 32]``.
+Usage: ``python scripts/bench_local.py [--model NAME|PATH] [--rounds 1] [--only NAME ...]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,123 +32,94 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runner import models
-from runner.local import LocalServer
+from runner.harness import execute
+from runner.local import LocalServer, LocalSettings
+from runner.state import RunConfig, new_run
+from runner.suite import load_suite
 
-TOOLS: list[dict[str, Any]] = [
-    {"type": "function", "function": {"name": "list_files", "description": "List the workspace files.",
-                                      "parameters": {"type": "object", "properties": {}}}},
-    {"type": "function", "function": {"name": "read_file", "description": "Read a workspace file.",
-                                      "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
-                                                     "required": ["path"]}}},
-]
-TOOL_RESULTS = [
-    "errors.log\naccess.log\nnotes.txt",
-    "2024-05-01 12:00:03 ERROR worker 7 timed out after 30000 ms\n" * 12,
-]
-FOLLOW_UPS = ["List the files, please.", "Now read errors.log."]
-
-
-def turn(client: httpx.Client, url: str, messages: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
-    """One chat call; returns the response body plus the client-side wall time (ms)."""
-    began = time.perf_counter()
-    reply = client.post(url, json={"model": "bench", "messages": messages, "tools": TOOLS,
-                                   "temperature": 0, "max_tokens": max_tokens})
-    wall_ms = (time.perf_counter() - began) * 1000.0
-    reply.raise_for_status()
-    body: dict[str, Any] = reply.json()
-    body["wall_ms"] = wall_ms
-    return body
+SETTINGS: dict[str, dict[str, Any]] = {
+    "2 threads PASSIVE n_batch 512": {},
+    "2 threads ACTIVE": {"omp_wait_policy": "ACTIVE"},
+    "1 thread": {"n_threads": 1},
+    "n_batch 128": {"n_batch": 128},
+    "n_batch 32": {"n_batch": 32},
+    "no prefix reuse": {"reuse_prefix": False},
+    "no jump-forward": {"jump_forward": False},
+}
 
 
-def extend(messages: list[dict[str, Any]], body: dict[str, Any], index: int) -> None:
-    """Append the model's reply and what the harness would send next."""
-    message = body["choices"][0]["message"]
-    calls = message.get("tool_calls") or []
-    messages.append({"role": "assistant", "content": message.get("content") or "",
-                     **({"tool_calls": calls} if calls else {})})
-    for call in calls:
-        messages.append({"role": "tool", "tool_call_id": call["id"], "content": TOOL_RESULTS[index]})
-    if not calls:
-        messages.append({"role": "user", "content": FOLLOW_UPS[index]})
-
-
-def one_round(client: httpx.Client, url: str, max_tokens: int) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are an agent over a folder of log files. Use the tools."},
-        {"role": "user", "content": "Which file mentions a timeout?"},
-    ]
-    rows = []
-    for index in range(3):
-        body = turn(client, url, messages, max_tokens)
-        timings = body["runner"]
-        rows.append({
-            "turn": index + 1,
-            "wall_ms": body["wall_ms"],
-            "llama_ms": timings["prompt_eval_ms"] + timings["eval_ms"],
-            "handler_ms": timings["handler_ms"],
-            "prompt_tokens": body["usage"]["prompt_tokens"],
-            "completion_tokens": body["usage"]["completion_tokens"],
-            "cached": timings["cached_prompt_tokens"],
-        })
-        if index < 2:
-            extend(messages, body, index)
-    return rows
-
-
-def summarise(rows: list[dict[str, Any]]) -> list[dict[str, float]]:
-    table = []
-    for number in (1, 2, 3):
-        mine = [r for r in rows if r["turn"] == number]
-        wall = statistics.median(r["wall_ms"] for r in mine)
-        llama = statistics.median(r["llama_ms"] for r in mine)
-        table.append({
-            "turn": number,
-            "wall_ms": wall,
-            "llama_ms": llama,
-            "ratio": statistics.median(r["wall_ms"] / r["llama_ms"] for r in mine),
-            "prompt_tokens": statistics.median(r["prompt_tokens"] for r in mine),
-            "completion_tokens": statistics.median(r["completion_tokens"] for r in mine),
-            "prefix_hit": statistics.median(r["cached"] / r["prompt_tokens"] for r in mine),
-        })
-    return table
-
-
-def markdown(table: list[dict[str, float]], model: str, rounds: int, later_hit: float) -> str:
-    lines = [
-        f"Local model turn time, {model}, median of {rounds} rounds",
-        "",
-        "| turn | wall ms (HTTP) | llama.cpp ms | ratio | prompt tok | completion tok | KV prefix hit |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in table:
-        lines.append(f"| {r['turn']:.0f} | {r['wall_ms']:.1f} | {r['llama_ms']:.1f} | {r['ratio']:.3f} | "
-                     f"{r['prompt_tokens']:.0f} | {r['completion_tokens']:.0f} | {r['prefix_hit']:.1%} |")
-    lines += ["", f"KV prefix hit rate on turns >= 2 (cached / prompt tokens, all rounds): {later_hit:.1%}"]
-    return "\n".join(lines) + "\n"
+async def run_task(base_url: str, name: str, prompt: str, system: str, choice: str, max_turns: int) -> list[float]:
+    """One suite task through the real harness (in memory); returns its per-turn ms."""
+    config = RunConfig(model=name, max_turns=max_turns, tools=["list_files", "read_file", "delete_file", "scan_archive"],
+                       first_turn_tool_choice=choice)  # type: ignore[arg-type]
+    state = await execute(new_run(prompt, config, system=system), base_url, None)
+    return [t.ms for t in state.per_turn]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct", help="manifest name or .gguf path")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=1, help="passes over the six tasks")
+    parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument("--only", nargs="*", default=None, help="setting names to run (default: all)")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the table here")
-    parser.add_argument("--json", action="store_true", help="print raw per-turn rows as JSON")
     args = parser.parse_args()
 
     name, path = models.resolve_choice(args.model)
-    rows: list[dict[str, Any]] = []
-    with LocalServer(path, model_name=name) as server, httpx.Client(timeout=300) as client:
-        url = f"{server.base_url}/chat/completions"
-        turn(client, url, [{"role": "user", "content": "warm up"}], 1)  # first-call costs out
+    entry = models.entry_for(name, path)
+    choice = entry.first_turn_tool_choice if entry else "auto"
+    chosen = {k: v for k, v in SETTINGS.items() if not args.only or k in args.only}
+    suite = load_suite()
+    servers = {label: LocalServer(LocalSettings(model=path, model_name=name, port=0, **extra))
+               for label, extra in chosen.items()}
+    load_before = os.getloadavg()
+    turn_ms: dict[str, list[float]] = {label: [] for label in chosen}
+    first_call: dict[str, int] = {label: 0 for label in chosen}
+    try:
+        for server in servers.values():
+            server.start()
         for _ in range(args.rounds):
-            rows += one_round(client, url, args.max_tokens)
-    later = [r for r in rows if r["turn"] >= 2]
-    later_hit = sum(r["cached"] for r in later) / sum(r["prompt_tokens"] for r in later)
-    text = markdown(summarise(rows), name, args.rounds, later_hit)
-    print(json.dumps(rows, indent=1) if args.json else text)
+            for task in suite.tasks:
+                for label, server in servers.items():
+                    ms = asyncio.run(run_task(server.base_url, name, task.prompt, suite.system, choice, args.max_turns))
+                    turn_ms[label] += ms
+        stats = {label: httpx.get(s.base_url.removesuffix("/v1") + "/stats", timeout=10).json()["replies"]
+                 for label, s in servers.items()}
+    finally:
+        for server in servers.values():
+            server.stop()
+    load_after = os.getloadavg()
+    rows = []
+    for label in chosen:
+        replies = stats[label]
+        first_call[label] = sum(1 for r in replies if r.get("finish_reason") == "tool_calls")
+        gen_tokens = sum(r["eval_tokens"] for r in replies)
+        rows.append({
+            "setting": label,
+            "turns": len(turn_ms[label]),
+            "mean_turn_ms": statistics.fmean(turn_ms[label]),
+            "prompt_ms_per_turn": statistics.fmean(r["prompt_eval_ms"] for r in replies),
+            "gen_ms_per_token": sum(r["eval_ms"] for r in replies) / max(1, gen_tokens),
+            "evaluated": sum(r["prompt_eval_tokens"] for r in replies),
+            "reused": sum(r["cached_prompt_tokens"] for r in replies),
+            "tool_call_turns": first_call[label],
+        })
+    base = rows[0]["mean_turn_ms"]
+    lines = [f"Local turn time on the six suite tasks, {name}, first turn tool_choice={choice}, "
+             f"{args.rounds} round(s), settings interleaved task by task",
+             f"load average (1/5/15 min) before: {' / '.join(f'{x:.2f}' for x in load_before)}; "
+             f"after: {' / '.join(f'{x:.2f}' for x in load_after)}", "",
+             "| setting | turns | mean turn ms | ratio | prompt ms / turn | gen ms / token | prompt tok evaluated | reused | turns ending in a call |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['setting']} | {r['turns']} | {r['mean_turn_ms']:,.0f} | {r['mean_turn_ms'] / base:.2f} | "
+                     f"{r['prompt_ms_per_turn']:,.0f} | {r['gen_ms_per_token']:.1f} | {r['evaluated']:,} | "
+                     f"{r['reused']:,} | {r['tool_call_turns']} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
     if args.markdown:
         args.markdown.write_text(text, encoding="utf-8")
+    print(json.dumps(rows), file=sys.stderr)
     return 0
 
 

@@ -265,6 +265,22 @@ def test_a_bad_block_does_not_hide_a_good_one() -> None:
     assert reply.content == '<tool_call>{"name": "nope"}</tool_call> then'
 
 
+def test_the_forced_parts_of_a_call_are_known_in_advance() -> None:
+    from runner.chat_adapter import CallForcer
+
+    forcer = CallForcer(TOOLS)
+    assert forcer.forced("I will look.") == ""  # prose: the model chooses
+    assert forcer.forced("I will look.<tool_call>") == '\n{"name": "'
+    assert forcer.forced('<tool_call>\n{"name": "') == ""  # four tools: the model picks one
+    assert forcer.forced('<tool_call>\n{"name": "rea') == 'd_file", "arguments": '
+    assert forcer.forced('<tool_call>\n{"name": "list') == '_files", "arguments": {}}\n</tool_call>'
+    assert forcer.forced('<tool_call>\n{"name": "read_file", "arguments": {"pa') == ""
+    assert forcer.forced('<tool_call>{"name": "list_files", "arguments": {}}</tool_call>') == ""
+    named = CallForcer(TOOLS, only="scan_archive")
+    assert named.forced('<tool_call>\n{"name": "') == 'scan_archive", "arguments": {}}\n</tool_call>'
+    assert CallForcer([]).forced("<tool_call>") == ""
+
+
 # --- the real server on the packaged SmolLM2 ---------------------------------------------------
 
 
@@ -329,9 +345,11 @@ def test_tool_result_reaches_the_model_and_the_prefix_is_reused(server: LocalSer
     counted = httpx.post(f"{root}/extras/tokenize/count", json={"input": RESULT_TEXT}, timeout=10).json()["count"]
     assert counted > 300  # counted by the model's own tokenizer
     assert p2 - p1 >= counted
-    # Turn 2 starts with turn 1's prompt: llama.cpp kept those KV entries.
-    assert turn2["runner"]["cached_prompt_tokens"] >= p1 - 1
-    assert turn2["runner"]["prompt_eval_tokens"] + turn2["runner"]["eval_tokens"] < p2
+    # Turn 2 starts with turn 1's prompt: its messages' KV entries are kept, all but the
+    # assistant header, which is always evaluated again (whole messages only, see Engine).
+    header = httpx.post(f"{root}/extras/tokenize/count", json={"input": "<|im_start|>assistant\n"}, timeout=10).json()["count"]
+    assert turn2["runner"]["cached_prompt_tokens"] == p1 - header
+    assert turn2["runner"]["prompt_eval_tokens"] == p2 - turn2["runner"]["cached_prompt_tokens"] < p2 - p1 + header + 1
 
 
 def test_empty_and_null_assistant_content_give_the_same_prompt(server: LocalServer) -> None:
@@ -349,9 +367,21 @@ def test_bad_requests_get_clear_errors(server: LocalServer) -> None:
     not_json = httpx.post(url, content=b"{nope", headers={"content-type": "application/json"}, timeout=10)
     assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["error"]["message"]
     bad_role = httpx.post(url, json={"messages": [{"role": "robot", "content": "x"}]}, timeout=10)
-    assert bad_role.status_code == 422 and "invalid chat request" in bad_role.json()["error"]["message"]
+    assert bad_role.status_code == 400 and "invalid chat request" in bad_role.json()["error"]["message"]
+    no_messages = httpx.post(url, json={"model": "smollm2", "max_tokens": 4}, timeout=10)
+    assert no_messages.status_code == 400, no_messages.text
+    assert no_messages.json()["error"]["param"] == "messages"
+    empty = httpx.post(url, json={"messages": []}, timeout=10)
+    assert empty.status_code == 400
+    bad_choice = httpx.post(url, json={"messages": first_turn(), "tools": TOOLS, "tool_choice": "always"}, timeout=10)
+    assert bad_choice.status_code == 400 and "tool_choice" in bad_choice.json()["error"]["message"]
+    unknown = {"type": "function", "function": {"name": "format_disk"}}
+    named_unknown = httpx.post(url, json={"messages": first_turn(), "tools": TOOLS, "tool_choice": unknown}, timeout=10)
+    assert named_unknown.status_code == 400 and "format_disk" in named_unknown.json()["error"]["message"]
+    required_no_tools = httpx.post(url, json={"messages": first_turn(), "tool_choice": "required"}, timeout=10)
+    assert required_no_tools.status_code == 400
     health = httpx.get(server.base_url.removesuffix("/v1") + "/health", timeout=10).json()
-    assert health == {"status": "ok", "pid": server.pid}
+    assert health["status"] == "ok" and health["pid"] == server.pid
 
 
 def test_startup_failures_are_one_clear_error(tmp_path: Path) -> None:
@@ -364,17 +394,3 @@ def test_startup_failures_are_one_clear_error(tmp_path: Path) -> None:
         server.start()
     assert str(server.log_path) in str(caught.value) and "Failed to load model" in str(caught.value)
     assert server.pid is None  # stopped and forgotten
-
-
-def test_llama_cpp_settings_ignore_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """llama-cpp-python's settings are pydantic BaseSettings: API_KEY or N_CTX in the
-    environment would silently change the stock server. Ours reads only its arguments."""
-    from llama_cpp.server.settings import ModelSettings, ServerSettings
-
-    from runner.local import _explicit
-
-    monkeypatch.setenv("API_KEY", "secret")
-    monkeypatch.setenv("N_CTX", "7")
-    assert ServerSettings().api_key == "secret"  # the trap
-    assert _explicit(ServerSettings)().api_key is None
-    assert _explicit(ModelSettings)(model="m.gguf").n_ctx == ModelSettings.model_fields["n_ctx"].default

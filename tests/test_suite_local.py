@@ -1,6 +1,8 @@
 """`runner suite --provider local --json` on the packaged SmolLM2 through the real llama.cpp
 server: whatever the model answers, every task ends in one of the five statuses with its
-turns, wall time and mean turn time recorded (issue 5)."""
+turns, wall time and mean turn time recorded (issue 5); with the manifest's first-turn
+tool_choice (required for SmolLM2) every task makes a tool call and none is malformed, and the
+report carries the prompt tokens evaluated vs reused per turn (issue 12)."""
 
 from __future__ import annotations
 
@@ -23,4 +25,13 @@ def test_local_suite_json_on_the_packaged_model(runs: Path) -> None:
         assert r["provider"] == "local" and r["status"] in FIVE
         assert 1 <= r["turns"] <= 2 and r["wall_ms"] > 0 and r["mean_turn_ms"] > 0
         assert r["prompt_tokens"] > 0 and isinstance(r["correct"], bool)
-    assert list(runs.glob("suite-*.md"))
+    assert out["first_turn_tool_choice"] == "required"
+    assert all(r["calls"] >= 1 and r["invalid_calls"] == 0 for r in results)
+    turns = out["local_turns"]
+    assert len(turns) == sum(r["turns"] for r in results)
+    assert all(t["prompt_eval_tokens"] + t["cached_prompt_tokens"] == t["prompt_tokens"] for t in turns)
+    assert turns[0]["cached_prompt_tokens"] == 0 and all(t["cached_prompt_tokens"] > 0 for t in turns[1:])
+    assert len(out["load_average"]) == 3
+    markdown = next(runs.glob("suite-*.md")).read_text()
+    assert "tool_choice=required" in markdown and "evaluated/reused" in markdown
+    assert "0 malformed or unknown" in markdown

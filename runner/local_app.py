@@ -1,0 +1,331 @@
+"""The embedded server's HTTP face: an OpenAI-compatible ASGI app over one llama.cpp model.
+
+Routes:
+
+- ``POST /v1/chat/completions``: OpenAI chat completions, streamed (server-sent events, one
+  chunk per generated piece, ``data: [DONE]`` at the end, usage in the last chunk when
+  ``stream_options.include_usage``) or not. With the ``runner-hermes`` chat format, replies
+  come from `runner.chat_adapter.Engine` (tool calls under a grammar, ``tool_choice`` honoured);
+  with any other llama-cpp-python chat format, from ``Llama.create_chat_completion``. Invalid
+  requests (no ``messages``, a bad role, a bad ``tool_choice``, a prompt longer than the
+  context) get HTTP 400 with an OpenAI error body. When the client goes away (timeout,
+  Ctrl-C), generation stops within one token and the next request starts at once.
+- ``GET /v1/models``: the one model.
+- ``POST /extras/tokenize/count``: ``{"input": str}`` -> ``{"count": tokens}``.
+- ``GET /health``: ``{"status": "ok", "pid", "requests", "generating", "cancelled",
+  "last_cancelled_tokens"}``
+  (answered without waiting for the model).
+- ``GET /stats``: ``{"replies": [timings, …]}``, the engine timings of the last
+  `RECENT_REPLIES` replies, oldest first (prompt tokens evaluated vs reused, ms).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from runner.chat_adapter import (
+    HANDLER_NAME,
+    ChatRequest,
+    Engine,
+    Event,
+    Finished,
+    RequestError,
+    chunks,
+    complete,
+)
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+CHAT_PATH = "/v1/chat/completions"
+RECENT_REPLIES = 200
+T = TypeVar("T")
+
+
+class MessageIn(BaseModel):
+    """One request message; fields other than these pass through unchanged."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | list[Any] | None = None
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: bool = False
+
+
+class ChatBody(BaseModel):
+    """The part of an OpenAI chat request this server reads; other fields are ignored
+    (sampling is always greedy)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    messages: list[MessageIn] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    functions: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    stop: str | list[str] | None = None
+
+    def to_request(self) -> ChatRequest:
+        tools = self.tools or [{"type": "function", "function": f} for f in self.functions or []]
+        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        return ChatRequest(
+            messages=[m.model_dump(exclude_none=True) | {"content": m.content} for m in self.messages],
+            tools=tools, tool_choice=self.tool_choice, stop=stop,
+            max_tokens=self.max_completion_tokens or self.max_tokens,
+        )
+
+
+@dataclass
+class Stats:
+    """Counters for /health (chat requests, generations stopped by a client leaving) and the
+    engine timings of the most recent replies for /stats (`Engine.stream`'s ``timings``)."""
+
+    requests: int = 0
+    generating: int = 0
+    """Replies started and not finished (one generates at a time; others wait)."""
+    cancelled: int = 0
+    last_cancelled_tokens: int | None = None
+    recent: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECENT_REPLIES))
+
+
+class Backend:
+    """One model, one generation at a time, stoppable; `events` is the only entry point.
+
+    Args:
+        llama: the loaded model.
+        chat_format: ``runner-hermes`` (runner's `Engine`) or a llama-cpp-python chat format
+            the `llama` was created with.
+        default_max_tokens: reply cap when a request sets none, tokens.
+        reuse_prefix: keep KV entries of leading messages shared with the previous request.
+        jump_forward: evaluate text the call grammar forces as one batch.
+    """
+
+    def __init__(self, llama: Llama, chat_format: str, default_max_tokens: int, reuse_prefix: bool = True,
+                 jump_forward: bool = True) -> None:
+        self.llama = llama
+        self.chat_format = chat_format
+        self.engine = (Engine(llama, default_max_tokens, reuse_prefix, jump_forward)
+                       if chat_format == HANDLER_NAME else None)
+        self.default_max_tokens = default_max_tokens
+        self.stats = Stats()
+        self._lock = threading.Lock()
+
+    def events(self, request: ChatRequest, cancel: threading.Event) -> Iterator[Event]:
+        """The reply as `runner.chat_adapter` events (see `Engine.stream`); a generation stopped
+        by `cancel` is counted in `stats`."""
+        inner = self.engine.stream(request, cancel) if self.engine is not None else self._stock(request, cancel)
+        self.stats.generating += 1
+        finished = False
+        try:
+            for event in inner:
+                if isinstance(event, Finished):
+                    finished = True
+                    self.stats.generating -= 1
+                    self.stats.recent.append(event.timings | {"finish_reason": event.finish_reason})
+                    if event.finish_reason == "cancelled":
+                        self.stats.cancelled += 1
+                        self.stats.last_cancelled_tokens = event.completion_tokens
+                yield event
+        finally:
+            if not finished:
+                self.stats.generating -= 1
+
+    def _stock(self, request: ChatRequest, cancel: threading.Event) -> Iterator[Event]:
+        """Another chat format: llama-cpp-python renders and parses; runner streams and stops it."""
+        from runner.chat_adapter import CallDelta, TextDelta
+
+        with self._lock:
+            began = time.perf_counter()
+            stream: Any = self.llama.create_chat_completion(
+                messages=request.messages,  # type: ignore[arg-type]
+                tools=request.tools or None,  # type: ignore[arg-type]
+                tool_choice=request.tool_choice, temperature=0.0, stop=request.stop or None,
+                max_tokens=request.max_tokens or self.default_max_tokens, stream=True,
+            )
+            finish, generated = "length", 0
+            for chunk in stream:
+                if cancel.is_set():
+                    finish = "cancelled"
+                    break
+                choice = chunk["choices"][0]
+                delta = choice.get("delta") or {}
+                if delta.get("content"):
+                    generated += 1
+                    yield TextDelta(delta["content"])
+                for i, call in enumerate(delta.get("tool_calls") or []):
+                    yield CallDelta(i, {k: call[k] for k in ("id", "type", "function")})
+                finish = choice.get("finish_reason") or finish
+            prompt = len(self.llama.tokenize(json.dumps(request.messages).encode(), add_bos=False))
+            yield Finished(finish, prompt, generated, {"handler_ms": round((time.perf_counter() - began) * 1000, 3)})
+
+
+def build_app(backend: Backend, model_name: str) -> Starlette:
+    """The ASGI app over `backend` (see the module docstring for the routes)."""
+    import os
+
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def health(request: Request) -> Response:
+        # The pid lets LocalServer tell its own process from a stranger that got the port first.
+        stats = backend.stats
+        return JSONResponse({"status": "ok", "pid": os.getpid(), "requests": stats.requests,
+                             "generating": stats.generating, "cancelled": stats.cancelled,
+                             "last_cancelled_tokens": stats.last_cancelled_tokens})
+
+    async def stats(request: Request) -> Response:
+        return JSONResponse({"replies": list(backend.stats.recent)})
+
+    async def list_models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": model_name, "object": "model", "created": 0, "owned_by": "runner"}]})
+
+    async def count_tokens(request: Request) -> Response:
+        body = await _json_body(request)
+        if not isinstance(body, dict):
+            return body
+        text = str(body.get("input", ""))
+        return JSONResponse({"count": len(backend.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True))})
+
+    async def chat(request: Request) -> Response:
+        return await _chat(request, backend, model_name)
+
+    return Starlette(routes=[
+        Route(CHAT_PATH, chat, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/extras/tokenize/count", count_tokens, methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/stats", stats, methods=["GET"]),
+    ])
+
+
+async def _json_body(request: Request) -> dict[str, Any] | Response:
+    try:
+        raw = await request.json()
+    except ValueError:
+        return _error(400, "request body is not valid JSON")
+    if not isinstance(raw, dict):
+        return _error(400, "request body must be a JSON object")
+    return raw
+
+
+async def _chat(request: Request, backend: Backend, model_name: str) -> Response:
+    raw = await _json_body(request)
+    if not isinstance(raw, dict):
+        return raw
+    try:
+        body = ChatBody.model_validate(raw)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(p) for p in problem["loc"])
+        return _error(400, f"invalid chat request at {where}: {problem['msg']}", param=where)
+    backend.stats.requests += 1
+    cancel = threading.Event()
+    events = backend.events(body.to_request(), cancel)
+    completion_id, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+    try:
+        if body.stream:
+            # The first event (prompt evaluated, first token out) comes before any header, so a
+            # bad request still gets a plain 400.
+            first: Event = await _watched(request, cancel, events, lambda: next(events))
+        else:
+            result: dict[str, Any] = await _watched(
+                request, cancel, events, lambda: complete(events, model_name, created, completion_id))
+    except RequestError as exc:
+        return _error(400, str(exc))
+    from starlette.responses import JSONResponse, StreamingResponse
+
+    if cancel.is_set():
+        return _error(499, "the client closed the request")
+    if not body.stream:
+        return JSONResponse(result)
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    replies = chunks(_prepend(first, events), model_name, created, completion_id, include_usage)
+    return StreamingResponse(_sse(replies, events, cancel), media_type="text/event-stream")
+
+
+def _prepend(first: Event, rest: Iterator[Event]) -> Iterator[Event]:
+    yield first
+    yield from rest
+
+
+async def _watched(request: Request, cancel: threading.Event, events: Iterator[Event],
+                   work: Callable[[], T]) -> T:
+    """Run `work` in a worker thread while watching the connection; a disconnect sets `cancel`
+    (generation stops within one token) and the rest of `events` is drained."""
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        cancel.set()
+
+    def capture() -> tuple[T | None, Exception | None]:
+        try:
+            return work(), None
+        except Exception as exc:
+            return None, exc
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch)
+        try:
+            value, error = await anyio.to_thread.run_sync(capture)
+        finally:
+            group.cancel_scope.cancel()
+    if cancel.is_set():
+        await anyio.to_thread.run_sync(_drain, events)
+    if error is not None:
+        raise error
+    return value  # type: ignore[return-value]
+
+
+async def _sse(replies: Iterator[dict[str, Any]], events: Iterator[Event],
+               cancel: threading.Event) -> AsyncIterator[str]:
+    """Server-sent events, one per chunk, then ``[DONE]``. Starlette cancels this generator when
+    the client disconnects; the worker thread finishes its token, then `cancel` stops it."""
+    done = object()
+    try:
+        while (item := await anyio.to_thread.run_sync(next, replies, done)) is not done:
+            yield f"data: {json.dumps(item, ensure_ascii=False)}\n\n"
+        yield "data: [DONE]\n\n"
+    finally:
+        cancel.set()  # a no-op once the reply is complete
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_drain, events)
+
+
+def _drain(events: Iterator[Event]) -> None:
+    """Consume what is left (the engine stops within a token once cancelled; Backend counts it)."""
+    for _ in events:
+        pass
+
+
+def _error(status: int, message: str, param: str | None = None) -> Response:
+    """An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}."""
+    from starlette.responses import JSONResponse
+
+    kind = "invalid_request_error" if status < 500 else "internal_server_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}},
+                        status_code=status)
