@@ -86,7 +86,7 @@ class LocalSettings(BaseModel):
         description="CPU threads for prompt evaluation and generation; default min(2, physical cores).")
     n_batch: int = Field(default=DEFAULT_N_BATCH, ge=1,
                          description="Most prompt tokens evaluated per llama.cpp decode call, tokens.")
-    seed: int = Field(default=DEFAULT_SEED, description="RNG seed (decoding is greedy; other chat formats may sample).")
+    seed: int = Field(default=DEFAULT_SEED, description="RNG seed given to llama.cpp (decoding is greedy: replies do not depend on it).")
     chat_format: str = Field(default=HANDLER_NAME, description=(
         "Chat format: runner-hermes (tool calls under a grammar) or a llama-cpp-python chat format "
         "name; the manifest gives each model's."))
@@ -195,7 +195,8 @@ def settings_table() -> str:
             default = "see meaning"
         else:
             default = f"`{info.default}`" if info.default is not None else "none"
-        lines.append(f"| `{key}` | `{_flag(key)}` | {default} | {info.description} |")
+        flag = f"`{_flag(key)}` / `--no-{_flag(key)[2:]}`" if info.annotation is bool else f"`{_flag(key)}`"
+        lines.append(f"| `{key}` | {flag} | {default} | {info.description} |")
     return "\n".join(lines) + "\n"
 
 

@@ -6,7 +6,8 @@ Routes:
   chunk per generated piece, ``data: [DONE]`` at the end, usage in the last chunk when
   ``stream_options.include_usage``) or not. With the ``runner-hermes`` chat format, replies
   come from `runner.chat_adapter.Engine` (tool calls under a grammar, ``tool_choice`` honoured);
-  with any other llama-cpp-python chat format, from ``Llama.create_chat_completion``. Invalid
+  with any other llama-cpp-python chat format, from ``Llama.create_chat_completion`` (its reply
+  in one chunk, not stoppable half-way). Invalid
   requests (no ``messages``, a bad role, a bad ``tool_choice``, a prompt longer than the
   context) get HTTP 400 with an OpenAI error body. When the client goes away (timeout,
   Ctrl-C), generation stops within one token and the next request starts at once.
@@ -153,32 +154,28 @@ class Backend:
                 self.stats.generating -= 1
 
     def _stock(self, request: ChatRequest, cancel: threading.Event) -> Iterator[Event]:
-        """Another chat format: llama-cpp-python renders and parses; runner streams and stops it."""
+        """Another chat format: llama-cpp-python renders, generates and parses, in one call. Its
+        usage is real; the reply comes as one chunk and cannot be stopped half-way."""
         from runner.chat_adapter import CallDelta, TextDelta
 
         with self._lock:
+            if cancel.is_set():
+                yield Finished("cancelled", 0, 0, {})
+                return
             began = time.perf_counter()
-            stream: Any = self.llama.create_chat_completion(
+            reply: Any = self.llama.create_chat_completion(
                 messages=request.messages,  # type: ignore[arg-type]
                 tools=request.tools or None,  # type: ignore[arg-type]
                 tool_choice=request.tool_choice, temperature=0.0, stop=request.stop or None,
-                max_tokens=request.max_tokens or self.default_max_tokens, stream=True,
+                max_tokens=request.max_tokens or self.default_max_tokens,
             )
-            finish, generated = "length", 0
-            for chunk in stream:
-                if cancel.is_set():
-                    finish = "cancelled"
-                    break
-                choice = chunk["choices"][0]
-                delta = choice.get("delta") or {}
-                if delta.get("content"):
-                    generated += 1
-                    yield TextDelta(delta["content"])
-                for i, call in enumerate(delta.get("tool_calls") or []):
-                    yield CallDelta(i, {k: call[k] for k in ("id", "type", "function")})
-                finish = choice.get("finish_reason") or finish
-            prompt = len(self.llama.tokenize(json.dumps(request.messages).encode(), add_bos=False))
-            yield Finished(finish, prompt, generated, {"handler_ms": round((time.perf_counter() - began) * 1000, 3)})
+            choice, usage = reply["choices"][0], reply["usage"]
+            if choice["message"].get("content"):
+                yield TextDelta(choice["message"]["content"])
+            for i, call in enumerate(choice["message"].get("tool_calls") or []):
+                yield CallDelta(i, {k: call[k] for k in ("id", "type", "function")})
+            yield Finished(choice.get("finish_reason") or "stop", usage["prompt_tokens"], usage["completion_tokens"],
+                           {"handler_ms": round((time.perf_counter() - began) * 1000, 3)})
 
 
 def build_app(backend: Backend, model_name: str) -> Starlette:
