@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel
 
@@ -176,7 +176,8 @@ def _result(provider: Provider, task: Task, state: RunState) -> TaskResult:
 
 async def _run_tasks(provider: Provider, suite: SuiteDefinition, base_url: str, model_for: dict[str, str],
                      runs_root: Path, max_turns: int, max_tokens: int | None, quiet: bool,
-                     cancel: CancelToken, first_turn_tool_choice: ToolChoiceSetting = "auto") -> list[TaskResult]:
+                     cancel: CancelToken, first_turn_tool_choice: ToolChoiceSetting = "auto",
+                     server_settings: dict[str, Any] | None = None) -> list[TaskResult]:
     """Run the tasks one after another; Ctrl-C (SIGINT/SIGTERM) stops the running task as a
     resumable `interrupted` run and skips the rest."""
     results = []
@@ -191,7 +192,7 @@ async def _run_tasks(provider: Provider, suite: SuiteDefinition, base_url: str, 
                                first_turn_tool_choice=first_turn_tool_choice)
             state = new_run(task.prompt, config, system=suite.system)
             store.save(state, runs_root)
-            state = await execute(state, base_url, runs_root, cancel=cancel)
+            state = await execute(state, base_url, runs_root, cancel=cancel, server_settings=server_settings)
             result = _result(provider, task, state)
             results.append(result)
             _print_progress(result, quiet)
@@ -210,8 +211,9 @@ def _print_progress(result: TaskResult, quiet: bool) -> None:
 
 @contextlib.contextmanager
 def _local_endpoint(model: str | None, base_url: str | None,
-                    quiet: bool) -> Iterator[tuple[str, str, str | None, ToolChoiceSetting]]:
-    """Yield (base URL, model name, GGUF path, first-turn tool_choice) for the 'local' column.
+                    quiet: bool) -> Iterator[tuple[str, str, str | None, ToolChoiceSetting, dict[str, Any] | None]]:
+    """Yield (base URL, model name, GGUF path, first-turn tool_choice, server settings) for the
+    'local' column; the settings (recorded on each run's `run_started`) are None for --base-url.
 
     The tool_choice is the manifest's for the model (by name, or by file name for a path);
     "auto" for a model the manifest does not know."""
@@ -219,7 +221,7 @@ def _local_endpoint(model: str | None, base_url: str | None,
 
     if base_url:
         entry = models.entry_for(model) if model else None
-        yield base_url, model or "default", None, entry.first_turn_tool_choice if entry else "auto"
+        yield base_url, model or "default", None, entry.first_turn_tool_choice if entry else "auto", None
         return
     from runner import local
 
@@ -230,7 +232,7 @@ def _local_endpoint(model: str | None, base_url: str | None,
     if not quiet:
         print(f"local model: {name} ({path}); first turn tool_choice={choice}", file=sys.stderr, flush=True)
     with local.LocalServer(settings) as server:
-        yield server.base_url, server.model_name, str(path), choice
+        yield server.base_url, server.model_name, str(path), choice, server.settings.model_dump(mode="json")
 
 
 def run_suite(provider: str, runs_root: Path, *, model: str | None = None, base_url: str | None = None,
@@ -261,11 +263,12 @@ def run_suite(provider: str, runs_root: Path, *, model: str | None = None, base_
                 report.results += asyncio.run(_run_tasks("scripted", suite, url, scripted_models, runs_root,
                                                          max_turns, max_tokens, quiet, cancel))
         if provider in ("local", "both") and not cancel.is_cancelled:
-            with _local_endpoint(model, base_url, quiet) as (url, name, path, choice):
+            with _local_endpoint(model, base_url, quiet) as (url, name, path, choice, settings):
                 report.model, report.model_path, report.base_url = name, path, base_url
                 report.first_turn_tool_choice = choice
                 report.results += asyncio.run(_run_tasks("local", suite, url, {t.id: name for t in suite.tasks},
-                                                         runs_root, max_turns, max_tokens, quiet, cancel, choice))
+                                                         runs_root, max_turns, max_tokens, quiet, cancel, choice,
+                                                         settings))
                 report.load_average = [round(x, 2) for x in os.getloadavg()]
                 if path is not None:
                     report.local_turns = _server_turns(url)

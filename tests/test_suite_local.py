@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from runner import store
+from runner.trace import RunStarted, read_trace
 from tests.conftest import cli_json
 
 FIVE = {"completed", "failed", "max_turns_exceeded", "budget_exceeded", "interrupted"}
@@ -35,3 +37,6 @@ def test_local_suite_json_on_the_packaged_model(runs: Path) -> None:
     markdown = next(runs.glob("suite-*.md")).read_text()
     assert "tool_choice=required" in markdown and "evaluated/reused" in markdown
     assert "0 malformed or unknown" in markdown
+    started = read_trace(store.trace_path(runs, results[0]["run_id"]))[0]
+    assert isinstance(started, RunStarted) and started.server is not None
+    assert started.server["chat_format"] == "runner-hermes" and started.server["omp_wait_policy"] == "PASSIVE"
