@@ -543,33 +543,44 @@ def models_pull(name: Annotated[str, typer.Argument(help="A manifest name.")] = 
 
 @app.command()
 def suite(
-    provider: Annotated[str, typer.Option(help="scripted, local or both.")] = "both",
-    model: Annotated[Optional[str], typer.Option(help="Local model name or .gguf path [default: Qwen if pulled, else SmolLM2].")] = None,
+    provider: Annotated[str, typer.Option(help="scripted, local or both (the columns when no --model is given).")] = "both",
+    model: Annotated[Optional[list[str]], typer.Option(
+        help="A model column (repeatable): a name from `runner models list`, a .gguf path, or 'scripted' "
+             "[default: Qwen if pulled, else SmolLM2]. With --provider both the scripted column comes first.")] = None,
     base_url: Annotated[Optional[str], typer.Option("--base-url", help="Use this OpenAI-compatible endpoint as the 'local' provider instead of starting llama.cpp.")] = None,
     max_turns: Annotated[int, typer.Option(min=1, help="Turn cap per task.")] = 8,
     max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Cap on each reply, tokens [default: the server's].")] = None,
     latency_ms: Annotated[float, typer.Option(min=0.0, help="Scripted provider: delay every reply by this many ms.")] = 0.0,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per task and model (the report gives pass rates over them).")] = 1,
+    executor: Annotated[str, typer.Option(help="local (this process, one run at a time) or ray (Ray actors; pip install 'runner[ray]').")] = "local",
+    address: Annotated[Optional[str], typer.Option(help="--executor ray: the cluster to join (auto or HOST:PORT) [default: start a local one].")] = None,
+    actors: Annotated[Optional[int], typer.Option(min=1, help="--executor ray: actors per model column, each with its own endpoint [default: 2 per node].")] = None,
     runs_dir: RunsDir = None,
     as_json: JsonOut = False,
 ) -> None:
-    """Run the six-task suite on the scripted provider, the local model, or both side by side."""
+    """Run the six-task suite on the scripted provider and local models, side by side, N times each."""
 
     def body() -> int:
+        from runner import fanout
         from runner import suite as suite_mod
 
-        if provider not in ("scripted", "local", "both"):
-            raise UsageError("--provider must be scripted, local or both")
-        report = suite_mod.run_suite(provider, runs_root=store.runs_dir(runs_dir), model=model,
+        if executor == "local" and (address or actors):
+            raise UsageError("--address and --actors need --executor ray")
+        report = suite_mod.run_suite(provider, runs_root=store.runs_dir(runs_dir), models=model or (),
                                      base_url=base_url, max_turns=max_turns, max_tokens=max_tokens,
-                                     latency_ms=latency_ms, quiet=as_json)
+                                     latency_ms=latency_ms, repeats=repeat, quiet=as_json,
+                                     executor=fanout.executor(executor, address=address, actors=actors))
         if as_json:
             typer.echo(report.model_dump_json())
         else:
             suite_mod.print_report(report)
         if report.cancelled:
             stopped = [r for r in report.results if r.status != "completed" and r.status != "failed"]
-            typer.echo(f"suite cancelled after {len(report.results)} task(s); the report above holds them"
-                       + "".join(f"; resume {r.task} with: runner resume {r.run_id}" for r in stopped), err=True)
+            typer.echo(f"suite cancelled after {len(report.results)} run(s); the report above holds them"
+                       + "".join(f"; resume {r.task} with: runner resume {r.run_id}" for r in stopped)
+                       + (f"; {len(report.unfinished)} run(s) not finished, each continues with runner resume ID: "
+                          + " ".join(report.unfinished[:5]) + (" …" if len(report.unfinished) > 5 else "")
+                          + " (all in the JSON report)" if report.unfinished else ""), err=True)
             return EXIT_CODES["interrupted"]
         return 0
 

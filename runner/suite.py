@@ -1,38 +1,38 @@
-"""The six-task suite (the main job): the same harness on the scripted provider and on a
-local model, side by side.
+"""The six-task suite (the main job): the same harness on the scripted provider and on one
+or more local models, side by side, each task repeated N times.
 
 Tasks live in `tasks/suite.json` (prompt + answer check as regular expressions over the
 lower-cased answer). The scripted provider answers each task with the scenario of the same
-name. Each run is a normal saved run under the runs directory, so `runner trace` works on it.
-Reports are written to `runs/suite-<timestamp>.json` and `.md`.
+name. Every (model, task, repeat) is a normal saved run, created in the store before any is
+driven, then driven by a `runner.fanout` executor (this process, or Ray actors); `runner trace`
+works on each. Reports, with pass rates and turn-time percentiles over the repeats, are
+written to `runs/suite-<timestamp>.json`, `.md` and `.png` (turn time per task and model).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
+import math
 import os
 import re
-import signal
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Iterable, Literal, Sequence
 
 from pydantic import BaseModel
 
-from runner import store
-from runner.cancel import CancelToken
+from runner import fanout
 from runner.chat_adapter import HANDLER_NAME
-from runner.harness import execute, scripted_provider
+from runner.errors import UsageError
+from runner.fanout import Batch, Endpoint, Executor, LocalExecutor, RayExecutor
 from runner.resources import tasks_dir
 from runner.state import RunConfig, RunState, new_run
 
 Provider = Literal["scripted", "local"]
 ToolChoiceSetting = Literal["auto", "required", "none"]
-
 
 PROTOCOL_TEXT = re.compile(r"</?tool_(?:call|response)>|<\|im_(?:start|end)\|>")
 """Chat-protocol markup: an answer containing it pasted the transcript, it did not answer."""
@@ -115,7 +115,7 @@ def load_suite(path: Path | None = None) -> SuiteDefinition:
 
 
 class TaskResult(BaseModel):
-    """One task on one provider. Tokens are counts, cost USD, times ms."""
+    """One run: one task on one model column. Tokens are counts, cost USD, times ms."""
 
     provider: Provider
     task: str
@@ -137,25 +137,68 @@ class TaskResult(BaseModel):
     """Tool calls the model made (valid or not)."""
     invalid_calls: int = 0
     """Calls naming an unknown tool or with arguments its schema rejects."""
+    model: str = ""
+    """The model column: "scripted" or the local model's name."""
+    repeat: int = 1
+    """Which repeat of (task, model) this run is, from 1."""
+    turn_ms: list[float] = []
+    """Wall time of each turn, ms (`TurnRecord.ms`: the model call, retries included)."""
+    driven_by: str = ""
+    """Where the run was driven: "local pid N", or "node <Ray node id, 8 hex> pid N"."""
+
+
+class TaskSummary(BaseModel):
+    """One task on one model over its repeats: counts and means per run (tokens, cost USD,
+    wall ms), and turn times over every turn of every repeat (ms)."""
+
+    model: str
+    provider: Provider
+    task: str
+    runs: int
+    passed: int
+    pass_rate: float
+    """passed / runs."""
+    statuses: dict[str, int]
+    """How many runs stopped with each status."""
+    turns: float
+    tool_runs: float
+    prompt_tokens: float
+    completion_tokens: float
+    cost_usd: float
+    wall_ms: float
+    turn_ms_mean: float
+    turn_ms_p50: float
+    turn_ms_p95: float
 
 
 class SuiteReport(BaseModel):
     model: str | None
-    """The local model's name (None when only the scripted provider ran)."""
+    """The first local model's name (None when only the scripted provider ran)."""
     model_path: str | None = None
     base_url: str | None = None
     first_turn_tool_choice: ToolChoiceSetting = "auto"
-    """tool_choice sent on each local task's first turn (the manifest's value for the model)."""
+    """tool_choice sent on each local task's first turn (the manifest's value for the first local model)."""
     load_average: list[float] | None = None
-    """The machine's 1, 5 and 15 minute load averages when the local column finished."""
+    """The machine's 1, 5 and 15 minute load averages when the local columns finished."""
     local_turns: list[dict[str, float]] = []
-    """Per model call of the local column, in order, from the server started for it (GET /stats):
+    """Per model call of the first local column, from the server(s) started for it (GET /stats;
+    in order per server, servers one after another):
     prompt_tokens, cached_prompt_tokens (KV reused), prompt_eval_tokens (evaluated), eval_tokens,
     prompt_eval_ms, eval_ms, handler_ms."""
     max_turns: int
     results: list[TaskResult]
+    """One per run, by model column, then task, then repeat."""
     cancelled: bool = False
-    """True when Ctrl-C stopped the suite: `results` holds the tasks run until then."""
+    """True when Ctrl-C stopped the suite: `results` holds the runs finished until then."""
+    models: list[str] = []
+    """The model columns, in order ("scripted" is the scripted provider)."""
+    repeats: int = 1
+    executor: Literal["local", "ray"] = "local"
+    summaries: list[TaskSummary] = []
+    """One per (model, task), from `summarize`."""
+    unfinished: list[str] = []
+    """Ids of runs created but not driven to a stop (the suite was cancelled): each is saved
+    and continues with `runner resume ID`."""
 
 
 def _result(provider: Provider, task: Task, state: RunState) -> TaskResult:
@@ -174,119 +217,161 @@ def _result(provider: Provider, task: Task, state: RunState) -> TaskResult:
     )
 
 
-async def _run_tasks(provider: Provider, suite: SuiteDefinition, base_url: str, model_for: dict[str, str],
-                     runs_root: Path, max_turns: int, max_tokens: int | None, quiet: bool,
-                     cancel: CancelToken, first_turn_tool_choice: ToolChoiceSetting = "auto",
-                     server_settings: dict[str, Any] | None = None) -> list[TaskResult]:
-    """Run the tasks one after another; Ctrl-C (SIGINT/SIGTERM) stops the running task as a
-    resumable `interrupted` run and skips the rest."""
-    results = []
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, cancel.cancel, "user pressed Stop")
-    try:
-        for task in suite.tasks:
-            if cancel.is_cancelled:
-                break
-            config = RunConfig(model=model_for[task.id], max_turns=max_turns, max_tokens=max_tokens,
-                               first_turn_tool_choice=first_turn_tool_choice)
-            state = new_run(task.prompt, config, system=suite.system)
-            store.save(state, runs_root)
-            state = await execute(state, base_url, runs_root, cancel=cancel, server_settings=server_settings)
-            result = _result(provider, task, state)
-            results.append(result)
-            _print_progress(result, quiet)
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-    return results
-
-
 def _print_progress(result: TaskResult, quiet: bool) -> None:
     if not quiet:
-        print(f"  {result.provider:<8} {result.task:<13} {result.status:<18} turns={result.turns} "
-              f"tools={result.tool_runs} ms={result.wall_ms:,.0f} correct={'yes' if result.correct else 'no'}",
-              file=sys.stderr, flush=True)
+        print(f"  {result.model[:12]:<12} {result.task:<13} #{result.repeat:<3} {result.status:<18} "
+              f"turns={result.turns} tools={result.tool_runs} ms={result.wall_ms:,.0f} "
+              f"correct={'yes' if result.correct else 'no'}", file=sys.stderr, flush=True)
 
 
-@contextlib.contextmanager
-def _local_endpoint(model: str | None, base_url: str | None,
-                    quiet: bool) -> Iterator[tuple[str, str, str | None, ToolChoiceSetting, dict[str, Any] | None]]:
-    """Yield (base URL, model name, GGUF path, first-turn tool_choice, server settings) for the
-    'local' column; the settings (recorded on each run's `run_started`) are None for --base-url.
+def model_columns(provider: str, models: Sequence[str] = (), base_url: str | None = None,
+                  latency_ms: float = 0.0, quiet: bool = True) -> list[Endpoint]:
+    """The suite's model columns, in order, as endpoints.
 
-    The tool_choice is the manifest's for the model (by name, or by file name for a path);
-    "auto" for a model the manifest does not know."""
-    from runner import models
+    Without `models`, `provider` picks them: "scripted", "local" (the default local model) or
+    "both". With `models` (names from `runner models list`, .gguf paths, or "scripted" for the
+    scripted provider), those are the columns, after the scripted one when `provider` is "both".
+    With `base_url`, every non-scripted column talks to that endpoint under its own name.
+    A local column's first-turn tool_choice and chat format are the model manifest's (by name,
+    or by file name for a path); "auto" and runner's Hermes adapter for a model it does not know.
 
-    if base_url:
-        entry = models.entry_for(model) if model else None
-        yield base_url, model or "default", None, entry.first_turn_tool_choice if entry else "auto", None
-        return
-    from runner import local
+    Raises:
+        UsageError: an unknown provider, or a local model with provider "scripted".
+        ModelNotFound: a named model is not on disk.
+    """
+    if provider not in ("scripted", "local", "both"):
+        raise UsageError("--provider must be scripted, local or both")
+    names = list(dict.fromkeys(models))
+    local_names: list[str | None] = [m for m in names if m != "scripted"]
+    if provider == "scripted" and local_names:
+        raise UsageError("--provider scripted runs no local model: leave out --model, or use --provider both")
+    scripted = provider != "local" or "scripted" in names
+    if not names and provider != "scripted":
+        local_names = [None]  # the default local model
+    columns = [Endpoint(name="scripted", kind="scripted", latency_ms=latency_ms)] if scripted else []
+    from runner import models as models_mod
 
-    name, path = models.resolve_choice(model)
-    entry = models.entry_for(name, path)
-    choice: ToolChoiceSetting = entry.first_turn_tool_choice if entry else "auto"
-    settings = local.settings(model=path, port=0, chat_format=entry.chat_format if entry else HANDLER_NAME)
-    if not quiet:
-        print(f"local model: {name} ({path}); first turn tool_choice={choice}", file=sys.stderr, flush=True)
-    with local.LocalServer(settings) as server:
-        yield server.base_url, server.model_name, str(path), choice, server.settings.model_dump(mode="json")
+    for name in local_names:
+        if base_url:
+            entry = models_mod.entry_for(name) if name else None
+            columns.append(Endpoint(name=name or "default", kind="url", base_url=base_url,
+                                    first_turn_tool_choice=entry.first_turn_tool_choice if entry else "auto"))
+            continue
+        shown, path = models_mod.resolve_choice(name)
+        entry = models_mod.entry_for(shown, path)
+        choice: ToolChoiceSetting = entry.first_turn_tool_choice if entry else "auto"
+        if not quiet:
+            print(f"local model: {shown} ({path}); first turn tool_choice={choice}", file=sys.stderr, flush=True)
+        # Named as llama.cpp serves it (the file stem), as runs and reports always named it.
+        columns.append(Endpoint(name=path.stem, kind="local", model_path=str(path), first_turn_tool_choice=choice,
+                                chat_format=entry.chat_format if entry else HANDLER_NAME))
+    return columns
 
 
-def run_suite(provider: str, runs_root: Path, *, model: str | None = None, base_url: str | None = None,
-              max_turns: int = 8, max_tokens: int | None = None, latency_ms: float = 0.0,
+def _model_for(column: Endpoint, task: Task) -> str:
+    """The model name a run of `task` sends: scripted runs name their scenario (the task id)."""
+    return f"scripted/{task.id}" if column.kind == "scripted" else column.name
+
+
+def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), base_url: str | None = None,
+              max_turns: int = 8, max_tokens: int | None = None, latency_ms: float = 0.0, repeats: int = 1,
+              executor: Executor | None = None, columns: list[Endpoint] | None = None,
               quiet: bool = False) -> SuiteReport:
-    """Run every task on `provider` ("scripted", "local" or "both"); write the reports.
+    """Run every task on every model column `repeats` times; write the reports.
+
+    Every (model, task, repeat) is saved as a run in the store before any is driven; then
+    `executor` (default `LocalExecutor`: this process, one run after another) drives them.
 
     Args:
-        model: local model name or GGUF path (default: Qwen if pulled, else packaged SmolLM2),
-            or, with `base_url`, the model name to send.
-        base_url: use this OpenAI-compatible endpoint as the local column instead of
-            starting llama.cpp.
+        provider, models, base_url: the columns, as `model_columns`.
         max_turns: turn cap per task.
         max_tokens: cap on each reply, tokens (None: the server's default, 512 for runner serve).
         latency_ms: delay of every scripted reply, ms (the scripted column only).
+        repeats: runs per (task, model).
+        executor: a `runner.fanout` executor (`RayExecutor` fans out over a Ray cluster).
+        columns: the model columns as endpoints, instead of `provider`, `models`, `base_url`
+            and `latency_ms` (e.g. a scripted provider that is already running).
 
     Raises:
-        models.ModelNotFound: the named model is not on disk.
-        RuntimeError: the local server failed to start.
+        UsageError, models.ModelNotFound: as `model_columns`.
+        RuntimeError: a server failed to start.
     """
     suite = load_suite()
-    report = SuiteReport(model=None, max_turns=max_turns, results=[])
-    cancel = CancelToken()
-    try:
-        if provider in ("scripted", "both"):
-            with scripted_provider(latency_ms=latency_ms) as url:
-                scripted_models = {t.id: f"scripted/{t.id}" for t in suite.tasks}
-                report.results += asyncio.run(_run_tasks("scripted", suite, url, scripted_models, runs_root,
-                                                         max_turns, max_tokens, quiet, cancel))
-        if provider in ("local", "both") and not cancel.is_cancelled:
-            with _local_endpoint(model, base_url, quiet) as (url, name, path, choice, settings):
-                report.model, report.model_path, report.base_url = name, path, base_url
-                report.first_turn_tool_choice = choice
-                report.results += asyncio.run(_run_tasks("local", suite, url, {t.id: name for t in suite.tasks},
-                                                         runs_root, max_turns, max_tokens, quiet, cancel, choice,
-                                                         settings))
-                report.load_average = [round(x, 2) for x in os.getloadavg()]
-                if path is not None:
-                    report.local_turns = _server_turns(url)
-    except KeyboardInterrupt:  # Ctrl-C while a server was starting: no run was in flight
-        cancel.cancel("user pressed Stop")
-    report.cancelled = cancel.is_cancelled
+    columns = columns or model_columns(provider, models, base_url, latency_ms, quiet)
+    executor = executor or LocalExecutor()
+    local = [c for c in columns if c.kind != "scripted"]
+    report = SuiteReport(model=local[0].name if local else None, model_path=local[0].model_path if local else None,
+                         base_url=base_url, max_turns=max_turns, results=[], models=[c.name for c in columns],
+                         repeats=repeats, executor="ray" if isinstance(executor, RayExecutor) else "local",
+                         first_turn_tool_choice=local[0].first_turn_tool_choice if local else "auto")
+    location = str(runs_root.resolve())
+    jobs: dict[str, tuple[Endpoint, Task, int]] = {}
+    batches = []
+    for column in columns:
+        run_ids = []
+        for task in suite.tasks:
+            for repeat in range(1, repeats + 1):
+                config = RunConfig(model=_model_for(column, task), max_turns=max_turns, max_tokens=max_tokens,
+                                   first_turn_tool_choice=column.first_turn_tool_choice)
+                state = new_run(task.prompt, config, system=suite.system)
+                fanout.create(state, location)
+                jobs[state.run_id] = (column, task, repeat)
+                run_ids.append(state.run_id)
+        batches.append(Batch(column, run_ids))
+
+    def result_of(state: RunState, where: str) -> TaskResult:
+        column, task, repeat = jobs[state.run_id]
+        return _result("scripted" if column.kind == "scripted" else "local", task, state).model_copy(
+            update={"model": column.name, "repeat": repeat, "turn_ms": [round(t.ms, 1) for t in state.per_turn],
+                    "driven_by": where})
+
+    driven = executor.drive(batches, location, lambda state, where: _print_progress(result_of(state, where), quiet))
+    report.results = [result_of(state, where) for state, where in driven]
+    finished = {r.run_id for r in report.results}
+    report.unfinished = [run_id for batch in batches for run_id in batch.run_ids if run_id not in finished]
+    report.summaries = summarize(report.results)
+    report.cancelled = executor.cancelled
+    if local:
+        report.load_average = [round(x, 2) for x in os.getloadavg()]
+        report.local_turns = executor.server_turns.get(local[0].name, [])
     write_report(report, runs_root)
     return report
 
 
-def _server_turns(base_url: str) -> list[dict[str, float]]:
-    """The engine timings of every reply of the server we started (runner.local_app /stats)."""
-    import httpx
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) with linear interpolation between closest ranks (numpy's
+    default); 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
-    keys = ("prompt_tokens", "cached_prompt_tokens", "prompt_eval_tokens", "eval_tokens",
-            "prompt_eval_ms", "eval_ms", "handler_ms")
-    replies = httpx.get(base_url.removesuffix("/v1") + "/stats", timeout=10).json()["replies"]
-    return [{k: r[k] for k in keys if k in r} for r in replies]
+
+def summarize(results: list[TaskResult]) -> list[TaskSummary]:
+    """One `TaskSummary` per (model, task), in the order first seen."""
+    groups: dict[tuple[str, str], list[TaskResult]] = {}
+    for r in results:
+        groups.setdefault((r.model, r.task), []).append(r)
+    out = []
+    for (model, task), rs in groups.items():
+        turn_ms = [ms for r in rs for ms in r.turn_ms]
+        passed = sum(r.correct for r in rs)
+
+        def mean(values: Iterable[float]) -> float:
+            return round(statistics.fmean(values), 3)
+
+        out.append(TaskSummary(
+            model=model, provider=rs[0].provider, task=task, runs=len(rs), passed=passed,
+            pass_rate=round(passed / len(rs), 3), statuses=dict(Counter(r.status for r in rs)),
+            turns=mean(r.turns for r in rs), tool_runs=mean(r.tool_runs for r in rs),
+            prompt_tokens=mean(r.prompt_tokens for r in rs), completion_tokens=mean(r.completion_tokens for r in rs),
+            cost_usd=round(statistics.fmean(r.cost_usd for r in rs), 9), wall_ms=round(mean(r.wall_ms for r in rs), 1),
+            turn_ms_mean=round(statistics.fmean(turn_ms), 1) if turn_ms else 0.0,
+            turn_ms_p50=round(percentile(turn_ms, 50), 1), turn_ms_p95=round(percentile(turn_ms, 95), 1),
+        ))
+    return out
 
 
 def totals(results: list[TaskResult]) -> dict[str, float]:
@@ -306,39 +391,53 @@ def totals(results: list[TaskResult]) -> dict[str, float]:
     }
 
 
+def _column_title(report: SuiteReport, model: str) -> str:
+    return "scripted provider" if model == "scripted" else f"local model: {model}"
+
+
 def markdown(report: SuiteReport) -> str:
-    """The report as Markdown: one table per provider, then totals."""
-    lines = []
-    for provider in ("scripted", "local"):
-        rows = [r for r in report.results if r.provider == provider]
+    """The report as Markdown: per model column, the summary over repeats, then one line per run."""
+    lines = [f"Executor: {report.executor}; {report.repeats} repeat(s) per task and model; "
+             f"turn cap {report.max_turns}.", ""]
+    for model in report.models or list(dict.fromkeys(r.model for r in report.results)):
+        rows = [r for r in report.results if r.model == model]
         if not rows:
             continue
-        title = "scripted provider" if provider == "scripted" else f"local model: {report.model}"
-        lines += [f"### {title}", ""]
-        if provider == "local":
-            lines += [f"First turn sent with `tool_choice={report.first_turn_tool_choice}` (the model manifest's "
-                      "`first_turn_tool_choice`); later turns `auto`."]
+        lines += [f"### {_column_title(report, model)}", ""]
+        if model != "scripted":
+            if model == report.model:
+                lines += [f"First turn sent with `tool_choice={report.first_turn_tool_choice}` (the model manifest's "
+                          "`first_turn_tool_choice`); later turns `auto`."]
             if report.load_average:
                 lines += [f"Load average (1/5/15 min) when it finished: "
                           f"{' / '.join(f'{x:.2f}' for x in report.load_average)}."]
             lines += [""]
-        lines += ["| task | status | turns | tool runs | prompt tok | completion tok | cost USD | wall ms | mean turn ms | correct | answer |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+        lines += ["| task | runs | pass rate | turns | tool runs | prompt tok | completion tok | cost USD | "
+                  "turn ms mean | p50 | p95 |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for s in (s for s in report.summaries if s.model == model):
+            lines.append(f"| {s.task} | {s.runs} | {s.passed}/{s.runs} ({s.pass_rate:.0%}) | {s.turns:g} | "
+                         f"{s.tool_runs:g} | {s.prompt_tokens:g} | {s.completion_tokens:g} | {s.cost_usd:.6f} | "
+                         f"{s.turn_ms_mean:,.1f} | {s.turn_ms_p50:,.1f} | {s.turn_ms_p95:,.1f} |")
+        lines += ["", "| task | repeat | status | turns | tool runs | prompt tok | completion tok | cost USD | "
+                      "wall ms | mean turn ms | correct | answer |",
+                  "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
         for r in rows:
             answer = _short(r.answer, 120).replace("|", "\\|")
-            lines.append(f"| {r.task} | {r.status} | {r.turns} | {r.tool_runs} | {r.prompt_tokens} | "
+            lines.append(f"| {r.task} | {r.repeat} | {r.status} | {r.turns} | {r.tool_runs} | {r.prompt_tokens} | "
                          f"{r.completion_tokens} | {r.cost_usd:.6f} | {r.wall_ms:,.0f} | {r.mean_turn_ms:,.0f} | "
                          f"{'yes' if r.correct else 'no'} | {answer} |")
         t = totals(rows)
-        wrong = [f"{r.task}: {r.why_wrong}" for r in rows if not r.correct and r.why_wrong]
-        lines += [f"| **total** | | {t['turns']} | {t['tool_runs']} | {t['prompt_tokens']} | "
+        wrong = [f"{r.task}{f' #{r.repeat}' if report.repeats > 1 else ''}: {r.why_wrong}"
+                 for r in rows if not r.correct and r.why_wrong]
+        lines += [f"| **total** | | | {t['turns']} | {t['tool_runs']} | {t['prompt_tokens']} | "
                   f"{t['completion_tokens']} | {t['cost_usd']:.6f} | {t['wall_ms']:,.0f} | {t['mean_turn_ms']:,.0f} | "
                   f"{t['correct']}/{len(rows)} | |", "",
                   f"Tool calls: {t['calls']} in {t['tasks_with_a_call']}/{len(rows)} tasks, "
                   f"{t['invalid_calls']} malformed or unknown.", ""]
         if wrong:
             lines += ["Why wrong: " + "; ".join(wrong) + ".", ""]
-        if provider == "local" and report.local_turns:
+        if model == report.model and report.local_turns:
             turns = report.local_turns
             per_turn = ", ".join(f"{t['prompt_eval_tokens']:.0f}/{t['cached_prompt_tokens']:.0f}" for t in turns)
             evaluated = sum(t["prompt_eval_tokens"] for t in turns)
@@ -350,12 +449,50 @@ def markdown(report: SuiteReport) -> str:
 
 
 def write_report(report: SuiteReport, runs_root: Path) -> Path:
-    """Write `suite-<timestamp>.json` and `.md` under `runs_root`; returns the JSON path."""
+    """Write `suite-<timestamp>.json`, `.md` and (with matplotlib installed) the turn-time
+    plot `.png` under `runs_root`; returns the JSON path."""
     runs_root.mkdir(parents=True, exist_ok=True)
     stem = runs_root / time.strftime("suite-%Y%m%d-%H%M%S")
     stem.with_suffix(".json").write_text(report.model_dump_json(indent=1))
-    stem.with_suffix(".md").write_text(markdown(report))
+    text = markdown(report)
+    if report.summaries and plot_turn_ms(report, stem.with_suffix(".png")):
+        text += f"\n![turn time per task and model]({stem.with_suffix('.png').name})\n"
+    stem.with_suffix(".md").write_text(text)
     return stem.with_suffix(".json")
+
+
+def plot_turn_ms(report: SuiteReport, path: Path) -> bool:
+    """Plot turn time per task and model: a bar at the p50, a whisker to the p95 and a dot at
+    the mean, over every turn of every repeat (ms, log scale). Returns False, writing nothing,
+    when matplotlib is not installed (it is in the `dev` extra)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(s.model for s in report.summaries))
+    tasks = list(dict.fromkeys(s.task for s in report.summaries))
+    by = {(s.model, s.task): s for s in report.summaries}
+    width = 0.8 / len(models)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(tasks) * max(1, len(models) / 2)), 4.2))
+    for k, model in enumerate(models):
+        xs = [i + (k - (len(models) - 1) / 2) * width for i, t in enumerate(tasks) if (model, t) in by]
+        rows = [by[(model, t)] for t in tasks if (model, t) in by]
+        p50 = [max(s.turn_ms_p50, 0.01) for s in rows]
+        ax.bar(xs, p50, width * 0.9, label=model,
+               yerr=[[0.0] * len(rows), [max(s.turn_ms_p95 - s.turn_ms_p50, 0.0) for s in rows]], capsize=3)
+        ax.plot(xs, [max(s.turn_ms_mean, 0.01) for s in rows], "k.", markersize=5)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(tasks)), tasks, rotation=20)
+    ax.set_ylabel("turn time, ms (bar p50, whisker p95, dot mean)")
+    ax.set_title(f"Turn time per task and model ({report.repeats} repeat(s), executor {report.executor})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
 
 
 def _short(text: str, limit: int) -> str:
@@ -365,45 +502,57 @@ def _short(text: str, limit: int) -> str:
 
 
 def print_report(report: SuiteReport) -> None:
-    """A rich table, one line per task; with both providers, their figures side by side.
-    Numbers never wrap: the local answer gets the width that is left, shortened to fit,
-    and is left out on a narrow terminal (the JSON and Markdown reports keep it whole)."""
+    """A rich table, one line per task, the model columns' figures side by side: turns/tools
+    and wall ms (means over repeats), the status (or "mixed"), and ok (yes/no for one run,
+    passed/runs over repeats). Numbers never wrap: the local answer (of the first repeat, when
+    there is one local column) gets the width that is left, shortened to fit, and is left
+    out on a narrow terminal (the JSON and Markdown reports keep it whole)."""
     import io
 
     from rich.console import Console
     from rich.table import Table
 
-    by: dict[tuple[str, str], TaskResult] = {(r.provider, r.task): r for r in report.results}
-    providers = [p for p in ("scripted", "local") if any(r.provider == p for r in report.results)]
+    summaries = report.summaries or summarize(report.results)
+    by: dict[tuple[str, str], TaskSummary] = {(s.model, s.task): s for s in summaries}
+    columns = list(dict.fromkeys(s.model for s in summaries))
+    locals_ = [m for m in columns if m != "scripted"]
     tasks = list(dict.fromkeys(r.task for r in report.results))
+    first = {(r.model, r.task): r for r in reversed(report.results)}
+
+    def label(model: str) -> str:
+        return "scripted" if model == "scripted" else "local" if len(locals_) == 1 else _short(model, 14)
 
     def build(answer_chars: int) -> Table:
-        local_note = f"  (local model: {report.model}, first turn tool_choice={report.first_turn_tool_choice})"
-        table = Table(title="runner suite" + (local_note if report.model else ""),
-                      title_justify="left")
+        title = "runner suite" + (f"  (local model: {', '.join(locals_)}, first turn tool_choice="
+                                  f"{report.first_turn_tool_choice})" if locals_ else "")
+        if report.repeats > 1 or report.executor != "local":
+            title += f"  [{report.repeats} repeat(s), executor {report.executor}]"
+        table = Table(title=title, title_justify="left")
         table.add_column("task", no_wrap=True)
-        for p in providers:
-            table.add_column(f"{p}\nturns/tools", justify="right", no_wrap=True)
-            table.add_column(f"{p}\nwall ms", justify="right", no_wrap=True)
-            table.add_column(f"{p}\nstatus", no_wrap=True)
-            table.add_column(f"{p}\nok", no_wrap=True)
+        for m in columns:
+            for what in ("turns/tools", "wall ms", "status", "ok"):
+                table.add_column(f"{label(m)}\n{what}", justify="right" if what in ("turns/tools", "wall ms") else "left",
+                                 no_wrap=True)
         if answer_chars:
             table.add_column("local\nanswer", no_wrap=True)
         for task in tasks:
             row = [task]
-            for p in providers:
-                r = by.get((p, task))
-                row += ([f"{r.turns}/{r.tool_runs}", f"{r.wall_ms:,.0f}", r.status, "yes" if r.correct else "no"]
-                        if r else ["-"] * 4)
+            for m in columns:
+                s = by.get((m, task))
+                row += ([f"{s.turns:g}/{s.tool_runs:g}", f"{s.wall_ms:,.0f}",
+                         next(iter(s.statuses)) if len(s.statuses) == 1 else "mixed",
+                         ("yes" if s.passed else "no") if s.runs == 1 else f"{s.passed}/{s.runs}"]
+                        if s else ["-"] * 4)
             if answer_chars:
-                local = by.get(("local", task))
+                local = first.get((locals_[0], task))
                 row.append(_short(local.answer or f"({local.reason})", answer_chars) if local else "")
             table.add_row(*row)
         total_row = ["TOTAL"]
-        for p in providers:
-            t = totals([r for r in report.results if r.provider == p])
+        for m in columns:
+            rows = [r for r in report.results if r.model == m]
+            t = totals(rows)
             total_row += [f"{t['turns']}/{t['tool_runs']}", f"{t['wall_ms']:,.0f}",
-                          f"{t['mean_turn_ms']:,.0f} ms/turn", f"{t['correct']}/{len(tasks)}"]
+                          f"{t['mean_turn_ms']:,.0f} ms/turn", f"{t['correct']}/{len(rows)}"]
         if answer_chars:
             total_row.append("")
         table.add_row(*total_row, style="bold")
@@ -414,5 +563,5 @@ def print_report(report: SuiteReport) -> None:
     probe.print(build(0))
     numbers_width = max(len(line) for line in probe.file.getvalue().splitlines()[1:])  # type: ignore[attr-defined]
     room = console.width - numbers_width - 3
-    answer_chars = room if "local" in providers and room >= 20 else 0
+    answer_chars = room if len(locals_) == 1 and room >= 20 else 0
     console.print(build(answer_chars))

@@ -1,0 +1,450 @@
+"""Fan-out: drive many saved runs to their stops, in this process or on Ray actors.
+
+The suite creates every run in the store first, then hands an executor a list of `Batch`es:
+an `Endpoint` (how to reach one model) and the ids of the runs that talk to it. Executors
+advance runs *by id*: each drive starts from the state saved in the store, so a drive that is
+retried after its process died resumes the run (no recorded turn is asked again, no recorded
+tool call runs again; see `runner.loop.run`).
+
+- `LocalExecutor` (the default): this process, one endpoint at a time, runs one after another.
+- `RayExecutor`: `actors` Ray actors per endpoint, each owning its own endpoint (a scripted
+  provider, or a llama.cpp server with its own threads). Run i of a batch goes to actor
+  i mod N, so the same inputs give the same placement. Actors are restarted and their tasks
+  retried when they die (`max_restarts`, `max_task_retries`).
+
+The store seam is the three functions `create`, `load` and `advance` at the top of this module:
+the only code here that touches `runner.store` and `runner.harness.execute`. A store location
+is a string: a runs directory today (so its runs are driven on the machine holding it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Literal, Protocol
+
+from pydantic import BaseModel
+
+from runner import store
+from runner.cancel import CancelToken
+from runner.errors import RunnerError, ServiceError, UsageError
+from runner.harness import execute, scripted_provider
+from runner.local import physical_cores
+from runner.resources import checkout_root
+from runner.state import RunState
+
+# --- the store seam -------------------------------------------------------------------------
+
+
+def create(state: RunState, store_location: str) -> None:
+    """Save a new run (status `running`, no turns yet) in the store at `store_location`."""
+    store.save(state, Path(store_location))
+
+
+def load(run_id: str, store_location: str) -> RunState:
+    """The saved state of `run_id`.
+
+    Raises:
+        RunNotFound, CorruptState: as `runner.store.load`.
+    """
+    return store.load(Path(store_location), run_id)
+
+
+async def advance(run_id: str, store_location: str, base_url: str, cancel: CancelToken | None = None,
+                  server_settings: dict[str, Any] | None = None) -> RunState:
+    """Drive (or resume) the saved run `run_id` against `base_url` to its next stop; returns it.
+    `server_settings` (the local server's, when this process started it) go on `run_started`.
+
+    A run that is no longer `running` was stopped by an earlier drive (its stop is saved), so
+    it is returned as saved: a retried drive never re-enters a stopped run.
+
+    Raises:
+        RunNotFound, CorruptState: as `runner.store.load`.
+    """
+    state = load(run_id, store_location)
+    if state.status != "running":
+        return state
+    return await execute(state, base_url, Path(store_location), cancel=cancel, server_settings=server_settings)
+
+
+# --- endpoints ------------------------------------------------------------------------------
+
+
+class Endpoint(BaseModel, frozen=True):
+    """How runs reach one model column of the suite (plain data: it is shipped to Ray actors)."""
+
+    name: str
+    """The column's name: "scripted", a local model's name, or the model sent to `base_url`."""
+    kind: Literal["scripted", "local", "url"]
+    model_path: str | None = None
+    """kind "local": the GGUF file each holder serves with its own llama.cpp server."""
+    base_url: str | None = None
+    """An OpenAI-compatible endpoint already running (kind "url"; with kind "scripted", a
+    scripted provider to share instead of starting one per holder)."""
+    latency_ms: float = 0.0
+    """kind "scripted": delay added to every reply, ms."""
+    n_threads: int | None = None
+    """kind "local": llama.cpp threads per server (None: `runner.local.LocalSettings`' default)."""
+    chat_format: str | None = None
+    """kind "local": llama-cpp-python chat handler (None: runner's Hermes adapter)."""
+    first_turn_tool_choice: Literal["auto", "required", "none"] = "auto"
+    """tool_choice sent on each run's first turn (the model manifest's value; runs carry it)."""
+
+
+@dataclass(frozen=True)
+class Opened:
+    """An endpoint that is up: its base URL, and the settings of the local server this process
+    started for it (None when none was started; recorded on each run's `run_started`)."""
+
+    base_url: str
+    server_settings: dict[str, Any] | None = None
+
+    def server_turns(self) -> list[dict[str, float]]:
+        """The engine timings of every reply of the local server started here (GET /stats of
+        `runner.local_app`): prompt_tokens, cached_prompt_tokens (KV reused), prompt_eval_tokens,
+        eval_tokens, prompt_eval_ms, eval_ms, handler_ms. Empty when no server was started."""
+        if self.server_settings is None:
+            return []
+        import httpx
+
+        keys = ("prompt_tokens", "cached_prompt_tokens", "prompt_eval_tokens", "eval_tokens",
+                "prompt_eval_ms", "eval_ms", "handler_ms")
+        replies = httpx.get(self.base_url.removesuffix("/v1") + "/stats", timeout=10).json()["replies"]
+        return [{k: r[k] for k in keys if k in r} for r in replies]
+
+
+@contextlib.contextmanager
+def open_endpoint(endpoint: Endpoint) -> Iterator[Opened]:
+    """Start what `endpoint` needs and yield it up (base URL "http://127.0.0.1:PORT/v1").
+
+    Raises:
+        ServiceError: the scripted provider or llama.cpp server did not start.
+        UsageError: a local server setting llama.cpp's settings reject.
+    """
+    if endpoint.base_url:
+        yield Opened(endpoint.base_url)
+    elif endpoint.kind == "scripted":
+        with scripted_provider(latency_ms=endpoint.latency_ms) as url:
+            yield Opened(url)
+    else:
+        from runner import local
+
+        assert endpoint.model_path is not None
+        fields: dict[str, Any] = {"model": Path(endpoint.model_path), "port": 0}
+        fields |= {"n_threads": endpoint.n_threads} if endpoint.n_threads else {}
+        fields |= {"chat_format": endpoint.chat_format} if endpoint.chat_format else {}
+        with local.LocalServer(local.settings(**fields)) as server:
+            yield Opened(server.base_url, server.settings.model_dump(mode="json"))
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Runs (ids, already saved) that all talk to one endpoint."""
+
+    endpoint: Endpoint
+    run_ids: list[str]
+
+
+OnDone = Callable[[RunState, str], None]
+"""Called with each run's state when it stops (in the order runs stop), and where it was
+driven: "local pid N" or "node <node id, 8 hex> pid N"."""
+
+
+class Executor(Protocol):
+    def drive(self, batches: list[Batch], store_location: str, on_done: OnDone) -> list[tuple[RunState, str]]:
+        """Advance every run of `batches` to its stop; returns (state, where it was driven)
+        of the runs driven, in batch order. Fewer come back when the user stopped the suite
+        (Ctrl-C)."""
+        ...
+
+    @property
+    def server_turns(self) -> dict[str, list[dict[str, float]]]:
+        """Endpoint name -> `Opened.server_turns` of the local servers the last `drive` started
+        for it (servers one after another)."""
+        ...
+
+    @property
+    def cancelled(self) -> bool:
+        """True when Ctrl-C (SIGINT/SIGTERM) stopped the last `drive` early."""
+        ...
+
+
+# --- in this process ------------------------------------------------------------------------
+
+
+@dataclass
+class LocalExecutor:
+    """Drive runs one after another in this process, one endpoint open at a time.
+
+    Ctrl-C (SIGINT/SIGTERM) stops the running run as a resumable `interrupted` run and
+    skips the rest.
+    """
+
+    cancel: CancelToken = field(default_factory=CancelToken)
+    _server_turns: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel.is_cancelled
+
+    @property
+    def server_turns(self) -> dict[str, list[dict[str, float]]]:
+        return self._server_turns
+
+    def drive(self, batches: list[Batch], store_location: str, on_done: OnDone) -> list[tuple[RunState, str]]:
+        states: list[tuple[RunState, str]] = []
+        try:
+            for batch in batches:
+                if self.cancel.is_cancelled:
+                    break
+                with open_endpoint(batch.endpoint) as opened:
+                    states += asyncio.run(self._drive_batch(batch.run_ids, store_location, opened, on_done))
+                    self._server_turns[batch.endpoint.name] = opened.server_turns()
+        except KeyboardInterrupt:  # Ctrl-C while a server was starting: no run was in flight
+            self.cancel.cancel("user pressed Stop")
+        return states
+
+    async def _drive_batch(self, run_ids: list[str], store_location: str, opened: Opened,
+                           on_done: OnDone) -> list[tuple[RunState, str]]:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.cancel.cancel, "user pressed Stop")
+        states = []
+        try:
+            for run_id in run_ids:
+                if self.cancel.is_cancelled:
+                    break
+                state = await advance(run_id, store_location, opened.base_url, self.cancel, opened.server_settings)
+                states.append((state, f"local pid {os.getpid()}"))
+                on_done(*states[-1])
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+        return states
+
+
+# --- on Ray ---------------------------------------------------------------------------------
+
+
+class RunDriver:
+    """The Ray actor: owns one endpoint (started in `__init__`, so a restarted actor starts a
+    fresh one) and advances runs by id. Used through `RayExecutor`, which wraps it with
+    `ray.remote` (Ray stays an optional import)."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self._stack = contextlib.ExitStack()
+        self.opened = Opened("")
+        self.error: RunnerError | None = None
+        try:
+            self.opened = self._stack.enter_context(open_endpoint(endpoint))
+        except RunnerError as exc:  # bad configuration: a restart would fail the same way
+            self.error = exc
+
+    def advance(self, run_id: str, store_location: str) -> tuple[str, str]:
+        """`advance` the run; returns its state as JSON (plain data across processes) and
+        where it was driven ("node <id> pid N").
+
+        Raises:
+            RunnerError: the endpoint did not start (raised by every drive, not retried).
+        """
+        import ray
+
+        if self.error is not None:
+            raise self.error
+
+        state = asyncio.run(advance(run_id, store_location, self.opened.base_url,
+                                    server_settings=self.opened.server_settings))
+        return state.model_dump_json(), f"node {ray.get_runtime_context().get_node_id()[:8]} pid {os.getpid()}"
+
+    def pid(self) -> int:
+        """The actor's process id (tests kill it with os.kill)."""
+        return os.getpid()
+
+    def server_turns(self) -> list[dict[str, float]]:
+        """`Opened.server_turns` of this actor's endpoint."""
+        return self.opened.server_turns() if self.error is None else []
+
+    def stop(self) -> None:
+        """Stop the endpoint this actor started."""
+        self._stack.close()
+
+
+def worker_runtime_env() -> dict[str, Any]:
+    """The Ray runtime_env that makes workers import this process's `runner`: when runner is
+    imported from a source checkout (editable install, or PYTHONPATH), that checkout goes
+    first on the workers' PYTHONPATH; an installed wheel needs nothing."""
+    root = checkout_root()
+    if root is None:
+        return {}
+    path = os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return {"env_vars": {"PYTHONPATH": path}}
+
+
+def ray_init(address: str | None = None, **kw: Any) -> None:
+    """Connect to the Ray cluster at `address` ("auto", "HOST:PORT"), or start a local one
+    when None; does nothing if this process is already connected. Workers get
+    `worker_runtime_env()`; their output is not forwarded (stdout stays the CLI's)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False if address is None else None, log_to_driver=False,
+                 runtime_env=worker_runtime_env(), configure_logging=False, **kw)
+
+
+def _nodes_for(store_location: str) -> list[str]:
+    """Alive node ids that can reach the store: with a runs directory, the nodes on this
+    machine (the address of the node this driver is attached to), which share its filesystem."""
+    import ray
+
+    nodes: list[dict[str, Any]] = [n for n in ray.nodes() if n["Alive"]]  # type: ignore[no-untyped-call]
+    mine = ray.get_runtime_context().get_node_id()
+    here = next((n["NodeManagerAddress"] for n in nodes if n["NodeID"] == mine), None)
+    return [n["NodeID"] for n in nodes if n["NodeManagerAddress"] == here]
+
+
+@contextlib.contextmanager
+def _stop_signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt while the driver waits on Ray (a no-op off
+    the main thread, where Python allows no handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@dataclass
+class RayExecutor:
+    """Drive runs on Ray actors: `actors` per endpoint, placed round-robin over the nodes
+    that can reach the store. Run i of a batch goes to actor i mod `actors`; every run is
+    submitted at once and each actor drives its runs in order.
+
+    Attributes:
+        address: cluster to join ("auto", "HOST:PORT"); None starts a local one.
+        actors: actors per endpoint (None: the number of nodes x 2, at least 2).
+        max_restarts / max_task_retries: how often Ray restarts a dead actor and retries the
+            drive it was running (that drive resumes its run from the store).
+        handles: the actors of the last `drive`, per batch.
+        assigned: run id -> the actor driving it in the last `drive` (tests kill one mid-suite).
+    """
+
+    address: str | None = None
+    actors: int | None = None
+    max_restarts: int = 3
+    max_task_retries: int = 3
+    handles: list[list[Any]] = field(default_factory=list)
+    assigned: dict[str, Any] = field(default_factory=dict)
+    _cancelled: bool = False
+    _server_turns: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    @property
+    def server_turns(self) -> dict[str, list[dict[str, float]]]:
+        return self._server_turns
+
+    def drive(self, batches: list[Batch], store_location: str, on_done: OnDone) -> list[tuple[RunState, str]]:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray_init(self.address)
+        nodes = _nodes_for(store_location)
+        count = self.actors or max(2, 2 * len(nodes))
+        if not nodes:
+            raise UsageError("no Ray node on this machine can reach the runs directory")
+        remote = ray.remote(RunDriver)
+
+        def start(endpoint: Endpoint, k: int) -> Any:
+            # No CPU reserved, so the actors of several endpoints live side by side; a local
+            # model's llama.cpp server gets its share of the cores as threads instead.
+            if endpoint.kind == "local" and endpoint.n_threads is None:
+                endpoint = endpoint.model_copy(update={"n_threads": max(1, physical_cores() // count)})
+            return remote.options(
+                num_cpus=0, max_restarts=self.max_restarts, max_task_retries=self.max_task_retries, max_concurrency=1,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[k % len(nodes)], soft=False),
+            ).remote(endpoint)
+
+        self.handles = [[start(batch.endpoint, b * count + i) for i in range(count)] for b, batch in enumerate(batches)]
+        self.assigned = {run_id: actors[i % count]
+                         for batch, actors in zip(batches, self.handles) for i, run_id in enumerate(batch.run_ids)}
+        refs = [actor.advance.remote(run_id, store_location) for run_id, actor in self.assigned.items()]
+        done: dict[str, tuple[RunState, str]] = {}
+        try:
+            pending = refs
+            with _stop_signals_interrupt():
+                while pending:
+                    ready, pending = ray.wait(pending, num_returns=1)
+                    text, where = ray.get(ready[0])
+                    state = RunState.model_validate_json(text)
+                    done[state.run_id] = state, where
+                    on_done(state, where)
+        except KeyboardInterrupt:
+            # Runs being driven stay `running` in the store: `runner resume ID` continues them.
+            self._cancelled = True
+        except ray.exceptions.RayError as exc:  # an actor failed to start, or kept dying
+            self._cancelled = True
+            raise _ray_failure(exc) from None
+        finally:
+            if not self._cancelled:
+                for batch, actors in zip(batches, self.handles):
+                    per_actor = ray.get([a.server_turns.remote() for a in actors])
+                    self._server_turns[batch.endpoint.name] = [t for turns in per_actor for t in turns]
+            self._stop_actors(graceful=not self._cancelled)
+        return [done[r] for b in batches for r in b.run_ids if r in done]
+
+    def _stop_actors(self, graceful: bool) -> None:
+        """Stop the actors: after the last run, each stops its endpoint first; on a cancel they
+        are killed at once (queued drives would otherwise run first), which leaves the runs
+        they were driving saved and resumable, as any crash does."""
+        import ray
+
+        if graceful:
+            with contextlib.suppress(Exception):
+                ray.get([a.stop.remote() for actors in self.handles for a in actors], timeout=30)
+        for actors in self.handles:
+            for a in actors:
+                ray.kill(a, no_restart=True)
+
+
+def _ray_failure(exc: Exception) -> Exception:
+    """What to raise for a failed drive: a `RunnerError` raised inside an actor (say, its
+    llama.cpp server did not start) as itself; anything else as a `ServiceError` naming it."""
+    cause: BaseException = exc
+    while isinstance(getattr(cause, "cause", None), BaseException):
+        cause = cause.cause  # type: ignore[attr-defined]
+    if isinstance(cause, RunnerError):
+        return cause
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return ServiceError(f"a Ray actor failed: {lines[-1] if lines else type(exc).__name__}")
+
+
+def executor(name: str, *, address: str | None = None, actors: int | None = None) -> Executor:
+    """The executor called `name` ("local" or "ray").
+
+    Raises:
+        UsageError: an unknown name, or "ray" when Ray is not installed (`pip install runner[ray]`).
+    """
+    if name == "local":
+        return LocalExecutor()
+    if name != "ray":
+        raise UsageError(f"--executor must be local or ray, not {name!r}")
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise UsageError("--executor ray needs Ray: pip install 'runner[ray]'") from None
+    return RayExecutor(address=address, actors=actors)

@@ -1,0 +1,214 @@
+"""The suite fanned out on a real local Ray cluster (issue 14): the same runs as the local
+executor, and exactly-once runs when an actor is killed mid-suite.
+
+One Ray cluster serves the whole module (starting one costs 9-14 s and ~0.8 GiB). Runs are
+compared by (model, task, repeat): run ids differ, everything the model and tools did may not.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import ray
+
+from runner import fanout, store
+from runner.fanout import Endpoint, RayExecutor
+from runner.scripted import ScriptedServer, ScriptedSettings
+from runner.suite import SuiteReport, TaskResult, percentile, run_suite, summarize, write_report
+from tests.conftest import cli, cli_json
+
+REPEATS = 5
+KEYS = ("status", "turns", "tool_runs", "prompt_tokens", "completion_tokens", "cost_usd", "answer", "correct")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    fanout.ray_init(None, num_cpus=2)
+    yield
+    ray.shutdown()
+
+
+def _by_key(report: SuiteReport) -> dict[tuple[str, str, int], TaskResult]:
+    keyed = {(r.model, r.task, r.repeat): r for r in report.results}
+    assert len(keyed) == len(report.results)
+    return keyed
+
+
+def _same_runs(report: SuiteReport, runs: Path, ref: SuiteReport, ref_runs: Path) -> None:
+    """Run for run: the same figures and the same saved transcript."""
+    got, want = _by_key(report), _by_key(ref)
+    assert got.keys() == want.keys()
+    for key, r in got.items():
+        w = want[key]
+        assert {k: getattr(r, k) for k in KEYS} == {k: getattr(w, k) for k in KEYS}, key
+        messages = store.load(runs, r.run_id).messages
+        assert messages == store.load(ref_runs, w.run_id).messages, key
+    timeless = {"wall_ms", "turn_ms_mean", "turn_ms_p50", "turn_ms_p95"}
+    assert ([s.model_dump(exclude=timeless) for s in report.summaries]
+            == [s.model_dump(exclude=timeless) for s in ref.summaries])
+
+
+@pytest.fixture(scope="module")
+def local_reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[SuiteReport, Path]:
+    """The scripted suite x 5 repeats on the default (local) executor."""
+    runs = tmp_path_factory.mktemp("local") / "runs"
+    return run_suite("scripted", runs, repeats=REPEATS, quiet=True), runs
+
+
+def test_ray_executor_gives_the_local_executors_runs(
+    ray_cluster: None, local_reference: tuple[SuiteReport, Path], tmp_path: Path
+) -> None:
+    ref, ref_runs = local_reference
+    assert len(ref.results) == 6 * REPEATS and all(r.correct for r in ref.results)
+    runs = tmp_path / "runs"
+    executor = RayExecutor(actors=2)
+    report = run_suite("scripted", runs, repeats=REPEATS, executor=executor, quiet=True)
+    assert report.executor == "ray" and report.repeats == REPEATS and not report.cancelled
+    _same_runs(report, runs, ref, ref_runs)
+    # every run was saved before any was driven; both actors drove runs (run i -> actor i mod 2)
+    first_drive = min(e["ts"] for r in report.results for e in _events(runs, r.run_id) if e["type"] == "run_started")
+    assert max(s.created_at for s in store.list_runs(runs)) <= first_drive
+    assert len({r.driven_by for r in report.results}) == 2
+    assert all(r.driven_by.startswith("local pid") for r in ref.results)
+    assert [s.pass_rate for s in report.summaries] == [1.0] * 6
+    assert list(runs.glob("suite-*.json")) and list(runs.glob("suite-*.md"))
+
+
+def _events(runs: Path, run_id: str) -> list[dict[str, Any]]:
+    path = store.trace_path(runs, run_id)
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _stalled_at_turn_2(runs: Path) -> str | None:
+    """A run whose first turn and its tool results were recorded over 0.5 s ago and whose
+    second turn is not: it is waiting for the provider's stalled (2 s) second reply."""
+    for folder in sorted(runs.iterdir()) if runs.exists() else []:
+        events = _events(runs, folder.name)
+        turns = [e["turn"] for e in events if e["type"] == "turn"]
+        starts = {e["callId"] for e in events if e["type"] == "tool_start"}
+        results = {e["callId"] for e in events if e["type"] == "tool_result"}
+        if turns == [1] and starts and starts == results and time.time() - events[-1]["ts"] > 0.5:
+            return folder.name
+    return None
+
+
+def test_an_actor_killed_mid_suite_leaves_every_run_done_exactly_once(
+    ray_cluster: None, local_reference: tuple[SuiteReport, Path], tmp_path: Path
+) -> None:
+    ref, ref_runs = local_reference
+    runs = tmp_path / "runs"
+    executor = RayExecutor(actors=2, max_restarts=2, max_task_retries=2)
+    # One shared scripted provider that stalls 2 s the first time it sees each turn-2 request:
+    # a run caught there is mid-turn (nothing of turn 2 recorded), and the retried request is
+    # not stalled again. The kill lands while the victim waits for that reply.
+    with ScriptedServer(ScriptedSettings(faults={2: "slow"}, slow_fault_s=2.0)) as server:
+        column = Endpoint(name="scripted", kind="scripted", base_url=server.base_url)
+        out: list[SuiteReport] = []
+        suite = threading.Thread(target=lambda: out.append(run_suite(
+            "scripted", runs, repeats=REPEATS, executor=executor, columns=[column], quiet=True)))
+        suite.start()
+        deadline = time.monotonic() + 120
+        victim = None
+        while victim is None and time.monotonic() < deadline and suite.is_alive():
+            victim = _stalled_at_turn_2(runs)
+            time.sleep(0.05)
+        assert victim is not None, "no run reached its second turn"
+        ray.kill(executor.assigned[victim], no_restart=False)
+        suite.join(timeout=300)
+    assert out, "the suite did not finish"
+    report = out[0]
+    _same_runs(report, runs, ref, ref_runs)
+    for r in report.results:
+        events = _events(runs, r.run_id)
+        starts = Counter(e["callId"] for e in events if e["type"] == "tool_start")
+        paid = Counter(e["turn"] for e in events if e["type"] == "turn")
+        assert set(starts.values()) == {1} and len(starts) == r.tool_runs, (r.task, starts)
+        assert paid == Counter(range(1, r.turns + 1)), (r.task, paid)
+        assert [t.turn for t in store.load(runs, r.run_id).per_turn] == list(range(1, r.turns + 1))
+        stops = [e for e in events if e["type"] == "run_stopped"]
+        assert [e["status"] for e in stops] == ["completed"], (r.task, stops)
+    # the victim was killed mid-run and resumed from the store by the retried drive
+    assert [e["type"] for e in _events(runs, victim)].count("run_resumed") == 1
+    assert sum(e["type"] == "run_resumed" for r in report.results for e in _events(runs, r.run_id)) >= 1
+
+
+def test_runner_suite_executor_ray_joins_a_running_cluster(ray_cluster: None, tmp_path: Path) -> None:
+    """The CLI as a second driver of the module's cluster (`--address`), two model columns
+    (the scripted provider twice would collapse: --model is de-duplicated)."""
+    address = ray.get_runtime_context().gcs_address
+    code, out = cli_json("suite", "--executor", "ray", "--address", address, "--actors", "2", "--provider",
+                         "scripted", "--repeat", "2", runs_dir=tmp_path / "runs", timeout=300)
+    assert code == 0, out
+    assert out["executor"] == "ray" and out["repeats"] == 2 and out["models"] == ["scripted"]
+    assert [(r["task"], r["repeat"]) for r in out["results"]][:4] == [
+        ("timeout_file", 1), ("timeout_file", 2), ("count_files", 1), ("count_files", 2)]
+    assert all(r["correct"] and r["driven_by"].startswith("node ") for r in out["results"])
+    assert {s["task"]: s["pass_rate"] for s in out["summaries"]} == {t: 1.0 for t in TASKS}
+
+
+# --- the report and the options (no Ray needed) ----------------------------------------------
+
+TASKS = ["timeout_file", "count_files", "read_notes", "read_each", "largest_file", "rotate_logs"]
+
+
+@pytest.mark.parametrize("values, q, want", [
+    ([], 50, 0.0), ([7.0], 95, 7.0), ([1.0, 2.0, 3.0, 4.0], 50, 2.5),
+    ([10.0 * i for i in range(1, 21)], 95, 190.5), ([5.0, 1.0, 3.0], 0, 1.0), ([5.0, 1.0, 3.0], 100, 5.0),
+])
+def test_percentile_interpolates_between_closest_ranks(values: list[float], q: float, want: float) -> None:
+    assert percentile(values, q) == pytest.approx(want)
+
+
+def _fake(task: str, repeat: int, correct: bool, turn_ms: list[float], status: str = "completed") -> TaskResult:
+    return TaskResult(provider="local", model="m", task=task, repeat=repeat, status=status, turns=len(turn_ms),
+                      tool_runs=1, prompt_tokens=100, completion_tokens=10, cost_usd=0.001, wall_ms=sum(turn_ms),
+                      mean_turn_ms=sum(turn_ms) / len(turn_ms), answer="a", correct=correct, run_id=f"{task}-{repeat}",
+                      turn_ms=turn_ms)
+
+
+def test_summaries_pool_the_turns_of_every_repeat() -> None:
+    results = [_fake("a", 1, True, [10.0, 20.0]), _fake("a", 2, False, [30.0], "max_turns_exceeded"),
+               _fake("b", 1, True, [5.0])]
+    a, b = summarize(results)
+    assert (a.task, a.runs, a.passed, a.pass_rate) == ("a", 2, 1, 0.5)
+    assert a.statuses == {"completed": 1, "max_turns_exceeded": 1}
+    assert (a.turns, a.turn_ms_mean, a.turn_ms_p50, a.turn_ms_p95) == (1.5, 20.0, 20.0, 29.0)
+    assert (b.runs, b.pass_rate, b.turn_ms_p95) == (1, 1.0, 5.0)
+
+
+def test_the_report_files(tmp_path: Path) -> None:
+    results = [_fake("a", 1, True, [10.0, 20.0]), _fake("a", 2, False, [30.0])]
+    report = SuiteReport(model="m", max_turns=8, results=results, models=["m"], repeats=2,
+                         summaries=summarize(results))
+    path = write_report(report, tmp_path)
+    assert SuiteReport.model_validate_json(path.read_text()) == report
+    md = path.with_suffix(".md").read_text()
+    assert "| a | 2 | 1/2 (50%) | 1.5 | 1 | 100 | 10 | 0.001000 | 20.0 | 20.0 | 29.0 |" in md
+    assert f"]({path.with_suffix('.png').name})" in md and path.with_suffix(".png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--address", "auto"), "--address and --actors need --executor ray"),
+    (("--executor", "dask"), "--executor must be local or ray"),
+    (("--provider", "scripted", "--model", "smollm2-135m-instruct"), "--provider scripted runs no local model"),
+])
+def test_suite_usage_errors(args: tuple[str, ...], message: str, tmp_path: Path) -> None:
+    proc = cli("suite", *args, runs_dir=tmp_path / "runs")
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "runs").exists()  # refused before any run was created
+
+
+def test_an_endpoint_that_cannot_start_stops_the_suite_with_its_own_error(ray_cluster: None, tmp_path: Path) -> None:
+    from runner.local import LocalServerError
+
+    column = Endpoint(name="missing", kind="local", model_path=str(tmp_path / "missing.gguf"))
+    with pytest.raises(LocalServerError, match=r"missing\.gguf"):
+        run_suite("local", tmp_path / "runs", columns=[column], executor=RayExecutor(actors=1), quiet=True)
+    # the runs were created first, and stay saved for `runner resume`
+    assert len(store.list_runs(tmp_path / "runs")) == 6
