@@ -19,6 +19,7 @@ import ray
 
 from runner import fanout, store
 from runner.fanout import Endpoint, RayExecutor
+from runner.local import physical_cores
 from runner.scripted import ScriptedServer, ScriptedSettings
 from runner.suite import SuiteReport, TaskResult, percentile, run_suite, summarize, write_report
 from tests.conftest import cli, cli_json
@@ -212,3 +213,18 @@ def test_an_endpoint_that_cannot_start_stops_the_suite_with_its_own_error(ray_cl
         run_suite("local", tmp_path / "runs", columns=[column], executor=RayExecutor(actors=1), quiet=True)
     # the runs were created first, and stay saved for `runner resume`
     assert len(store.list_runs(tmp_path / "runs")) == 6
+
+
+def test_a_local_model_on_ray_actors_gives_the_local_executors_runs(ray_cluster: None, tmp_path: Path) -> None:
+    """Each actor starts its own llama.cpp server on the packaged SmolLM2 (half the cores each);
+    greedy decoding makes the runs equal to the local executor's (one server, default threads)."""
+    kw: dict[str, Any] = {"models": ["smollm2-135m-instruct"], "max_turns": 2, "max_tokens": 48, "quiet": True}
+    ref = run_suite("local", tmp_path / "local", **kw)
+    report = run_suite("local", tmp_path / "ray", executor=RayExecutor(actors=2), **kw)
+    _same_runs(report, tmp_path / "ray", ref, tmp_path / "local")
+    assert report.model == "SmolLM2-135M-Instruct.Q4_1" and report.first_turn_tool_choice == "required"
+    assert len({r.driven_by for r in report.results}) == 2
+    # both servers' per-reply stats are collected: one entry per turn of every run
+    assert len(report.local_turns) == sum(r.turns for r in report.results) == len(ref.local_turns)
+    started = [e for e in _events(tmp_path / "ray", report.results[0].run_id) if e["type"] == "run_started"]
+    assert started[0]["server"]["n_threads"] == max(1, physical_cores() // 2)  # the cores shared by 2 actors
