@@ -23,7 +23,6 @@ from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel
 
-from runner import store
 from runner.cancel import CancelToken
 from runner.chat_adapter import HANDLER_NAME
 from runner.harness import execute, scripted_provider
@@ -176,10 +175,11 @@ def _result(provider: Provider, task: Task, state: RunState) -> TaskResult:
 
 async def _run_tasks(provider: Provider, suite: SuiteDefinition, base_url: str, model_for: dict[str, str],
                      runs_root: Path, max_turns: int, max_tokens: int | None, quiet: bool,
-                     cancel: CancelToken, first_turn_tool_choice: ToolChoiceSetting = "auto",
+                     cancel: CancelToken, reach: dict[str, str], first_turn_tool_choice: ToolChoiceSetting = "auto",
                      server_settings: dict[str, Any] | None = None) -> list[TaskResult]:
     """Run the tasks one after another; Ctrl-C (SIGINT/SIGTERM) stops the running task as a
-    resumable `interrupted` run and skips the rest."""
+    resumable `interrupted` run and skips the rest. `reach` is recorded in each run's config
+    (`base_url` or `local_model`) so `runner resume` reaches the same endpoint again."""
     results = []
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -189,9 +189,9 @@ async def _run_tasks(provider: Provider, suite: SuiteDefinition, base_url: str, 
             if cancel.is_cancelled:
                 break
             config = RunConfig(model=model_for[task.id], max_turns=max_turns, max_tokens=max_tokens,
-                               first_turn_tool_choice=first_turn_tool_choice)
+                               first_turn_tool_choice=first_turn_tool_choice,
+                               base_url=reach.get("base_url"), local_model=reach.get("local_model"))
             state = new_run(task.prompt, config, system=suite.system)
-            store.save(state, runs_root)
             state = await execute(state, base_url, runs_root, cancel=cancel, server_settings=server_settings)
             result = _result(provider, task, state)
             results.append(result)
@@ -261,14 +261,15 @@ def run_suite(provider: str, runs_root: Path, *, model: str | None = None, base_
             with scripted_provider(latency_ms=latency_ms) as url:
                 scripted_models = {t.id: f"scripted/{t.id}" for t in suite.tasks}
                 report.results += asyncio.run(_run_tasks("scripted", suite, url, scripted_models, runs_root,
-                                                         max_turns, max_tokens, quiet, cancel))
+                                                         max_turns, max_tokens, quiet, cancel, {}))
         if provider in ("local", "both") and not cancel.is_cancelled:
             with _local_endpoint(model, base_url, quiet) as (url, name, path, choice, settings):
                 report.model, report.model_path, report.base_url = name, path, base_url
                 report.first_turn_tool_choice = choice
+                reach = {"base_url": base_url} if base_url else {"local_model": str(path)}
                 report.results += asyncio.run(_run_tasks("local", suite, url, {t.id: name for t in suite.tasks},
-                                                         runs_root, max_turns, max_tokens, quiet, cancel, choice,
-                                                         settings))
+                                                         runs_root, max_turns, max_tokens, quiet, cancel, reach,
+                                                         choice, settings))
                 report.load_average = [round(x, 2) for x in os.getloadavg()]
                 if path is not None:
                     report.local_turns = _server_turns(url)
