@@ -43,16 +43,18 @@ def open_store(value: str | Path | None = None, *, runs: str | Path | None = Non
 
     Args:
         value: a postgresql:// URL or a runs directory.
-        lease_s: PostgreSQL lease length, seconds (default 30; renewed while a run is driven).
+        lease_s: PostgreSQL lease length, seconds (default $RUNNER_LEASE_S, else 30; renewed
+            every third of it while a run is driven).
 
     Raises:
         StoreError: the database cannot be reached or migrated.
     """
     chosen = value or os.environ.get("RUNNER_STORE") or None
     if is_postgres(str(chosen) if chosen else None):
-        from runner.store.postgres import PostgresStore
+        from runner.store.postgres import DEFAULT_LEASE_S, PostgresStore
 
-        pg: RunStore = PostgresStore(str(chosen), **({} if lease_s is None else {"lease_s": lease_s}))
+        lease_s = lease_s or float(os.environ.get("RUNNER_LEASE_S") or 0) or None
+        pg: RunStore = PostgresStore(str(chosen), lease_s=lease_s or DEFAULT_LEASE_S)
         return pg
     return FileStore(Path(chosen) if chosen else runs_dir(runs))
 
