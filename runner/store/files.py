@@ -57,6 +57,8 @@ class _Replay:
     journal_bytes: int
     last_events: list[str] = field(default_factory=list)
     last_trace_at: int | None = None
+    last_trace_to: int | None = None
+    """Where the trace ended after the last committed save's events (repair point)."""
     journal_seq: int = 0
     """The newest sequence number the journal knows (its base or its last record)."""
     stale: str | None = None
@@ -159,6 +161,11 @@ class FileStore(RunStore):
             if replay.stale or record["seq"] <= replay.seq:
                 continue
             self._apply(replay, record, folder)
+        traced = _trace_seq(folder / "trace.jsonl")
+        replay.journal_seq = max(replay.journal_seq, traced)
+        if traced > replay.seq and not replay.stale:
+            replay.stale = (f"the trace records save {traced} but state.json and journal.jsonl end at save "
+                            f"{replay.seq}: they are an older copy, and loading them would undo newer history")
         return replay
 
     @staticmethod
@@ -179,6 +186,7 @@ class FileStore(RunStore):
         replay.seq = record["seq"]
         replay.last_events = [json.dumps(e, separators=(",", ":")) for e in record.get("events", [])]
         replay.last_trace_at = record.get("trace_at")
+        replay.last_trace_to = record.get("trace_to")
 
     def _state(self, replay: _Replay, run_id: str) -> RunState:
         path = self.run_dir(run_id) / "state.json"
@@ -317,9 +325,9 @@ class FileStore(RunStore):
                 cut = tail.rfind(b"\n")
                 size = size - len(tail) + cut + 1 if cut >= 0 else (0 if size <= len(tail) else size)
                 os.ftruncate(trace_fd, size)
-        if replay.last_trace_at is not None and replay.last_events:
+        if replay.last_trace_at is not None and replay.last_trace_to is not None and replay.last_events:
             missing = "".join(line + "\n" for line in replay.last_events).encode()
-            if size < replay.last_trace_at + len(missing):
+            if size < replay.last_trace_to:  # killed between the commit and the trace append
                 os.ftruncate(trace_fd, replay.last_trace_at)
                 os.write(trace_fd, missing)
                 size = replay.last_trace_at + len(missing)
@@ -408,6 +416,9 @@ class FileStore(RunStore):
                 record["full"] = state.model_dump(mode="json")
             else:
                 record.update(rest=change.rest, added=change.added, start=change.start)
+            lines = [f'{line[:-1]},"seq":{state.seq}}}' for line in lines]  # the trace witnesses the seq
+            trace = "".join(line + "\n" for line in lines).encode()
+            record["trace_to"] = head.trace_bytes + len(trace)
             body = json.dumps(record, separators=(",", ":"))
             data = (body[:-1] + ',"events":[' + ",".join(lines) + "]}\n").encode()
             self._append_journal(head, data)
@@ -417,7 +428,6 @@ class FileStore(RunStore):
         head.seq = state.seq
         head.written = _advance(head.written, state, change.added)
         if lines:
-            trace = "".join(line + "\n" for line in lines).encode()
             os.write(head.trace_fd, trace)
             head.trace_bytes += len(trace)
         if force or head.journal_bytes > max(COMPACT_MIN_BYTES, head.snapshot_bytes):
@@ -482,6 +492,29 @@ def _advance(written: Written | None, state: RunState, added: dict[str, list[dic
     lengths = {k: written.lengths[k] + len(added[k]) for k in APPEND_ONLY}
     last = {k: added[k][-1] if added[k] else written.last[k] for k in APPEND_ONLY}
     return Written(lengths, last)
+
+
+def _trace_seq(path: Path) -> int:
+    """The seq of the last committed event in a trace file (0: none), read from its tail."""
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            chunk = 64 * 1024
+            while True:
+                start = max(0, size - chunk)
+                f.seek(start)
+                lines = f.read(size - start).split(b"\n")
+                for line in reversed(lines[1:] if start else lines):
+                    if b'"seq":' in line:
+                        try:
+                            return int(json.loads(line)["seq"])
+                        except (ValueError, KeyError, TypeError):
+                            continue
+                if start == 0:
+                    return 0
+                chunk *= 4
+    except FileNotFoundError:
+        return 0
 
 
 def _lock_info(fd: int) -> dict[str, Any]:
