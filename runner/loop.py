@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from runner import store
-from runner.store import RunHandle
 from runner.cancel import Cancelled, CancelToken, race
 from runner.client import ChatClient, ChatReply, ProviderError
 from runner.errors import NotPending
@@ -44,6 +43,7 @@ from runner.state import (
     call_signature,
     pending,
 )
+from runner.store import RunHandle
 from runner.streaming import TurnMeter, TurnProgress
 from runner.tools import Tool, ToolContext, ToolError
 from runner.trace import (

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from runner.cancel import CancelToken
+from runner.errors import RunnerError
 from runner.harness import endpoint, execute
 from runner.state import RunConfig
-from runner.store import Lease, RunStore, StoreError, default_owner
+from runner.store import Lease, RunStore, default_owner
 
 
 @dataclass
@@ -111,12 +112,12 @@ async def _drive_one(store: RunStore, lease: Lease, endpoints: _Endpoints, repor
         report.driven[state.run_id] = state.status
         say(f"{lease.run_id}: {state.status} after {state.turns} turns  "
             f"(epoch {lease.epoch}, {(time.perf_counter() - began) * 1000:,.0f} ms)")
-    except (StoreError, RuntimeError, LookupError) as exc:  # one run's trouble never stops the worker
+    except (RunnerError, OSError) as exc:  # one run's trouble never stops the worker
         report.errors.append(f"{lease.run_id}: {exc}")
         say(f"{lease.run_id}: not driven: {exc}")
     finally:
         cancels.discard(cancel)
-        with contextlib.suppress(StoreError):
+        with contextlib.suppress(RunnerError):
             store.release(lease)
 
 

@@ -224,12 +224,12 @@ def main(argv: list[str] | None = None) -> int:
               "| variant | median ms per run | overhead ms per turn |", "|---|---:|---:|",
               f"| bare httpx loop (floor) | {bare:.2f} | - |"]
     over: dict[str, Any] = {"bare_ms": bare}
-    for name, t in overhead.items():
+    for name, values in overhead.items():
         if name == "bare":
             continue
-        per_turn = (med(t) - bare) / 3
-        over[name] = {"median_ms": med(t), "overhead_ms_per_turn": per_turn}
-        lines.append(f"| {name} | {med(t):.2f} | {per_turn:.3f} |")
+        per_turn = (med(values) - bare) / 3
+        over[name] = {"median_ms": med(values), "overhead_ms_per_turn": per_turn}
+        lines.append(f"| {name} | {med(values):.2f} | {per_turn:.3f} |")
     report = "\n".join(lines) + "\n"
     print(report)
     args.out.mkdir(parents=True, exist_ok=True)

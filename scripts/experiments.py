@@ -44,8 +44,8 @@ from runner.cancel import CancelToken
 from runner.harness import execute, give_verdict
 from runner.scripted import PROMPTS, ScriptedServer, ScriptedSettings
 from runner.state import RunConfig, RunState, new_run
-from runner.tools import deleted_files
 from runner.store import FileStore, Lease
+from runner.tools import deleted_files
 from runner.trace import read_trace
 
 REPO = Path(__file__).resolve().parents[1]

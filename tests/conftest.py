@@ -15,9 +15,9 @@ from typing import Any, Iterator
 import pytest
 
 from runner.harness import execute
-from runner.store import FileStore, RunStore
 from runner.scripted import PROMPTS, ScriptedServer, ScriptedSettings
 from runner.state import RunConfig, RunState, new_run
+from runner.store import FileStore, RunStore
 
 
 @pytest.fixture(scope="session")

@@ -54,7 +54,7 @@ class Cluster:
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(args[:2])} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
 
-    def start(self) -> "Cluster":
+    def start(self) -> Cluster:
         if self._as_postgres:
             user = pwd.getpwnam("postgres")
             os.chown(self.folder, user.pw_uid, user.pw_gid)
@@ -73,7 +73,7 @@ class Cluster:
 
         name = "t_" + uuid.uuid4().hex[:12]
         with psycopg.connect(self.url(), autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {name}")  # type: ignore[arg-type]
+            conn.execute(f"CREATE DATABASE {name}")
         return self.url(name)
 
     def stop(self) -> None:
@@ -83,7 +83,7 @@ class Cluster:
             pass
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self.start()
 
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:

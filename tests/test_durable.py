@@ -9,7 +9,6 @@ a fresh process, and compares with an uninterrupted run.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any, ClassVar

@@ -196,7 +196,7 @@ def test_restored_backup_files_are_refused(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "older copy" in proc.stderr and "--force" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     code, forced = cli_json("resume", run_id, "--reject", "c2", "--reason", "keep it", "--force", runs_dir=runs)
-    assert code == 0
+    assert code == 0 and forced["status"] == "completed"
     assert [e.type for e in b.store.read_trace(run_id)].count("state_forced") == 1
 
 

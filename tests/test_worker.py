@@ -27,8 +27,11 @@ def _worker(url: str, *args: str) -> subprocess.Popen[str]:
 
 @pytest.fixture
 def pg_store(pg_url: str) -> Iterator[PostgresStore]:
-    with PostgresStore(pg_url, lease_s=LEASE_S) as store:
+    store = PostgresStore(pg_url, lease_s=LEASE_S)
+    try:
         yield store
+    finally:
+        store.close()
 
 
 def test_four_workers_drive_200_runs_each_exactly_once(pg_store: PostgresStore, provider_server: ScriptedServer) -> None:

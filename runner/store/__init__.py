@@ -13,8 +13,18 @@ from pathlib import Path
 
 from runner.state import RunState
 from runner.store.base import (
-    CorruptState, Lease, LeaseLost, RunBusy, RunHandle, RunInfo, RunNotFound, RunStore, StaleState,
-    StoreError, crash_point, default_owner,
+    CorruptState,
+    Lease,
+    LeaseLost,
+    RunBusy,
+    RunHandle,
+    RunInfo,
+    RunNotFound,
+    RunStore,
+    StaleState,
+    StoreError,
+    crash_point,
+    default_owner,
 )
 from runner.store.files import FileStore
 

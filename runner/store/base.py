@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Literal, Sequence
 
 from runner.errors import CorruptState, RunBusy, RunnerError, RunNotFound
 from runner.state import RunState
-from runner.trace import Tracer, TraceEvent, _Event
+from runner.trace import TraceEvent, Tracer, _Event
 
 __all__ = ["CorruptState", "Lease", "LeaseLost", "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore",
            "StaleState", "StoreError"]
@@ -123,7 +123,7 @@ class Written:
     last: dict[str, Any]
 
     @classmethod
-    def of(cls, state: RunState) -> "Written":
+    def of(cls, state: RunState) -> Written:
         return cls({k: len(getattr(state, k)) for k in APPEND_ONLY},
                    {k: _last(getattr(state, k)) for k in APPEND_ONLY})
 
@@ -255,14 +255,14 @@ class RunStore(ABC):
         first use). A run that moves to another worker sees the files as its last committed
         save left them."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional for a store that holds nothing
         """Release connections and locks held by this object."""
 
-    def handle(self, lease: Lease) -> "RunHandle":
+    def handle(self, lease: Lease) -> RunHandle:
         """The claimed run as the loop sees it: commit and emit for `lease.run_id`."""
         return RunHandle(self, lease)
 
-    def __enter__(self) -> "RunStore":
+    def __enter__(self) -> RunStore:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -36,8 +36,21 @@ from pydantic import ValidationError
 
 from runner.state import FORMAT_VERSION, RunState
 from runner.store.base import (
-    APPEND_ONLY, CorruptState, Lease, LeaseLost, RunBusy, RunInfo, RunNotFound, RunStore,
-    StaleState, Written, crash_armed, crash_point, default_owner, delta, event_line,
+    APPEND_ONLY,
+    CorruptState,
+    Lease,
+    LeaseLost,
+    RunBusy,
+    RunInfo,
+    RunNotFound,
+    RunStore,
+    StaleState,
+    Written,
+    crash_armed,
+    crash_point,
+    default_owner,
+    delta,
+    event_line,
 )
 from runner.trace import StateForced, TraceEvent, _Event, read_trace
 

@@ -36,8 +36,21 @@ from pydantic import TypeAdapter, ValidationError
 
 from runner.state import FORMAT_VERSION, RunState
 from runner.store.base import (
-    APPEND_ONLY, CorruptState, Lease, LeaseLost, RunBusy, RunInfo, RunNotFound, RunStore, StaleState,
-    StoreError, Written, crash_point, default_owner, delta, event_line,
+    APPEND_ONLY,
+    CorruptState,
+    Lease,
+    LeaseLost,
+    RunBusy,
+    RunInfo,
+    RunNotFound,
+    RunStore,
+    StaleState,
+    StoreError,
+    Written,
+    crash_point,
+    default_owner,
+    delta,
+    event_line,
 )
 from runner.trace import StateForced, TraceEvent, _Event
 
