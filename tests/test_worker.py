@@ -1,6 +1,7 @@
-"""Workers on PostgreSQL (issue 11): several `runner worker` processes on one store drive every
-queued run exactly once, and a worker killed with SIGKILL mid-run has its run finished by
-another once its lease expires. Real processes, a real database, the real scripted provider
+"""Workers (issue 11): several `runner worker` processes on one store drive every queued run
+exactly once (4 x 200 on PostgreSQL; a small queue on both stores), a worker killed with
+SIGKILL mid-run has its run finished by another once its lease expires, and a verdict given
+with `--detach` is carried out by a worker. Real processes, a real database, the real scripted provider
 (in-process: it counts the requests it answers)."""
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from typing import Iterator
 
 import pytest
 
+from runner.harness import workspace_template
 from runner.scripted import ScriptedServer
 from runner.store.postgres import PostgresStore
-from tests.conftest import LEASE_S, scripted_run
+from runner.tools import deleted_files
+from tests.conftest import LEASE_S, Backend, cli_json, scripted_run
 
 
 def _worker(url: str, *args: str) -> subprocess.Popen[str]:
@@ -92,3 +95,42 @@ def test_a_killed_workers_run_is_finished_by_another_after_its_lease(
     taken_over = [e["type"] for _, epoch, _, e in rows if epoch == 2]
     assert taken_over[0] == "run_resumed" and taken_over[-1] == "run_stopped"
     assert [e["type"] for _, epoch, _, e in rows if epoch == 1].count("run_stopped") == 0  # killed, never stopped
+
+
+def test_workers_on_either_store_drive_queued_runs_once(backend: Backend, provider: str) -> None:
+    """`runner run --detach` queues; two workers share the queue; FileStore workers claim with
+    flock, PostgreSQL workers with SKIP LOCKED."""
+    queued = []
+    for _ in range(6):
+        code, out = cli_json("run", "--scenario", "plan", "--base-url", provider, "--detach",
+                             runs_dir=backend.runs, env=backend.env)
+        assert code == 0 and out["status"] == "queued"
+        queued.append(out["run_id"])
+    assert {i.shown_status for i in backend.store.list_runs()} == {"queued"}
+    env = {**os.environ, "RUNNER_RUNS_DIR": str(backend.runs), **backend.env}
+    workers = [subprocess.Popen([sys.executable, "-m", "runner", "worker", "--idle-exit", "2", "--poll", "0.1"],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errors = [w.communicate(timeout=300)[1] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], errors
+    for run_id in queued:
+        events = [e.type for e in backend.store.read_trace(run_id)]
+        assert events.count("run_started") == 1 and events.count("turn") == 3 and events[-1] == "run_stopped"
+        assert backend.store.load(run_id).status == "completed"
+
+
+def test_a_verdict_given_with_detach_is_carried_out_by_a_worker(backend: Backend) -> None:
+    code, out = cli_json("run", "--scenario", "destructive", runs_dir=backend.runs, env=backend.env)
+    assert code == 3 and out["interruption"]["call_id"] == "c2"
+    run_id = out["run_id"]
+    code, queued = cli_json("resume", run_id, "--approve", "c2", "--detach", runs_dir=backend.runs, env=backend.env)
+    assert code == 0 and queued["status"] == "queued"
+    assert backend.store.info(run_id).shown_status == "queued"
+    env = {**os.environ, "RUNNER_RUNS_DIR": str(backend.runs), **backend.env}
+    worker = subprocess.run([sys.executable, "-m", "runner", "worker", "--idle-exit", "1", "--poll", "0.1"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert worker.returncode == 0, worker.stderr
+    done = backend.store.load(run_id)
+    assert done.status == "completed" and done.answer == "Deleted access.log to free space."
+    assert deleted_files(backend.store.workspace(run_id, workspace_template())) == ["access.log"]
+    events = backend.store.read_trace(run_id)
+    assert [e.type for e in events].index("verdict") < [e.type for e in events].index("run_resumed")
