@@ -305,7 +305,7 @@ class FileStore(RunStore):
                 break
             except BlockingIOError:
                 info = _lock_info(fd)
-                if info.get("held") is False and attempt < 4:  # a lister's brief probe: retry
+                if info.get("held") is not True and attempt < 4:  # a lister's brief probe: retry
                     time.sleep(0.02)
                     continue
                 os.close(fd)
