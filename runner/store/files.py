@@ -332,18 +332,14 @@ class FileStore(RunStore):
         trace = folder / "trace.jsonl"
         trace_fd = os.open(trace, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         size = os.fstat(trace_fd).st_size
-        if size:
-            tail = os.pread(trace_fd, min(size, 64 * 1024), max(0, size - 64 * 1024))
-            if not tail.endswith(b"\n"):
-                cut = tail.rfind(b"\n")
-                size = size - len(tail) + cut + 1 if cut >= 0 else (0 if size <= len(tail) else size)
-                os.ftruncate(trace_fd, size)
-        if replay.last_trace_at is not None and replay.last_trace_to is not None and replay.last_events:
-            missing = "".join(line + "\n" for line in replay.last_events).encode()
-            if size < replay.last_trace_to:  # killed between the commit and the trace append
-                os.ftruncate(trace_fd, replay.last_trace_at)
-                os.write(trace_fd, missing)
-                size = replay.last_trace_at + len(missing)
+        if (replay.last_trace_at is not None and replay.last_trace_to is not None
+                and replay.last_trace_at <= size < replay.last_trace_to):
+            # killed between the commit and the trace append: write the committed events again
+            os.ftruncate(trace_fd, replay.last_trace_at)
+            os.write(trace_fd, "".join(line + "\n" for line in replay.last_events).encode())
+        elif size and os.pread(trace_fd, 1, size - 1) != b"\n":
+            os.write(trace_fd, b"\n")  # a torn event (a writer killed mid-line) stays, on its own line
+        size = os.fstat(trace_fd).st_size
         journal_fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         state = None if replay.stale else self._state(replay, folder.name)
         return _Head(lease=lease, lock_fd=lock_fd, journal_fd=journal_fd, trace_fd=trace_fd,
