@@ -386,7 +386,9 @@ class FileStore(RunStore):
         if (folder / "state.json").exists():
             raise StaleState(f"run {state.run_id} already exists in {self.root}")
         state.seq = 1
-        _write_atomic(folder / "journal.jsonl", b'{"base":1}\n')
+        # No fsync for the journal's header: lost or torn, the journal reads as empty, based on
+        # the snapshot. The snapshot is the commit (temp file, fsync, rename).
+        (folder / "journal.jsonl").write_bytes(b'{"base":1}\n')
         _write_atomic(folder / "state.json", state.model_dump_json(indent=1).encode(), crash=True)
         if owner is None:
             (folder / "queued").touch()
