@@ -105,18 +105,37 @@ def _result(state: RunState, turn: int) -> list[_Event]:
     return [ToolResult(runId=state.run_id, toolName="read_file", callId=f"c{turn}", ms=0.1, ok=True)]
 
 
+def written_bytes(store: RunStore | BeforeFiles, run_id: str) -> int:
+    """Bytes on disk for the run so far: the files under its folder (FileStores), or the
+    database's write-ahead log position (PostgreSQL: every change is written there first)."""
+    if isinstance(store, BeforeFiles):
+        folder = store.root / run_id
+        return sum(p.stat().st_size for p in folder.iterdir()) if folder.exists() else 0
+    if isinstance(store, FileStore):
+        folder = store.run_dir(run_id)
+        return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+    with store.pool.connection() as conn:  # type: ignore[attr-defined]
+        row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')").fetchone()
+    return int(row[0])
+
+
 def one_run(kind: str, store: RunStore | BeforeFiles) -> dict[str, list[float]]:
-    """Drive one 100-turn run of saves; returns ms per save at turn 1, at turn 100, and all."""
+    """Drive one 100-turn run of saves; returns ms per save at turn 1, at turn 100, and all,
+    and the bytes each save at turn 1 and turn 100 added (the "before" store rewrites a whole
+    file: its bytes are those of the new state file plus the trace line)."""
     state = new_run("Read errors.log again and again.", RunConfig(model="scripted/bench"))
     lease = None
     if isinstance(store, BeforeFiles):
         store.create(state)
     else:
         lease = store.create(state, owner="bench")
-    out: dict[str, list[float]] = {"turn 1": [], "turn 100": [], "all": []}
+    out: dict[str, list[float]] = {"turn 1": [], "turn 100": [], "all": [], "bytes 1": [], "bytes 100": []}
     for turn in range(1, TURNS + 1):
         for step in (_reply, _result):
             events = step(state, turn)
+            before = written_bytes(store, state.run_id) if turn in (1, TURNS) else 0
+            if isinstance(store, BeforeFiles) and turn in (1, TURNS):
+                before -= (store.root / state.run_id / "state.json").stat().st_size  # replaced, not added
             began = time.perf_counter()
             if isinstance(store, BeforeFiles):
                 store.save(state, events)
@@ -126,6 +145,7 @@ def one_run(kind: str, store: RunStore | BeforeFiles) -> dict[str, list[float]]:
             out["all"].append(ms)
             if turn in (1, TURNS):
                 out[f"turn {turn}"].append(ms)
+                out[f"bytes {turn}"].append(written_bytes(store, state.run_id) - before)
     if lease is not None and not isinstance(store, BeforeFiles):
         store.release(lease)
     return out
@@ -133,7 +153,8 @@ def one_run(kind: str, store: RunStore | BeforeFiles) -> dict[str, list[float]]:
 
 def save_bench(stores: dict[str, RunStore | BeforeFiles], reps: int) -> dict[str, dict[str, list[float]]]:
     names = list(stores)
-    times: dict[str, dict[str, list[float]]] = {n: {"turn 1": [], "turn 100": [], "all": []} for n in names}
+    times: dict[str, dict[str, list[float]]] = {
+        n: {"turn 1": [], "turn 100": [], "all": [], "bytes 1": [], "bytes 100": []} for n in names}
     one_run(names[0], stores[names[0]])  # warm-up (imports, pool, page cache)
     for i in range(reps):
         k = i % len(names)
@@ -211,14 +232,18 @@ def main(argv: list[str] | None = None) -> int:
              f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (shared machine: noisy).",
              f"Command: `python scripts/bench_store.py --reps {args.reps} --runs {args.runs} --warmup {args.warmup}`", "",
              f"## Save time per transition (median ms over {args.reps} runs x 2 saves; the state and its trace events)", "",
-             "| store | turn 1 | turn 100 | turn 100 / turn 1 | mean over all 200 saves |",
-             "|---|---:|---:|---:|---:|"]
+             "| store | turn 1 ms | turn 100 ms | turn 100 / turn 1 | mean ms, all 200 saves "
+             "| bytes per save, turn 1 | bytes per save, turn 100 |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     table: dict[str, Any] = {}
     for name, t in saves.items():
         first, last = med(t["turn 1"]), med(t["turn 100"])
+        b1, b100 = med(t["bytes 1"]), med(t["bytes 100"])
         table[name] = {"turn1_ms": first, "turn100_ms": last, "ratio": last / first,
-                       "mean_all_ms": statistics.fmean(t["all"]), "n": len(t["turn 1"])}
-        lines.append(f"| {name} | {first:.3f} | {last:.3f} | {last / first:.2f}x | {statistics.fmean(t['all']):.3f} |")
+                       "mean_all_ms": statistics.fmean(t["all"]), "n": len(t["turn 1"]),
+                       "bytes_turn1": b1, "bytes_turn100": b100}
+        lines.append(f"| {name} | {first:.3f} | {last:.3f} | {last / first:.2f}x | {statistics.fmean(t['all']):.3f} "
+                     f"| {b1:,.0f} | {b100:,.0f} |")
     bare = med(overhead["bare"])
     lines += ["", f"## Harness overhead per turn over a bare httpx loop (3-turn `plan`, median of {args.runs} rounds)", "",
               "| variant | median ms per run | overhead ms per turn |", "|---|---:|---:|",
@@ -230,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
         per_turn = (med(values) - bare) / 3
         over[name] = {"median_ms": med(values), "overhead_ms_per_turn": per_turn}
         lines.append(f"| {name} | {med(values):.2f} | {per_turn:.3f} |")
+    lines += ["", "Bytes: what one save adds on disk (files: the run's folder; \"before\": the new state file "
+              "plus the trace line; postgres: write-ahead log bytes, all of the cluster's writes). "
+              "Times are dominated by fsync on this shared disk and vary run to run; bytes do not."]
     report = "\n".join(lines) + "\n"
     print(report)
     args.out.mkdir(parents=True, exist_ok=True)
