@@ -38,7 +38,8 @@ class _Endpoints:
     the worker stops."""
 
     def __init__(self, stack: contextlib.ExitStack) -> None:
-        self.stack, self.urls = stack, {}  # type: tuple[contextlib.ExitStack, dict[tuple[str | None, str | None], str]]
+        self.stack = stack
+        self.urls: dict[tuple[str | None, str | None], str] = {}
 
     def url(self, config: RunConfig) -> str:
         if config.base_url:
