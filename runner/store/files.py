@@ -293,7 +293,9 @@ class FileStore(RunStore):
             raise RunNotFound(f"no run {run_id!r} in {self.root}")
         return self._claim(folder, owner or default_owner())
 
-    def _claim(self, folder: Path, owner: str) -> Lease:
+    def _claim(self, folder: Path, owner: str, state: RunState | None = None) -> Lease:
+        """Lock the run and open its head; with `state`, the run is being created: its files
+        are written under the lock, the snapshot last."""
         run_id = folder.name
         if run_id in self._heads:
             head = self._heads[run_id]
@@ -316,11 +318,25 @@ class FileStore(RunStore):
             lease = Lease(run_id=run_id, owner=owner, epoch=epoch)
             _write_lock(fd, {"owner": owner, "pid": os.getpid(), "since": lease.since, "epoch": epoch, "held": True})
             (folder / "queued").unlink(missing_ok=True)
-            self._heads[run_id] = self._open_head(folder, lease, fd)
+            self._heads[run_id] = self._open_head(folder, lease, fd) if state is None else self._new_head(
+                folder, lease, fd, state)
         except BaseException:
             os.close(fd)
             raise
         return lease
+
+    def _new_head(self, folder: Path, lease: Lease, lock_fd: int, state: RunState) -> _Head:
+        """The head of a run being created under its lock: nothing to read or repair."""
+        header, snapshot = b'{"base":1}\n', state.model_dump_json(indent=1).encode()
+        # No fsync for the journal's header: lost or torn, the journal reads as empty, based on
+        # the snapshot. The snapshot is the commit (temp file, fsync, rename), written last.
+        (folder / "journal.jsonl").write_bytes(header)
+        trace_fd = os.open(folder / "trace.jsonl", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        journal_fd = os.open(folder / "journal.jsonl", os.O_WRONLY | os.O_APPEND)
+        _write_atomic(folder / "state.json", snapshot, crash=True)
+        return _Head(lease=lease, lock_fd=lock_fd, journal_fd=journal_fd, trace_fd=trace_fd, seq=1,
+                     written=Written.of(state), journal_bytes=len(header), snapshot_bytes=len(snapshot),
+                     trace_bytes=os.fstat(trace_fd).st_size)
 
     def _open_head(self, folder: Path, lease: Lease, lock_fd: int) -> _Head:
         """Repair what a killed writer left (torn journal line, trace missing its last
@@ -386,14 +402,12 @@ class FileStore(RunStore):
         if (folder / "state.json").exists():
             raise StaleState(f"run {state.run_id} already exists in {self.root}")
         state.seq = 1
-        # No fsync for the journal's header: lost or torn, the journal reads as empty, based on
-        # the snapshot. The snapshot is the commit (temp file, fsync, rename).
+        if owner is not None:
+            return self._claim(folder, owner, state)
+        (folder / "queued").touch()
         (folder / "journal.jsonl").write_bytes(b'{"base":1}\n')
         _write_atomic(folder / "state.json", state.model_dump_json(indent=1).encode(), crash=True)
-        if owner is None:
-            (folder / "queued").touch()
-            return None
-        return self._claim(folder, owner)
+        return None
 
     def save(self, state: RunState, events: Sequence[_Event] = (), lease: Lease | None = None,
              *, force: bool = False) -> None:
