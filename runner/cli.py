@@ -23,6 +23,7 @@ import typer
 from runner import store
 from runner.errors import RunnerError, UnknownScenario, UsageError
 from runner.state import DEFAULT_MAX_TURNS, RunConfig, RunState, RunStatus, new_run
+from runner.store import FileStore, Lease, RunStore
 
 EXIT_CODES: dict[RunStatus, int] = {
     "completed": 0, "failed": 1, "max_turns_exceeded": 3, "budget_exceeded": 3, "interrupted": 3,
@@ -46,6 +47,9 @@ _debug = False
 
 RunsDir = Annotated[Optional[Path], typer.Option("--runs-dir", envvar="RUNNER_RUNS_DIR", show_default="./runs",
                                                  help="Where runs are saved.")]
+StoreOpt = Annotated[Optional[str], typer.Option(
+    "--store", envvar="RUNNER_STORE",
+    help="Where runs live: a postgresql:// URL (many workers) or a runs directory [default: --runs-dir].")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 MaxTurns = Annotated[Optional[int], typer.Option("--max-turns", min=0, help=(
     f"Stop before turn N+1 (a new run's default: {DEFAULT_MAX_TURNS}; 0: no turn cap)."))]
@@ -121,13 +125,14 @@ def _guard(fn: Callable[[], int]) -> None:
     raise typer.Exit(code)
 
 
-def _drive(state: RunState, runs_root: Path, *, latency_ms: float = 0, faults: str | None = None,
+def _drive(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float = 0, faults: str | None = None,
            show_progress: bool = True) -> RunState:
-    """Run `state` with Ctrl-C wired to the Stop signal, starting the scripted provider if needed.
-    A Ctrl-C outside the loop's own handler (while the provider starts, or a second one) keeps
-    the run resumable, prints its id and exits 3."""
+    """Run `state` under `lease` with Ctrl-C wired to the Stop signal, starting its endpoint
+    (the scripted provider, or the local model it records) if needed; releases the lease at
+    the stop. A Ctrl-C outside the loop's own handler (while the endpoint starts, or a second
+    one) keeps the run resumable, prints its id and exits 3."""
     try:
-        return _drive_run(state, runs_root, latency_ms=latency_ms, faults=faults, show_progress=show_progress)
+        return _drive_run(state, runs, lease, latency_ms=latency_ms, faults=faults, show_progress=show_progress)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further Ctrl-C must not cut this short
         from runner.state import CancelledInterruption
@@ -135,16 +140,18 @@ def _drive(state: RunState, runs_root: Path, *, latency_ms: float = 0, faults: s
         if state.status == "running":
             state.status, state.reason = "interrupted", "cancelled: user pressed Stop before the run started"
             state.interruption = CancelledInterruption(reason="user pressed Stop")
-            store.save(state, runs_root)
+            runs.save(state, (), lease)
         typer.echo(f"interrupted: run {state.run_id} ({state.status}); continue it with: "
                    f"runner resume {state.run_id}", err=True)
         raise typer.Exit(EXIT_CODES[state.status]) from None
+    finally:
+        runs.release(lease)
 
 
-def _drive_run(state: RunState, runs_root: Path, *, latency_ms: float, faults: str | None,
+def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float, faults: str | None,
                show_progress: bool) -> RunState:
     from runner.cancel import CancelToken
-    from runner.harness import execute, scripted_provider
+    from runner.harness import endpoint, execute
 
     cancel = CancelToken()
     began = [time.perf_counter()]
@@ -155,20 +162,18 @@ def _drive_run(state: RunState, runs_root: Path, *, latency_ms: float, faults: s
             typer.echo(f"  progress: {tool}: {label}  (t+{ms:,.0f} ms)", err=True)
 
     async def go(base_url: str) -> RunState:
-        began[0] = time.perf_counter()  # the run's clock, not the provider's start-up
+        began[0] = time.perf_counter()  # the run's clock, not the endpoint's start-up
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, cancel.cancel, "user pressed Stop")
         try:
-            return await execute(state, base_url, runs_root, cancel=cancel, on_progress=on_progress,
+            return await execute(state, base_url, runs, cancel=cancel, on_progress=on_progress, lease=lease,
                                  on_turn=_turn_line() if show_progress else None)
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
 
-    if state.config.base_url:
-        return asyncio.run(go(state.config.base_url))
-    with scripted_provider(latency_ms=latency_ms, faults=faults) as base_url:
+    with endpoint(state.config, latency_ms=latency_ms, faults=faults) as base_url:
         return asyncio.run(go(base_url))
 
 
@@ -223,7 +228,7 @@ def _summary(state: RunState) -> dict[str, Any]:
     }
 
 
-def _render(state: RunState, as_json: bool, runs_root: Path) -> int:
+def _render(state: RunState, as_json: bool, runs: RunStore) -> int:
     if as_json:
         typer.echo(json.dumps(_summary(state)))
         return EXIT_CODES[state.status]
@@ -235,7 +240,8 @@ def _render(state: RunState, as_json: bool, runs_root: Path) -> int:
         typer.echo(f"   answer: {json.dumps(state.answer, ensure_ascii=False)}")
     if state.per_turn:
         typer.echo("   per-turn prompt tokens: " + ", ".join(str(t.prompt_tokens) for t in state.per_turn))
-    typer.echo(f"   run id: {state.run_id}   trace: {store.trace_path(runs_root, state.run_id)}")
+    where = runs.trace_path(state.run_id) if isinstance(runs, FileStore) else f"runner trace {state.run_id} --store URL"
+    typer.echo(f"   run id: {state.run_id}   trace: {where}")
     if state.status not in ("completed",):
         typer.echo(f"   stopped: {state.reason}")
     it = state.interruption
@@ -281,7 +287,9 @@ def run(
     research_max_budget: Annotated[float, typer.Option(min=0.0, help="Budget of each research child run, USD.")] = 0.05,
     latency_ms: Annotated[float, typer.Option(help="Scripted provider: delay every reply by this many ms.")] = 0.0,
     fault: Annotated[Optional[str], typer.Option(help="Scripted provider: faults KIND@TURN,... (429, 500, 401, truncated, slow).")] = None,
+    detach: Annotated[bool, typer.Option("--detach", help="Queue the run for `runner worker` instead of driving it here.")] = False,
     runs_dir: RunsDir = None,
+    store_url: StoreOpt = None,
     as_json: JsonOut = False,
 ) -> None:
     """Start a run: scripted (--scenario) or against any endpoint (--base-url + --model)."""
@@ -324,11 +332,18 @@ def run(
             config.tools = [*config.tools, "research"]
         if name == "research":
             config.research_model = "scripted/research_child"
-        root = store.runs_dir(runs_dir)
+        if detach and (latency_ms or fault):
+            raise UsageError("--latency-ms and --fault configure a scripted provider started here; "
+                             "they do not go with --detach")
+        runs = store.open_store(store_url, runs=runs_dir)
         state = new_run(task, config)
-        store.save(state, root)
-        state = _drive(state, root, latency_ms=latency_ms, faults=fault, show_progress=not as_json)
-        return _render(state, as_json, root)
+        if detach:
+            runs.create(state)
+            return _render_queued(state, as_json, runs)
+        lease = runs.create(state, owner=store.default_owner())
+        assert lease is not None
+        state = _drive(state, runs, lease, latency_ms=latency_ms, faults=fault, show_progress=not as_json)
+        return _render(state, as_json, runs)
 
     _guard(body)
 
@@ -345,41 +360,57 @@ def resume(
     max_turns: MaxTurns = None,
     max_budget: MaxBudget = None,
     latency_ms: Annotated[float, typer.Option(help="Scripted provider: delay every reply by this many ms.")] = 0.0,
+    force: Annotated[bool, typer.Option("--force", help="Continue from the saved state even if it is an older copy than the run's history (recorded in the trace).")] = False,
+    detach: Annotated[bool, typer.Option("--detach", help="Record the verdict or limits and queue the run for `runner worker`.")] = False,
     runs_dir: RunsDir = None,
+    store_url: StoreOpt = None,
     as_json: JsonOut = False,
 ) -> None:
     """Continue a stopped run: after a crash, a cap, a cancel, or with an approval verdict."""
 
     def body() -> int:
-        from runner.loop import approve as approve_call
-        from runner.loop import reject as reject_call
+        from runner.harness import give_verdict
 
         if approve and reject:
             raise UsageError("give --approve or --reject, not both")
         if reason and not reject:
             raise UsageError("--reason goes with --reject CALL_ID")
-        root = store.runs_dir(runs_dir)
-        state = store.load(root, run_id)
-        if state.status in ("completed", "failed"):
-            raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
-        if approve:
-            approve_call(state, approve)
-        if reject:
-            from runner.trace import Tracer
-
-            tracer = Tracer(store.trace_path(root, state.run_id))
-            reject_call(state, reject, reason, empty=unsafe_empty_rejection, tracer=tracer)
-            tracer.close()
-        if max_turns is not None:
-            state.config.max_turns = max_turns or None
-        if max_budget is not None:
-            state.config.max_budget_usd = max_budget
-        _check_room(state)
-        store.save(state, root)
-        state = _drive(state, root, latency_ms=latency_ms, show_progress=not as_json)
-        return _render(state, as_json, root)
+        runs = store.open_store(store_url, runs=runs_dir)
+        lease = runs.claim(run_id)  # one driver at a time: a second one stops here (exit 2)
+        try:
+            state = runs.load(run_id, force=force)
+            if state.status in ("completed", "failed"):
+                raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
+            if max_turns is not None:
+                state.config.max_turns = max_turns or None
+            if max_budget is not None:
+                state.config.max_budget_usd = max_budget
+            _check_room(state)
+            if force:
+                runs.save(state, (), lease, force=True)
+            if approve or reject:  # saved with the new limits, if any
+                give_verdict(runs, lease, state, str(approve or reject), "approve" if approve else "reject",
+                             reason, empty=unsafe_empty_rejection)
+            elif (max_turns is not None or max_budget is not None) and not force:
+                runs.save(state, (), lease)
+        except BaseException:
+            runs.release(lease)
+            raise
+        if detach:
+            runs.release(lease, runnable=True)
+            return _render_queued(state, as_json, runs)
+        state = _drive(state, runs, lease, latency_ms=latency_ms, show_progress=not as_json)
+        return _render(state, as_json, runs)
 
     _guard(body)
+
+
+def _render_queued(state: RunState, as_json: bool, runs: RunStore) -> int:
+    if as_json:
+        typer.echo(json.dumps({**_summary(state), "status": "queued"}))
+    else:
+        typer.echo(f"queued run {state.run_id}; a worker drives it: runner worker --store {runs.url}")
+    return 0
 
 
 def _check_room(state: RunState) -> None:
@@ -393,43 +424,50 @@ def _check_room(state: RunState) -> None:
 
 
 @app.command("runs")
-def list_runs(runs_dir: RunsDir = None, as_json: JsonOut = False) -> None:
-    """List saved runs with status, turns and cost."""
+def list_runs(
+    status: Annotated[Optional[str], typer.Option(help="Only runs with this status (running, died, queued, completed, ...).")] = None,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="At most this many runs (newest first).")] = None,
+    offset: Annotated[int, typer.Option(min=0, help="Skip this many runs first (paging).")] = 0,
+    runs_dir: RunsDir = None, store_url: StoreOpt = None, as_json: JsonOut = False,
+) -> None:
+    """List runs, newest first, with status, turns and cost. A run saved as running whose
+    driver is gone shows as `died` (resume it with `runner resume RUN_ID`)."""
 
     def body() -> int:
-        root = store.runs_dir(runs_dir)
-        problems: list[str] = []
-        states = store.list_runs(root, problems)
-        for problem in problems:
+        runs = store.open_store(store_url, runs=runs_dir)
+        infos = runs.list_runs(status=status, limit=limit, offset=offset)
+        for problem in getattr(runs, "problems", []):
             typer.echo(f"warning: skipped an unreadable run: {problem}", err=True)
-        if not states and not as_json:
-            typer.echo(f"no runs in {root}")
+        if not infos and not as_json:
+            typer.echo(f"no runs in {runs.url}" + (f" with status {status}" if status else ""))
             return 0
         if as_json:
-            typer.echo(json.dumps([{k: v for k, v in _summary(s).items() if k != "per_turn_prompt_tokens"}
-                                   for s in states]))
+            typer.echo(json.dumps([{**{k: v for k, v in _summary(i.state).items() if k != "per_turn_prompt_tokens"},
+                                    "status": i.shown_status, "driver": i.driver} for i in infos]))
             return 0
+
+        def reason(i: store.RunInfo) -> str:
+            if i.shown_status == "died":
+                return "its process died; resume it with: runner resume " + i.state.run_id
+            return f"driven by {i.driver}" if i.shown_status == "running" else i.state.reason or ""
+
         _print_table([("run id", "id"), ("status", "id"), ("turns", "num"), ("tools", "num"),
                       ("cost USD", "num"), ("reason", "text"), ("model", "text")],
-                     [[s.run_id, s.status, str(s.turns), str(s.tool_run_count), f"{s.cost_usd:.6f}",
-                       s.reason or "", s.config.model] for s in states])
+                     [[i.state.run_id, i.shown_status, str(i.state.turns), str(i.state.tool_run_count),
+                       f"{i.state.cost_usd:.6f}", reason(i), i.state.config.model] for i in infos])
         return 0
 
     _guard(body)
 
 
 @app.command()
-def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar="RUN_ID")], runs_dir: RunsDir = None, as_json: JsonOut = False) -> None:
+def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar="RUN_ID")], runs_dir: RunsDir = None,
+          store_url: StoreOpt = None, as_json: JsonOut = False) -> None:
     """Print a run's trace: every event, then why it stopped and what it cost."""
 
     def body() -> int:
-        from runner.trace import read_trace
-
-        root = store.runs_dir(runs_dir)
-        path = store.trace_path(root, run_id)
-        if not path.exists():
-            raise store.RunNotFound(f"no trace for run {run_id!r} in {root}")
-        events = read_trace(path)
+        runs = store.open_store(store_url, runs=runs_dir)
+        events = runs.read_trace(run_id)
         if as_json:
             for e in events:
                 typer.echo(e.model_dump_json(exclude_none=True))
@@ -445,9 +483,37 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
             last = stops[-1]
             typer.echo(f"stopped: {last.status} ({last.reason})  turns={last.turns}  cost=${last.costUsd:.6f}"
                        f"  processes={processes}")
-        if events and events[-1].type != "run_stopped":
-            typer.echo("no run_stopped after the last event: the process died (or is still running)")
+        if not events or events[-1].type != "run_stopped":
+            info = runs.info(run_id)
+            if info.shown_status == "died":
+                typer.echo(f"died: its process was killed after the last event; resume with: runner resume {run_id}")
+            elif info.shown_status == "running":
+                typer.echo(f"running: driven by {info.driver}")
+            elif info.shown_status == "queued":
+                typer.echo("queued: waiting for a worker")
         return 0
+
+    _guard(body)
+
+
+@app.command()
+def worker(
+    concurrency: Annotated[int, typer.Option(min=1, help="Runs driven at once by this process.")] = 1,
+    lease_s: Annotated[Optional[float], typer.Option(min=0.1, help="PostgreSQL lease length, seconds (renewed every third of it) [default: $RUNNER_LEASE_S or 30].")] = None,
+    idle_exit: Annotated[Optional[float], typer.Option(min=0.0, help="Exit once nothing was runnable for this many seconds [default: never].")] = None,
+    poll: Annotated[float, typer.Option(min=0.01, help="Seconds between claims when nothing is runnable.")] = 0.5,
+    runs_dir: RunsDir = None, store_url: StoreOpt = None,
+) -> None:
+    """Claim runnable runs from the store (queued, given a verdict, or whose driver died) and
+    drive them; several workers on one store never drive one run at once. Ctrl-C stops."""
+
+    def body() -> int:
+        from runner.worker import run_worker
+
+        with store.open_store(store_url, runs=runs_dir, lease_s=lease_s) as runs:
+            report = run_worker(runs, concurrency=concurrency, idle_exit_s=idle_exit, poll_s=poll)
+        typer.echo(f"worker: drove {len(report.driven)} runs, {len(report.errors)} errors", err=True)
+        return 0 if not report.errors else 1
 
     _guard(body)
 
@@ -556,6 +622,7 @@ def suite(
     address: Annotated[Optional[str], typer.Option(help="--executor ray: the cluster to join (auto or HOST:PORT) [default: start a local one].")] = None,
     actors: Annotated[Optional[int], typer.Option(min=1, help="--executor ray: actors per model column, each with its own endpoint [default: 2 per node].")] = None,
     runs_dir: RunsDir = None,
+    store_url: StoreOpt = None,
     as_json: JsonOut = False,
 ) -> None:
     """Run the six-task suite on the scripted provider and local models, side by side, N times each."""
@@ -568,7 +635,7 @@ def suite(
             raise UsageError("--address and --actors need --executor ray")
         report = suite_mod.run_suite(provider, runs_root=store.runs_dir(runs_dir), models=model or (),
                                      base_url=base_url, max_turns=max_turns, max_tokens=max_tokens,
-                                     latency_ms=latency_ms, repeats=repeat, quiet=as_json,
+                                     latency_ms=latency_ms, repeats=repeat, quiet=as_json, store_location=store_url,
                                      executor=fanout.executor(executor, address=address, actors=actors))
         if as_json:
             typer.echo(report.model_dump_json())

@@ -41,18 +41,29 @@ from runner.state import RunState
 # --- the store seam -------------------------------------------------------------------------
 
 
+_STORES: dict[str, store.RunStore] = {}
+
+
+def _store(store_location: str) -> store.RunStore:
+    """One open store per location and process (a PostgresStore holds a connection pool)."""
+    if store_location not in _STORES:
+        _STORES[store_location] = store.open_store(store_location)
+    return _STORES[store_location]
+
+
 def create(state: RunState, store_location: str) -> None:
-    """Save a new run (status `running`, no turns yet) in the store at `store_location`."""
-    store.save(state, Path(store_location))
+    """Save a new run in the store at `store_location` (a runs directory or a postgresql://
+    URL), queued: `runner runs` shows it `queued` until a driver claims it."""
+    _store(store_location).create(state)
 
 
 def load(run_id: str, store_location: str) -> RunState:
     """The saved state of `run_id`.
 
     Raises:
-        RunNotFound, CorruptState: as `runner.store.load`.
+        RunNotFound, CorruptState: as `RunStore.load`.
     """
-    return store.load(Path(store_location), run_id)
+    return _store(store_location).load(run_id)
 
 
 async def advance(run_id: str, store_location: str, base_url: str, cancel: CancelToken | None = None,
@@ -69,7 +80,7 @@ async def advance(run_id: str, store_location: str, base_url: str, cancel: Cance
     state = load(run_id, store_location)
     if state.status != "running":
         return state
-    return await execute(state, base_url, Path(store_location), cancel=cancel, server_settings=server_settings)
+    return await execute(state, base_url, _store(store_location), cancel=cancel, server_settings=server_settings)
 
 
 # --- endpoints ------------------------------------------------------------------------------
@@ -297,11 +308,14 @@ def ray_init(address: str | None = None, **kw: Any) -> None:
 
 
 def _nodes_for(store_location: str) -> list[str]:
-    """Alive node ids that can reach the store: with a runs directory, the nodes on this
-    machine (the address of the node this driver is attached to), which share its filesystem."""
+    """Alive node ids that can reach the store: every node for a PostgreSQL store; with a runs
+    directory, the nodes on this machine (the address of the node this driver is attached
+    to), which share its filesystem."""
     import ray
 
     nodes: list[dict[str, Any]] = [n for n in ray.nodes() if n["Alive"]]  # type: ignore[no-untyped-call]
+    if store.is_postgres(store_location):
+        return [n["NodeID"] for n in nodes]
     mine = ray.get_runtime_context().get_node_id()
     here = next((n["NodeManagerAddress"] for n in nodes if n["NodeID"] == mine), None)
     return [n["NodeID"] for n in nodes if n["NodeManagerAddress"] == here]

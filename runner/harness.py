@@ -1,5 +1,6 @@
-"""Putting a run together: the tool catalog, the workspace, the client, the trace, and the
-scripted provider when no base URL is given. `execute` is what the CLI, the suite and the
+"""Putting a run together: the store and the run's lease, the tool catalog, the workspace,
+the client, child runs, operator verdicts, and the endpoint (the scripted provider or a local
+model when no base URL is given). `execute` is what the CLI, workers, the suite and the
 experiments call; `loop.run` stays free of all this wiring.
 """
 
@@ -13,15 +14,16 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from runner import catalog, loop, store
+from runner import catalog, loop
 from runner.cancel import CancelToken
 from runner.client import ChatClient
-from runner.errors import RunNotFound, ServiceError
+from runner.errors import ServiceError
 from runner.resources import tasks_dir
-from runner.state import RunState
+from runner.state import RunConfig, RunState
+from runner.store import FileStore, Lease, RunHandle, RunNotFound, RunStore, default_owner
 from runner.streaming import TurnProgress
 from runner.tools import Tool
-from runner.trace import Tracer
+from runner.trace import Tracer, _Event
 
 
 def workspace_template() -> Path:
@@ -35,55 +37,150 @@ def build_tools(state: RunState) -> list[Tool]:
 
 
 async def execute(
-    state: RunState, base_url: str, runs_root: Path | None, *, cancel: CancelToken | None = None,
+    state: RunState, base_url: str, runs: Path | RunStore | None, *, cancel: CancelToken | None = None,
     on_progress: Callable[[str, str], None] | None = None, tools_see_cancel: bool = True,
     server_settings: dict[str, Any] | None = None,
     on_turn: Callable[[TurnProgress], None] | None = None,
+    lease: Lease | None = None,
 ) -> RunState:
-    """Run (or resume) `state` against `base_url`, saving under `runs_root` (None: in memory).
+    """Run (or resume) `state` against `base_url`, committing every transition to `runs`.
+
+    Args:
+        runs: a store, a runs directory (a FileStore), or None to keep the run in memory
+            (tools then work in a temporary copy of the workspace, removed afterwards).
+        lease: the run's lease if the caller claimed it already (released by the caller);
+            else the run is claimed here (created if the store does not have it) and
+            released at the stop.
+
+    Raises:
+        RunBusy: another process drives the run. StaleState: `state` is behind the stored one.
+        LeaseLost: another driver took the run over (its lease expired).
 
     `server_settings` (what the endpoint runs with, e.g. the local server's n_ctx, chat_format,
     seed, n_threads) is recorded on `run_started`.
-
-    Tools work on the run's private copy of the workspace: `runs_root/<run_id>/workspace`,
-    or a temporary folder, removed afterwards, when `runs_root` is None.
     """
     with contextlib.ExitStack() as cleanup:
-        if runs_root is not None:
-            workspace = store.workspace_path(runs_root, state.run_id, workspace_template())
-            tracer = Tracer(store.trace_path(runs_root, state.run_id))
+        store = FileStore(runs) if isinstance(runs, Path) else runs
+        cancel = cancel or CancelToken()
+        handle: RunHandle | None = None
+        if store is not None:
+            handle, _ = _claimed(store, state, lease, cancel, cleanup)
+            _drop_unrecorded_approvals(state, store)
+            workspace = store.workspace(state.run_id, workspace_template(), handle.lease)
+            tracer = handle.tracer()
         else:
             scratch = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="runner-")))
-            workspace = store.workspace_path(scratch, state.run_id, workspace_template())
+            workspace = FileStore(scratch).workspace(state.run_id, workspace_template())
             tracer = Tracer(None)
-        cleanup.callback(tracer.close)
         cfg = state.config
         async with ChatClient(base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries) as client:
 
             async def run_child(child: RunState, child_cancel: CancelToken) -> RunState:
-                """A child run shares the client and workspace; it is saved and traced as a run
-                of its own, and resumed (not restarted) if it already exists."""
-                if runs_root is not None:
-                    try:
-                        child = store.load(runs_root, child.run_id)
-                    except RunNotFound:
-                        store.save(child, runs_root)
-                child_tracer = Tracer(store.trace_path(runs_root, child.run_id) if runs_root else None)
-                try:
+                """A child run shares the client and workspace; it is a run of its own in the
+                store, resumed (not restarted) if it already exists."""
+                with contextlib.ExitStack() as child_cleanup:
+                    child_handle = None
+                    if store is not None:
+                        child_handle, created = _claimed(store, child, None, child_cancel, child_cleanup)
+                        if not created:
+                            child = store.load(child.run_id)
                     return await loop.run(child, loop.Runtime(
                         client=client, tools=catalog.build(child.config), workspace=workspace,
-                        runs_root=runs_root, cancel=child_cancel, on_progress=on_progress,
-                        tracer=child_tracer, run_child=run_child))
-                finally:
-                    child_tracer.close()
+                        run=child_handle, cancel=child_cancel, on_progress=on_progress,
+                        tracer=child_handle.tracer() if child_handle else Tracer(None), run_child=run_child))
 
             rt = loop.Runtime(
-                client=client, tools=catalog.build(state.config), workspace=workspace, runs_root=runs_root,
-                cancel=cancel or CancelToken(), on_progress=on_progress, tracer=tracer,
+                client=client, tools=catalog.build(state.config), workspace=workspace, run=handle,
+                cancel=cancel, on_progress=on_progress, tracer=tracer,
                 tools_see_cancel=tools_see_cancel, run_child=run_child, server_settings=server_settings,
                 on_turn=on_turn,
             )
             return await loop.run(state, rt)
+
+
+def _claimed(store: RunStore, state: RunState, lease: Lease | None, cancel: CancelToken,
+             cleanup: contextlib.ExitStack) -> tuple[RunHandle, bool]:
+    """The run's handle under `lease`, or under a new claim (creating the run if the store
+    has none) released when `cleanup` closes; and whether it was created here. Losing the
+    lease cancels the run."""
+    created = False
+    if lease is None:
+        try:
+            lease = store.claim(state.run_id)
+        except RunNotFound:
+            lease, created = store.create(state, owner=default_owner()), True
+        assert lease is not None
+        cleanup.callback(store.release, lease)
+    lease.on_lost = lambda: cancel.cancel("another worker took the run over (lease lost)")
+    return store.handle(lease), created
+
+
+def _drop_unrecorded_approvals(state: RunState, store: RunStore) -> None:
+    """An approval counts only if the trace holds the operator's `verdict` event for that
+    call and those arguments; any other (an edited state file) is dropped, so the call stops
+    for approval again."""
+    if not state.approved:
+        return
+    recorded = {(e.callId, e.signature) for e in store.read_trace(state.run_id)
+                if e.type == "verdict" and e.verdict == "approve"}
+    for call_id, signature in list(state.approved.items()):
+        if (call_id, signature) not in recorded:
+            del state.approved[call_id]
+
+
+def give_verdict(store: RunStore, lease: Lease, state: RunState, call_id: str, verdict: str,
+                 reason: str = "", *, empty: bool = False) -> None:
+    """Approve or reject one pending call and commit it with its operator event (`verdict`:
+    which call, which arguments, when, by whom) in one save.
+
+    Args:
+        verdict: "approve" or "reject".
+        empty: demonstration only; a rejection with an empty tool result.
+
+    Raises:
+        ValueError: `call_id` is not a pending call of the run.
+    """
+    from runner.state import call_signature, pending
+    from runner.trace import ToolResult, Verdict
+
+    call = next((c for c in pending(state) if c.id == call_id), None)
+    if verdict == "approve":
+        loop.approve(state, call_id)
+    else:
+        loop.reject(state, call_id, reason, empty=empty)
+    assert call is not None
+    events: list[_Event] = [Verdict(
+        runId=state.run_id, verdict="approve" if verdict == "approve" else "reject", callId=call.id,
+        toolName=call.function.name, args=call.function.arguments,
+        signature=call_signature(call.function.name, call.function.arguments), by=lease.owner,
+        reason=reason or None)]
+    if verdict != "approve":
+        record = state.tool_runs[-1]
+        events.append(ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id, ms=0,
+                                 ok=False, source="rejected", error=record.error))
+    store.save(state, events, lease)
+
+
+@contextlib.contextmanager
+def endpoint(config: RunConfig, *, latency_ms: float = 0, faults: str | None = None) -> Iterator[str]:
+    """The base URL a run's config says how to reach, started here if needed: its
+    `base_url`; else the local model it names (`runner.local.LocalServer`); else the scripted
+    provider. Yields the base URL; stops what it started on exit.
+
+    Raises:
+        RuntimeError: a server failed to start. LookupError: the local model is not on disk.
+    """
+    if config.base_url:
+        yield config.base_url
+    elif config.local_model:
+        from runner import local, models
+
+        _, path = models.resolve_choice(config.local_model)
+        with local.LocalServer(path, model_name=config.model) as server:
+            yield server.base_url
+    else:
+        with scripted_provider(latency_ms=latency_ms, faults=faults) as url:
+            yield url
 
 
 def die_with_parent() -> None:

@@ -5,8 +5,8 @@ Each iteration, in this order: run the pending tool calls of the last assistant 
 call of a batch); else check the stop rules (turns, budget, cancellation) before paying for
 anything; else ask the model, record its reply and cost; a reply without tool calls
 completes the run. A protocol slip (no answer and no usable call) is billed, not kept, and
-asked again a bounded number of times. Every transition is saved atomically and traced
-before the next one starts. Expected endings are data on the state, never exceptions:
+asked again a bounded number of times. Every transition is committed with its trace events
+(`Runtime.commit`) before the next one starts. Expected endings are data on the state, never exceptions:
 a provider that stays unavailable through its retries leaves the run `interrupted`
 (resumable); what no resume fixes leaves it `failed` with a typed `error`.
 """
@@ -43,6 +43,7 @@ from runner.state import (
     call_signature,
     pending,
 )
+from runner.store import RunHandle
 from runner.streaming import TurnMeter, TurnProgress
 from runner.tools import Tool, ToolContext, ToolError
 from runner.trace import (
@@ -56,6 +57,7 @@ from runner.trace import (
     ToolStart,
     Tracer,
     TurnEvent,
+    _Event,
 )
 
 GENERIC_TOOL_ERROR = "Error: the tool failed."
@@ -82,7 +84,8 @@ class Runtime:
         client: the chat client for `state.config.base_url`.
         tools: the catalog offered to the model.
         workspace: the folder tools may touch.
-        runs_root: where state and trace are saved; None keeps the run in memory only.
+        run: the claimed run in its store, where every transition is committed with its
+            trace events; None keeps the run in memory only.
         cancel: the run's Stop signal, shared with tools and child runs.
         on_progress: called with (tool name, label) for every tool progress report.
         on_turn: called with the progress of each model call (see `runner.streaming.TurnMeter`).
@@ -97,7 +100,7 @@ class Runtime:
     client: ChatClient
     tools: list[Tool]
     workspace: Path
-    runs_root: Path | None = None
+    run: RunHandle | None = None
     cancel: CancelToken = field(default_factory=CancelToken)
     on_progress: Callable[[str, str], None] | None = None
     tool_error_text: Callable[[Exception], str] = default_tool_error_text
@@ -108,6 +111,7 @@ class Runtime:
     on_turn: Callable[[TurnProgress], None] | None = None
     """Live progress of each model call (start, every streamed chunk, end); set, it makes the
     client ask for a streamed reply."""
+    _deferred: list[_Event] = field(default_factory=list)
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -117,9 +121,24 @@ class Runtime:
         """The `tools` array sent with every request (built once: schema generation is slow)."""
         return [t.schema() for t in self.tools]
 
+    def commit(self, state: RunState, *events: _Event) -> None:
+        """Save `state` and this transition's trace events (after any deferred ones) together;
+        in memory, only trace them."""
+        if self._deferred:
+            events, self._deferred = (*self._deferred, *events), []
+        if self.run is not None:
+            self.run.commit(state, events)
+        else:
+            for event in events:
+                self.tracer.emit(event)
+
+    def defer(self, event: _Event) -> None:
+        """Trace `event` with the next commit (it describes the transition being made)."""
+        self._deferred.append(event)
+
     def save(self, state: RunState) -> None:
-        if self.runs_root is not None:
-            store.save(state, self.runs_root)
+        """Commit `state` with no trace event."""
+        self.commit(state)
 
 
 async def run(state: RunState, rt: Runtime) -> RunState:
@@ -167,8 +186,7 @@ async def run(state: RunState, rt: Runtime) -> RunState:
         state.wall_ms += (time.perf_counter() - began) * 1000
         if state.status == "running":  # an unexpected exception is escaping: keep it resumable
             _stop(state, "interrupted", CancelledInterruption(reason="crashed"), "the harness crashed")
-        rt.save(state)
-        rt.tracer.emit(RunStopped(runId=state.run_id, status=state.status, reason=state.reason,
+        rt.commit(state, RunStopped(runId=state.run_id, status=state.status, reason=state.reason,
                                   turns=state.turns, costUsd=state.cost_usd))
     return state
 
@@ -302,9 +320,7 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
     ))
     if slip is not None:
         _fail_if_slipping(state)
-    rt.save(state)
-    store.crash_point("reply")
-    rt.tracer.emit(TurnEvent(
+    rt.commit(state, TurnEvent(
         runId=state.run_id, turn=state.turns, prompt_tokens=reply.prompt_tokens,
         completion_tokens=reply.completion_tokens,
         total_tokens=reply.prompt_tokens + reply.completion_tokens,
@@ -313,6 +329,7 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
         slip=slip, content=(reply.message.content or "")[:500] if slip else None,
         rewrites=rewrites or None, neutralised=reply.neutralised or None,
     ))
+    store.crash_point("reply")
 
 
 def _fail_if_slipping(state: RunState) -> None:
@@ -413,8 +430,8 @@ def _needs_verdict(state: RunState, tool: Tool, call: ToolCall, signature: str) 
 
 def _ask_approval(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, args: Any) -> None:
     in_doubt = call.id in state.in_doubt
-    rt.tracer.emit(ApprovalRequired(runId=state.run_id, toolName=tool.name,
-                                    args=call.function.arguments, callId=call.id, inDoubt=in_doubt))
+    rt.defer(ApprovalRequired(runId=state.run_id, toolName=tool.name,
+                              args=call.function.arguments, callId=call.id, inDoubt=in_doubt))
     reason = (f"{tool.name} was started before a crash and its outcome is unknown; approve to run it again"
               if in_doubt else f"{tool.name} needs approval")
     _stop(state, "interrupted", ApprovalInterruption(
@@ -435,11 +452,13 @@ def _cached_result(state: RunState, tool: Tool, signature: str) -> str | None:
 
 async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, args: Any, signature: str) -> None:
     """Run one tool call and record its result; errors become text, or stop the run."""
+    start = ToolStart(runId=state.run_id, toolName=tool.name, args=call.function.arguments, callId=call.id)
     if not tool.read_only:
         state.started[call.id] = signature  # from here until recorded, the call is in doubt
-        rt.save(state)
+        rt.commit(state, start)
     store.crash_point("tool_start")
-    rt.tracer.emit(ToolStart(runId=state.run_id, toolName=tool.name, args=call.function.arguments, callId=call.id))
+    if tool.read_only:
+        rt.tracer.emit(start)
     cancel = rt.cancel if rt.tools_see_cancel else CancelToken()
     children: list[str] = []
 
@@ -504,11 +523,10 @@ def _answer(state: RunState, rt: Runtime, call: ToolCall, text: str, record: Too
     text, omitted = cap_text(text, state.config.max_tool_result_chars)
     state.messages.append(Message(role="tool", tool_call_id=call.id, name=call.function.name, content=text))
     state.tool_runs.append(record)
-    rt.save(state)
+    rt.commit(state, ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id,
+                                ms=round(record.ms, 3), ok=record.ok, source=record.source,
+                                error=record.error, childRunId=child, omittedChars=omitted or None))
     store.crash_point("tool_result")
-    rt.tracer.emit(ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id,
-                              ms=round(record.ms, 3), ok=record.ok, source=record.source,
-                              error=record.error, childRunId=child, omittedChars=omitted or None))
 
 
 def cap_text(text: str, max_chars: int | None) -> tuple[str, int]:

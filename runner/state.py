@@ -226,6 +226,9 @@ class RunConfig(BaseModel):
     first_turn_tool_choice: Literal["auto", "required", "none"] = "auto"
     """tool_choice sent on the first turn ("auto": none sent). "required" makes a small model's
     first turn a (grammar-constrained) tool call; the model manifest gives each model's value."""
+    local_model: str | None = None
+    """How to reach the endpoint again when `base_url` is None and the model is local: the
+    manifest name or GGUF path `runner.local.LocalServer` serves (resume and workers start it)."""
 
 
 class RunState(BaseModel):
@@ -262,6 +265,10 @@ class RunState(BaseModel):
     """Write-tool calls started but not yet recorded: call id -> signature (in doubt on resume)."""
     in_doubt: list[str] = []
     """Call ids whose earlier start has an unknown outcome: they run again only if approved."""
+    seq: int = 0
+    """Sequence number of the last committed save (0: never saved). A store accepts a save
+    only from the state that follows its stored one, so an old copy cannot overwrite newer
+    history."""
 
     @property
     def answer(self) -> str:

@@ -276,7 +276,7 @@ def _model_for(column: Endpoint, task: Task) -> str:
 def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), base_url: str | None = None,
               max_turns: int = 8, max_tokens: int | None = None, latency_ms: float = 0.0, repeats: int = 1,
               executor: Executor | None = None, columns: list[Endpoint] | None = None,
-              quiet: bool = False) -> SuiteReport:
+              quiet: bool = False, store_location: str | None = None) -> SuiteReport:
     """Run every task on every model column `repeats` times; write the reports.
 
     Every (model, task, repeat) is saved as a run in the store before any is driven; then
@@ -291,6 +291,8 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
         executor: a `runner.fanout` executor (`RayExecutor` fans out over a Ray cluster).
         columns: the model columns as endpoints, instead of `provider`, `models`, `base_url`
             and `latency_ms` (e.g. a scripted provider that is already running).
+        store_location: where the runs live: a runs directory or a postgresql:// URL (default:
+            `runs_root`); the reports are written under `runs_root` either way.
 
     Raises:
         UsageError, models.ModelNotFound: as `model_columns`.
@@ -304,15 +306,18 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
                          base_url=base_url, max_turns=max_turns, results=[], models=[c.name for c in columns],
                          repeats=repeats, executor="ray" if isinstance(executor, RayExecutor) else "local",
                          first_turn_tool_choice=local[0].first_turn_tool_choice if local else "auto")
-    location = str(runs_root.resolve())
+    location = store_location or str(runs_root.resolve())  # runs: this store; reports: runs_root
     jobs: dict[str, tuple[Endpoint, Task, int]] = {}
     batches = []
     for column in columns:
         run_ids = []
         for task in suite.tasks:
             for repeat in range(1, repeats + 1):
+                # how `runner resume` reaches this endpoint again: a URL, or the local model to start
                 config = RunConfig(model=_model_for(column, task), max_turns=max_turns, max_tokens=max_tokens,
-                                   first_turn_tool_choice=column.first_turn_tool_choice)
+                                   first_turn_tool_choice=column.first_turn_tool_choice,
+                                   base_url=column.base_url if column.kind == "url" else None,
+                                   local_model=column.model_path if column.kind == "local" else None)
                 state = new_run(task.prompt, config, system=suite.system)
                 fanout.create(state, location)
                 jobs[state.run_id] = (column, task, repeat)

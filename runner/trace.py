@@ -1,9 +1,11 @@
 """The trace: append-only JSONL, one event per line, `runId` on every line.
 
 The vocabulary is small on purpose: `run_started`, `run_resumed`, `turn`, `tool_start`,
-`tool_progress`, `tool_result`, `tool_cancelled`, `approval_required`, `run_stopped`. Field
-names follow the chapter's wire format (`prompt_tokens`, `costUsd`, `toolName`, ...). Each
-line also carries `ts` (Unix seconds) so a run spanning processes and days reads in order.
+`tool_progress`, `tool_result`, `tool_cancelled`, `approval_required`, `run_stopped`, and two
+operator events: `verdict` (an approval or rejection given from outside) and `state_forced`
+(`resume --force`). Field names follow the chapter's wire format (`prompt_tokens`, `costUsd`,
+`toolName`, ...). Each line also carries `ts` (Unix seconds) so a run spanning processes and
+days reads in order.
 
 A process killed mid-append leaves a torn last line; the next writer ends it with a newline
 before appending, and `read_trace` skips torn lines (a `{` that never closes).
@@ -126,10 +128,35 @@ class RunStopped(_Event):
     costUsd: float
 
 
+class Verdict(_Event):
+    """An operator's decision on a call that waited for approval: which call, which
+    arguments (and their signature), when (`ts`), and from where (`by`: user@host pid N)."""
+
+    type: Literal["verdict"] = "verdict"
+    verdict: Literal["approve", "reject"]
+    callId: str
+    toolName: str
+    args: str
+    signature: str
+    by: str
+    reason: str | None = None
+
+
+class StateForced(_Event):
+    """`resume --force` replaced the stored state with one that did not follow it."""
+
+    type: Literal["state_forced"] = "state_forced"
+    fromSeq: int
+    """The sequence number of the state that was forced in."""
+    storedSeq: int
+    """The stored sequence number it replaced (newer history, now overridden)."""
+    by: str
+
+
 TraceEvent = Annotated[
     Union[
         RunStarted, RunResumed, TurnEvent, ToolStart, ToolProgress, ToolResult, ToolCancelled,
-        ApprovalRequired, RunStopped,
+        ApprovalRequired, RunStopped, Verdict, StateForced,
     ],
     Field(discriminator="type"),
 ]

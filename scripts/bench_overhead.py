@@ -54,6 +54,7 @@ from runner import client as client_mod
 from runner import harness, store, tools
 from runner.scripted import PROMPTS, ScriptedServer
 from runner.state import RunConfig, RunState, new_run
+from runner.store import FileStore
 from runner.trace import Tracer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -186,15 +187,16 @@ CATEGORIES = {
     "HTTP round trip (ChatClient._post: httpx send, wait, JSON decode)": (client_mod.ChatClient, "_post"),
     "client setup (ChatClient.__init__: httpx.AsyncClient)": (client_mod.ChatClient, "__init__"),
     "client close (ChatClient.aclose)": (client_mod.ChatClient, "aclose"),
-    "state saves (store.save: mkdir, dump, open, write, fsync, rename)": (store, "save"),
-    "trace lines (Tracer.emit: dump, first open, write, flush)": (Tracer, "emit"),
-    "trace close (Tracer.close)": (Tracer, "close"),
+    "state saves with their trace lines (FileStore.save: delta, journal line, fsync, trace append)": (FileStore, "save"),
+    "trace lines with no state change (FileStore.emit)": (FileStore, "emit"),
+    "claim and release (FileStore.claim/release: flock, lock file, journal/trace check)": (FileStore, "claim"),
+    "release (FileStore.release)": (FileStore, "release"),
     "tool runs (Tool.run: thread hop + list/read)": (tools.Tool, "run"),
     "tool schemas (Tool.schema: model_json_schema)": (tools.Tool, "schema"),
     "tool argument parsing (Tool.parse)": (tools.Tool, "parse"),
     "request messages (client._request_messages)": (client_mod, "_request_messages"),
     "reply parsing (client._parse_choice)": (client_mod, "_parse_choice"),
-    "workspace copy (store.workspace_path: copytree)": (store, "workspace_path"),
+    "workspace copy (FileStore.workspace: copytree)": (FileStore, "workspace"),
     "tool catalog (harness.build_tools)": (harness, "build_tools"),
 }
 REST = "rest (loop bookkeeping, race() tasks, pydantic records, pending(), has_events stat)"
@@ -377,7 +379,7 @@ def persistence_floor(report: dict[str, Any]) -> dict[str, float]:
     return {"saves_per_run": saves, "fsync_write_us": us, "ms_per_turn": saves * us / 1000 / TURNS}
 
 
-CATEGORY_SAVE = "state saves (store.save: mkdir, dump, open, write, fsync, rename)"
+CATEGORY_SAVE = "state saves with their trace lines (FileStore.save: delta, journal line, fsync, trace append)"
 
 
 def render(report: dict[str, Any]) -> str:

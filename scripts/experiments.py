@@ -41,12 +41,12 @@ from typing import Any, Callable
 
 from runner import store
 from runner.cancel import CancelToken
-from runner.harness import execute
-from runner.loop import approve, reject
+from runner.harness import execute, give_verdict
 from runner.scripted import PROMPTS, ScriptedServer, ScriptedSettings
 from runner.state import RunConfig, RunState, new_run
+from runner.store import FileStore, Lease
 from runner.tools import deleted_files
-from runner.trace import Tracer, read_trace
+from runner.trace import read_trace
 
 REPO = Path(__file__).resolve().parents[1]
 OUT_DIR = REPO / "runs" / "experiments"
@@ -430,20 +430,22 @@ def approval(lab: Lab) -> Outcome:
     first = _stop_for_approval(lab)
     it = first.interruption
     assert it is not None and it.type == "approval"
-    verdicts: dict[str, Callable[[RunState, str, Tracer], None]] = {
-        "approve": lambda s, cid, tr: approve(s, cid),
-        'reject, reason "keep it for the audit"': lambda s, cid, tr: reject(s, cid, "keep it for the audit", tracer=tr),
-        "reject with nothing (demo switch)": lambda s, cid, tr: reject(s, cid, "", empty=True, tracer=tr),
+    verdicts: dict[str, Callable[[FileStore, Lease, RunState, str], None]] = {
+        "approve": lambda fs, lease, s, cid: give_verdict(fs, lease, s, cid, "approve"),
+        'reject, reason "keep it for the audit"':
+            lambda fs, lease, s, cid: give_verdict(fs, lease, s, cid, "reject", "keep it for the audit"),
+        "reject with nothing (demo switch)":
+            lambda fs, lease, s, cid: give_verdict(fs, lease, s, cid, "reject", "", empty=True),
     }
     rows, data = [], {}
     for label, verdict in verdicts.items():
         stopped = _stop_for_approval(lab)
-        state = store.load(lab.runs_root, stopped.run_id)  # the verdict may come from another process
+        runs = FileStore(lab.runs_root)
+        lease = runs.claim(stopped.run_id)  # the verdict may come from another process
+        state = runs.load(stopped.run_id)
         assert state.interruption is not None and state.interruption.type == "approval"
-        tracer = Tracer(store.trace_path(lab.runs_root, state.run_id))
-        verdict(state, state.interruption.call_id, tracer)
-        tracer.close()
-        store.save(state, lab.runs_root)
+        verdict(runs, lease, state, state.interruption.call_id)  # committed with its operator event
+        runs.release(lease)
         done = lab.resume(state)
         deleted = deleted_files(lab.workspace(done))
         claims_deleted = "deleted access.log" in done.answer.lower()

@@ -1,5 +1,6 @@
-"""Shared fixtures: the real scripted provider on loopback, isolated runs directories, and
-a helper that drives the real CLI in a subprocess."""
+"""Shared fixtures: the real scripted provider on loopback, isolated runs directories, a
+throwaway PostgreSQL cluster (one per session, a fresh database per test), the two run stores
+side by side (`backend`), and a helper that drives the real CLI in a subprocess."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from runner.harness import execute
 from runner.scripted import PROMPTS, ScriptedServer, ScriptedSettings
 from runner.state import RunConfig, RunState, new_run
+from runner.store import FileStore, RunStore
 
 
 @pytest.fixture(scope="session")
@@ -36,13 +38,62 @@ def runs(tmp_path: Path) -> Path:
     return tmp_path / "runs"
 
 
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Any]:
+    """One PostgreSQL cluster for the session (Unix socket only); skipped, with the reason,
+    only when the PostgreSQL binaries are absent."""
+    from tests.pgcluster import Cluster, available
+
+    missing = available()
+    if missing:
+        pytest.skip(missing)
+    with Cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Any) -> str:
+    """A fresh, empty database in the session's cluster."""
+    return str(pg_cluster.new_database())
+
+
+LEASE_S = 2.0
+"""Lease length for PostgreSQL in tests: short, so a killed driver is taken over quickly."""
+
+
+class Backend:
+    """One store under test, and the environment that points the CLI at it."""
+
+    def __init__(self, kind: str, store: RunStore, env: dict[str, str], runs: Path) -> None:
+        self.kind, self.store, self.env, self.runs = kind, store, env, runs
+
+
+@pytest.fixture(params=["files", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """Each store in turn: a FileStore in a temp folder, a PostgresStore on a fresh database."""
+    runs = tmp_path / "runs"
+    if request.param == "files":
+        store: RunStore = FileStore(runs)
+        env = {"RUNNER_RUNS_DIR": str(runs)}
+    else:
+        from runner.store.postgres import PostgresStore
+
+        url = request.getfixturevalue("pg_url")
+        store = PostgresStore(url, lease_s=LEASE_S)
+        env = {"RUNNER_STORE": url, "RUNNER_LEASE_S": str(LEASE_S)}
+    try:
+        yield Backend(request.param, store, env, runs)
+    finally:
+        store.close()
+
+
 def scripted_run(scenario: str, **config: Any) -> RunState:
     """A fresh run of a scripted scenario (base_url left empty, as the CLI does)."""
     prompt = config.pop("prompt", PROMPTS.get(scenario, "Go."))
     return new_run(prompt, RunConfig(model=f"scripted/{scenario}", **config))
 
 
-def drive(state: RunState, base_url: str, runs_root: Path | None, **kw: Any) -> RunState:
+def drive(state: RunState, base_url: str, runs_root: Path | RunStore | None, **kw: Any) -> RunState:
     return asyncio.run(execute(state, base_url, runs_root, **kw))
 
 

@@ -121,7 +121,8 @@ def test_runs_lists_saved_runs(runs: Path) -> None:
     _, b = cli_json("run", "--scenario", "runaway", "--max-turns", "2", runs_dir=runs)
     code, listed = cli_json("runs", runs_dir=runs)
     assert code == 0
-    assert [(r["run_id"], r["status"]) for r in listed] == [(a["run_id"], "completed"), (b["run_id"], "max_turns_exceeded")]
+    # newest first (issue 11)
+    assert [(r["run_id"], r["status"]) for r in listed] == [(b["run_id"], "max_turns_exceeded"), (a["run_id"], "completed")]
 
 
 def test_raising_the_cap_resumes_a_capped_run(runs: Path) -> None:

@@ -1,14 +1,14 @@
-"""Durable runs: SIGKILL after each kind of transition, resume in a new process (issue 3: R6.4-R6.5).
+"""Durable runs: SIGKILL after each kind of transition, resume in a new process (issue 3: R6.4-R6.5),
+on both run stores (issue 11: the FileStore and PostgreSQL).
 
 Each case runs the real CLI against the in-process scripted provider (which counts the
-requests it answers), kills it with RUNNER_CRASH_AT, checks the state file is readable,
-resumes in a fresh process, and compares with an uninterrupted run.
+requests it answers), kills it with RUNNER_CRASH_AT, checks the run is readable, resumes in
+a fresh process, and compares with an uninterrupted run.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any, ClassVar
@@ -16,32 +16,35 @@ from typing import Any, ClassVar
 import pytest
 
 from runner import loop, store
+from runner.harness import workspace_template
 from runner.scripted import ScriptedServer
 from runner.state import FunctionCall, Message, RunConfig, RunState, ToolCall, new_run
 from runner.tools import Tool, ToolContext, deleted_files
-from tests.conftest import cli, cli_json, drive, scripted_run
+from tests.conftest import Backend, cli, cli_json, drive, scripted_run
 
 
-def _only_run(runs: Path) -> str:
-    states = store.list_runs(runs)
-    assert len(states) == 1
-    return states[0].run_id
+def _only_run(b: Backend) -> str:
+    infos = b.store.list_runs()
+    assert len(infos) == 1
+    return infos[0].state.run_id
 
 
 def _transcript(state: RunState) -> list[dict[str, Any]]:
     return [m.model_dump() for m in state.messages]
 
 
-def _kill_and_resume(scenario: str, crash: str, runs: Path, base_url: str, *extra: str) -> str:
-    args = ("run", "--base-url", base_url, "--model", f"scripted/{scenario}", "--json", *extra)
+def _kill_and_resume(scenario: str, crash: str, b: Backend, base_url: str, *extra: str) -> str:
     from runner.scripted import PROMPTS
 
-    killed = cli(*args[:1], PROMPTS[scenario], *args[1:], runs_dir=runs, env={"RUNNER_CRASH_AT": crash})
+    killed = cli("run", PROMPTS[scenario], "--base-url", base_url, "--model", f"scripted/{scenario}", "--json",
+                 *extra, runs_dir=b.runs, env={**b.env, "RUNNER_CRASH_AT": crash})
     assert killed.returncode == -9, f"expected SIGKILL at {crash}: {killed.stdout} {killed.stderr}"
-    run_id = _only_run(runs)
-    store.load(runs, run_id)  # readable after the kill, whatever the point
-    assert not any(p.name.endswith(".tmp") and p.stat().st_size == 0 for p in (runs / run_id).iterdir())
-    code, out = cli_json("resume", run_id, runs_dir=runs)
+    run_id = _only_run(b)
+    b.store.load(run_id)  # readable after the kill, whatever the point
+    assert b.store.info(run_id).shown_status in ("died", "interrupted", "running", "completed")
+    if b.kind == "files":
+        assert not any(p.name.endswith(".tmp") and p.stat().st_size == 0 for p in (b.runs / run_id).iterdir())
+    code, out = cli_json("resume", run_id, runs_dir=b.runs, env=b.env)
     assert code == 0, out
     return run_id
 
@@ -62,14 +65,13 @@ CASES = [
 @pytest.mark.parametrize("crash, asked_twice, started_twice", CASES)
 def test_kill_anywhere_then_resume_equals_an_uninterrupted_run(
     crash: str, asked_twice: dict[int, int], started_twice: dict[str, int], tmp_path: Path,
-    provider_server: ScriptedServer,
+    provider_server: ScriptedServer, backend: Backend,
 ) -> None:
     base_url = provider_server.base_url
     ref = drive(scripted_run("plan", base_url=base_url), base_url, tmp_path / "ref")
     before = len(provider_server.requests)
-    runs = tmp_path / "runs"
-    run_id = _kill_and_resume("plan", crash, runs, base_url)
-    state = store.load(runs, run_id)
+    run_id = _kill_and_resume("plan", crash, backend, base_url)
+    state = backend.store.load(run_id)
     assert state.status == "completed" and state.answer == ref.answer
     assert _transcript(state) == _transcript(ref)
     assert state.cost_usd == pytest.approx(ref.cost_usd) and state.turns == ref.turns == 3
@@ -78,21 +80,22 @@ def test_kill_anywhere_then_resume_equals_an_uninterrupted_run(
     asked = Counter(turn for scenario, turn in provider_server.requests[before:])
     assert asked == {1: 1, 2: 1, 3: 1, **asked_twice}
     # no tool call whose result was recorded runs again
-    events = [json.loads(line) for line in store.trace_path(runs, run_id).read_text().splitlines()]
+    events = [e.model_dump() for e in backend.store.read_trace(run_id)]
     starts = Counter(e["callId"] for e in events if e["type"] == "tool_start")
     assert starts == {"c1": 1, "c2": 1, **started_twice}
     assert [r.call_id for r in state.tool_runs] == ["c1", "c2"]
     assert [e["type"] for e in events].count("run_resumed") == 1
+    # every recorded turn is in the trace exactly once: state and events were committed together
+    assert [e["turn"] for e in events if e["type"] == "turn"] == [1, 2, 3]
 
 
 @pytest.mark.parametrize("crash", ["tool_start:2", "tool_done:2"])
-def test_a_write_in_doubt_happens_exactly_once(crash: str, tmp_path: Path, provider: str) -> None:
+def test_a_write_in_doubt_happens_exactly_once(crash: str, backend: Backend, provider: str) -> None:
     """delete_file honours its idempotency key, so the in-doubt call is re-run safely."""
-    runs = tmp_path / "runs"
-    run_id = _kill_and_resume("destructive", crash, runs, provider, "--auto-approve")
-    state = store.load(runs, run_id)
+    run_id = _kill_and_resume("destructive", crash, backend, provider, "--auto-approve")
+    state = backend.store.load(run_id)
     assert state.status == "completed" and state.answer == "Deleted access.log to free space."
-    assert deleted_files(runs / run_id / "workspace") == ["access.log"]
+    assert deleted_files(backend.store.workspace(run_id, workspace_template())) == ["access.log"]
     assert state.started == {} and state.tool_run_count == 2
 
 

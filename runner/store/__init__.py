@@ -1,0 +1,113 @@
+"""Where runs live: the `RunStore` seam and its two backends.
+
+`open_store(value)` picks the backend from one string (`--store`, $RUNNER_STORE, else the runs
+directory): a `postgresql://` URL opens a `PostgresStore`, anything else is a directory for a
+`FileStore`. The module-level `save`/`load`/`list_runs`/`trace_path`/`workspace_path` are the
+FileStore's, kept for scripts and tests that work on a runs directory directly.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from runner.state import RunState
+from runner.store.base import (
+    CorruptState,
+    Lease,
+    LeaseLost,
+    RunBusy,
+    RunHandle,
+    RunInfo,
+    RunNotFound,
+    RunStore,
+    StaleState,
+    StoreError,
+    crash_point,
+    default_owner,
+)
+from runner.store.files import FileStore
+
+__all__ = [
+    "CorruptState", "FileStore", "Lease", "LeaseLost", "RunBusy", "RunHandle", "RunInfo", "RunNotFound",
+    "RunStore", "StaleState", "StoreError", "crash_point", "default_owner", "list_runs", "load",
+    "open_store", "run_dir", "runs_dir", "save", "trace_path", "workspace_path",
+]
+
+DEFAULT_RUNS_DIR = Path("runs")
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def runs_dir(value: str | Path | None = None) -> Path:
+    """The runs directory: the argument, else $RUNNER_RUNS_DIR, else ./runs."""
+    return Path(value or os.environ.get("RUNNER_RUNS_DIR") or DEFAULT_RUNS_DIR)
+
+
+def is_postgres(value: str | Path | None) -> bool:
+    return isinstance(value, str) and value.startswith(POSTGRES_SCHEMES)
+
+
+def open_store(value: str | Path | None = None, *, runs: str | Path | None = None,
+               lease_s: float | None = None) -> RunStore:
+    """The store named by `value`, else $RUNNER_STORE, else a FileStore on `runs_dir(runs)`.
+
+    Args:
+        value: a postgresql:// URL or a runs directory.
+        lease_s: PostgreSQL lease length, seconds (default $RUNNER_LEASE_S, else 30; renewed
+            every third of it while a run is driven).
+
+    Raises:
+        StoreError: the database cannot be reached or migrated.
+    """
+    chosen = value or os.environ.get("RUNNER_STORE") or None
+    if is_postgres(str(chosen) if chosen else None):
+        from runner.store.postgres import DEFAULT_LEASE_S, PostgresStore
+
+        lease_s = lease_s or float(os.environ.get("RUNNER_LEASE_S") or 0) or None
+        pg: RunStore = PostgresStore(str(chosen), lease_s=lease_s or DEFAULT_LEASE_S)
+        return pg
+    return FileStore(Path(chosen) if chosen else runs_dir(runs))
+
+
+def run_dir(root: Path, run_id: str) -> Path:
+    return FileStore(root).run_dir(run_id)
+
+
+def trace_path(root: Path, run_id: str) -> Path:
+    return FileStore(root).trace_path(run_id)
+
+
+def workspace_path(root: Path, run_id: str, template: Path) -> Path:
+    """The run's private workspace under `root`, copied from `template` on first use."""
+    return FileStore(root).workspace(run_id, template)
+
+
+def save(state: RunState, root: Path) -> None:
+    """Save `state` in the runs directory `root` (create it, or commit the next save).
+
+    Raises:
+        StaleState: `state` does not follow the saved one. RunBusy: a process drives the run.
+    """
+    FileStore(root).save(state)
+
+
+def load(root: Path, run_id: str) -> RunState:
+    """The run's latest state from the runs directory `root`.
+
+    Raises:
+        RunNotFound: no such run. CorruptState: unreadable, of an unknown format, or an old copy.
+    """
+    return FileStore(root).load(run_id)
+
+
+def list_runs(root: Path, problems: list[str] | None = None) -> list[RunState]:
+    """Every readable run in `root`, oldest first.
+
+    Args:
+        problems: if given, one line per unreadable run is appended to it (they are skipped).
+    """
+    store = FileStore(root)
+    states = [info.state for info in reversed(store.list_runs())]
+    if problems is not None:
+        problems.extend(store.problems)
+    return states

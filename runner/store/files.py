@@ -1,0 +1,560 @@
+"""`FileStore`: runs as folders under a runs directory (the embedded default).
+
+    runs/<run_id>/state.json     a snapshot of the RunState (seq S), replaced atomically
+    runs/<run_id>/journal.jsonl  the saves after the snapshot: one line per transition
+    runs/<run_id>/trace.jsonl    the trace, one event per line
+    runs/<run_id>/workspace/     the run's private copy of the task workspace
+    runs/<run_id>/lock           flock'ed by the process driving the run; says who and since when
+    runs/<run_id>/queued         present while the run waits for a worker
+
+A save appends one journal line holding what changed (the small part of the state, and the
+messages, turn records and tool runs appended since the last save) plus that transition's
+trace events, and fsyncs it: that line is the commit. The events are then appended to
+trace.jsonl; a kill between the two is repaired at the next claim from the journal. When the
+journal outgrows the snapshot, a new snapshot is written and the journal restarts
+(compaction), so a save costs what changed, not the transcript.
+
+A kill at any point leaves a loadable run: a torn journal line is ignored (and cut at the next
+claim), a torn snapshot write never replaces state.json. A `state.json` older than the journal's
+base (a restored backup) is refused (`StaleState`) unless loaded with `force`.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from pydantic import ValidationError
+
+from runner.state import FORMAT_VERSION, RunState
+from runner.store.base import (
+    APPEND_ONLY,
+    CorruptState,
+    Lease,
+    LeaseLost,
+    RunBusy,
+    RunInfo,
+    RunNotFound,
+    RunStore,
+    StaleState,
+    Written,
+    crash_armed,
+    crash_point,
+    default_owner,
+    delta,
+    event_line,
+)
+from runner.trace import StateForced, TraceEvent, _Event, read_trace
+
+COMPACT_MIN_BYTES = 256 * 1024
+"""The journal is folded into a new snapshot once it is larger than this and the snapshot."""
+
+
+@dataclass
+class _Replay:
+    """A run read from disk: the state as a dict, and where its files stand."""
+
+    data: dict[str, Any]
+    seq: int
+    snapshot_bytes: int
+    journal_valid_bytes: int
+    """Bytes of the journal up to the last complete line (a torn tail is beyond)."""
+    journal_bytes: int
+    last_events: list[str] = field(default_factory=list)
+    last_trace_at: int | None = None
+    last_trace_to: int | None = None
+    """Where the trace ended after the last committed save's events (repair point)."""
+    journal_seq: int = 0
+    """The newest sequence number the journal knows (its base or its last record)."""
+    stale: str | None = None
+    """Why the snapshot is an old copy, if it is."""
+
+
+@dataclass
+class _Head:
+    """A run claimed by this process: its lock, open files, and the last committed save."""
+
+    lease: Lease
+    lock_fd: int
+    journal_fd: int
+    trace_fd: int
+    seq: int
+    written: Written | None
+    journal_bytes: int
+    snapshot_bytes: int
+    trace_bytes: int
+
+
+def _write_atomic(path: Path, data: bytes, *, crash: bool = False) -> None:
+    """Write `data` to `path` via a temp file unique to this writer, fsync, rename."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if crash:
+        crash_point("save")
+    os.replace(tmp, path)
+
+
+class FileStore(RunStore):
+    """Runs under one directory; see the module docstring for the layout.
+
+    Args:
+        root: the runs directory (created on first save).
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.url = str(self.root)
+        self.problems: list[str] = []
+        """One line per run `list` skipped as unreadable."""
+        self._heads: dict[str, _Head] = {}
+
+    # --- paths ---------------------------------------------------------------------------
+
+    def run_dir(self, run_id: str) -> Path:
+        """The run's folder. Raises RunNotFound for an id that is not a plain name."""
+        if not run_id or "/" in run_id or run_id.startswith("."):
+            raise RunNotFound(f"not a run id: {run_id!r}")
+        return self.root / run_id
+
+    def trace_path(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "trace.jsonl"
+
+    # --- reading -------------------------------------------------------------------------
+
+    def _replay(self, run_id: str) -> _Replay:
+        """Read snapshot + journal. Raises RunNotFound, CorruptState."""
+        folder = self.run_dir(run_id)
+        snapshot = folder / "state.json"
+        try:
+            raw = snapshot.read_bytes()
+        except FileNotFoundError:
+            raise RunNotFound(f"no run {run_id!r} in {self.root}") from None
+        try:
+            data = json.loads(raw)
+            assert isinstance(data, dict)
+        except (ValueError, AssertionError):
+            raise CorruptState(f"{snapshot} is not a valid run state: not a JSON object") from None
+        seq = int(data.get("seq", 0))
+        replay = _Replay(data, seq, len(raw), 0, 0)
+        try:
+            journal = (folder / "journal.jsonl").read_bytes()
+        except FileNotFoundError:
+            return replay
+        replay.journal_bytes = len(journal)
+        pos = 0
+        for number, line in enumerate(journal.split(b"\n")):
+            end = pos + len(line) + 1
+            if end > len(journal):  # no newline: a torn last line, never committed
+                break
+            try:
+                record = json.loads(line)
+            except ValueError:
+                raise CorruptState(f"{folder / 'journal.jsonl'}:{number + 1}: not a journal record") from None
+            pos = end
+            replay.journal_valid_bytes = pos
+            replay.journal_seq = max(replay.journal_seq, record.get("base", record.get("seq", 0)))
+            if "base" in record:
+                if record["base"] > replay.seq:
+                    replay.stale = (f"{snapshot} is an older copy (seq {replay.seq}) than the run's journal "
+                                    f"(from seq {record['base']}): loading it would undo newer history")
+                continue
+            if replay.stale or record["seq"] <= replay.seq:
+                continue
+            self._apply(replay, record, folder)
+        traced = _trace_seq(folder / "trace.jsonl")
+        replay.journal_seq = max(replay.journal_seq, traced)
+        if traced > replay.seq and not replay.stale:
+            replay.stale = (f"the trace records save {traced} but state.json and journal.jsonl end at save "
+                            f"{replay.seq}: they are an older copy, and loading them would undo newer history")
+        return replay
+
+    @staticmethod
+    def _apply(replay: _Replay, record: dict[str, Any], folder: Path) -> None:
+        if record["seq"] != replay.seq + 1:
+            raise CorruptState(f"{folder / 'journal.jsonl'}: seq {record['seq']} follows {replay.seq}")
+        if "full" in record:
+            replay.data = record["full"]
+        else:
+            for key in APPEND_ONLY:
+                items = replay.data.setdefault(key, [])
+                if len(items) != record["start"][key]:
+                    raise CorruptState(f"{folder / 'journal.jsonl'}: seq {record['seq']} appends {key} at "
+                                       f"{record['start'][key]}, the state has {len(items)}")
+                items.extend(record["added"][key])
+            lists = {k: replay.data[k] for k in APPEND_ONLY}
+            replay.data = {**record["rest"], **lists}
+        replay.seq = record["seq"]
+        replay.last_events = [json.dumps(e, separators=(",", ":")) for e in record.get("events", [])]
+        replay.last_trace_at = record.get("trace_at")
+        replay.last_trace_to = record.get("trace_to")
+
+    def _state(self, replay: _Replay, run_id: str) -> RunState:
+        path = self.run_dir(run_id) / "state.json"
+        try:
+            state = RunState.model_validate(replay.data)
+        except ValidationError as exc:
+            raise CorruptState(f"{path} is not a valid run state: {exc.errors()[0]['msg']}") from None
+        if state.format_version > FORMAT_VERSION:
+            raise CorruptState(f"{path} has format_version {state.format_version}; this runner reads <= {FORMAT_VERSION}")
+        return state
+
+    def load(self, run_id: str, *, force: bool = False) -> RunState:
+        replay = self._replay(run_id)
+        if replay.stale and not force:
+            raise StaleState(f"run {run_id}: {replay.stale}. Resume with --force to continue from it "
+                             "anyway (recorded in the trace).")
+        return self._state(replay, run_id)
+
+    def list_runs(self, *, status: str | None = None, limit: int | None = None, offset: int = 0) -> list[RunInfo]:
+        self.problems = []
+        if not self.root.exists():
+            return []
+        infos: list[RunInfo] = []
+        for folder in self.root.iterdir():
+            if not (folder / "state.json").exists():
+                continue
+            try:
+                state = self.load(folder.name)
+            except CorruptState as exc:
+                self.problems.append(f"{folder.name}: {exc}")
+                continue
+            infos.append(self._info(state, folder))
+        infos.sort(key=lambda i: i.state.created_at, reverse=True)
+        if status is not None:
+            infos = [i for i in infos if i.shown_status == status]
+        return infos[offset: None if limit is None else offset + limit]
+
+    def info(self, run_id: str) -> RunInfo:
+        return self._info(self.load(run_id), self.run_dir(run_id))
+
+    def _info(self, state: RunState, folder: Path) -> RunInfo:
+        if state.status != "running":
+            return RunInfo(state, "queued" if (folder / "queued").exists() else state.status)
+        holder = self._holder(folder)
+        if holder is not None:
+            return RunInfo(state, "running", holder)
+        return RunInfo(state, "queued" if (folder / "queued").exists() else "died")
+
+    @staticmethod
+    def _holder(folder: Path) -> str | None:
+        """`owner since time` if a live process holds the run's lock, else None."""
+        try:
+            fd = os.open(folder / "lock", os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                info = _lock_info(fd)
+                return f"{info.get('owner', '?')} since {_iso(info.get('since', 0))}"
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+    def read_trace(self, run_id: str) -> list[TraceEvent]:
+        folder = self.run_dir(run_id)
+        path = folder / "trace.jsonl"
+        if not path.exists():
+            if not (folder / "state.json").exists():
+                raise RunNotFound(f"no trace for run {run_id!r} in {self.root}")
+            return []
+        try:
+            return read_trace(path)
+        except ValueError as exc:  # a pydantic error from an unexpected line
+            raise CorruptState(f"{path}: {exc}") from None
+
+    def has_events(self, run_id: str) -> bool:
+        head = self._heads.get(run_id)
+        if head is not None:
+            return head.trace_bytes > 0
+        path = self.trace_path(run_id)
+        return path.exists() and path.stat().st_size > 0
+
+    # --- claiming ------------------------------------------------------------------------
+
+    def claim(self, run_id: str, owner: str | None = None) -> Lease:
+        folder = self.run_dir(run_id)
+        if not (folder / "state.json").exists():
+            raise RunNotFound(f"no run {run_id!r} in {self.root}")
+        return self._claim(folder, owner or default_owner())
+
+    def _claim(self, folder: Path, owner: str, state: RunState | None = None) -> Lease:
+        """Lock the run and open its head; with `state`, the run is being created: its files
+        are written under the lock, the snapshot last."""
+        run_id = folder.name
+        if run_id in self._heads:
+            head = self._heads[run_id]
+            raise RunBusy(f"run {run_id} is being driven by {head.lease.owner} since {_iso(head.lease.since)}")
+        fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        for attempt in range(5):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                info = _lock_info(fd)
+                if info.get("held") is not True and attempt < 4:  # a lister's brief probe: retry
+                    time.sleep(0.02)
+                    continue
+                os.close(fd)
+                raise RunBusy(f"run {run_id} is being driven by {info.get('owner', 'another process')} "
+                              f"since {_iso(info.get('since', 0))}") from None
+        try:
+            epoch = int(_lock_info(fd).get("epoch", 0)) + 1
+            lease = Lease(run_id=run_id, owner=owner, epoch=epoch)
+            _write_lock(fd, {"owner": owner, "pid": os.getpid(), "since": lease.since, "epoch": epoch, "held": True})
+            (folder / "queued").unlink(missing_ok=True)
+            self._heads[run_id] = self._open_head(folder, lease, fd) if state is None else self._new_head(
+                folder, lease, fd, state)
+        except BaseException:
+            os.close(fd)
+            raise
+        return lease
+
+    def _new_head(self, folder: Path, lease: Lease, lock_fd: int, state: RunState) -> _Head:
+        """The head of a run being created under its lock: nothing to read or repair."""
+        header, snapshot = b'{"base":1}\n', state.model_dump_json(indent=1).encode()
+        # No fsync for the journal's header: lost or torn, the journal reads as empty, based on
+        # the snapshot. The snapshot is the commit (temp file, fsync, rename), written last.
+        (folder / "journal.jsonl").write_bytes(header)
+        trace_fd = os.open(folder / "trace.jsonl", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        journal_fd = os.open(folder / "journal.jsonl", os.O_WRONLY | os.O_APPEND)
+        _write_atomic(folder / "state.json", snapshot, crash=True)
+        return _Head(lease=lease, lock_fd=lock_fd, journal_fd=journal_fd, trace_fd=trace_fd, seq=1,
+                     written=Written.of(state), journal_bytes=len(header), snapshot_bytes=len(snapshot),
+                     trace_bytes=os.fstat(trace_fd).st_size)
+
+    def _open_head(self, folder: Path, lease: Lease, lock_fd: int) -> _Head:
+        """Repair what a killed writer left (torn journal line, trace missing its last
+        committed events or ending in a torn line), then open the files for appending."""
+        replay = self._replay(folder.name)
+        journal = folder / "journal.jsonl"
+        if replay.journal_valid_bytes < replay.journal_bytes:
+            os.truncate(journal, replay.journal_valid_bytes)
+        trace = folder / "trace.jsonl"
+        trace_fd = os.open(trace, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        size = os.fstat(trace_fd).st_size
+        if (replay.last_trace_at is not None and replay.last_trace_to is not None
+                and replay.last_trace_at <= size < replay.last_trace_to):
+            # killed between the commit and the trace append: write the committed events again
+            os.ftruncate(trace_fd, replay.last_trace_at)
+            os.write(trace_fd, "".join(line + "\n" for line in replay.last_events).encode())
+        elif size and os.pread(trace_fd, 1, size - 1) != b"\n":
+            os.write(trace_fd, b"\n")  # a torn event (a writer killed mid-line) stays, on its own line
+        size = os.fstat(trace_fd).st_size
+        journal_fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        state = None if replay.stale else self._state(replay, folder.name)
+        return _Head(lease=lease, lock_fd=lock_fd, journal_fd=journal_fd, trace_fd=trace_fd,
+                     seq=max(replay.seq, replay.journal_seq), written=Written.of(state) if state else None,
+                     journal_bytes=os.fstat(journal_fd).st_size, snapshot_bytes=replay.snapshot_bytes,
+                     trace_bytes=size)
+
+    def claim_next(self, owner: str) -> Lease | None:
+        for info in reversed(self.list_runs()):  # oldest first
+            if info.shown_status in ("queued", "died"):
+                try:
+                    return self._claim(self.run_dir(info.state.run_id), owner)
+                except RunBusy:
+                    continue
+        return None
+
+    def renew(self, lease: Lease) -> None:
+        self._head(lease)  # a flock lasts as long as the process: nothing to extend
+
+    def release(self, lease: Lease, *, runnable: bool = False) -> None:
+        head = self._heads.get(lease.run_id)
+        if head is None or head.lease is not lease:
+            return
+        del self._heads[lease.run_id]
+        if runnable:
+            (self.run_dir(lease.run_id) / "queued").touch()
+        _write_lock(head.lock_fd, {"owner": lease.owner, "pid": os.getpid(), "since": lease.since,
+                                   "epoch": lease.epoch, "held": False, "released": time.time()})
+        for fd in (head.journal_fd, head.trace_fd, head.lock_fd):  # closing the lock fd unlocks
+            os.close(fd)
+
+    def _head(self, lease: Lease) -> _Head:
+        head = self._heads.get(lease.run_id)
+        if head is None or head.lease.epoch != lease.epoch or head.lease is not lease:
+            raise LeaseLost(f"run {lease.run_id}: lease epoch {lease.epoch} of {lease.owner} is no longer held; "
+                            "another process may drive the run")
+        return head
+
+    # --- writing -------------------------------------------------------------------------
+
+    def create(self, state: RunState, *, owner: str | None = None) -> Lease | None:
+        folder = self.run_dir(state.run_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        if (folder / "state.json").exists():
+            raise StaleState(f"run {state.run_id} already exists in {self.root}")
+        state.seq = 1
+        if owner is not None:
+            return self._claim(folder, owner, state)
+        (folder / "queued").touch()
+        (folder / "journal.jsonl").write_bytes(b'{"base":1}\n')
+        _write_atomic(folder / "state.json", state.model_dump_json(indent=1).encode(), crash=True)
+        return None
+
+    def save(self, state: RunState, events: Sequence[_Event] = (), lease: Lease | None = None,
+             *, force: bool = False) -> None:
+        if lease is None:
+            created = not (self.run_dir(state.run_id) / "state.json").exists()
+            lease = self.create(state, owner=default_owner()) if created else self.claim(state.run_id)
+            assert lease is not None
+            try:
+                if created:
+                    for event in events:
+                        self.emit(state.run_id, event, lease)
+                    return
+                return self.save(state, events, lease, force=force)
+            finally:
+                self.release(lease)
+        head = self._head(lease)
+        lines = [event_line(e) for e in events]
+        if state.seq != head.seq:
+            if not force:
+                raise StaleState(
+                    f"run {state.run_id}: this state is at seq {state.seq} but the store holds seq {head.seq}; "
+                    "it is an old copy (or missed newer history) and would undo it. "
+                    "Resume with --force to replace the stored state anyway.")
+            lines.append(event_line(StateForced(runId=state.run_id, fromSeq=state.seq, storedSeq=head.seq,
+                                                by=lease.owner)))
+        old_seq, state.seq = state.seq, head.seq + 1
+        try:
+            change = delta(state, None if force else head.written)
+            record: dict[str, Any] = {"seq": state.seq, "trace_at": head.trace_bytes}
+            if change.added is None:
+                record["full"] = state.model_dump(mode="json")
+            else:
+                record.update(rest=change.rest, added=change.added, start=change.start)
+            lines = [f'{line[:-1]},"seq":{state.seq}}}' for line in lines]  # the trace witnesses the seq
+            trace = "".join(line + "\n" for line in lines).encode()
+            record["trace_to"] = head.trace_bytes + len(trace)
+            body = json.dumps(record, separators=(",", ":"))
+            data = (body[:-1] + ',"events":[' + ",".join(lines) + "]}\n").encode()
+            self._append_journal(head, data)
+        except BaseException:
+            state.seq = old_seq
+            raise
+        head.seq = state.seq
+        head.written = _advance(head.written, state, change.added)
+        if lines:
+            os.write(head.trace_fd, trace)
+            head.trace_bytes += len(trace)
+        if force or head.journal_bytes > max(COMPACT_MIN_BYTES, head.snapshot_bytes):
+            self._compact(head, state)
+
+    def _append_journal(self, head: _Head, data: bytes) -> None:
+        if crash_armed("save"):  # the kill tests: leave half a record on disk, then die
+            os.write(head.journal_fd, data[: len(data) // 2])
+            crash_point("save")
+            os.write(head.journal_fd, data[len(data) // 2:])
+        else:
+            os.write(head.journal_fd, data)
+        os.fsync(head.journal_fd)
+        head.journal_bytes += len(data)
+
+    def _compact(self, head: _Head, state: RunState) -> None:
+        """Fold the journal into a new snapshot; a kill in between leaves both readable."""
+        folder = self.run_dir(state.run_id)
+        snapshot = state.model_dump_json().encode()
+        _write_atomic(folder / "state.json", snapshot)
+        header = json.dumps({"base": state.seq}).encode() + b"\n"
+        _write_atomic(folder / "journal.jsonl", header)
+        os.close(head.journal_fd)
+        head.journal_fd = os.open(folder / "journal.jsonl", os.O_WRONLY | os.O_APPEND)
+        head.journal_bytes, head.snapshot_bytes = len(header), len(snapshot)
+
+    def emit(self, run_id: str, event: _Event, lease: Lease | None = None) -> None:
+        line = (event_line(event) + "\n").encode()
+        head = self._heads.get(run_id)
+        if head is not None:
+            os.write(head.trace_fd, line)
+            head.trace_bytes += len(line)
+            return
+        fd = os.open(self.trace_path(run_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def workspace(self, run_id: str, template: Path, lease: Lease | None = None) -> Path:
+        ws = self.run_dir(run_id) / "workspace"
+        if not ws.exists():
+            tmp = ws.with_name(f"workspace.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+            shutil.copytree(template, tmp, symlinks=True)
+            try:
+                os.rename(tmp, ws)
+            except OSError as exc:  # another writer made it first
+                shutil.rmtree(tmp, ignore_errors=True)
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+        return ws
+
+    def close(self) -> None:
+        for head in list(self._heads.values()):
+            self.release(head.lease)
+
+
+def _advance(written: Written | None, state: RunState, added: dict[str, list[dict[str, Any]]] | None) -> Written:
+    """The `Written` marks after a save, reusing the items just dumped."""
+    if written is None or added is None:
+        return Written.of(state)
+    lengths = {k: written.lengths[k] + len(added[k]) for k in APPEND_ONLY}
+    last = {k: added[k][-1] if added[k] else written.last[k] for k in APPEND_ONLY}
+    return Written(lengths, last)
+
+
+def _trace_seq(path: Path) -> int:
+    """The seq of the last committed event in a trace file (0: none), read from its tail."""
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            chunk = 64 * 1024
+            while True:
+                start = max(0, size - chunk)
+                f.seek(start)
+                lines = f.read(size - start).split(b"\n")
+                for line in reversed(lines[1:] if start else lines):
+                    if b'"seq":' in line:
+                        try:
+                            return int(json.loads(line)["seq"])
+                        except (ValueError, KeyError, TypeError):
+                            continue
+                if start == 0:
+                    return 0
+                chunk *= 4
+    except FileNotFoundError:
+        return 0
+
+
+def _lock_info(fd: int) -> dict[str, Any]:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return info if isinstance(info, dict) else {}
+    except ValueError:
+        return {}
+
+
+def _write_lock(fd: int, info: dict[str, Any]) -> None:
+    data = json.dumps(info).encode()
+    os.pwrite(fd, data, 0)
+    os.ftruncate(fd, len(data))
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "?"

@@ -1,0 +1,540 @@
+"""`PostgresStore`: runs in PostgreSQL, for many workers on one or many machines.
+
+Tables (created by the migrations below, recorded in `runner_migrations`):
+
+    runs             one row per run: status, seq, the state as JSONB (without its append-only
+                     lists), the lease (owner, epoch, leased_since, lease_expires_at), runnable
+    run_items        the append-only lists (messages, per_turn, tool_runs), one row per item
+    trace_events     the trace, one row per event (with the seq, epoch and owner that wrote it)
+    workspace_files  the run's workspace, so a run that moves to another worker sees its files
+
+A save is one transaction: the runs row (only if its epoch and seq are the caller's: fencing
+and ordering in one `UPDATE ... WHERE`), the new list items, the trace events, and the
+workspace files changed since the last save. Claims take a run whose lease is free or expired
+(`SELECT ... FOR UPDATE SKIP LOCKED` for workers) and bump its epoch; a background thread
+renews the leases this process holds, and a lease that cannot be renewed is marked lost.
+psycopg 3 with a `psycopg_pool.ConnectionPool`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+from pydantic import TypeAdapter, ValidationError
+
+from runner.state import FORMAT_VERSION, RunState
+from runner.store.base import (
+    APPEND_ONLY,
+    CorruptState,
+    Lease,
+    LeaseLost,
+    RunBusy,
+    RunInfo,
+    RunNotFound,
+    RunStore,
+    StaleState,
+    StoreError,
+    Written,
+    crash_point,
+    default_owner,
+    delta,
+    event_line,
+)
+from runner.trace import StateForced, TraceEvent, _Event
+
+DEFAULT_LEASE_S = 30.0
+_MIGRATION_LOCK = 0x72756E6E  # pg_advisory_xact_lock key: one migrator at a time
+_EVENTS: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent)
+
+MIGRATIONS: list[tuple[int, list[str]]] = [
+    (1, [
+        """CREATE TABLE runs (
+            run_id text PRIMARY KEY,
+            parent_run_id text,
+            created_at double precision NOT NULL,
+            status text NOT NULL,
+            seq bigint NOT NULL,
+            state jsonb NOT NULL,
+            epoch bigint NOT NULL DEFAULT 0,
+            owner text,
+            leased_since timestamptz,
+            lease_expires_at timestamptz,
+            runnable boolean NOT NULL DEFAULT false,
+            updated_at timestamptz NOT NULL DEFAULT now())""",
+        "CREATE INDEX runs_newest ON runs (created_at DESC)",
+        "CREATE INDEX runs_claimable ON runs (created_at) WHERE runnable OR status = 'running'",
+        """CREATE TABLE run_items (
+            run_id text NOT NULL REFERENCES runs ON DELETE CASCADE,
+            kind text NOT NULL,
+            idx integer NOT NULL,
+            item jsonb NOT NULL,
+            PRIMARY KEY (run_id, kind, idx))""",
+        """CREATE TABLE trace_events (
+            id bigserial PRIMARY KEY,
+            run_id text NOT NULL REFERENCES runs ON DELETE CASCADE,
+            seq bigint,
+            epoch bigint,
+            owner text,
+            event jsonb NOT NULL)""",
+        "CREATE INDEX trace_events_run ON trace_events (run_id, id)",
+        """CREATE TABLE workspace_files (
+            run_id text NOT NULL REFERENCES runs ON DELETE CASCADE,
+            path text NOT NULL,
+            data bytea NOT NULL,
+            mode integer NOT NULL,
+            PRIMARY KEY (run_id, path))""",
+    ]),
+]
+
+_SHOWN = """CASE WHEN runnable AND (lease_expires_at IS NULL OR lease_expires_at < now()) THEN 'queued'
+             WHEN status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < now()) THEN 'died'
+             ELSE status END"""
+
+
+@dataclass
+class _Head:
+    """A run this process holds: its lease, what is saved of its lists, its local workspace."""
+
+    lease: Lease
+    written: Written | None = None
+    ws_dir: Path | None = None
+    ws_seen: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Workspace files as last synced: relative path -> (size, mtime_ns)."""
+
+
+class PostgresStore(RunStore):
+    """Runs in a PostgreSQL database (see the module docstring).
+
+    Args:
+        url: a libpq URL, e.g. postgresql:///runner?host=/var/run/postgresql.
+        lease_s: how long a claim lasts without renewal, seconds; renewed every lease_s/3.
+        pool_max: most connections this process opens.
+
+    Raises:
+        StoreError: the database cannot be reached or migrated.
+    """
+
+    def __init__(self, url: str, *, lease_s: float = DEFAULT_LEASE_S, pool_max: int = 8) -> None:
+        import psycopg
+        from psycopg_pool import ConnectionPool
+
+        self.url, self.lease_s = url, lease_s
+        self._psycopg = psycopg
+        try:
+            self.pool = ConnectionPool(url, min_size=1, max_size=pool_max, open=True, timeout=30,
+                                       name="runner")
+            self.pool.wait(timeout=30)
+        except (psycopg.Error, Exception) as exc:  # PoolTimeout is not a psycopg.Error
+            raise StoreError(f"cannot reach the run store at {url}: {exc}") from None
+        self._heads: dict[str, _Head] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self._ws_root = Path(tempfile.gettempdir()) / f"runner-ws-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._migrate()
+
+    # --- schema --------------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        with self.pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute("CREATE TABLE IF NOT EXISTS runner_migrations (version integer PRIMARY KEY, "
+                         "applied_at timestamptz NOT NULL DEFAULT now())")
+            done = {row[0] for row in conn.execute("SELECT version FROM runner_migrations")}
+            for version, statements in MIGRATIONS:
+                if version in done:
+                    continue
+                for sql in statements:
+                    conn.execute(sql)  # static SQL, no parameters
+                conn.execute("INSERT INTO runner_migrations (version) VALUES (%s)", (version,))
+
+    # --- reading -------------------------------------------------------------------------
+
+    def _states(self, rows: list[tuple[Any, ...]]) -> dict[str, RunState]:
+        """States for (run_id, seq, state text) rows, with their lists, in one query."""
+        ids = [row[0] for row in rows]
+        lists: dict[str, dict[str, list[str]]] = {i: {k: [] for k in APPEND_ONLY} for i in ids}
+        if ids:
+            with self.pool.connection() as conn:
+                for run_id, kind, item in conn.execute(
+                        "SELECT run_id, kind, item::text FROM run_items WHERE run_id = ANY(%s) "
+                        "ORDER BY run_id, kind, idx", (ids,)):
+                    lists[run_id][kind].append(item)
+        states = {}
+        for run_id, seq, rest in rows:
+            parts = ",".join(f'"{k}":[{",".join(lists[run_id][k])}]' for k in APPEND_ONLY)
+            text = rest[:-1] + f',"seq":{seq},' + parts + "}"
+            try:
+                state = RunState.model_validate_json(text)
+            except ValidationError as exc:
+                raise CorruptState(f"run {run_id} in {self.url} is not a valid run state: "
+                                   f"{exc.errors()[0]['msg']}") from None
+            if state.format_version > FORMAT_VERSION:
+                raise CorruptState(f"run {run_id} has format_version {state.format_version}; "
+                                   f"this runner reads <= {FORMAT_VERSION}")
+            states[run_id] = state
+        return states
+
+    def load(self, run_id: str, *, force: bool = False) -> RunState:
+        with self.pool.connection() as conn:
+            row = conn.execute("SELECT run_id, seq, state::text FROM runs WHERE run_id = %s", (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.url}")
+        state = self._states([row])[run_id]
+        head = self._heads.get(run_id)
+        if head is not None:
+            head.written = Written.of(state)
+        return state
+
+    def list_runs(self, *, status: str | None = None, limit: int | None = None, offset: int = 0) -> list[RunInfo]:
+        where, params, page = "", [], (limit, offset)
+        if status in ("running", "died"):  # a live lease held by a dead local pid is `died`: decided below
+            where, page = "WHERE status = 'running'", (None, 0)
+        elif status is not None:
+            where, params = f"WHERE {_SHOWN} = %s", [status]
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                f"SELECT run_id, seq, state::text, {_SHOWN}, owner, leased_since FROM runs {where} "
+                "ORDER BY created_at DESC, run_id LIMIT %s OFFSET %s", (*params, *page)).fetchall()
+        states = self._states([row[:3] for row in rows])
+        infos = [self._info(states[r[0]], r) for r in rows]
+        if status in ("running", "died"):
+            infos = [i for i in infos if i.shown_status == status]
+            infos = infos[offset: None if limit is None else offset + limit]
+        return infos
+
+    def info(self, run_id: str) -> RunInfo:
+        with self.pool.connection() as conn:
+            row = conn.execute(f"SELECT run_id, seq, state::text, {_SHOWN}, owner, leased_since FROM runs "
+                               "WHERE run_id = %s", (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.url}")
+        return self._info(self._states([row[:3]])[run_id], row)
+
+    @staticmethod
+    def _info(state: RunState, row: tuple[Any, ...]) -> RunInfo:
+        shown, owner, since = row[3], row[4], row[5]
+        if shown == "running" and _dead_here(owner):
+            return RunInfo(state, "died")
+        return RunInfo(state, shown, f"{owner} since {_iso(since)}" if shown == "running" else None)
+
+    def read_trace(self, run_id: str) -> list[TraceEvent]:
+        with self.pool.connection() as conn:
+            rows = conn.execute("SELECT event::text FROM trace_events WHERE run_id = %s ORDER BY id",
+                                (run_id,)).fetchall()
+            if not rows and conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (run_id,)).fetchone() is None:
+                raise RunNotFound(f"no trace for run {run_id!r} in {self.url}")
+        try:
+            return [_EVENTS.validate_json(row[0]) for row in rows]
+        except ValidationError as exc:
+            raise CorruptState(f"run {run_id}: a trace event is not valid: {exc.errors()[0]['msg']}") from None
+
+    def trace_rows(self, run_id: str) -> list[tuple[int, int, str, dict[str, Any]]]:
+        """(seq, epoch, owner, event) per trace row: who wrote each event (tests, audits)."""
+        with self.pool.connection() as conn:
+            return [(r[0], r[1], r[2], json.loads(r[3])) for r in conn.execute(
+                "SELECT seq, epoch, owner, event::text FROM trace_events WHERE run_id = %s ORDER BY id",
+                (run_id,))]
+
+    def has_events(self, run_id: str) -> bool:
+        with self.pool.connection() as conn:
+            row = conn.execute("SELECT EXISTS (SELECT 1 FROM trace_events WHERE run_id = %s)", (run_id,)).fetchone()
+        return bool(row and row[0])
+
+    # --- claiming ------------------------------------------------------------------------
+
+    def _held(self, lease: Lease, row: tuple[Any, ...] | None) -> Lease:
+        assert row is not None
+        lease.epoch, lease.since = int(row[0]), float(row[1])
+        lease.expires_at = time.time() + self.lease_s
+        with self._lock:
+            self._heads[lease.run_id] = _Head(lease)
+        self._start_renewer()
+        return lease
+
+    _CLAIM_SET = ("epoch = runs.epoch + 1, owner = %(owner)s, leased_since = now(), "
+                  "lease_expires_at = now() + make_interval(secs => %(lease_s)s), runnable = false, updated_at = now()")
+
+    def claim(self, run_id: str, owner: str | None = None) -> Lease:
+        owner = owner or default_owner()
+        args = {"owner": owner, "lease_s": self.lease_s, "run_id": run_id}
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                f"UPDATE runs SET {self._CLAIM_SET} WHERE run_id = %(run_id)s "
+                "AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
+                "RETURNING epoch, extract(epoch FROM leased_since)", args).fetchone()
+            if row is None:
+                busy = conn.execute("SELECT owner, leased_since, lease_expires_at FROM runs WHERE run_id = %s",
+                                    (run_id,)).fetchone()
+        if row is None:
+            if busy is None:
+                raise RunNotFound(f"no run {run_id!r} in {self.url}")
+            if _dead_here(busy[0]):  # its driver was on this machine and is gone: no need to wait
+                with self.pool.connection() as conn:
+                    row = conn.execute(
+                        f"UPDATE runs SET {self._CLAIM_SET} WHERE run_id = %(run_id)s AND owner = %(dead)s "
+                        "RETURNING epoch, extract(epoch FROM leased_since)", {**args, "dead": busy[0]}).fetchone()
+                if row is not None:
+                    return self._held(Lease(run_id=run_id, owner=owner, epoch=0), row)
+            raise RunBusy(f"run {run_id} is being driven by {busy[0]} since {_iso(busy[1])} "
+                          f"(lease until {_iso(busy[2])})")
+        return self._held(Lease(run_id=run_id, owner=owner, epoch=0), row)
+
+    def claim_next(self, owner: str) -> Lease | None:
+        """The oldest top-level run that is queued, or saved `running` with an expired lease
+        (its driver died). Child runs are driven only through their parents."""
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                "WITH next AS (SELECT run_id FROM runs WHERE (runnable OR status = 'running') "
+                "AND parent_run_id IS NULL AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
+                "ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
+                f"UPDATE runs SET {self._CLAIM_SET} FROM next WHERE runs.run_id = next.run_id "
+                "RETURNING epoch, extract(epoch FROM leased_since), runs.run_id",
+                {"owner": owner, "lease_s": self.lease_s}).fetchone()
+        if row is None:
+            return None
+        return self._held(Lease(run_id=row[2], owner=owner, epoch=0), row)
+
+    def renew(self, lease: Lease) -> None:
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                "UPDATE runs SET lease_expires_at = now() + make_interval(secs => %s) "
+                "WHERE run_id = %s AND epoch = %s RETURNING 1", (self.lease_s, lease.run_id, lease.epoch)).fetchone()
+        if row is None:
+            raise LeaseLost(f"run {lease.run_id}: lease epoch {lease.epoch} of {lease.owner} was taken over")
+        lease.expires_at = time.time() + self.lease_s
+
+    def _start_renewer(self) -> None:
+        if self._renewer is None or not self._renewer.is_alive():
+            self._renewer = threading.Thread(target=self._renew_loop, name="runner-lease-renewer", daemon=True)
+            self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            with self._lock:
+                leases = [h.lease for h in self._heads.values() if not h.lease.lost.is_set()]
+            for lease in leases:
+                try:
+                    self.renew(lease)
+                except LeaseLost:
+                    lease.lost.set()
+                    if lease.on_lost is not None:
+                        lease.on_lost()
+                except self._psycopg.Error:
+                    pass  # the database is unreachable for now: try again next round
+
+    def release(self, lease: Lease, *, runnable: bool = False) -> None:
+        with self._lock:
+            head = self._heads.pop(lease.run_id, None)
+        if head is not None and head.ws_dir is not None:
+            shutil.rmtree(head.ws_dir, ignore_errors=True)
+        with self.pool.connection() as conn:
+            conn.execute("UPDATE runs SET lease_expires_at = NULL, runnable = %s, updated_at = now() "
+                         "WHERE run_id = %s AND epoch = %s", (runnable, lease.run_id, lease.epoch))
+
+    def _head(self, lease: Lease) -> _Head:
+        head = self._heads.get(lease.run_id)
+        if head is None or head.lease is not lease or lease.lost.is_set():
+            raise LeaseLost(f"run {lease.run_id}: lease epoch {lease.epoch} of {lease.owner} is no longer held")
+        return head
+
+    # --- writing -------------------------------------------------------------------------
+
+    def create(self, state: RunState, *, owner: str | None = None) -> Lease | None:
+        state.seq = 1
+        rest = state.model_dump_json(exclude={*APPEND_ONLY, "seq"})
+        items = [(state.run_id, key, i, item.model_dump_json())
+                 for key in APPEND_ONLY for i, item in enumerate(getattr(state, key))]
+        try:
+            with self.pool.connection() as conn, conn.transaction():
+                row = conn.execute(
+                    "INSERT INTO runs (run_id, parent_run_id, created_at, status, seq, state, epoch, owner, "
+                    "leased_since, lease_expires_at, runnable) VALUES (%(id)s, %(parent)s, %(created)s, %(status)s, 1, "
+                    "%(rest)s::jsonb, %(epoch)s, %(owner)s, CASE WHEN %(claimed)s THEN now() END, "
+                    "CASE WHEN %(claimed)s THEN now() + make_interval(secs => %(lease_s)s) END, %(queued)s) "
+                    "ON CONFLICT (run_id) DO NOTHING RETURNING epoch, extract(epoch FROM coalesce(leased_since, now()))",
+                    {"id": state.run_id, "parent": state.parent_run_id, "created": state.created_at,
+                     "status": state.status, "rest": rest, "epoch": 1 if owner else 0, "owner": owner,
+                     "claimed": owner is not None, "lease_s": self.lease_s, "queued": owner is None}).fetchone()
+                if row is None:
+                    raise StaleState(f"run {state.run_id} already exists in {self.url}")
+                with conn.cursor() as cur:
+                    cur.executemany("INSERT INTO run_items (run_id, kind, idx, item) VALUES (%s, %s, %s, %s::jsonb)", items)
+                crash_point("save")
+        except BaseException:
+            state.seq = 0
+            raise
+        if owner is None:
+            return None
+        lease = self._held(Lease(run_id=state.run_id, owner=owner, epoch=0), row)
+        self._heads[state.run_id].written = Written.of(state)
+        return lease
+
+    def save(self, state: RunState, events: Sequence[_Event] = (), lease: Lease | None = None,
+             *, force: bool = False) -> None:
+        if lease is None:
+            try:
+                lease = self.claim(state.run_id)
+            except RunNotFound:
+                lease = self.create(state, owner=default_owner())
+                assert lease is not None
+                for event in events:
+                    self.emit(state.run_id, event, lease)
+                self.release(lease)
+                return
+            try:
+                return self.save(state, events, lease, force=force)
+            finally:
+                self.release(lease)
+        head = self._head(lease)
+        lines = [event_line(e) for e in events]
+        change = delta(state, None if force else head.written)
+        rest = json.dumps({k: v for k, v in change.rest.items() if k != "seq"}, separators=(",", ":"))
+        added = change.added
+        items = [(state.run_id, key, change.start[key] + i, json.dumps(item, separators=(",", ":")))
+                 for key in APPEND_ONLY for i, item in enumerate(added[key])] if added is not None else \
+            [(state.run_id, key, i, item.model_dump_json()) for key in APPEND_ONLY
+             for i, item in enumerate(getattr(state, key))]
+        with self.pool.connection() as conn, conn.transaction():
+            row = conn.execute(
+                "UPDATE runs SET seq = seq + 1, status = %(status)s, state = %(rest)s::jsonb, updated_at = now() "
+                "WHERE run_id = %(id)s AND epoch = %(epoch)s AND (seq = %(seq)s OR %(force)s) RETURNING seq",
+                {"status": state.status, "rest": rest, "id": state.run_id, "epoch": lease.epoch, "seq": state.seq,
+                 "force": force}).fetchone()
+            if row is None:
+                self._refused(conn, state, lease)
+            new_seq = int(row[0])
+            if force and new_seq != state.seq + 1:
+                lines.append(event_line(StateForced(runId=state.run_id, fromSeq=state.seq, storedSeq=new_seq - 1,
+                                                    by=lease.owner)))
+            with conn.cursor() as cur:
+                if added is None:
+                    cur.execute("DELETE FROM run_items WHERE run_id = %s", (state.run_id,))
+                if items:
+                    cur.executemany("INSERT INTO run_items (run_id, kind, idx, item) VALUES (%s, %s, %s, %s::jsonb)",
+                                    items)
+                if lines:
+                    cur.executemany("INSERT INTO trace_events (run_id, seq, epoch, owner, event) "
+                                    "VALUES (%s, %s, %s, %s, %s::jsonb)",
+                                    [(state.run_id, new_seq, lease.epoch, lease.owner, line) for line in lines])
+                seen = self._sync_workspace(cur, head, state.run_id)
+            crash_point("save")
+        state.seq = new_seq
+        head.written = Written.of(state)
+        if seen is not None:
+            head.ws_seen = seen
+
+    def _refused(self, conn: Any, state: RunState, lease: Lease) -> NoReturn:
+        row = conn.execute("SELECT epoch, seq, owner FROM runs WHERE run_id = %s", (state.run_id,)).fetchone()
+        if row is None:
+            raise RunNotFound(f"no run {state.run_id!r} in {self.url}")
+        if int(row[0]) != lease.epoch:
+            lease.lost.set()
+            raise LeaseLost(f"run {state.run_id}: lease epoch {lease.epoch} of {lease.owner} was taken over "
+                            f"by {row[2]} (epoch {row[0]}); this process must not write")
+        raise StaleState(f"run {state.run_id}: this state is at seq {state.seq} but the store holds seq {row[1]}; "
+                         "it is an old copy (or missed newer history) and would undo it. "
+                         "Resume with --force to replace the stored state anyway.")
+
+    def emit(self, run_id: str, event: _Event, lease: Lease | None = None) -> None:
+        with self.pool.connection() as conn:
+            conn.execute("INSERT INTO trace_events (run_id, epoch, owner, event) VALUES (%s, %s, %s, %s::jsonb)",
+                         (run_id, lease.epoch if lease else None, lease.owner if lease else None, event_line(event)))
+
+    # --- workspace -----------------------------------------------------------------------
+
+    def workspace(self, run_id: str, template: Path, lease: Lease | None = None) -> Path:
+        head = self._heads.get(run_id) if lease is not None else None
+        if head is not None and head.ws_dir is not None:
+            return head.ws_dir
+        folder = self._ws_root / f"{run_id}.{lease.epoch if lease else uuid.uuid4().hex[:6]}"
+        shutil.rmtree(folder, ignore_errors=True)
+        with self.pool.connection() as conn:
+            rows = conn.execute("SELECT path, data, mode FROM workspace_files WHERE run_id = %s", (run_id,)).fetchall()
+        seen: dict[str, tuple[int, int]] = {}
+        if rows:
+            for path, data, mode in rows:
+                target = folder / path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+                os.chmod(target, mode)
+                st = target.stat()
+                seen[path] = (st.st_size, st.st_mtime_ns)
+        else:  # first use: the template's files, uploaded with the next save
+            shutil.copytree(template, folder, symlinks=True)
+        if head is not None:
+            head.ws_dir, head.ws_seen = folder, seen
+        return folder
+
+    @staticmethod
+    def _scan(folder: Path) -> dict[str, tuple[int, int]]:
+        files = {}
+        for dirpath, _, names in os.walk(folder):
+            for name in names:
+                path = Path(dirpath) / name
+                if path.is_symlink() or not path.is_file():
+                    continue
+                st = path.stat()
+                files[str(path.relative_to(folder))] = (st.st_size, st.st_mtime_ns)
+        return files
+
+    def _sync_workspace(self, cur: Any, head: _Head, run_id: str) -> dict[str, tuple[int, int]] | None:
+        """Write the workspace files changed since the last save, in the save's transaction."""
+        if head.ws_dir is None:
+            return None
+        now = self._scan(head.ws_dir)
+        changed = [p for p, sig in now.items() if head.ws_seen.get(p) != sig]
+        gone = [p for p in head.ws_seen if p not in now]
+        if gone:
+            cur.execute("DELETE FROM workspace_files WHERE run_id = %s AND path = ANY(%s)", (run_id, gone))
+        if changed:
+            rows = []
+            for p in changed:
+                path = head.ws_dir / p
+                rows.append((run_id, p, path.read_bytes(), path.stat().st_mode & 0o7777))
+            cur.executemany("INSERT INTO workspace_files (run_id, path, data, mode) VALUES (%s, %s, %s, %s) "
+                            "ON CONFLICT (run_id, path) DO UPDATE SET data = EXCLUDED.data, mode = EXCLUDED.mode",
+                            rows)
+        return now
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            leases = [h.lease for h in self._heads.values()]
+        for lease in leases:
+            try:
+                self.release(lease)
+            except self._psycopg.Error:
+                pass
+        self.pool.close()
+        shutil.rmtree(self._ws_root, ignore_errors=True)
+
+
+def _dead_here(owner: str | None) -> bool:
+    """True if `owner` (see `default_owner`) names a process on this machine that is gone."""
+    match = re.match(r"^[^@]*@(\S+) pid (\d+)", owner or "")
+    if match is None or match.group(1) != socket.gethostname():
+        return False
+    try:
+        os.kill(int(match.group(2)), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _iso(value: datetime | None) -> str:
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "?"

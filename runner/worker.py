@@ -1,0 +1,138 @@
+"""Workers: a process that claims runnable runs from a store and drives them, N at a time.
+
+A runnable run is one queued by `runner run --detach`, one given a verdict or a resume with
+`--detach`, or one saved `running` whose driver died (its lease expired). The store hands
+each to one claimant only (`RunStore.claim_next`), the lease is renewed while the run is
+driven, and the run is released at its stop. Endpoints are started once per worker process and
+shared by its runs: the scripted provider, or a local model named by a run's config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from runner.cancel import CancelToken
+from runner.errors import RunnerError
+from runner.harness import endpoint, execute
+from runner.state import RunConfig
+from runner.store import Lease, RunStore, default_owner
+
+
+@dataclass
+class WorkerReport:
+    """What one worker process did: run ids driven, by final status, and failures to drive."""
+
+    driven: dict[str, str] = field(default_factory=dict)
+    """run id -> status it stopped with (the last time this worker drove it)."""
+    errors: list[str] = field(default_factory=list)
+
+
+class _Endpoints:
+    """Base URLs by how a run reaches its model, each started on first need and kept until
+    the worker stops."""
+
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self.stack = stack
+        self.urls: dict[tuple[str | None, str | None], str] = {}
+
+    def url(self, config: RunConfig) -> str:
+        if config.base_url:
+            return config.base_url
+        key = (config.local_model, config.model if config.local_model else None)
+        if key not in self.urls:
+            self.urls[key] = self.stack.enter_context(endpoint(config))
+        return self.urls[key]
+
+
+async def work(store: RunStore, *, concurrency: int = 1, idle_exit_s: float | None = None, poll_s: float = 0.5,
+               owner: str | None = None, log: Callable[[str], None] | None = None,
+               stop: asyncio.Event | None = None) -> WorkerReport:
+    """Claim and drive runs until `stop` is set, or until no run was claimable for `idle_exit_s`.
+
+    Args:
+        concurrency: runs driven at once by this process.
+        poll_s: wait between claims when nothing is runnable, seconds.
+        owner: lease owner prefix (default `user@host pid N`); slot k appends " slot k".
+        log: called with one line per run driven (and per failure).
+
+    Returns:
+        A `WorkerReport`. Errors driving one run are reported, not raised.
+    """
+    owner = owner or default_owner()
+    stop = stop or asyncio.Event()
+    report = WorkerReport()
+    say = log or (lambda line: None)
+    cancels: set[CancelToken] = set()
+
+    async def slot(k: int, endpoints: _Endpoints) -> None:
+        idle_since = time.monotonic()
+        while not stop.is_set():
+            lease = store.claim_next(f"{owner} slot {k}")
+            if lease is None:
+                if idle_exit_s is not None and time.monotonic() - idle_since >= idle_exit_s:
+                    return
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), poll_s)
+                continue
+            await _drive_one(store, lease, endpoints, report, say, cancels)
+            idle_since = time.monotonic()
+
+    with contextlib.ExitStack() as stack:
+        endpoints = _Endpoints(stack)
+        waiter = asyncio.ensure_future(stop.wait())
+        slots = [asyncio.ensure_future(slot(k, endpoints)) for k in range(concurrency)]
+        try:
+            while not all(s.done() for s in slots):
+                await asyncio.wait([waiter, *slots], return_when=asyncio.FIRST_COMPLETED)
+                if stop.is_set():
+                    for token in list(cancels):
+                        token.cancel("the worker is stopping")
+                    await asyncio.gather(*slots)
+            for s in slots:
+                s.result()
+        finally:
+            waiter.cancel()
+    return report
+
+
+async def _drive_one(store: RunStore, lease: Lease, endpoints: _Endpoints, report: WorkerReport,
+                     say: Callable[[str], None], cancels: set[CancelToken]) -> None:
+    cancel = CancelToken()
+    cancels.add(cancel)
+    try:
+        state = store.load(lease.run_id)
+        base_url = endpoints.url(state.config)
+        began = time.perf_counter()
+        state = await execute(state, base_url, store, cancel=cancel, lease=lease)
+        report.driven[state.run_id] = state.status
+        say(f"{lease.run_id}: {state.status} after {state.turns} turns  "
+            f"(epoch {lease.epoch}, {(time.perf_counter() - began) * 1000:,.0f} ms)")
+    except (RunnerError, OSError) as exc:  # one run's trouble never stops the worker
+        report.errors.append(f"{lease.run_id}: {exc}")
+        say(f"{lease.run_id}: not driven: {exc}")
+    finally:
+        cancels.discard(cancel)
+        with contextlib.suppress(RunnerError):
+            store.release(lease)
+
+
+def run_worker(store: RunStore, *, concurrency: int = 1, idle_exit_s: float | None = None,
+               poll_s: float = 0.5) -> WorkerReport:
+    """`work` in a fresh event loop, with SIGINT/SIGTERM as a clean stop (runs being driven
+    stop `interrupted` and stay resumable); logs one line per run to stderr."""
+
+    async def main() -> WorkerReport:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        return await work(store, concurrency=concurrency, idle_exit_s=idle_exit_s, poll_s=poll_s, stop=stop,
+                          log=lambda line: print(f"worker: {line}", file=sys.stderr, flush=True))
+
+    return asyncio.run(main())

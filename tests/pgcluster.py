@@ -1,0 +1,90 @@
+"""A throwaway PostgreSQL cluster for tests and benchmarks: initdb into a temp folder, listen
+on a Unix socket only (listen_addresses=''), one fresh database per test, removed at the end.
+
+PostgreSQL refuses to run as root, so as root the server programs run as the `postgres` user
+(`runuser -u postgres --`) in a folder that user owns. Binaries: $RUNNER_PG_BIN, else
+/usr/lib/postgresql/15/bin (Debian's postgresql-15).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+PG_BIN = Path(os.environ.get("RUNNER_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+
+def available() -> str | None:
+    """None if a cluster can be started here, else why not (one line)."""
+    if not (PG_BIN / "initdb").exists():
+        return f"PostgreSQL binaries not found in {PG_BIN} (apt-get install postgresql-15, or set RUNNER_PG_BIN)"
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            return "running as root and there is no `postgres` user to run the server as"
+    return None
+
+
+class Cluster:
+    """`with Cluster() as pg: url = pg.new_database()`.
+
+    Args:
+        fsync: keep PostgreSQL's fsync on (benchmarks, for a fair comparison with the
+            FileStore's fsync); tests turn it off for speed.
+    """
+
+    def __init__(self, *, fsync: bool = False) -> None:
+        self.fsync = fsync
+        self.folder = Path(tempfile.mkdtemp(prefix="runner-pg-"))
+        self.data = self.folder / "data"
+        self._as_postgres = os.geteuid() == 0
+
+    def _run(self, *args: str) -> None:
+        cmd = [str(PG_BIN / args[0]), *args[1:]]
+        if self._as_postgres:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(args[:2])} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+
+    def start(self) -> Cluster:
+        if self._as_postgres:
+            user = pwd.getpwnam("postgres")
+            os.chown(self.folder, user.pw_uid, user.pw_gid)
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
+        options = f"-c listen_addresses='' -k {self.folder} -c fsync={'on' if self.fsync else 'off'} " \
+                  "-c max_connections=200 -c shared_buffers=32MB"
+        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.folder / "log"), "-w", "start")
+        return self
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql:///{database}?host={self.folder}&user=postgres"
+
+    def new_database(self) -> str:
+        """A fresh, empty database; returns its URL."""
+        import psycopg
+
+        name = "t_" + uuid.uuid4().hex[:12]
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return self.url(name)
+
+    def stop(self) -> None:
+        try:
+            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "stop")
+        except RuntimeError:
+            pass
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
