@@ -428,13 +428,19 @@ def list_runs(
     status: Annotated[Optional[str], typer.Option(help="Only runs with this status (running, died, queued, completed, ...).")] = None,
     limit: Annotated[Optional[int], typer.Option(min=1, help="At most this many runs (newest first).")] = None,
     offset: Annotated[int, typer.Option(min=0, help="Skip this many runs first (paging).")] = 0,
+    prune: Annotated[bool, typer.Option("--prune", help="Delete the runs listed: by default the final ones (completed, failed); --status picks others. A run being driven is never deleted.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --prune: only list what would be deleted.")] = False,
     runs_dir: RunsDir = None, store_url: StoreOpt = None, as_json: JsonOut = False,
 ) -> None:
     """List runs, newest first, with status, turns and cost. A run saved as running whose
     driver is gone shows as `died` (resume it with `runner resume RUN_ID`)."""
 
     def body() -> int:
+        if dry_run and not prune:
+            raise UsageError("--dry-run goes with --prune")
         runs = store.open_store(store_url, runs=runs_dir)
+        if prune:
+            return _prune(runs, status, dry_run, as_json)
         infos = runs.list_runs(status=status, limit=limit, offset=offset)
         for problem in getattr(runs, "problems", []):
             typer.echo(f"warning: skipped an unreadable run: {problem}", err=True)
@@ -458,6 +464,32 @@ def list_runs(
         return 0
 
     _guard(body)
+
+
+def _prune(runs: store.RunStore, status: str | None, dry_run: bool, as_json: bool) -> int:
+    """Delete the selected runs (final ones unless `status` says otherwise); print one line each."""
+    chosen = [i for i in runs.list_runs(status=status)
+              if (i.shown_status == status if status else i.shown_status in ("completed", "failed"))]
+    deleted, skipped = [], []
+    for info in chosen:
+        if dry_run:
+            deleted.append(info.state.run_id)
+            continue
+        try:
+            runs.delete(runs.claim(info.state.run_id))
+            deleted.append(info.state.run_id)
+        except (store.RunBusy, store.LeaseLost, store.RunNotFound) as exc:
+            skipped.append(f"{info.state.run_id}: {exc}")
+    if as_json:
+        typer.echo(json.dumps({"deleted" if not dry_run else "would_delete": deleted, "skipped": skipped}))
+        return 0
+    verb = "would delete" if dry_run else "deleted"
+    for run_id in deleted:
+        typer.echo(f"{verb} {run_id}")
+    for line in skipped:
+        typer.echo(f"skipped {line}", err=True)
+    typer.echo(f"{verb} {len(deleted)} run(s) from {runs.url}" + (f", skipped {len(skipped)}" if skipped else ""))
+    return 0
 
 
 @app.command()

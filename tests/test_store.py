@@ -19,7 +19,7 @@ import pytest
 from runner import loop
 from runner.harness import workspace_template
 from runner.state import Message, TurnRecord
-from runner.store import LeaseLost, RunBusy, RunStore, StaleState, open_store
+from runner.store import LeaseLost, RunBusy, RunNotFound, RunStore, StaleState, open_store
 from runner.tools import deleted_files
 from runner.trace import TurnEvent
 from tests.conftest import Backend, cli, cli_json, scripted_run
@@ -266,3 +266,25 @@ def test_a_research_child_killed_mid_run_is_counted_once(backend: Backend) -> No
     assert parent.child_costs == {child.run_id: child.cost_usd}
     assert parent.cost_usd == pytest.approx(ref["cost_usd"]) and parent.child_cost_usd == pytest.approx(ref["child_cost_usd"])
     assert json.loads(json.dumps(done))["cost_usd"] == pytest.approx(ref["cost_usd"])
+
+
+def test_prune_deletes_final_runs_never_one_being_driven(backend: Backend) -> None:
+    _, done = cli_json("run", "--scenario", "plan", runs_dir=backend.runs, env=backend.env)
+    _, waiting = cli_json("run", "--scenario", "destructive", runs_dir=backend.runs, env=backend.env)
+    driven = scripted_run("plan")
+    lease = backend.store.create(driven, owner="a live driver")
+    assert lease is not None
+    code, dry = cli_json("runs", "--prune", "--dry-run", runs_dir=backend.runs, env=backend.env)
+    assert code == 0 and dry == {"would_delete": [done["run_id"]], "skipped": []}
+    assert len(backend.store.list_runs()) == 3  # a dry run deletes nothing
+    code, pruned = cli_json("runs", "--prune", runs_dir=backend.runs, env=backend.env)
+    assert code == 0 and pruned["deleted"] == [done["run_id"]]
+    left = {i.state.run_id: i.shown_status for i in backend.store.list_runs()}
+    assert left == {waiting["run_id"]: "interrupted", driven.run_id: "running"}
+    with pytest.raises(RunNotFound):
+        backend.store.load(done["run_id"])
+    code, busy = cli_json("runs", "--prune", "--status", "running", runs_dir=backend.runs, env=backend.env)
+    assert code == 0 and busy["deleted"] == [] and "being driven by a live driver" in busy["skipped"][0]
+    assert backend.store.info(driven.run_id).shown_status == "running"
+    proc = cli("runs", "--dry-run", runs_dir=backend.runs, env=backend.env)
+    assert proc.returncode == 2 and "--dry-run goes with --prune" in proc.stderr

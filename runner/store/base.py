@@ -255,6 +255,11 @@ class RunStore(ABC):
         first use). A run that moves to another worker sees the files as its last committed
         save left them."""
 
+    @abstractmethod
+    def delete(self, lease: Lease) -> None:
+        """Remove the claimed run: its state, trace and workspace. Claiming first is what keeps
+        a run that some process is driving from being deleted under it (`claim` raises RunBusy)."""
+
     def close(self) -> None:  # noqa: B027 - optional for a store that holds nothing
         """Release connections and locks held by this object."""
 

@@ -387,6 +387,14 @@ class FileStore(RunStore):
         for fd in (head.journal_fd, head.trace_fd, head.lock_fd):  # closing the lock fd unlocks
             os.close(fd)
 
+    def delete(self, lease: Lease) -> None:
+        folder = self.run_dir(lease.run_id)
+        # Renamed under the lock, so no reader or claimer sees half a run; then removed.
+        doomed = folder.with_name(f".deleting-{lease.run_id}-{os.getpid()}")
+        os.replace(folder, doomed)
+        self.release(lease)
+        shutil.rmtree(doomed, ignore_errors=True)
+
     def _head(self, lease: Lease) -> _Head:
         head = self._heads.get(lease.run_id)
         if head is None or head.lease.epoch != lease.epoch or head.lease is not lease:

@@ -344,6 +344,17 @@ class PostgresStore(RunStore):
             conn.execute("UPDATE runs SET lease_expires_at = NULL, runnable = %s, updated_at = now() "
                          "WHERE run_id = %s AND epoch = %s", (runnable, lease.run_id, lease.epoch))
 
+    def delete(self, lease: Lease) -> None:
+        with self._lock:
+            head = self._heads.pop(lease.run_id, None)
+        if head is not None and head.ws_dir is not None:
+            shutil.rmtree(head.ws_dir, ignore_errors=True)
+        with self.pool.connection() as conn:  # run_items, trace_events, workspace_files cascade
+            deleted = conn.execute("DELETE FROM runs WHERE run_id = %s AND epoch = %s",
+                                   (lease.run_id, lease.epoch)).rowcount
+        if deleted != 1:
+            raise LeaseLost(f"run {lease.run_id} was claimed by another process; not deleted")
+
     def _head(self, lease: Lease) -> _Head:
         head = self._heads.get(lease.run_id)
         if head is None or head.lease is not lease or lease.lost.is_set():
