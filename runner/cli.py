@@ -12,9 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
+import shutil
 import signal
 import sys
 import time
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
@@ -60,9 +63,21 @@ MaxBudget = Annotated[Optional[float], typer.Option(
 
 
 @app.callback()
-def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks (accepted anywhere on the line).")] = False) -> None:
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks (accepted anywhere on the line).")] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print runner's version and exit.", is_eager=True,
+                                          callback=lambda shown: _print_version(shown))] = False,
+) -> None:
     global _debug
     _debug = _debug or debug
+
+
+def _print_version(shown: bool) -> None:
+    if shown:
+        from runner import __version__
+
+        typer.echo(f"runner {__version__}")
+        raise typer.Exit(0)
 
 
 def _console() -> Any:
@@ -75,29 +90,49 @@ def _console() -> Any:
 
 def _print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
     """Print a compact table that fits the console. Each column is (header, kind): "id" and
-    "num" cells are never cut or wrapped; "text" columns share the width that is left, cut with
-    an ellipsis, and are left out when fewer than 8 characters remain for each."""
+    "num" cells are never cut or wrapped; "text" columns share the width that is left, cut at
+    the end with "…" ("path": cut at the start), and the rightmost goes first when fewer than
+    8 characters would remain for each."""
+    import io
+
     from rich import box
+    from rich.console import Console
     from rich.table import Table
 
+    def build(keep: list[int], share: int) -> Table:
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0), collapse_padding=True)
+        for i in keep:
+            header, kind = columns[i]
+            fixed_width = share if kind in ("text", "path") else None
+            table.add_column(header, no_wrap=True, width=fixed_width, justify="right" if kind == "num" else "left")
+        for row in rows:
+            table.add_row(*(_cut(row[i], share, columns[i][1]) for i in keep))
+        return table
+
+    def width_of(table: Table) -> int:
+        probe = Console(file=io.StringIO(), width=10_000)
+        probe.print(table)
+        return max(len(line.rstrip()) for line in probe.file.getvalue().splitlines())  # type: ignore[attr-defined]
+
     console = _console()
-    widths = [max([len(header), *(len(r[i]) for r in rows)]) for i, (header, _) in enumerate(columns)]
-    fixed = sum(w + 2 for w, (_, kind) in zip(widths, columns) if kind != "text")
-    texts = [i for i, (_, kind) in enumerate(columns) if kind == "text"]
-    while texts and (console.width - fixed) // len(texts) - 2 < 8:
-        texts.pop()  # the rightmost text column goes first
-    keep = [i for i, (_, kind) in enumerate(columns) if kind != "text" or i in texts]
-    share = (console.width - fixed) // len(texts) - 2 if texts else 0
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
-    for i in keep:
-        header, kind = columns[i]
-        if kind == "text":
-            table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=max(share, 8))
-        else:
-            table.add_column(header, no_wrap=True, min_width=widths[i], justify="right" if kind == "num" else "left")
-    for row in rows:
-        table.add_row(*(row[i] for i in keep))
-    console.print(table)
+    keep = list(range(len(columns)))
+    while True:
+        texts = [i for i in keep if columns[i][1] in ("text", "path")]
+        if not texts:
+            break
+        share = 1 + (console.width - width_of(build(keep, 1))) // len(texts)
+        if share >= 8:
+            break
+        keep.remove(texts[-1])
+    console.print(build(keep, share if texts else 0))
+
+
+def _cut(cell: str, share: int, kind: str) -> str:
+    if kind not in ("text", "path") or len(cell) <= share:
+        return cell
+    if share <= 1:
+        return "…"
+    return "…" + cell[-(share - 1):] if kind == "path" else cell[: share - 1] + "…"
 
 
 def _guard(fn: Callable[[], int]) -> None:
@@ -184,9 +219,13 @@ def _turn_line() -> Callable[[Any], None]:
     tty = sys.stderr.isatty()
     drawn = [0.0]
 
+    width = shutil.get_terminal_size((80, 24)).columns
+
     def report(p: Any) -> None:
-        tail = " ".join(p.text.split())[-48:]
-        line = f"  turn {p.turn}  {p.elapsed_ms / 1000:5.1f} s  {p.tokens:>4} tokens" + (f'  "{tail}"' if tail else "")
+        head = f"  turn {p.turn}  {p.elapsed_ms / 1000:5.1f} s  {p.tokens:>4} tokens"
+        room = width - len(head) - 5  # one line, or the \r redraw leaves wrapped rows behind
+        tail = " ".join(p.text.split())[-room:] if room > 8 else ""
+        line = head + (f'  "{tail}"' if tail else "")
         if not tty:
             if p.done:
                 typer.echo(line, err=True)
@@ -285,7 +324,7 @@ def run(
     research: Annotated[bool, typer.Option("--research", help="Also offer the research tool (a child agent); on by default for --scenario research.")] = False,
     research_max_turns: Annotated[int, typer.Option(min=1, help="Turn cap of each research child run.")] = 6,
     research_max_budget: Annotated[float, typer.Option(min=0.0, help="Budget of each research child run, USD.")] = 0.05,
-    latency_ms: Annotated[float, typer.Option(help="Scripted provider: delay every reply by this many ms.")] = 0.0,
+    latency_ms: Annotated[float, typer.Option(min=0.0, help="Scripted provider: delay every reply by this many ms.")] = 0.0,
     fault: Annotated[Optional[str], typer.Option(help="Scripted provider: faults KIND@TURN,... (429, 500, 401, truncated, slow).")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="Queue the run for `runner worker` instead of driving it here.")] = False,
     runs_dir: RunsDir = None,
@@ -303,7 +342,8 @@ def run(
             raise UsageError("give --scenario NAME (scripted), or --base-url URL --model NAME; "
                              "both together run the scenario on a scripted provider already serving at URL")
         if scenario is not None and scenario_name(scenario) not in SCENARIOS:
-            raise UnknownScenario(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+            shown = [s for s in SCENARIOS if s != "research_child"]  # the research tool's child, not a scenario to run
+            raise UnknownScenario(f"unknown scenario {scenario!r}; known: {', '.join(shown)}")
         if scenario is not None and model:
             raise UsageError("--model goes with --base-url alone; a scenario names its own model")
         if scenario is None and not model:
@@ -359,7 +399,7 @@ def resume(
              "report an agent gives when a refusal is not written down.", hidden=True)] = False,
     max_turns: MaxTurns = None,
     max_budget: MaxBudget = None,
-    latency_ms: Annotated[float, typer.Option(help="Scripted provider: delay every reply by this many ms.")] = 0.0,
+    latency_ms: Annotated[float, typer.Option(min=0.0, help="Scripted provider: delay every reply by this many ms.")] = 0.0,
     force: Annotated[bool, typer.Option("--force", help="Continue from the saved state even if it is an older copy than the run's history (recorded in the trace).")] = False,
     detach: Annotated[bool, typer.Option("--detach", help="Record the verdict or limits and queue the run for `runner worker`.")] = False,
     runs_dir: RunsDir = None,
@@ -386,6 +426,11 @@ def resume(
             if max_budget is not None:
                 state.config.max_budget_usd = max_budget
             _check_room(state)
+            it = state.interruption
+            if (it is not None and it.type == "approval" and not (approve or reject) and not force
+                    and it.call_id not in state.approved):
+                raise UsageError(f"run {run_id} waits for a verdict on {it.tool_name} (call {it.call_id}); "
+                                 f"give --approve {it.call_id} or --reject {it.call_id} --reason TEXT")
             if force:
                 runs.save(state, (), lease, force=True)
             if approve or reject:  # saved with the new limits, if any
@@ -409,7 +454,7 @@ def _render_queued(state: RunState, as_json: bool, runs: RunStore) -> int:
     if as_json:
         typer.echo(json.dumps({**_summary(state), "status": "queued"}))
     else:
-        typer.echo(f"queued run {state.run_id}; a worker drives it: runner worker --store {runs.url}")
+        typer.echo(f"queued run {state.run_id}; a worker drives it: runner worker --store {shlex.quote(str(runs.url))}")
     return 0
 
 
@@ -438,6 +483,8 @@ def list_runs(
     def body() -> int:
         if dry_run and not prune:
             raise UsageError("--dry-run goes with --prune")
+        if status is not None and status not in typing.get_args(store.ShownStatus):
+            raise UsageError(f"--status must be one of {', '.join(typing.get_args(store.ShownStatus))}; got {status!r}")
         runs = store.open_store(store_url, runs=runs_dir)
         if prune:
             return _prune(runs, status, dry_run, as_json)
@@ -543,6 +590,8 @@ def worker(
         from runner.worker import run_worker
 
         with store.open_store(store_url, runs=runs_dir, lease_s=lease_s) as runs:
+            typer.echo(f"worker: claiming runs from {runs.url}, {concurrency} at a time"
+                       + (f", until idle for {idle_exit:g} s" if idle_exit is not None else "; Ctrl-C stops"), err=True)
             report = run_worker(runs, concurrency=concurrency, idle_exit_s=idle_exit, poll_s=poll)
         typer.echo(f"worker: drove {len(report.driven)} runs, {len(report.errors)} errors", err=True)
         return 0 if not report.errors else 1
@@ -617,7 +666,7 @@ def models_list(as_json: JsonOut = False) -> None:
         if as_json:
             typer.echo(json.dumps([r.model_dump(mode="json") for r in rows]))
             return 0
-        _print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "text")],
+        _print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "path")],
                      [[r.name, "yes" if r.present else "no", r.source, f"{(r.size_bytes or 0) / 1e6:.0f}",
                        str(r.path or "")] for r in rows])
         return 0
@@ -673,6 +722,8 @@ def suite(
             typer.echo(report.model_dump_json())
         else:
             suite_mod.print_report(report)
+            if report.report_path:
+                typer.echo(f"report: {report.report_path} (and .json, .png beside it; run ids in the JSON)", err=True)
         if report.cancelled:
             stopped = [r for r in report.results if r.status != "completed" and r.status != "failed"]
             typer.echo(f"suite cancelled after {len(report.results)} run(s); the report above holds them"

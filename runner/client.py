@@ -255,6 +255,8 @@ class ChatClient:
             raise ProviderError(f"cannot reach {self.base_url}: {exc}", retryable=True) from None
         if response.status_code >= 400:
             err = _error_from(response.status_code, _error_object(response))
+            if response.status_code == 404 and not self.base_url.rstrip("/").endswith("/v1"):
+                err.args = (f"{err}; the base URL usually ends in /v1 (did you mean {self.base_url}/v1?)",)
             retry_after = response.headers.get("retry-after")
             if retry_after is not None:
                 try:

@@ -223,7 +223,7 @@ def _stop_for_provider(state: RunState, exc: ProviderError) -> None:
     if exc.kind == "unavailable":
         _stop(state, "interrupted", ProviderUnavailableInterruption(
             http_status=exc.status, message=str(exc), retries=exc.retries),
-            f"provider unavailable after {exc.retries} retries: {exc}")
+            f"provider unavailable after {exc.retries} {'retry' if exc.retries == 1 else 'retries'}: {exc}")
     else:
         _fail(state, exc.kind, str(exc), f"provider error: {exc}", exc.status, exc.details)
 

@@ -196,6 +196,8 @@ class SuiteReport(BaseModel):
     executor: Literal["local", "ray"] = "local"
     summaries: list[TaskSummary] = []
     """One per (model, task), from `summarize`."""
+    report_path: str | None = None
+    """Where the Markdown report was written (the JSON and the plot sit beside it)."""
     unfinished: list[str] = []
     """Ids of runs created but not driven to a stop (the suite was cancelled): each is saved
     and continues with `runner resume ID`."""
@@ -339,7 +341,7 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
     if local:
         report.load_average = [round(x, 2) for x in os.getloadavg()]
         report.local_turns = executor.server_turns.get(local[0].name, [])
-    write_report(report, runs_root)
+    report.report_path = str(write_report(report, runs_root).with_suffix(".md"))
     return report
 
 
@@ -355,9 +357,12 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def summarize(results: list[TaskResult]) -> list[TaskSummary]:
-    """One `TaskSummary` per (model, task), in the order first seen."""
+    """One `TaskSummary` per (model, task), in the order first seen. A run stopped by Ctrl-C
+    is unfinished, not wrong: it counts in no pass rate or mean (the report lists it)."""
     groups: dict[tuple[str, str], list[TaskResult]] = {}
     for r in results:
+        if r.status == "interrupted" and (r.reason or "").startswith("cancelled"):
+            continue
         groups.setdefault((r.model, r.task), []).append(r)
     out = []
     for (model, task), rs in groups.items():

@@ -130,3 +130,25 @@ def test_ctrl_c_early_or_twice_keeps_the_run_resumable_and_prints_its_id(runs: P
     assert state.status == "interrupted" and "crashed" not in (state.reason or "")
     assert state.run_id in out + err
     assert "Traceback" not in err
+
+
+def test_resume_of_a_run_waiting_for_approval_needs_a_verdict(runs: Path) -> None:
+    _, out = cli_json("run", "--scenario", "destructive", runs_dir=runs)
+    proc = cli("resume", out["run_id"], runs_dir=runs)
+    assert proc.returncode == 2 and "--approve c2 or --reject c2" in proc.stderr
+    assert store.load(runs, out["run_id"]).turns == out["turns"]  # nothing was asked or run
+
+
+def test_an_unreachable_postgres_store_fails_at_once_with_its_cause(runs: Path, tmp_path: Path) -> None:
+    began = time.monotonic()
+    proc = cli("runs", "--store", f"postgresql:///runner?host={tmp_path}/nowhere", runs_dir=runs)
+    assert proc.returncode == 1 and "No such file or directory" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert time.monotonic() - began < 25  # not the pool's 30 s wait
+
+
+def test_runs_status_is_checked_and_a_404_suggests_v1(runs: Path, html_server: str) -> None:
+    proc = cli("runs", "--status", "nope", runs_dir=runs)
+    assert proc.returncode == 2 and "--status must be one of" in proc.stderr
+    code, out = cli_json("run", "hi", "--base-url", html_server, "--model", "m", runs_dir=runs)
+    assert code == 1 and "did you mean" in out["reason"] and out["reason"].count("/v1") >= 2

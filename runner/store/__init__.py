@@ -21,6 +21,7 @@ from runner.store.base import (
     RunInfo,
     RunNotFound,
     RunStore,
+    ShownStatus,
     StaleState,
     StoreError,
     crash_point,
@@ -30,7 +31,7 @@ from runner.store.files import FileStore
 
 __all__ = [
     "CorruptState", "FileStore", "Lease", "LeaseLost", "RunBusy", "RunHandle", "RunInfo", "RunNotFound",
-    "RunStore", "StaleState", "StoreError", "crash_point", "default_owner", "list_runs", "load",
+    "RunStore", "ShownStatus", "StaleState", "StoreError", "crash_point", "default_owner", "list_runs", "load",
     "open_store", "run_dir", "runs_dir", "save", "trace_path", "workspace_path",
 ]
 

@@ -132,6 +132,11 @@ class PostgresStore(RunStore):
 
         self.url, self.lease_s = url, lease_s
         self._psycopg = psycopg
+        try:  # one plain connection first: a bad URL fails in seconds with the server's own words
+            psycopg.connect(url, connect_timeout=5).close()
+        except psycopg.Error as exc:
+            cause = " ".join(str(exc).split()) or type(exc).__name__
+            raise StoreError(f"cannot reach the run store at {url}: {cause}") from None
         try:
             self.pool = ConnectionPool(url, min_size=1, max_size=pool_max, open=True, timeout=30,
                                        name="runner")
