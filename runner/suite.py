@@ -512,13 +512,16 @@ def _short(text: str, limit: int) -> str:
 
 
 def print_report(report: SuiteReport) -> None:
-    """A rich table, one line per task, the model columns' figures side by side: turns/tools
-    and wall ms (means over repeats), the status (or "mixed"), and ok (yes/no for one run,
-    passed/runs over repeats). Numbers never wrap: the local answer (of the first repeat, when
-    there is one local column) gets the width that is left, shortened to fit, and is left
-    out on a narrow terminal (the JSON and Markdown reports keep it whole)."""
+    """A compact rich table, one line per task, the model columns' figures side by side:
+    turns/tools and wall ms (means over repeats) and ok (yes/no for one run, passed/runs over
+    repeats; the status instead when a run did not complete); the mean turn time of each
+    column under the table. Two columns fit 80 characters and numbers are never cut: the
+    local answer (of the first repeat, when there is one local column) gets the width that is
+    left, shortened to fit, and is left out on a narrow terminal (the JSON and Markdown
+    reports keep it whole)."""
     import io
 
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
@@ -537,22 +540,27 @@ def print_report(report: SuiteReport) -> None:
                                   f"{report.first_turn_tool_choice})" if locals_ else "")
         if report.repeats > 1 or report.executor != "local":
             title += f"  [{report.repeats} repeat(s), executor {report.executor}]"
-        table = Table(title=title, title_justify="left")
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                      caption="mean turn: " + "; ".join(
+                          f"{label(m)} {totals([r for r in report.results if r.model == m])['mean_turn_ms']:,.0f} ms"
+                          for m in columns), caption_justify="left")
         table.add_column("task", no_wrap=True)
         for m in columns:
-            for what in ("turns/tools", "wall ms", "status", "ok"):
-                table.add_column(f"{label(m)}\n{what}", justify="right" if what in ("turns/tools", "wall ms") else "left",
-                                 no_wrap=True)
+            for what in ("turns/tools", "wall ms", "ok"):
+                table.add_column(f"{label(m)}\n{what}", justify="left" if what == "ok" else "right", no_wrap=True)
         if answer_chars:
             table.add_column("local\nanswer", no_wrap=True)
         for task in tasks:
             row = [task]
             for m in columns:
                 s = by.get((m, task))
-                row += ([f"{s.turns:g}/{s.tool_runs:g}", f"{s.wall_ms:,.0f}",
-                         next(iter(s.statuses)) if len(s.statuses) == 1 else "mixed",
-                         ("yes" if s.passed else "no") if s.runs == 1 else f"{s.passed}/{s.runs}"]
-                        if s else ["-"] * 4)
+                if s is None:
+                    row += ["-"] * 3
+                    continue
+                ok = ("yes" if s.passed else "no") if s.runs == 1 else f"{s.passed}/{s.runs}"
+                if set(s.statuses) != {"completed"}:
+                    ok = next(iter(s.statuses)) if len(s.statuses) == 1 else f"{ok} mixed"
+                row += [f"{s.turns:g}/{s.tool_runs:g}", f"{s.wall_ms:,.0f}", ok]
             if answer_chars:
                 local = first.get((locals_[0], task))
                 row.append(_short(local.answer or f"({local.reason})", answer_chars) if local else "")
@@ -561,8 +569,7 @@ def print_report(report: SuiteReport) -> None:
         for m in columns:
             rows = [r for r in report.results if r.model == m]
             t = totals(rows)
-            total_row += [f"{t['turns']}/{t['tool_runs']}", f"{t['wall_ms']:,.0f}",
-                          f"{t['mean_turn_ms']:,.0f} ms/turn", f"{t['correct']}/{len(rows)}"]
+            total_row += [f"{t['turns']}/{t['tool_runs']}", f"{t['wall_ms']:,.0f}", f"{t['correct']}/{len(rows)}"]
         if answer_chars:
             total_row.append("")
         table.add_row(*total_row, style="bold")

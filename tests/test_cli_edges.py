@@ -152,3 +152,10 @@ def test_runs_status_is_checked_and_a_404_suggests_v1(runs: Path, html_server: s
     assert proc.returncode == 2 and "--status must be one of" in proc.stderr
     code, out = cli_json("run", "hi", "--base-url", html_server, "--model", "m", runs_dir=runs)
     assert code == 1 and "did you mean" in out["reason"] and out["reason"].count("/v1") >= 2
+
+
+def test_suite_table_fits_80_columns(runs: Path) -> None:
+    proc = cli("suite", "--provider", "scripted", "--repeat", "2", runs_dir=runs, env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 80, proc.stdout
+    assert "12/12" in proc.stdout and "report: " in proc.stderr
