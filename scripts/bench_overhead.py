@@ -254,8 +254,9 @@ def categories() -> dict[str, tuple[Any, str]]:
     out = {label: (owner, attr) for label, (owner, attr) in CATEGORIES.items() if hasattr(owner, attr)}
     file_store = getattr(store, "FileStore", None)
     if file_store is not None:
+        covered = set(out.values())
         for attr, fn in vars(file_store).items():
-            if callable(fn) and not attr.startswith("_"):
+            if callable(fn) and not attr.startswith("_") and (file_store, attr) not in covered:
                 out[f"store: FileStore.{attr}"] = (file_store, attr)
     return out
 
