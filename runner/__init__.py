@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from runner.cancel import CancelToken
     from runner.errors import RunnerError
-    from runner.harness import execute, scripted_provider
+    from runner.harness import execute
     from runner.loop import Runtime, approve, reject, run
+    from runner.scripted import scripted_provider
     from runner.state import Interruption, RunConfig, RunState, RunStatus, new_run, pending
     from runner.tools import PermanentToolError, Spawner, Tool, ToolContext, ToolError
 
 _EXPORTS = {
     "CancelToken": "runner.cancel",
-    "execute": "runner.harness", "scripted_provider": "runner.harness",
+    "execute": "runner.harness", "scripted_provider": "runner.scripted",
     "Runtime": "runner.loop", "approve": "runner.loop", "pending": "runner.state",
     "reject": "runner.loop", "run": "runner.loop",
     "Interruption": "runner.state", "RunConfig": "runner.state", "RunState": "runner.state",

@@ -9,7 +9,7 @@ with `--debug` (accepted anywhere on the command line) for the traceback.
 
 from __future__ import annotations
 
-import asyncio
+import importlib.util
 import json
 import os
 import shlex
@@ -19,14 +19,41 @@ import sys
 import time
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from types import ModuleType
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
-from runner import store
 from runner.errors import RunnerError, UnknownScenario, UsageError
-from runner.state import DEFAULT_MAX_TURNS, RunConfig, RunState, RunStatus, new_run
-from runner.store import FileStore, Lease, RunStore
+
+
+def _lazy_module(name: str) -> ModuleType:
+    """`name`, executed on first attribute access (importlib's LazyLoader recipe)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.loader is not None, name
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from runner import store
+    from runner.scripted import ScriptedProcess
+    from runner.state import RunState, RunStatus
+    from runner.store import Lease, RunStore
+else:  # `runner --help` needs neither the event loop nor the store's pydantic models (~100 ms)
+    asyncio = _lazy_module("asyncio")
+    store = _lazy_module("runner.store")
+
+DEFAULT_MAX_TURNS = 20
+"""= runner.state.DEFAULT_MAX_TURNS, for the help text (tests/test_startup.py checks they agree):
+importing runner.state here would load pydantic for `runner --help`."""
 
 EXIT_CODES: dict[RunStatus, int] = {
     "completed": 0, "failed": 1, "max_turns_exceeded": 3, "budget_exceeded": 3, "interrupted": 3,
@@ -161,13 +188,14 @@ def _guard(fn: Callable[[], int]) -> None:
 
 
 def _drive(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float = 0, faults: str | None = None,
-           show_progress: bool = True) -> RunState:
+           show_progress: bool = True, provider: ScriptedProcess | None = None) -> RunState:
     """Run `state` under `lease` with Ctrl-C wired to the Stop signal, starting its endpoint
     (the scripted provider, or the local model it records) if needed; releases the lease at
     the stop. A Ctrl-C outside the loop's own handler (while the endpoint starts, or a second
     one) keeps the run resumable, prints its id and exits 3."""
     try:
-        return _drive_run(state, runs, lease, latency_ms=latency_ms, faults=faults, show_progress=show_progress)
+        return _drive_run(state, runs, lease, latency_ms=latency_ms, faults=faults, show_progress=show_progress,
+                          provider=provider)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further Ctrl-C must not cut this short
         from runner.state import CancelledInterruption
@@ -184,7 +212,8 @@ def _drive(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float =
 
 
 def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float, faults: str | None,
-               show_progress: bool) -> RunState:
+               show_progress: bool, provider: ScriptedProcess | None = None) -> RunState:
+    """`provider`: a scripted provider already started for this run (stopped here), if any."""
     from runner.cancel import CancelToken
     from runner.harness import endpoint, execute
 
@@ -208,7 +237,7 @@ def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: flo
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
 
-    with endpoint(state.config, latency_ms=latency_ms, faults=faults) as base_url:
+    with provider if provider is not None else endpoint(state.config, latency_ms=latency_ms, faults=faults) as base_url:
         return asyncio.run(go(base_url))
 
 
@@ -279,7 +308,7 @@ def _render(state: RunState, as_json: bool, runs: RunStore) -> int:
         typer.echo(f"   answer: {json.dumps(state.answer, ensure_ascii=False)}")
     if state.per_turn:
         typer.echo("   per-turn prompt tokens: " + ", ".join(str(t.prompt_tokens) for t in state.per_turn))
-    where = runs.trace_path(state.run_id) if isinstance(runs, FileStore) else f"runner trace {state.run_id} --store URL"
+    where = runs.trace_path(state.run_id) if isinstance(runs, store.FileStore) else f"runner trace {state.run_id} --store URL"
     typer.echo(f"   run id: {state.run_id}   trace: {where}")
     if state.status not in ("completed",):
         typer.echo(f"   stopped: {state.reason}")
@@ -334,7 +363,7 @@ def run(
     """Start a run: scripted (--scenario) or against any endpoint (--base-url + --model)."""
 
     def body() -> int:
-        from runner.scripted import PROMPTS, SCENARIOS, parse_faults, scenario_name
+        from runner.scripted import PROMPTS, SCENARIOS, parse_faults, scenario_name, scripted_provider
 
         if tool_errors not in ("text", "generic", "fatal"):
             raise UsageError("--tool-errors must be text, generic or fatal")
@@ -358,6 +387,11 @@ def run(
         task = prompt or PROMPTS.get(name) or _suite_prompt(name)
         if not task:
             raise UsageError("give a PROMPT")
+        # Start the scripted provider now: it loads (~0.4 s) while this process builds the run.
+        # _drive stops it; if anything fails before, it dies with this process.
+        provider = scripted_provider(latency_ms=latency_ms, faults=fault) if base_url is None and not detach else None
+        from runner.state import RunConfig, new_run
+
         config = RunConfig(
             model=f"scripted/{name}" if scenario else str(model), base_url=base_url,
             max_turns=DEFAULT_MAX_TURNS if max_turns is None else (max_turns or None),
@@ -382,7 +416,8 @@ def run(
             return _render_queued(state, as_json, runs)
         lease = runs.create(state, owner=store.default_owner())
         assert lease is not None
-        state = _drive(state, runs, lease, latency_ms=latency_ms, faults=fault, show_progress=not as_json)
+        state = _drive(state, runs, lease, latency_ms=latency_ms, faults=fault, show_progress=not as_json,
+                       provider=provider)
         return _render(state, as_json, runs)
 
     _guard(body)
@@ -764,4 +799,7 @@ def main(argv: list[str] | None = None) -> None:
     if "--debug" in args[:cut]:
         _debug = True
         args = [a for i, a in enumerate(args) if not (i < cut and a == "--debug")]
+    # `import httpx` also imports httpx's own command line (click, rich, pygments: ~90 ms) when
+    # they are installed, and skips it when it cannot be imported; this process never runs it.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     app(args=args, prog_name="runner")

@@ -25,9 +25,10 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 from runner.errors import RunnerError
 from runner.state import FunctionCall, Message, ToolCall
@@ -175,6 +176,8 @@ class ChatClient:
         self.base_url = base_url.rstrip("/")
         self.max_retries = max_retries
         self.backoff_s = backoff_s
+        import httpx  # here, not at the top: `from runner import run` stays ~100 ms lighter
+
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
             headers={"Authorization": f"Bearer {api_key}"},
@@ -238,6 +241,8 @@ class ChatClient:
 
     async def _post(self, body: dict[str, Any],
                     on_delta: Callable[[StreamProgress], None] | None = None) -> dict[str, Any]:
+        import httpx
+
         try:
             if on_delta is None:
                 response = await self._http.post(self.base_url + "/chat/completions", json=body)

@@ -7,9 +7,6 @@ experiments call; `loop.run` stays free of all this wiring.
 from __future__ import annotations
 
 import contextlib
-import signal
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -17,13 +14,15 @@ from typing import Any, Callable, Iterator
 from runner import catalog, loop
 from runner.cancel import CancelToken
 from runner.client import ChatClient
-from runner.errors import ServiceError
 from runner.resources import tasks_dir
+from runner.scripted import die_with_parent, scripted_provider
 from runner.state import RunConfig, RunState
 from runner.store import FileStore, Lease, RunHandle, RunNotFound, RunStore, default_owner
 from runner.streaming import TurnProgress
 from runner.tools import Tool
 from runner.trace import Tracer, _Event
+
+__all__ = ["build_tools", "die_with_parent", "execute", "scripted_provider", "workspace_template"]
 
 
 def workspace_template() -> Path:
@@ -182,43 +181,3 @@ def endpoint(config: RunConfig, *, latency_ms: float = 0, faults: str | None = N
         with scripted_provider(latency_ms=latency_ms, faults=faults) as url:
             yield url
 
-
-def die_with_parent() -> None:
-    """preexec_fn for helper servers: on Linux, SIGTERM the child when its parent dies, so a
-    killed runner (kill -9, the resume tests) never leaves a provider behind."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-@contextlib.contextmanager
-def scripted_provider(latency_ms: float = 0, faults: str | None = None) -> Iterator[str]:
-    """Start `runner scripted serve` as a child process on a free loopback port.
-
-    Yields the base URL ("http://127.0.0.1:PORT/v1"); stops the server on exit.
-    A separate process keeps the tokenizer and web server out of the client's memory.
-
-    Raises:
-        RuntimeError: the server did not report its address.
-    """
-    cmd = [sys.executable, "-m", "runner", "scripted", "serve", "--port", "0",
-           "--latency-ms", str(latency_ms)]
-    if faults:
-        cmd += ["--fault", faults]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            preexec_fn=die_with_parent)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
-        if not line.startswith("http"):
-            raise ServiceError(f"the scripted provider did not start (exit code {proc.poll()}): {line}")
-        yield line
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

@@ -12,6 +12,8 @@ rendering documented in `runner.tokens`.
 """
 
 
+from __future__ import annotations
+
 import asyncio
 import hashlib
 import json
@@ -19,9 +21,9 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any, Awaitable, Callable, Union
 
-from runner.errors import ServiceError, UsageError
+from runner.errors import RunnerError, ServiceError, UsageError
 
 Call = tuple[str, str, dict[str, Any]]  # (call id, tool name, arguments)
 Reply = Union[str, list[Call], dict[str, Any]]  # prose, tool calls, or a raw message
@@ -251,88 +253,169 @@ class ScriptedSettings:
     slow_fault_s: float = 5.0
 
 
-def create_app(settings: ScriptedSettings | None = None) -> Any:
-    """The FastAPI app: POST /v1/chat/completions, GET /v1/models, GET /health."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, Response
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]  # status, JSON body, extra headers
 
-    from runner import tokens
 
-    settings = settings or ScriptedSettings()
-    faulted: set[str] = set()
-    lock = threading.Lock()
-    app = FastAPI(title="runner scripted provider")
-    app.state.requests = []  # (scenario, 1-based turn) per answered request: observability only
-    tokens.encoding()  # load (and verify) the tokenizer before the first request
+def _json(status: int, payload: Any, headers: list[tuple[bytes, bytes]] | None = None) -> Answer:
+    return status, json.dumps(payload).encode(), headers or []
 
-    def error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> Response:
-        return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status, headers=headers)
 
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+def _error(status: int, message: str, kind: str, headers: list[tuple[bytes, bytes]] | None = None) -> Answer:
+    return _json(status, {"error": {"message": message, "type": kind}}, headers)
 
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {"object": "list",
-                "data": [{"id": f"scripted/{n}", "object": "model", "owned_by": "runner"} for n in SCENARIOS]}
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> Response:
-        raw = await request.body()
+class ScriptedApp:
+    """The provider as a bare ASGI app: POST /v1/chat/completions, GET /v1/models, GET /health,
+    and GET /requests?after=N (the (scenario, 1-based turn) of every answered request from
+    index N on, with the total: what benchmarks verify runs against).
+
+    A plain ASGI callable rather than a web framework: three fixed routes need no router, and
+    not importing FastAPI saves ~200 ms of start-up; requests per CPU-second are the same as
+    with FastAPI (scripts/bench_provider.py compares). The o200k tokenizer loads on a thread
+    from construction on; the first chat request waits for it, so the server listens while
+    it loads.
+    """
+
+    def __init__(self, settings: ScriptedSettings | None = None) -> None:
+        from runner import tokens
+
+        self.settings = settings or ScriptedSettings()
+        self.requests: list[tuple[str, int]] = []
+        """(scenario, 1-based turn) per answered chat request: observability only."""
+        self._faulted: set[str] = set()
+        self._lock = threading.Lock()
+        self._tokenizer = tokens.load_in_background()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # served with lifespan="off": nothing else arrives
+        method, path = scope["method"], scope["path"]
+        if path == "/v1/chat/completions":
+            answer = await self.chat(await _body(receive)) if method == "POST" else _method_not_allowed()
+        elif path in ("/health", "/v1/models", "/requests"):
+            answer = self.get(path, scope.get("query_string", b"")) if method == "GET" else _method_not_allowed()
+        else:
+            answer = _json(404, {"detail": "Not Found"})
+        status, body, headers = answer
+        await send({"type": "http.response.start", "status": status, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]})
+        await send({"type": "http.response.body", "body": body})
+
+    def get(self, path: str, query: bytes) -> Answer:
+        if path == "/health":
+            return _json(200, {"status": "ok"})
+        if path == "/v1/models":
+            return _json(200, {"object": "list", "data": [
+                {"id": f"scripted/{n}", "object": "model", "owned_by": "runner"} for n in SCENARIOS]})
+        after = re.search(rb"(?:^|&)after=(\d+)", query)
+        start = int(after[1]) if after else 0
+        return _json(200, {"total": len(self.requests), "requests": self.requests[start:]})
+
+    async def chat(self, raw: bytes) -> Answer:
+        """One chat completion: the scenario's reply with usage counted by o200k_base, or an
+        injected fault for this turn (each fault fires once per distinct request body)."""
         try:
             body = json.loads(raw)
             messages = body["messages"]
             model = str(body["model"])
             assert isinstance(messages, list) and all(isinstance(m, dict) for m in messages)
         except (ValueError, KeyError, TypeError, AssertionError):
-            return error(400, "body must be JSON with 'model' and a list of 'messages'", "invalid_request_error")
+            return _error(400, "body must be JSON with 'model' and a list of 'messages'", "invalid_request_error")
         scenario = scenario_name(model)
         if scenario not in SCENARIOS:
-            return error(404, f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}", "model_not_found")
+            return _error(404, f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}", "model_not_found")
         turn = sum(1 for m in messages if m.get("role") == "assistant") + 1
-        kind = settings.faults.get(turn)
+        kind = self.settings.faults.get(turn)
+        fire = False
         if kind == "401":
-            return error(401, "invalid API key (injected fault)", "authentication_error")
+            return _error(401, "invalid API key (injected fault)", "authentication_error")
         if kind is not None:
             key = hashlib.sha256(raw).hexdigest()
-            with lock:
-                fire = key not in faulted
-                faulted.add(key)
+            with self._lock:
+                fire = key not in self._faulted
+                self._faulted.add(key)
             if fire and kind == "429":
-                return error(429, "rate limited (injected fault)", "rate_limit_error", {"Retry-After": "1"})
+                return _error(429, "rate limited (injected fault)", "rate_limit_error", [(b"retry-after", b"1")])
             if fire and kind == "500":
-                return error(500, "internal error (injected fault)", "server_error")
+                return _error(500, "internal error (injected fault)", "server_error")
             if fire and kind == "slow":
-                await asyncio.sleep(settings.slow_fault_s)
-        if settings.latency_ms:
-            await asyncio.sleep(settings.latency_ms / 1000)
+                await asyncio.sleep(self.settings.slow_fault_s)
+        if self.settings.latency_ms:
+            await asyncio.sleep(self.settings.latency_ms / 1000)
+        try:
+            enc = self._tokenizer.result(0) if self._tokenizer.done() else await asyncio.wrap_future(self._tokenizer)
+        except Exception as exc:
+            return _error(500, f"the scripted provider cannot count tokens: {exc}", "server_error")
         message = reply_for(scenario, messages)
-        app.state.requests.append((scenario, turn))
-        prompt_tokens = tokens.count(tokens.render_request(messages, body.get("tools")))
-        completion_tokens = tokens.count(tokens.render_reply(message))
-        finish = "tool_calls" if message.get("tool_calls") else "stop"
-        max_tokens = body.get("max_tokens")
-        if isinstance(max_tokens, int) and 0 < max_tokens < completion_tokens:
-            # Honour max_tokens like a real model: the reply is cut off and calls are lost.
-            ids = tokens.encoding().encode(tokens.render_reply(message), disallowed_special=())
-            message = {"role": "assistant", "content": tokens.encoding().decode(ids[:max_tokens])}
-            completion_tokens, finish = max_tokens, "length"
-        payload = {
-            "id": "chatcmpl-" + hashlib.sha256(raw).hexdigest()[:12],
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
-        }
+        self.requests.append((scenario, turn))
+        payload = _completion(enc, raw, model, message, body)
         text = json.dumps(payload)
         if kind == "truncated" and fire:
             text = text[: len(text) // 2]
-        return Response(text, media_type="application/json")
+        return 200, text.encode(), []
 
-    return app
+
+def _completion(enc: Any, raw: bytes, model: str, message: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """The chat.completion object for `message`, honouring max_tokens like a real model does."""
+    from runner import tokens
+
+    prompt_tokens = len(enc.encode(tokens.render_request(body["messages"], body.get("tools")), disallowed_special=()))
+    reply_ids = enc.encode(tokens.render_reply(message), disallowed_special=())
+    completion_tokens = len(reply_ids)
+    finish = "tool_calls" if message.get("tool_calls") else "stop"
+    max_tokens = body.get("max_tokens")
+    if isinstance(max_tokens, int) and 0 < max_tokens < completion_tokens:
+        # The reply is cut off and its calls are lost.
+        message = {"role": "assistant", "content": enc.decode(reply_ids[:max_tokens])}
+        completion_tokens, finish = max_tokens, "length"
+    return {
+        "id": "chatcmpl-" + hashlib.sha256(raw).hexdigest()[:12],
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    }
+
+
+def _method_not_allowed() -> Answer:
+    return _json(405, {"detail": "Method Not Allowed"})
+
+
+async def _body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        event = await receive()
+        chunks.append(event.get("body", b""))
+        if not event.get("more_body"):
+            return b"".join(chunks)
+
+
+def create_app(settings: ScriptedSettings | None = None) -> ScriptedApp:
+    """The ASGI app (kept for callers of the FastAPI-era name)."""
+    return ScriptedApp(settings)
+
+
+def _listen(host: str, port: int) -> Any:
+    import socket
+
+    sock = socket.socket()
+    # Accepted sockets inherit this: without it, Nagle + delayed ACK add ~40 ms per reply.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(256)
+    return sock
+
+
+def _uvicorn_server(app: ScriptedApp) -> Any:
+    import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
 
 
 class ScriptedServer:
@@ -342,31 +425,22 @@ class ScriptedServer:
     """
 
     def __init__(self, settings: ScriptedSettings | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
-        import socket
-
-        import uvicorn
-
-        self._sock = socket.socket()
-        # Accepted sockets inherit this: without it, Nagle + delayed ACK add ~40 ms per reply.
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, port))
+        self._sock = _listen(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
-        self.app = create_app(settings)
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
+        self.app = ScriptedApp(settings)
+        self._server = _uvicorn_server(self.app)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     @property
     def requests(self) -> list[tuple[str, int]]:
         """(scenario, 1-based turn) of every request answered so far (tests count these)."""
-        return list(self.app.state.requests)
+        return list(self.app.requests)
 
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
 
-    def __enter__(self) -> "ScriptedServer":
+    def __enter__(self) -> ScriptedServer:
         self._thread.start()
         deadline = time.monotonic() + 10
         while not self._server.started:
@@ -379,3 +453,119 @@ class ScriptedServer:
         self._server.should_exit = True
         self._thread.join(timeout=5)
         self._sock.close()
+
+
+def serve(settings: ScriptedSettings, host: str = "127.0.0.1", port: int = 0, fd: int | None = None) -> None:
+    """Serve in this process's main thread until SIGINT/SIGTERM (uvicorn's handlers).
+
+    With `fd`, serve on that inherited listening socket (what `scripted_provider` passes);
+    otherwise bind host:port and print the base URL as soon as the socket listens, before
+    uvicorn and the tokenizer have loaded: the kernel queues early connections and the first
+    reply waits for both.
+    """
+    import socket
+
+    from runner import tokens
+
+    tokens.check_available()  # fail before announcing the address, not on the first request
+    if fd is not None:
+        sock = socket.socket(fileno=fd)
+    else:
+        sock = _listen(host, port)
+        print(f"http://{sock.getsockname()[0]}:{sock.getsockname()[1]}/v1", flush=True)
+    _uvicorn_server(ScriptedApp(settings)).run(sockets=[sock])
+
+
+def die_with_parent() -> None:
+    """preexec_fn for helper servers: on Linux, SIGTERM the child when its parent dies, so a
+    killed runner (kill -9, the resume tests) never leaves a provider behind."""
+    import sys
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class ScriptedProcess:
+    """The scripted provider (`python -m runner.scripted`) as a child process on a free loopback
+    port, started at construction. Use as a context manager: `with scripted_provider() as url`.
+
+    This process binds and listens on the socket and hands it to the child, so `base_url`
+    answers at once: connections queue in the kernel while the child loads (~0.4 s: uvicorn
+    and the o200k tables) and the caller gets on with its own start-up on another core. A
+    separate process keeps the tokenizer and web server out of the caller's memory and off
+    its GIL. On Linux the child gets SIGTERM if this process dies first.
+
+    Raises:
+        UsageError: a bad `faults` spec (see `parse_faults`).
+        TokenizerUnavailable: no o200k_base source (see `runner.tokens.check_available`).
+    """
+
+    def __init__(self, latency_ms: float = 0, faults: str | None = None) -> None:
+        import subprocess
+        import sys
+
+        from runner import tokens
+
+        parse_faults(faults)
+        tokens.check_available()
+        sock = _listen("127.0.0.1", 0)
+        host, port = sock.getsockname()[:2]
+        self.base_url = f"http://{host}:{port}/v1"
+        cmd = [sys.executable, "-m", "runner.scripted", "--fd", str(sock.fileno()), "--latency-ms", str(latency_ms)]
+        if faults:
+            cmd += ["--fault", faults]
+        try:
+            self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          pass_fds=(sock.fileno(),), preexec_fn=die_with_parent)
+        finally:
+            sock.close()  # the child holds the listening socket now
+
+    def stop(self) -> None:
+        """SIGKILL and reap: the provider keeps no state worth a graceful stop, and uvicorn's
+        (polling its exit flag every 0.1 s, then draining) would add ~0.2 s to every run."""
+        self._proc.kill()
+        self._proc.wait()
+
+    def __enter__(self) -> str:
+        return self.base_url
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def scripted_provider(latency_ms: float = 0, faults: str | None = None) -> ScriptedProcess:
+    """Start the scripted provider in a child process now; `with scripted_provider() as url:`
+    yields its base URL ("http://127.0.0.1:PORT/v1") and kills it on exit (see `ScriptedProcess`)."""
+    return ScriptedProcess(latency_ms, faults)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m runner.scripted [--host H] [--port P] [--latency-ms MS] [--fault SPEC]`: what
+    `scripted_provider` starts (no typer, no runner CLI: it must start fast). People use
+    `runner scripted serve`, which takes the same options."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m runner.scripted", description=main.__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--fault", default=None)
+    parser.add_argument("--fd", type=int, default=None, help="serve on this inherited listening socket")
+    args = parser.parse_args(argv)
+    try:
+        settings = ScriptedSettings(latency_ms=args.latency_ms, faults=parse_faults(args.fault))
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        serve(settings, args.host, args.port, args.fd)
+    except (RunnerError, OSError) as exc:  # TokenizerUnavailable, port in use: one line where the URL goes
+        print(f"error: {exc}", flush=True)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

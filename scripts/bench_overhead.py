@@ -15,6 +15,12 @@ process and one event loop, round-robin (the order rotates every round), after a
                   directory: state saved atomically with fsync and trace flushed at every
                   transition (the default).
     harness_mem   the same with runs_root=None: no state file, no trace (persistence off).
+    harness_<setting>  one per durability setting this branch's `runner.store.FileStore` takes
+                  (found by looking at its constructor: `durability` Literal, `fsync`/`sync` bool),
+                  so the same script reports each setting beside the in-memory figure.
+
+The store changes from branch to branch: instrumentation and micro-benchmarks skip the store
+functions the branch does not have, and time every public `FileStore` method if it has one.
 
 Headline: per-turn overhead = (median harness - median bare) / 3, ms; target <= 0.7 ms.
 Every run checks that the provider counted the same per-turn prompt tokens for both loops,
@@ -138,7 +144,7 @@ class Bench:
     async def run_bare_default(self) -> float:
         return await self._bare(lambda: httpx.AsyncClient(headers=HEADERS))
 
-    async def _harness(self, runs_root: Path | None) -> float:
+    async def _harness(self, runs_root: Any) -> float:
         state = fresh_state(self.base_url)
         began = time.perf_counter()
         state = await harness.execute(state, self.base_url, runs_root)
@@ -153,15 +159,58 @@ class Bench:
     async def run_harness_mem(self) -> float:
         return await self._harness(None)
 
+    def variants(self) -> dict[str, Callable[[], Awaitable[float]]]:
+        """VARIANTS plus one `harness_<setting>` per durability setting the store offers."""
+        fns: dict[str, Callable[[], Awaitable[float]]] = {v: getattr(self, f"run_{v}") for v in VARIANTS}
+        for name, make in durability_variants().items():
+            target = make(self.runs_root.parent / f"{self.runs_root.name}-{name}")
+            fns[f"harness_{name}"] = functools.partial(self._harness, target)
+        return fns
+
+
+def durability_variants() -> dict[str, Callable[[Path], Any]]:
+    """Durability settings of this branch's file store, found by looking, so the benchmark runs
+    against whatever store the branch has: {setting: make(runs_dir) -> what `execute` takes}.
+
+    Looks for a `FileStore` in `runner.store` whose constructor takes `durability` (a Literal
+    of settings), `fsync` or `sync` (bool). Empty when there is none (the default store then
+    is the only durable variant, `harness`).
+    """
+    import inspect
+    import typing
+
+    file_store = getattr(store, "FileStore", None)
+    if file_store is None:
+        return {}
+    try:
+        hints = typing.get_type_hints(file_store.__init__)
+    except Exception:
+        hints = {}
+    params = inspect.signature(file_store).parameters
+    out: dict[str, Callable[[Path], Any]] = {}
+    for name in ("durability", "fsync", "sync"):
+        if name not in params:
+            continue
+        values = typing.get_args(hints.get(name)) if typing.get_origin(hints.get(name)) is typing.Literal else (True, False)
+        for value in values:
+            label = str(value) if name == "durability" else f"{name}_{str(value).lower()}"
+            out[label] = functools.partial(_file_store, file_store, {name: value})
+    return out
+
+
+def _file_store(cls: Any, kwargs: dict[str, Any], root: Path) -> Any:
+    return cls(root, **kwargs)
+
 
 async def round_robin(bench: Bench, runs: int, warmup: int) -> dict[str, list[float]]:
     """`warmup` untimed rounds, then `runs` rounds; each round runs every variant once, in
     an order rotated by one each round so no variant always follows the same neighbour."""
-    fns: dict[str, Callable[[], Awaitable[float]]] = {v: getattr(bench, f"run_{v}") for v in VARIANTS}
-    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    fns = bench.variants()
+    names = list(fns)
+    times: dict[str, list[float]] = {v: [] for v in names}
     for i in range(warmup + runs):
-        k = i % len(VARIANTS)
-        for name in VARIANTS[k:] + VARIANTS[:k]:
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
             ms = await fns[name]()
             if i >= warmup:
                 times[name].append(ms)
@@ -199,6 +248,19 @@ CATEGORIES = {
     "workspace copy (FileStore.workspace: copytree)": (FileStore, "workspace"),
     "tool catalog (harness.build_tools)": (harness, "build_tools"),
 }
+def categories() -> dict[str, tuple[Any, str]]:
+    """CATEGORIES that exist on this branch (the store's functions change with it), plus each
+    public method of a `runner.store.FileStore` if there is one (may nest: then they overlap)."""
+    out = {label: (owner, attr) for label, (owner, attr) in CATEGORIES.items() if hasattr(owner, attr)}
+    file_store = getattr(store, "FileStore", None)
+    if file_store is not None:
+        covered = set(out.values())
+        for attr, fn in vars(file_store).items():
+            if callable(fn) and not attr.startswith("_") and (file_store, attr) not in covered:
+                out[f"store: FileStore.{attr}"] = (file_store, attr)
+    return out
+
+
 REST = "rest (loop bookkeeping, race() tasks, pydantic records, pending(), has_events stat)"
 TOTAL = "= harness run, instrumented (median)"
 
@@ -208,7 +270,7 @@ def instrumented(totals: dict[str, list[float]]) -> Iterator[None]:
     """Wrap each CATEGORIES function with a timer adding [ms, calls] into `totals` (restored
     on exit). Benchmark-only; each wrapper adds about a microsecond per call."""
     saved = []
-    for label, (owner, attr) in CATEGORIES.items():
+    for label, (owner, attr) in categories().items():
         original = getattr(owner, attr)
         saved.append((owner, attr, original))
         setattr(owner, attr, _timed(original, totals.setdefault(label, [0.0, 0])))
@@ -245,7 +307,7 @@ def _timed(fn: Callable[..., Any], cell: list[float]) -> Callable[..., Any]:
 async def breakdown(bench: Bench, runs: int) -> dict[str, dict[str, float]]:
     """Per category: median ms per run and calls per run over `runs` instrumented harness runs
     (full persistence); REST is the wall time not inside any category."""
-    per_run: dict[str, list[float]] = {label: [] for label in CATEGORIES}
+    per_run: dict[str, list[float]] = {label: [] for label in categories()}
     calls: dict[str, int] = {}
     rest, walls = [], []
     for _ in range(runs):
@@ -281,6 +343,13 @@ async def _median_us_async(fn: Callable[[], Awaitable[object]], reps: int) -> fl
     return statistics.median(samples)
 
 
+def _append_fsync(path: Path) -> None:
+    with open(path, "ab") as f:
+        f.write(b'{"seq": 1, "delta": "one turn"}\n')
+        f.flush()
+        os.fsync(f.fileno())
+
+
 async def micro(base_url: str, runs_root: Path, reps: int = 200) -> dict[str, float]:
     """Median µs of the pieces of a turn, on the final state of a real `plan` run (the largest
     state the run saves)."""
@@ -288,7 +357,8 @@ async def micro(base_url: str, runs_root: Path, reps: int = 200) -> dict[str, fl
     from runner.trace import TurnEvent
 
     state = await harness.execute(fresh_state(base_url), base_url, runs_root)
-    folder = store.run_dir(runs_root, state.run_id)
+    folder = runs_root / "micro"
+    folder.mkdir(parents=True, exist_ok=True)
     tool_list = harness.build_tools(state)
     data = state.model_dump_json(indent=1).encode()
 
@@ -309,27 +379,36 @@ async def micro(base_url: str, runs_root: Path, reps: int = 200) -> dict[str, fl
     tracer = Tracer(folder / "bench.jsonl")
     event = TurnEvent(runId=state.run_id, turn=3, prompt_tokens=472, completion_tokens=20,
                       total_tokens=492, costUsd=0.0027, finish="stop", ms=5.0)
-    out = {
-        "store.save(final state), total": _median_us(lambda: store.save(state, runs_root), reps),
-        "  folder.mkdir(parents=True, exist_ok=True), folder exists": _median_us(
+    sync: dict[str, tuple[Callable[[], object], int]] = {
+        # store.save exists only while the store is a module with a save function (main today)
+        "store.save(final state), total": (lambda: store.save(state, runs_root), reps),
+        "  folder.mkdir(parents=True, exist_ok=True), folder exists": (
             lambda: folder.mkdir(parents=True, exist_ok=True), reps),
-        "  state.model_dump_json(indent=1)": _median_us(lambda: state.model_dump_json(indent=1), reps),
-        "  os.open(O_CREAT) + write + fsync + close + os.replace": _median_us(write_fsync_rename, reps),
-        "  the same without fsync (atomic against kill -9, not power loss)": _median_us(write_rename, reps),
-        "Tracer.emit(turn event): dump + write + flush": _median_us(lambda: tracer.emit(event), reps),
-        "[t.schema() for t in tools], 4 tools, uncached": _median_us(lambda: [t.schema() for t in tool_list], reps),
-        "request messages for turn 3 (Message.to_api x5)": _median_us(
+        "  state.model_dump_json(indent=1)": (lambda: state.model_dump_json(indent=1), reps),
+        "  os.open(O_CREAT) + write + fsync + close + os.replace": (write_fsync_rename, reps),
+        "  the same without fsync (atomic against kill -9, not power loss)": (write_rename, reps),
+        "  os.fsync of a 1-line append (what a journal line costs on this disk)": (
+            lambda: _append_fsync(folder / "journal.bench"), reps),
+        "Tracer.emit(turn event): dump + write + flush": (lambda: tracer.emit(event), reps),
+        "[t.schema() for t in tools], 4 tools, uncached": (lambda: [t.schema() for t in tool_list], reps),
+        "request messages for turn 3 (Message.to_api x5)": (
             lambda: client_mod._request_messages(state.messages[:-1]), reps),
-        "workspace copy (copytree of the 3-file workspace)": _median_us(
+        "workspace copy (copytree of the 3-file workspace)": (
             lambda: shutil.copytree(harness.workspace_template(), folder / f"ws{next(copies)}"), 50),
-        "asyncio.to_thread(no-op) (the thread hop of a sync tool)": await _median_us_async(
-            lambda: asyncio.to_thread(lambda: None), reps),
-        "race(no-op coroutine, token) (per model call)": await _median_us_async(
-            lambda: race(asyncio.sleep(0), CancelToken()), reps),
-        "httpx.AsyncClient() (loads the CA bundle)": _median_us(lambda: httpx.AsyncClient(), 30),
-        "httpx.AsyncClient(verify=False)": _median_us(lambda: httpx.AsyncClient(verify=False), reps),
-        "state.json bytes (final state)": float(len(data)),
+        "httpx.AsyncClient() (loads the CA bundle)": (lambda: httpx.AsyncClient(), 30),
+        "httpx.AsyncClient(verify=False)": (lambda: httpx.AsyncClient(verify=False), reps),
     }
+    out: dict[str, float] = {}
+    for label, (fn, n) in sync.items():
+        try:
+            out[label] = _median_us(fn, n)
+        except (AttributeError, TypeError) as exc:  # the store on this branch has no such function
+            print(f"micro: skipped {label.strip()}: {exc}", file=sys.stderr)
+    out["asyncio.to_thread(no-op) (the thread hop of a sync tool)"] = await _median_us_async(
+        lambda: asyncio.to_thread(lambda: None), reps)
+    out["race(no-op coroutine, token) (per model call)"] = await _median_us_async(
+        lambda: race(asyncio.sleep(0), CancelToken()), reps)
+    out["state.json bytes (final state)"] = float(len(data))
     tracer.close()
     return out
 
@@ -364,6 +443,8 @@ async def measure(base_url: str, runs: int, warmup: int, runs_root: Path, instru
             "persistence: harness - harness_mem": overhead(times, "harness_mem", "harness"),
             "client per run: bare_fresh - bare": overhead(times, "bare", "bare_fresh"),
             "CA bundle load: bare_default - bare_fresh": overhead(times, "bare_fresh", "bare_default"),
+            **{f"{v} vs bare (durability setting)": overhead(times, "bare", v)
+               for v in times if v.startswith("harness_") and v != "harness_mem"},
         },
         "breakdown_per_run": parts,
         "prompt_tokens_per_turn": replay.prompt_tokens,
