@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -16,7 +17,15 @@ import pytest
 import runner
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = sorted(f"runner.{p.stem}" for p in (ROOT / "runner").glob("*.py") if p.stem != "__init__")
+MODULES = sorted(
+    ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    for p in (ROOT / "runner").rglob("*.py") if p != ROOT / "runner" / "__init__.py"
+)
+
+
+def _path(module: str) -> Path:
+    base = ROOT.joinpath(*module.split("."))
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
 
 
 def _runner_imports(path: Path) -> set[str]:
@@ -30,18 +39,19 @@ def _runner_imports(path: Path) -> set[str]:
     for node in ast.walk(tree):
         if id(node) in skip:
             continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("runner"):
-            if node.module == "runner":
-                found.update(f"runner.{a.name}" for a in node.names if f"runner.{a.name}" in MODULES)
-            else:
-                found.add(node.module)
+        if isinstance(node, ast.ImportFrom) and node.level:  # relative: runner.store's own modules
+            package = ".".join(path.relative_to(ROOT).parts[:-1])
+            found.update(f"{package}.{node.module}" if node.module else f"{package}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("runner"):
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in MODULES)
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("runner."))
     return found & set(MODULES)
 
 
 def test_no_import_cycles_between_runner_modules() -> None:
-    graph = {m: _runner_imports(ROOT / "runner" / f"{m.split('.')[1]}.py") - {m} for m in MODULES}
+    graph = {m: _runner_imports(_path(m)) - {m} for m in MODULES}
     done: set[str] = set()
 
     def visit(module: str, path: list[str]) -> None:
@@ -133,8 +143,23 @@ def test_wheel_installed_in_a_fresh_venv_runs_a_scenario_and_the_suite(tmp_path:
     assert (empty / "runs").is_dir()
 
 
-def test_readme_layout_names_every_module() -> None:
+def _layout_order() -> list[str]:
+    """The modules as README's Layout lists them, top to bottom (a package as `runner/name/`)."""
     readme = (ROOT / "README.md").read_text()
     layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
-    missing = [m for m in MODULES if f"runner/{m.split('.')[1]}.py" not in layout]
+    return ["runner." + m.group(1) for m in re.finditer(r"^runner/(\w+)(?:\.py|/)", layout, re.M)]
+
+
+def test_readme_layout_names_every_module() -> None:
+    listed = set(_layout_order())
+    missing = [m for m in MODULES if ".".join(m.split(".")[:2]) not in listed]
     assert not missing, f"README's Layout does not name: {missing}"
+
+
+def test_dependencies_point_down_the_readme_layout() -> None:
+    """A module imports only modules listed below it in README's Layout."""
+    order = {m: i for i, m in enumerate(_layout_order())}
+    top = {m: ".".join(m.split(".")[:2]) for m in MODULES}
+    upward = [f"{m} -> {d}" for m in MODULES for d in _runner_imports(_path(m))
+              if top[d] != top[m] and order[top[d]] < order[top[m]]]
+    assert not upward, "imports that point up the Layout list: " + ", ".join(upward)
