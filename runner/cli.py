@@ -231,6 +231,8 @@ def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: flo
             ms = (time.perf_counter() - began[0]) * 1000
             typer.echo(f"  progress: {tool}: {label}  (t+{ms:,.0f} ms)", err=True)
 
+    turn_line = _TurnLine()
+
     async def go(base_url: str) -> RunState:
         began[0] = time.perf_counter()  # the run's clock, not the endpoint's start-up
         loop = asyncio.get_running_loop()
@@ -238,8 +240,9 @@ def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: flo
             loop.add_signal_handler(sig, cancel.cancel, "user pressed Stop")
         try:
             return await execute(state, base_url, runs, cancel=cancel, on_progress=on_progress, lease=lease,
-                                 on_turn=_turn_line() if show_progress else None)
+                                 on_turn=turn_line if show_progress else None)
         finally:
+            turn_line.close()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             if cancel.is_cancelled:  # stopped and saved: a further Ctrl-C must not cut the report short
@@ -249,31 +252,40 @@ def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: flo
         return asyncio.run(go(base_url))
 
 
-def _turn_line() -> Callable[[Any], None]:
-    """The live per-turn line on stderr (local-model change, issue 12): turn N, elapsed, tokens
-    so far and the reply's tail, redrawn as chunks stream in on a terminal; elsewhere one line
-    per finished turn."""
-    tty = sys.stderr.isatty()
-    drawn = [0.0]
+class _TurnLine:
+    """The live per-turn line on stderr (issue 12): turn N, elapsed, tokens so far and the
+    reply's tail, redrawn as chunks stream in on a terminal (one line, fitted to its width);
+    elsewhere one line per finished turn. `close()` ends a line left open by a turn that
+    failed or was interrupted, so what is printed next starts on a line of its own."""
 
-    width = shutil.get_terminal_size((80, 24)).columns
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.width = shutil.get_terminal_size((80, 24)).columns
+        self.drawn_at = 0.0
+        self.open = False
 
-    def report(p: Any) -> None:
+    def __call__(self, p: Any) -> None:
         head = f"  turn {p.turn}  {p.elapsed_ms / 1000:5.1f} s  {p.tokens:>4} tokens"
-        room = width - len(head) - 5  # one line, or the \r redraw leaves wrapped rows behind
-        tail = " ".join(p.text.split())[-room:] if room > 8 else ""
+        room = self.width - len(head) - 5  # one line, or the \r redraw leaves wrapped rows behind
+        text = " ".join(p.text.split())
+        tail = ("…" + text[-(room - 1):] if len(text) > room else text) if room > 8 else ""
         line = head + (f'  "{tail}"' if tail else "")
-        if not tty:
+        if not self.tty:
             if p.done:
                 typer.echo(line, err=True)
             return
         now = time.perf_counter()
-        if p.done or now - drawn[0] >= 0.1:
-            drawn[0] = now
+        if p.done or now - self.drawn_at >= 0.1:
+            self.drawn_at = now
             sys.stderr.write("\r\x1b[2K" + line + ("\n" if p.done else ""))
             sys.stderr.flush()
+            self.open = not p.done
 
-    return report
+    def close(self) -> None:
+        if self.open:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            self.open = False
 
 
 def _suite_prompt(task_id: str) -> str | None:
@@ -766,7 +778,7 @@ def suite(
         else:
             suite_mod.print_report(report)
             if report.report_path:
-                typer.echo(f"report: {report.report_path} (and .json, .png beside it; run ids in the JSON)", err=True)
+                typer.echo(f"report: {report.report_path} (.json, .png beside it)", err=True)
         if report.cancelled:
             stopped = [r for r in report.results if r.status != "completed" and r.status != "failed"]
             typer.echo(f"suite cancelled after {len(report.results)} run(s); the report above holds them"

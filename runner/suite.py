@@ -221,9 +221,11 @@ def _result(provider: Provider, task: Task, state: RunState) -> TaskResult:
 
 def _print_progress(result: TaskResult, quiet: bool) -> None:
     if not quiet:
-        print(f"  {result.model[:12]:<12} {result.task:<13} #{result.repeat:<3} {result.status:<18} "
-              f"turns={result.turns} tools={result.tool_runs} ms={result.wall_ms:,.0f} "
-              f"correct={'yes' if result.correct else 'no'}", file=sys.stderr, flush=True)
+        # at most ~76 characters: one line in an 80-column terminal
+        status = "" if result.status == "completed" else f" {result.status}"
+        print(f"  {result.model[:12]:<12} {result.task:<12} #{result.repeat:<2} turns={result.turns:<2} "
+              f"tools={result.tool_runs:<2} {result.wall_ms:>7,.0f} ms  ok={'yes' if result.correct else 'no'}{status}",
+              file=sys.stderr, flush=True)
 
 
 def model_columns(provider: str, models: Sequence[str] = (), base_url: str | None = None,
@@ -263,7 +265,7 @@ def model_columns(provider: str, models: Sequence[str] = (), base_url: str | Non
         entry = models_mod.entry_for(shown, path)
         choice: ToolChoiceSetting = entry.first_turn_tool_choice if entry else "auto"
         if not quiet:
-            print(f"local model: {shown} ({path}); first turn tool_choice={choice}", file=sys.stderr, flush=True)
+            print(f"local model: {shown}, first turn tool_choice={choice}\n  file: {path}", file=sys.stderr, flush=True)
         # Named as llama.cpp serves it (the file stem), as runs and reports always named it.
         columns.append(Endpoint(name=path.stem, kind="local", model_path=str(path), first_turn_tool_choice=choice,
                                 chat_format=entry.chat_format if entry else HANDLER_NAME))

@@ -36,7 +36,7 @@ fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
   _bootstrap_step "upgrading pip" "$VENV/bin/python" -m pip install --upgrade pip
-  _bootstrap_step "installing runner and its dependencies (the first time compiles llama.cpp: 3-5 min on 2 cores)" \
+  _bootstrap_step "installing runner (the first time compiles llama.cpp: 3-5 min)" \
     "$VENV/bin/python" -m pip install -e "$ROOT[dev]"
   echo "$want" > "$stamp"
 fi
