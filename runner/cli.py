@@ -118,8 +118,8 @@ def _console() -> Any:
 def _print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
     """Print a compact table that fits the console. Each column is (header, kind): "id" and
     "num" cells are never cut or wrapped; "text" columns share the width that is left, cut at
-    the end with "…" ("path": cut at the start), and the rightmost goes first when fewer than
-    8 characters would remain for each."""
+    the end with "…" ("path": cut at the start, where names differ least), and the rightmost
+    goes first when fewer than 8 characters would remain for each."""
     import io
 
     from rich import box
@@ -560,7 +560,7 @@ def list_runs(
             return f"driven by {i.driver}" if i.shown_status == "running" else i.state.reason or ""
 
         _print_table([("run id", "id"), ("status", "id"), ("turns", "num"), ("tools", "num"),
-                      ("cost USD", "num"), ("reason", "text"), ("model", "text")],
+                      ("cost USD", "num"), ("reason", "text"), ("model", "path")],
                      [[i.state.run_id, i.shown_status, str(i.state.turns), str(i.state.tool_run_count),
                        f"{i.state.cost_usd:.6f}", reason(i), i.state.config.model] for i in infos])
         return 0
