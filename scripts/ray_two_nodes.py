@@ -2,10 +2,13 @@
 `runner suite --executor ray` against it, print the suite's table and where each run was
 driven, then stop both nodes.
 
-    python scripts/ray_two_nodes.py [--store DIR] [--repeat N] [-- extra `runner suite` options]
+    python scripts/ray_two_nodes.py [--store DIR|URL] [--repeat N] [-- extra `runner suite` options]
 
-`--store` is the run store the suite creates its runs in (today a runs directory, which both
-nodes reach because they share this machine's filesystem). Ray 2.60 turns token auth on, so
+The suite's runs go to a PostgreSQL store, so any node may drive any run: by default a
+throwaway cluster this script starts (tests/pgcluster.py: a Unix socket in a temp folder, as
+the `postgres` user when run as root), or the store given with `--store` (a postgresql:// URL,
+or a runs directory, which both nodes reach here because they share this machine's
+filesystem). The reports go to runs/ray-two-nodes/. Ray 2.60 turns token auth on, so
 both nodes and the driver run with RAY_AUTH_MODE=token (the token is Ray's, in ~/.ray). The
 nodes get their own temporary folder and free ports, and are stopped by terminating the two
 `ray start --block` processes this script started (never `ray stop`, which stops every Ray
@@ -60,7 +63,8 @@ def wait_for(address: str, nodes: int, env: dict[str, str], procs: list[subproce
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--store", default=str(ROOT / "runs" / "ray-two-nodes"), help="run store (a runs directory)")
+    parser.add_argument("--store", default=None,
+                        help="run store: a postgresql:// URL or a runs directory [default: a throwaway PostgreSQL]")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cpus-per-node", type=int, default=1)
     parser.add_argument("suite_args", nargs="*", help="extra `runner suite` options (after --)")
@@ -74,6 +78,18 @@ def main(argv: list[str] | None = None) -> int:
     address = f"127.0.0.1:{port}"
     procs: list[subprocess.Popen[bytes]] = []
     began = time.perf_counter()
+    cluster = None
+    if opts.store is None:
+        sys.path.insert(0, str(ROOT))
+        from tests import pgcluster
+
+        why_not = pgcluster.available()
+        if why_not:
+            print(f"error: {why_not}; give --store DIR to use a runs directory", file=sys.stderr)
+            return 2
+        cluster = pgcluster.Cluster(fsync=True).start()
+        opts.store = cluster.new_database()
+        print(f"run store: a throwaway PostgreSQL 15 cluster, {opts.store}", flush=True)
     try:
         procs.append(start_node(["--head", f"--port={port}", f"--num-cpus={opts.cpus_per_node}",
                                  "--include-dashboard=false", f"--temp-dir={temp}"], temp / "head.log", env))
@@ -82,10 +98,12 @@ def main(argv: list[str] | None = None) -> int:
         wait_for(address, 2, env, procs)
         print(f"two-node Ray cluster at {address} up in {time.perf_counter() - began:.1f} s "
               f"(head + worker, {opts.cpus_per_node} CPU each, RAY_AUTH_MODE=token)", flush=True)
-        store = Path(opts.store)
+        is_url = opts.store.startswith(("postgresql://", "postgres://"))
+        store = ROOT / "runs" / "ray-two-nodes" if is_url else Path(opts.store)  # where the reports go
         before = set(store.glob("suite-*.json"))
         cmd = [sys.executable, "-m", "runner", "suite", "--executor", "ray", "--address", address,
-               "--provider", "scripted", "--repeat", str(opts.repeat), "--runs-dir", str(store), *opts.suite_args]
+               "--provider", "scripted", "--repeat", str(opts.repeat), "--runs-dir", str(store),
+               *(["--store", opts.store] if is_url else []), *opts.suite_args]
         print("$ runner " + " ".join(cmd[3:]), flush=True)
         suite_began = time.perf_counter()
         code = subprocess.run(cmd, env={**env, "COLUMNS": env.get("COLUMNS", "100")}).returncode
@@ -107,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 p.kill()
         shutil.rmtree(temp, ignore_errors=True)
+        if cluster is not None:
+            cluster.stop()
 
 
 if __name__ == "__main__":
