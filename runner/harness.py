@@ -15,24 +15,18 @@ from runner import catalog, loop
 from runner.cancel import CancelToken
 from runner.client import ChatClient
 from runner.resources import tasks_dir
-from runner.scripted import die_with_parent, scripted_provider
+from runner.scripted import scripted_provider
 from runner.state import RunConfig, RunState
 from runner.store import FileStore, Lease, RunHandle, RunNotFound, RunStore, default_owner
 from runner.streaming import TurnProgress
-from runner.tools import Tool
 from runner.trace import Tracer, _Event
 
-__all__ = ["build_tools", "die_with_parent", "execute", "scripted_provider", "workspace_template"]
+__all__ = ["execute", "scripted_provider", "workspace_template"]
 
 
 def workspace_template() -> Path:
     """The checked-in three-file workspace the tools work over (copied per run)."""
     return tasks_dir() / "workspace"
-
-
-def build_tools(state: RunState) -> list[Tool]:
-    """The catalog named by `state.config.tools`, in that order (see `runner.catalog.build`)."""
-    return catalog.build(state.config)
 
 
 async def execute(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from runner.chat_adapter import DEFAULT_MAX_TOKENS, HANDLER_NAME
 from runner.errors import ServiceError, UsageError
+from runner.procs import die_with
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -246,22 +246,6 @@ def free_port(host: str = DEFAULT_HOST) -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with(parent_pid: int) -> Callable[[], None]:
-    """preexec_fn: SIGKILL this child when the thread that started it dies (Linux), even by
-    SIGKILL; exit at once if the parent is already gone (the race between fork and prctl)."""
-
-    def arm() -> None:
-        if sys.platform.startswith("linux"):
-            import ctypes
-
-            pr_set_pdeathsig = 1
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-        if os.getppid() != parent_pid:
-            os._exit(1)
-
-    return arm
-
-
 class LocalServer:
     """The embedded server as a managed subprocess; a context manager.
 
@@ -329,7 +313,7 @@ class LocalServer:
         with self.log_path.open("wb") as log:
             self._process = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.settings.child_env(), preexec_fn=_die_with(os.getpid()),
+                env=self.settings.child_env(), preexec_fn=die_with(os.getpid()),
             )
         try:
             self._wait_healthy()

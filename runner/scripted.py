@@ -17,13 +17,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import re
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Union
 
 from runner.errors import RunnerError, ServiceError, UsageError
+from runner.procs import die_with
 
 Call = tuple[str, str, dict[str, Any]]  # (call id, tool name, arguments)
 Reply = Union[str, list[Call], dict[str, Any]]  # prose, tool calls, or a raw message
@@ -476,19 +479,6 @@ def serve(settings: ScriptedSettings, host: str = "127.0.0.1", port: int = 0, fd
     _uvicorn_server(ScriptedApp(settings)).run(sockets=[sock])
 
 
-def die_with_parent() -> None:
-    """preexec_fn for helper servers: on Linux, SIGTERM the child when its parent dies, so a
-    killed runner (kill -9, the resume tests) never leaves a provider behind."""
-    import sys
-
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 class ScriptedProcess:
     """The scripted provider (`python -m runner.scripted`) as a child process on a free loopback
     port, started at construction. Use as a context manager: `with scripted_provider() as url`.
@@ -520,7 +510,7 @@ class ScriptedProcess:
             cmd += ["--fault", faults]
         try:
             self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                          pass_fds=(sock.fileno(),), preexec_fn=die_with_parent)
+                                          pass_fds=(sock.fileno(),), preexec_fn=die_with(os.getpid(), signal.SIGTERM))
         finally:
             sock.close()  # the child holds the listening socket now
 

@@ -56,8 +56,8 @@ from typing import Any, Awaitable, Callable, Iterator
 import httpx
 
 import runner
+from runner import catalog, harness, store, tools
 from runner import client as client_mod
-from runner import harness, store, tools
 from runner.scripted import PROMPTS, ScriptedServer
 from runner.state import RunConfig, RunState, new_run
 from runner.store import FileStore
@@ -93,7 +93,7 @@ async def make_replay(base_url: str) -> Replay:
     assert state.status == "completed" and state.turns == TURNS, (state.status, state.reason)
     first = [m.to_api() for m in state.messages[:1]]
     results = {m.tool_call_id or "": m.to_api() for m in state.messages if m.role == "tool"}
-    schemas = [t.schema() for t in harness.build_tools(state)]
+    schemas = [t.schema() for t in catalog.build(state.config)]
     return Replay(first, schemas, results, [t.prompt_tokens for t in state.per_turn])
 
 
@@ -246,7 +246,7 @@ CATEGORIES = {
     "request messages (client._request_messages)": (client_mod, "_request_messages"),
     "reply parsing (client._parse_choice)": (client_mod, "_parse_choice"),
     "workspace copy (FileStore.workspace: copytree)": (FileStore, "workspace"),
-    "tool catalog (harness.build_tools)": (harness, "build_tools"),
+    "tool catalog (catalog.build)": (catalog, "build"),
 }
 def categories() -> dict[str, tuple[Any, str]]:
     """CATEGORIES that exist on this branch (the store's functions change with it), plus each
@@ -359,7 +359,7 @@ async def micro(base_url: str, runs_root: Path, reps: int = 200) -> dict[str, fl
     state = await harness.execute(fresh_state(base_url), base_url, runs_root)
     folder = runs_root / "micro"
     folder.mkdir(parents=True, exist_ok=True)
-    tool_list = harness.build_tools(state)
+    tool_list = catalog.build(state.config)
     data = state.model_dump_json(indent=1).encode()
 
     def write_fsync_rename() -> None:

@@ -41,7 +41,7 @@ TARGET_RPS = 1000.0
 
 def plan_requests() -> list[dict[str, Any]]:
     """The three request bodies runner sends for `plan` (taken from an in-memory run)."""
-    from runner import harness
+    from runner import catalog, harness
     from runner.scripted import PROMPTS, ScriptedServer
     from runner.state import RunConfig, new_run
 
@@ -49,7 +49,7 @@ def plan_requests() -> list[dict[str, Any]]:
         state = new_run(PROMPTS["plan"], RunConfig(model="scripted/plan", base_url=server.base_url))
         state = asyncio.run(harness.execute(state, server.base_url, None))
     assert state.status == "completed" and state.turns == 3, state.status
-    schemas = [t.schema() for t in harness.build_tools(state)]
+    schemas = [t.schema() for t in catalog.build(state.config)]
     bodies, upto = [], 1
     for i, m in enumerate(state.messages):
         if m.role == "assistant":

@@ -31,14 +31,15 @@ def test_custom_error_formatter(provider: str) -> None:
     import asyncio
     import tempfile
 
+    from runner.catalog import build
     from runner.client import ChatClient
-    from runner.harness import build_tools, workspace_template
+    from runner.harness import workspace_template
 
     state = scripted_run("recover")
 
     async def go() -> None:
         async with ChatClient(provider) as client:
-            rt = loop.Runtime(client=client, tools=build_tools(state),
+            rt = loop.Runtime(client=client, tools=build(state.config),
                               workspace=store.workspace_path(Path(tempfile.mkdtemp()), "w", workspace_template()),
                               tool_error_text=lambda e: f"TOOL FAILED <<{e}>>")
             await loop.run(state, rt)
