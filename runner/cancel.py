@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Awaitable, TypeVar
+from typing import Any, Callable, Coroutine, TypeVar
 
 T = TypeVar("T")
 
@@ -20,7 +20,7 @@ class CancelToken:
 
     def __init__(self) -> None:
         self._event = threading.Event()
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._callbacks: list[tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = []
         self._lock = threading.Lock()
         self.reason: str | None = None
         self.cancelled_at: float | None = None
@@ -38,24 +38,34 @@ class CancelToken:
             self.reason = reason
             self.cancelled_at = time.perf_counter()
             self._event.set()
-            waiters = list(self._waiters)
-        for loop, event in waiters:
+            callbacks = list(self._callbacks)
+        for loop, callback in callbacks:
             if not loop.is_closed():
-                loop.call_soon_threadsafe(event.set)
+                loop.call_soon_threadsafe(callback)
+
+    def _subscribe(self, callback: Callable[[], None]) -> tuple[asyncio.AbstractEventLoop, Callable[[], None]] | None:
+        """Have `callback` called on the running loop once cancelled; None if already cancelled."""
+        entry = (asyncio.get_running_loop(), callback)
+        with self._lock:
+            if self._event.is_set():
+                return None
+            self._callbacks.append(entry)
+        return entry
+
+    def _unsubscribe(self, entry: tuple[asyncio.AbstractEventLoop, Callable[[], None]]) -> None:
+        with self._lock:
+            self._callbacks.remove(entry)
 
     async def wait(self) -> str:
         """Return the reason once cancelled (never returns if nobody cancels)."""
         event = asyncio.Event()
-        entry = (asyncio.get_running_loop(), event)
-        with self._lock:
-            if self._event.is_set():
-                return self.reason or "cancelled"
-            self._waiters.append(entry)
+        entry = self._subscribe(event.set)
+        if entry is None:
+            return self.reason or "cancelled"
         try:
             await event.wait()
         finally:
-            with self._lock:
-                self._waiters.remove(entry)
+            self._unsubscribe(entry)
         return self.reason or "cancelled"
 
     def sleep(self, seconds: float) -> bool:
@@ -71,22 +81,40 @@ class Cancelled(Exception):
         self.reason = reason
 
 
-async def race(awaitable: Awaitable[T], token: CancelToken) -> T:
-    """Await `awaitable` unless `token` fires first; then cancel it and raise `Cancelled`."""
-    task = asyncio.ensure_future(awaitable)
+async def race(awaitable: Coroutine[Any, Any, T], token: CancelToken) -> T:
+    """Await `awaitable` unless `token` fires first; then cancel it and raise `Cancelled`.
+
+    It runs in the caller's task (no task or waiter of its own, so a model call pays nothing
+    for being stoppable): the token's callback cancels the caller's task, and the
+    cancellation it causes is turned into `Cancelled`. A cancellation from anywhere else
+    propagates unchanged.
+    """
     if token.is_cancelled:
-        task.cancel()
+        awaitable.close()
         raise Cancelled(token.reason or "cancelled")
-    stopper = asyncio.ensure_future(token.wait())
+    task = asyncio.current_task()
+    assert task is not None, "race() runs inside a task"
+    state = {"waiting": True, "fired": False}
+
+    def interrupt() -> None:
+        if state["waiting"]:  # called on the loop: never after the await below has finished
+            state["fired"] = True
+            task.cancel()
+
+    entry = token._subscribe(interrupt)
+    if entry is None:
+        awaitable.close()
+        raise Cancelled(token.reason or "cancelled")
     try:
-        done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        result = await awaitable
+    except asyncio.CancelledError:
+        if state["fired"]:
+            task.uncancel()
+            raise Cancelled(token.reason or "cancelled") from None
+        raise
     finally:
-        stopper.cancel()
-    if task in done:
-        return task.result()
-    task.cancel()
-    try:
-        await task
-    except BaseException:
-        pass
-    raise Cancelled(token.reason or "cancelled")
+        state["waiting"] = False
+        token._unsubscribe(entry)
+    if state["fired"]:  # the call finished despite the cancel: it is not pending on the task
+        task.uncancel()
+    return result

@@ -80,6 +80,10 @@ RunsDir = Annotated[Optional[Path], typer.Option("--runs-dir", envvar="RUNNER_RU
 StoreOpt = Annotated[Optional[str], typer.Option(
     "--store", envvar="RUNNER_STORE",
     help="Where runs live: a postgresql:// URL (many workers) or a runs directory [default: --runs-dir].")]
+DurabilityOpt = Annotated[Optional[str], typer.Option(
+    "--durability", envvar="RUNNER_DURABILITY", show_default="process", metavar="process|power",
+    help="What each committed transition survives: process (a kill of this process, SIGKILL included) "
+         "or power (also an OS crash or power loss: one disk flush per transition).")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 MaxTurns = Annotated[Optional[int], typer.Option("--max-turns", min=0, help=(
     f"Stop before turn N+1 (a new run's default: {DEFAULT_MAX_TURNS}; 0: no turn cap)."))]
@@ -378,6 +382,7 @@ def run(
     detach: Annotated[bool, typer.Option("--detach", help="Queue the run for `runner worker` instead of driving it here.")] = False,
     runs_dir: RunsDir = None,
     store_url: StoreOpt = None,
+    durability: DurabilityOpt = None,
     as_json: JsonOut = False,
 ) -> None:
     """Start a run: scripted (--scenario) or against any endpoint (--base-url + --model)."""
@@ -429,7 +434,7 @@ def run(
         if detach and (latency_ms or fault):
             raise UsageError("--latency-ms and --fault configure a scripted provider started here; "
                              "they do not go with --detach")
-        runs = store.open_store(store_url, runs=runs_dir)
+        runs = store.open_store(store_url, runs=runs_dir, durability=durability)
         state = new_run(task, config)
         if detach:
             runs.create(state)
@@ -459,6 +464,7 @@ def resume(
     detach: Annotated[bool, typer.Option("--detach", help="Record the verdict or limits and queue the run for `runner worker`.")] = False,
     runs_dir: RunsDir = None,
     store_url: StoreOpt = None,
+    durability: DurabilityOpt = None,
     as_json: JsonOut = False,
 ) -> None:
     """Continue a stopped run: after a crash, a cap, a cancel, or with an approval verdict."""
@@ -470,7 +476,7 @@ def resume(
             raise UsageError("give --approve or --reject, not both")
         if reason and not reject:
             raise UsageError("--reason goes with --reject CALL_ID")
-        runs = store.open_store(store_url, runs=runs_dir)
+        runs = store.open_store(store_url, runs=runs_dir, durability=durability)
         lease = runs.claim(run_id)  # one driver at a time: a second one stops here (exit 2)
         try:
             state = runs.load(run_id, force=force)
@@ -636,7 +642,7 @@ def worker(
     lease_s: Annotated[Optional[float], typer.Option(min=0.1, help="PostgreSQL lease length, seconds (renewed every third of it) [default: $RUNNER_LEASE_S or 30].")] = None,
     idle_exit: Annotated[Optional[float], typer.Option(min=0.0, help="Exit once nothing was runnable for this many seconds [default: never].")] = None,
     poll: Annotated[float, typer.Option(min=0.01, help="Seconds between claims when nothing is runnable.")] = 0.5,
-    runs_dir: RunsDir = None, store_url: StoreOpt = None,
+    runs_dir: RunsDir = None, store_url: StoreOpt = None, durability: DurabilityOpt = None,
 ) -> None:
     """Claim runnable runs from the store (queued, given a verdict, or whose driver died) and
     drive them; several workers on one store never drive one run at once. Ctrl-C stops."""
@@ -644,7 +650,7 @@ def worker(
     def body() -> int:
         from runner.worker import run_worker
 
-        with store.open_store(store_url, runs=runs_dir, lease_s=lease_s) as runs:
+        with store.open_store(store_url, runs=runs_dir, lease_s=lease_s, durability=durability) as runs:
             typer.echo(f"worker: claiming runs from {runs.url}, {concurrency} at a time"
                        + (f", until idle for {idle_exit:g} s" if idle_exit is not None else "; Ctrl-C stops"), err=True)
             report = run_worker(runs, concurrency=concurrency, idle_exit_s=idle_exit, poll_s=poll)
@@ -759,6 +765,7 @@ def suite(
     actors: Annotated[Optional[int], typer.Option(min=1, help="--executor ray: actors per model column, each with its own endpoint [default: 2 per node].")] = None,
     runs_dir: RunsDir = None,
     store_url: StoreOpt = None,
+    durability: DurabilityOpt = None,
     as_json: JsonOut = False,
 ) -> None:
     """Run the six-task suite on the scripted provider and local models, side by side, N times each."""
@@ -769,6 +776,8 @@ def suite(
 
         if executor == "local" and (address or actors):
             raise UsageError("--address and --actors need --executor ray")
+        if durability:  # the runs are opened by location in the executors (and Ray actors started here)
+            os.environ["RUNNER_DURABILITY"] = store.durability_of(durability)
         report = suite_mod.run_suite(provider, runs_root=store.runs_dir(runs_dir), models=model or (),
                                      base_url=base_url, max_turns=max_turns, max_tokens=max_tokens,
                                      latency_ms=latency_ms, repeats=repeat, quiet=as_json, store_location=store_url,

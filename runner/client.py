@@ -159,6 +159,15 @@ class ChatReply:
         return None
 
 
+def new_http_client(base_url: str = "") -> httpx.AsyncClient:
+    """The `httpx.AsyncClient` runner sends with; pass one to `ChatClient(http=...)` (or
+    `runner.harness.execute(http=...)`) to share its kept-alive connections between runs.
+    `base_url`'s scheme decides TLS: plain http skips building the default SSL context (~20 ms)."""
+    import httpx
+
+    return httpx.AsyncClient(verify=not base_url.startswith("http://"))
+
+
 class ChatClient:
     """An async client for one base URL.
 
@@ -167,26 +176,29 @@ class ChatClient:
         timeout_s: per-attempt timeout, seconds.
         max_retries: extra attempts after the first for retryable failures.
         backoff_s: first back-off delay, doubled per attempt, capped at 8 s.
+        http: an `httpx.AsyncClient` to send through, shared with other runs and left open
+            (a process driving many runs keeps its connections alive: creating a client and
+            connecting costs ~0.4 ms per turn of a 3-turn run, `scripts/bench_overhead.py`);
+            None: a client of this run's own, closed with it.
     """
 
     def __init__(
         self, base_url: str, *, timeout_s: float = 600.0, max_retries: int = 4,
-        backoff_s: float = 0.5, api_key: str = "sk-local",
+        backoff_s: float = 0.5, api_key: str = "sk-local", http: httpx.AsyncClient | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         import httpx  # here, not at the top: `from runner import run` stays ~100 ms lighter
 
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
-            headers={"Authorization": f"Bearer {api_key}"},
-            # Plain http needs no TLS: building the default SSL context costs ~20 ms per client.
-            verify=not self.base_url.startswith("http://"),
-        )
+        self._owned = http is None
+        self._http = http or new_http_client(self.base_url)
+        self._timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
+        self._headers = {"Authorization": f"Bearer {api_key}"}
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._owned:
+            await self._http.aclose()
 
     async def __aenter__(self) -> ChatClient:
         return self
@@ -245,9 +257,11 @@ class ChatClient:
 
         try:
             if on_delta is None:
-                response = await self._http.post(self.base_url + "/chat/completions", json=body)
+                response = await self._http.post(self.base_url + "/chat/completions", json=body,
+                                                 headers=self._headers, timeout=self._timeout)
             else:  # local-model change (issue 12): read a streamed reply as it comes
-                async with self._http.stream("POST", self.base_url + "/chat/completions", json=body) as response:
+                async with self._http.stream("POST", self.base_url + "/chat/completions", json=body,
+                                             headers=self._headers, timeout=self._timeout) as response:
                     if response.status_code < 400 and "text/event-stream" in response.headers.get("content-type", ""):
                         try:
                             return await read_sse(response.aiter_lines(), on_delta)

@@ -26,17 +26,21 @@ import signal
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Protocol
 
 from pydantic import BaseModel
 
 from runner import store
 from runner.cancel import CancelToken
+from runner.client import new_http_client
 from runner.errors import RunnerError, ServiceError, UsageError
 from runner.harness import execute, scripted_provider
 from runner.local import physical_cores
 from runner.resources import checkout_root
 from runner.state import RunState
+
+if TYPE_CHECKING:
+    import httpx
 
 # --- the store seam -------------------------------------------------------------------------
 
@@ -67,7 +71,7 @@ def load(run_id: str, store_location: str) -> RunState:
 
 
 async def advance(run_id: str, store_location: str, base_url: str, cancel: CancelToken | None = None,
-                  server_settings: dict[str, Any] | None = None) -> RunState:
+                  server_settings: dict[str, Any] | None = None, http: httpx.AsyncClient | None = None) -> RunState:
     """Drive (or resume) the saved run `run_id` against `base_url` to its next stop; returns it.
     `server_settings` (the local server's, when this process started it) go on `run_started`.
 
@@ -80,7 +84,8 @@ async def advance(run_id: str, store_location: str, base_url: str, cancel: Cance
     state = load(run_id, store_location)
     if state.status != "running":
         return state
-    return await execute(state, base_url, _store(store_location), cancel=cancel, server_settings=server_settings)
+    return await execute(state, base_url, _store(store_location), cancel=cancel, server_settings=server_settings,
+                         http=http)
 
 
 # --- endpoints ------------------------------------------------------------------------------
@@ -227,12 +232,14 @@ class LocalExecutor:
             loop.add_signal_handler(sig, self.cancel.cancel, "user pressed Stop")
         states = []
         try:
-            for run_id in run_ids:
-                if self.cancel.is_cancelled:
-                    break
-                state = await advance(run_id, store_location, opened.base_url, self.cancel, opened.server_settings)
-                states.append((state, f"local pid {os.getpid()}"))
-                on_done(*states[-1])
+            async with new_http_client(opened.base_url) as http:  # one kept-alive connection for the batch
+                for run_id in run_ids:
+                    if self.cancel.is_cancelled:
+                        break
+                    state = await advance(run_id, store_location, opened.base_url, self.cancel,
+                                          opened.server_settings, http)
+                    states.append((state, f"local pid {os.getpid()}"))
+                    on_done(*states[-1])
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)

@@ -7,9 +7,10 @@ experiments call; `loop.run` stays free of all this wiring.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from runner import catalog, loop
 from runner.cancel import CancelToken
@@ -19,7 +20,11 @@ from runner.scripted import scripted_provider
 from runner.state import RunConfig, RunState
 from runner.store import FileStore, Lease, RunHandle, RunNotFound, RunStore, default_owner
 from runner.streaming import TurnProgress
+from runner.tools import Workspace
 from runner.trace import Tracer, _Event
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["execute", "scripted_provider", "workspace_template"]
 
@@ -34,7 +39,7 @@ async def execute(
     on_progress: Callable[[str, str], None] | None = None, tools_see_cancel: bool = True,
     server_settings: dict[str, Any] | None = None,
     on_turn: Callable[[TurnProgress], None] | None = None,
-    lease: Lease | None = None,
+    lease: Lease | None = None, http: httpx.AsyncClient | None = None,
 ) -> RunState:
     """Run (or resume) `state` against `base_url`, committing every transition to `runs`.
 
@@ -44,6 +49,8 @@ async def execute(
         lease: the run's lease if the caller claimed it already (released by the caller);
             else the run is claimed here (created if the store does not have it) and
             released at the stop.
+        http: an `httpx.AsyncClient` shared by the runs this process drives (see
+            `runner.client.new_http_client`), left open; None: one for this run alone.
 
     Raises:
         RunBusy: another process drives the run. StaleState: `state` is behind the stored one.
@@ -56,17 +63,23 @@ async def execute(
         store = FileStore(runs) if isinstance(runs, Path) else runs
         cancel = cancel or CancelToken()
         handle: RunHandle | None = None
+        template = workspace_template()
         if store is not None:
             handle, _ = _claimed(store, state, lease, cancel, cleanup)
             _drop_unrecorded_approvals(state, store)
-            workspace = store.workspace(state.run_id, workspace_template(), handle.lease)
+            held, run_id = handle.lease, state.run_id
+            workspace = Workspace(template, lambda: store.workspace(run_id, template, held),
+                                  store.existing_workspace(run_id, held))
             tracer = handle.tracer()
         else:
-            scratch = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="runner-")))
-            workspace = FileStore(scratch).workspace(state.run_id, workspace_template())
+            def scratch_copy() -> Path:
+                scratch = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="runner-")))
+                return Path(shutil.copytree(template, scratch / "workspace", symlinks=True))
+
+            workspace = Workspace(template, scratch_copy)
             tracer = Tracer(None)
         cfg = state.config
-        async with ChatClient(base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries) as client:
+        async with ChatClient(base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, http=http) as client:
 
             async def run_child(child: RunState, child_cancel: CancelToken) -> RunState:
                 """A child run shares the client and workspace; it is a run of its own in the

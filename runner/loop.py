@@ -45,7 +45,7 @@ from runner.state import (
 )
 from runner.store import RunHandle
 from runner.streaming import TurnMeter, TurnProgress
-from runner.tools import Tool, ToolContext, ToolError
+from runner.tools import Tool, ToolContext, ToolError, Workspace
 from runner.trace import (
     ApprovalRequired,
     RunResumed,
@@ -83,7 +83,8 @@ class Runtime:
     Attributes:
         client: the chat client for `state.config.base_url`.
         tools: the catalog offered to the model.
-        workspace: the folder tools may touch.
+        workspace: where tools work: a `Workspace` (the run's copy, made on the first tool
+            that may write), or a folder every tool works in as it is.
         run: the claimed run in its store, where every transition is committed with its
             trace events; None keeps the run in memory only.
         cancel: the run's Stop signal, shared with tools and child runs.
@@ -99,7 +100,7 @@ class Runtime:
 
     client: ChatClient
     tools: list[Tool]
-    workspace: Path
+    workspace: Workspace | Path
     run: RunHandle | None = None
     cancel: CancelToken = field(default_factory=CancelToken)
     on_progress: Callable[[str, str], None] | None = None
@@ -112,6 +113,10 @@ class Runtime:
     """Live progress of each model call (start, every streamed chunk, end); set, it makes the
     client ask for a streamed reply."""
     _deferred: list[_Event] = field(default_factory=list)
+
+    def workspace_for(self, tool: Tool) -> Path:
+        ws = self.workspace
+        return ws.for_tool(tool) if isinstance(ws, Workspace) else ws
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -472,7 +477,7 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
         return child
 
     ctx = ToolContext(
-        cancel=cancel, workspace=rt.workspace,
+        cancel=cancel, workspace=rt.workspace_for(tool),
         progress=lambda label: _progress(state, rt, tool, call, label),
         idempotency_key=f"{state.run_id}/{call.id}", call_id=call.id, run_id=state.run_id,
         spawn=spawn if rt.run_child is not None else None,

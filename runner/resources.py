@@ -9,6 +9,7 @@ to a user cache folder. Environment variables override each: `RUNNER_TASKS_DIR`,
 
 from __future__ import annotations
 
+import functools
 import os
 from importlib import resources
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
+@functools.cache  # where the package sits does not change while it runs; each look costs ~70 µs
 def checkout_root() -> Path | None:
     """The source checkout holding this package, or None when runner is installed as a wheel."""
     root = PACKAGE_DIR.parent

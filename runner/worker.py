@@ -15,13 +15,17 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from runner.cancel import CancelToken
+from runner.client import new_http_client
 from runner.errors import RunnerError
 from runner.harness import endpoint, execute
 from runner.state import RunConfig
 from runner.store import Lease, RunStore, default_owner
+
+if TYPE_CHECKING:
+    import httpx
 
 
 @dataclass
@@ -80,36 +84,37 @@ async def work(store: RunStore, *, concurrency: int = 1, idle_exit_s: float | No
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), poll_s)
                 continue
-            await _drive_one(store, lease, endpoints, report, say, cancels)
+            await _drive_one(store, lease, endpoints, report, say, cancels, http)
             idle_since = time.monotonic()
 
-    with contextlib.ExitStack() as stack:
-        endpoints = _Endpoints(stack)
-        waiter = asyncio.ensure_future(stop.wait())
-        slots = [asyncio.ensure_future(slot(k, endpoints)) for k in range(concurrency)]
-        try:
-            while not all(s.done() for s in slots):
-                await asyncio.wait([waiter, *slots], return_when=asyncio.FIRST_COMPLETED)
-                if stop.is_set():
-                    for token in list(cancels):
-                        token.cancel("the worker is stopping")
-                    await asyncio.gather(*slots)
-            for s in slots:
-                s.result()
-        finally:
-            waiter.cancel()
+    async with new_http_client() as http:  # the runs driven here share kept-alive connections
+        with contextlib.ExitStack() as stack:
+            endpoints = _Endpoints(stack)
+            waiter = asyncio.ensure_future(stop.wait())
+            slots = [asyncio.ensure_future(slot(k, endpoints)) for k in range(concurrency)]
+            try:
+                while not all(s.done() for s in slots):
+                    await asyncio.wait([waiter, *slots], return_when=asyncio.FIRST_COMPLETED)
+                    if stop.is_set():
+                        for token in list(cancels):
+                            token.cancel("the worker is stopping")
+                        await asyncio.gather(*slots)
+                for s in slots:
+                    s.result()
+            finally:
+                waiter.cancel()
     return report
 
 
 async def _drive_one(store: RunStore, lease: Lease, endpoints: _Endpoints, report: WorkerReport,
-                     say: Callable[[str], None], cancels: set[CancelToken]) -> None:
+                     say: Callable[[str], None], cancels: set[CancelToken], http: httpx.AsyncClient) -> None:
     cancel = CancelToken()
     cancels.add(cancel)
     try:
         state = store.load(lease.run_id)
         base_url = endpoints.url(state.config)
         began = time.perf_counter()
-        state = await execute(state, base_url, store, cancel=cancel, lease=lease)
+        state = await execute(state, base_url, store, cancel=cancel, lease=lease, http=http)
         report.driven[state.run_id] = state.status
         say(f"{lease.run_id}: {state.status} after {state.turns} turns  "
             f"(epoch {lease.epoch}, {(time.perf_counter() - began) * 1000:,.0f} ms)")

@@ -120,7 +120,7 @@ def test_ctrl_c_mid_suite_writes_the_report_of_the_tasks_done(runs: Path) -> Non
 @pytest.mark.parametrize("presses", [1, 2])
 def test_ctrl_c_early_or_twice_keeps_the_run_resumable_and_prints_its_id(runs: Path, presses: int) -> None:
     proc = _popen("run", "--scenario", "plan", "--latency-ms", "3000", runs=runs)
-    _wait_for(lambda: any(runs.glob("*/state.json")))
+    _wait_for(lambda: any(runs.glob("*/journal.jsonl")))
     for _ in range(presses):
         proc.send_signal(signal.SIGINT)
         time.sleep(0.05)

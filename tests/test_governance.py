@@ -97,12 +97,21 @@ def _stop_for_approval(runs: Path) -> dict[str, Any]:
     return out
 
 
+def _files(runs: Path, run_id: str) -> Path:
+    """The folder the run's tools see: its own copy once a tool that may write ran, else the
+    template (read-only tools read it until then)."""
+    from runner.harness import workspace_template
+
+    return store.FileStore(runs).existing_workspace(run_id) or workspace_template()
+
+
 def test_destructive_stops_for_approval_with_nothing_deleted(runs: Path) -> None:
     out = _stop_for_approval(runs)
     assert out["status"] == "interrupted" and out["turns"] == 2
     assert out["interruption"] == {"type": "approval", "call_id": "c2", "tool_name": "delete_file",
                                    "args": {"path": "access.log"}, "in_doubt": False}
-    assert (runs / out["run_id"] / "workspace" / "access.log").exists()
+    assert not (runs / out["run_id"] / "workspace").exists()  # no tool that may write ran: no copy
+    assert (_files(runs, out["run_id"]) / "access.log").exists()
     events = [json.loads(line) for line in store.trace_path(runs, out["run_id"]).read_text().splitlines()]
     assert events[-2]["type"] == "approval_required" and events[-2]["callId"] == "c2"
     assert events[-1]["reason"] == "delete_file needs approval"
@@ -122,7 +131,7 @@ def test_reject_with_a_reason_is_written_where_the_model_reads(runs: Path) -> No
     code, done = cli_json("resume", out["run_id"], "--reject", "c2", "--reason", "keep it for the audit",
                           runs_dir=runs)
     assert code == 0 and done["answer"] == "I did not delete anything: you declined the deletion."
-    assert (runs / out["run_id"] / "workspace" / "access.log").exists()
+    assert (_files(runs, out["run_id"]) / "access.log").exists()
     state = store.load(runs, out["run_id"])
     results = [m.content for m in state.messages if m.role == "tool"]
     assert results[-1] == "The user declined this call: keep it for the audit"
@@ -135,7 +144,7 @@ def test_empty_rejection_demo_shows_the_false_report(runs: Path) -> None:
     out = _stop_for_approval(runs)
     _, done = cli_json("resume", out["run_id"], "--reject", "c2", "--unsafe-empty-rejection", runs_dir=runs)
     assert done["answer"] == "Deleted access.log to free space."  # the lie the chapter warns about
-    assert (runs / out["run_id"] / "workspace" / "access.log").exists()
+    assert (_files(runs, out["run_id"]) / "access.log").exists()
 
 
 def test_approval_is_bound_to_call_id_and_arguments(runs: Path) -> None:
@@ -147,7 +156,7 @@ def test_approval_is_bound_to_call_id_and_arguments(runs: Path) -> None:
     store.save(state, runs)
     code, again = cli_json("resume", out["run_id"], runs_dir=runs)
     assert code == 3 and again["interruption"]["args"] == {"path": "errors.log"}
-    assert (runs / out["run_id"] / "workspace" / "errors.log").exists()
+    assert (_files(runs, out["run_id"]) / "errors.log").exists()
 
 
 def test_verdict_on_an_unknown_call_id_is_a_usage_error(runs: Path) -> None:

@@ -186,11 +186,13 @@ def test_restored_backup_files_are_refused(tmp_path: Path) -> None:
     run_id = _stop_for_approval(b)
     backup = tmp_path / "backup"
     backup.mkdir()
-    for name in ("state.json", "journal.jsonl"):
+    saved = [p.name for p in (runs / run_id).iterdir() if p.name in ("state.json", "journal.jsonl")]
+    assert "journal.jsonl" in saved
+    for name in saved:
         shutil.copy(runs / run_id / name, backup / name)
     code, done = cli_json("resume", run_id, "--approve", "c2", runs_dir=runs)
     assert code == 0 and done["answer"] == "Deleted access.log to free space."
-    for name in ("state.json", "journal.jsonl"):
+    for name in saved:
         shutil.copy(backup / name, runs / run_id / name)
     proc = cli("resume", run_id, "--reject", "c2", "--reason", "keep it", runs_dir=runs)
     assert proc.returncode == 1 and "older copy" in proc.stderr and "--force" in proc.stderr, proc.stderr

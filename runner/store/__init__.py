@@ -13,7 +13,10 @@ from pathlib import Path
 
 from runner.state import RunState
 from runner.store.base import (
+    DEFAULT_DURABILITY,
+    DURABILITIES,
     CorruptState,
+    Durability,
     Lease,
     LeaseLost,
     RunBusy,
@@ -26,13 +29,15 @@ from runner.store.base import (
     StoreError,
     crash_point,
     default_owner,
+    durability_of,
 )
 from runner.store.files import FileStore
 
 __all__ = [
-    "CorruptState", "FileStore", "Lease", "LeaseLost", "RunBusy", "RunHandle", "RunInfo", "RunNotFound",
-    "RunStore", "ShownStatus", "StaleState", "StoreError", "crash_point", "default_owner", "list_runs", "load",
-    "open_store", "run_dir", "runs_dir", "save", "trace_path", "workspace_path",
+    "DEFAULT_DURABILITY", "DURABILITIES", "CorruptState", "Durability", "FileStore", "Lease", "LeaseLost",
+    "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore", "ShownStatus", "StaleState", "StoreError",
+    "crash_point", "default_owner", "durability_of", "list_runs", "load", "open_store", "run_dir", "runs_dir",
+    "save", "trace_path", "workspace_path",
 ]
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -49,25 +54,29 @@ def is_postgres(value: str | Path | None) -> bool:
 
 
 def open_store(value: str | Path | None = None, *, runs: str | Path | None = None,
-               lease_s: float | None = None) -> RunStore:
+               lease_s: float | None = None, durability: str | None = None) -> RunStore:
     """The store named by `value`, else $RUNNER_STORE, else a FileStore on `runs_dir(runs)`.
 
     Args:
         value: a postgresql:// URL or a runs directory.
         lease_s: PostgreSQL lease length, seconds (default $RUNNER_LEASE_S, else 30; renewed
             every third of it while a run is driven).
+        durability: "process" or "power" (see `Durability`); default $RUNNER_DURABILITY,
+            else "process".
 
     Raises:
         StoreError: the database cannot be reached or migrated.
+        UsageError: an unknown durability.
     """
     chosen = value or os.environ.get("RUNNER_STORE") or None
+    level = durability_of(durability or os.environ.get("RUNNER_DURABILITY"))
     if is_postgres(str(chosen) if chosen else None):
         from runner.store.postgres import DEFAULT_LEASE_S, PostgresStore
 
         lease_s = lease_s or float(os.environ.get("RUNNER_LEASE_S") or 0) or None
-        pg: RunStore = PostgresStore(str(chosen), lease_s=lease_s or DEFAULT_LEASE_S)
+        pg: RunStore = PostgresStore(str(chosen), lease_s=lease_s or DEFAULT_LEASE_S, durability=level)
         return pg
-    return FileStore(Path(chosen) if chosen else runs_dir(runs))
+    return FileStore(Path(chosen) if chosen else runs_dir(runs), durability=level)
 
 
 def run_dir(root: Path, run_id: str) -> Path:

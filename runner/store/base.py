@@ -14,6 +14,7 @@ The shared helpers here (`Delta`, `event_line`) are how both write only what cha
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
 import signal
@@ -26,15 +27,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Sequence
 
-from runner.errors import CorruptState, RunBusy, RunnerError, RunNotFound
+from runner.errors import CorruptState, RunBusy, RunnerError, RunNotFound, UsageError
 from runner.state import RunState
 from runner.trace import TraceEvent, Tracer, _Event
 
-__all__ = ["CorruptState", "Lease", "LeaseLost", "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore",
+__all__ = ["CorruptState", "Durability", "Lease", "LeaseLost", "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore",
            "StaleState", "StoreError"]
 
 ShownStatus = Literal["running", "completed", "failed", "max_turns_exceeded", "budget_exceeded",
                       "interrupted", "died", "queued"]
+Durability = Literal["process", "power"]
+"""What a committed transition survives, as databases let you choose:
+
+- "process" (the default): a kill of the driving process, at any point (SIGKILL included).
+  The commit is in the operating system before the run moves on (FileStore: written, not
+  fsync'ed; PostgreSQL: `synchronous_commit = off`, the server has it). An OS crash or power
+  loss may lose the last transitions; the run then resumes from an earlier one and may repeat
+  what followed it (a turn paid again, a tool call run again).
+- "power": also an OS crash or power loss. Every commit is flushed to the disk first (FileStore:
+  fsync of the journal line, and of the folder after a file is created or replaced;
+  PostgreSQL: `synchronous_commit = on`). Costs one disk flush per transition (see the README's
+  performance table for the figure on this machine).
+"""
+DURABILITIES: tuple[Durability, ...] = ("process", "power")
+DEFAULT_DURABILITY: Durability = "process"
 APPEND_ONLY = ("messages", "per_turn", "tool_runs")
 """RunState lists that only grow during a run: a save writes their new items, not the lists."""
 
@@ -55,11 +71,16 @@ class LeaseLost(StoreError):
 
 def default_owner() -> str:
     """Who is driving: `user@host pid N` (shown by `runner runs` and recorded in verdicts)."""
+    return _owner(os.getpid())
+
+
+@functools.lru_cache(maxsize=4)  # per pid (a forked child is another owner); the user lookup costs ~25 µs
+def _owner(pid: int) -> str:
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = str(os.getuid())
-    return f"{user}@{socket.gethostname()} pid {os.getpid()}"
+    return f"{user}@{socket.gethostname()} pid {pid}"
 
 
 @dataclass
@@ -94,6 +115,21 @@ class RunInfo:
     """`owner since ISO-time` when a live process drives it."""
 
 
+def durability_of(value: str | None) -> Durability:
+    """`value` (a --durability or $RUNNER_DURABILITY string) as a `Durability`; None or empty:
+    the default.
+
+    Raises:
+        UsageError: not one of "process", "power".
+    """
+    if not value:
+        return DEFAULT_DURABILITY
+    for choice in DURABILITIES:
+        if value == choice:
+            return choice
+    raise UsageError(f"durability must be one of {', '.join(DURABILITIES)}; got {value!r}")
+
+
 def event_line(event: _Event) -> str:
     """One trace line (no newline): the event's JSON without null fields, costs rounded so a
     trace shows 0.00147, not 0.0014680000000000001."""
@@ -104,46 +140,58 @@ def event_line(event: _Event) -> str:
 
 @dataclass
 class Delta:
-    """What one save writes: the state minus its append-only lists (`rest`, small), and the
-    items appended to each list since the last save (`added`), or None when a list changed in
-    some other way and the whole state must be rewritten."""
+    """What one save writes, as JSON text made by pydantic (no dict round trip): the state
+    minus its append-only lists and `seq` (`rest`, small), and the items appended to each
+    list since the last save (`added`), or None when a list changed in some other way and the
+    whole state must be rewritten."""
 
-    rest: dict[str, Any]
-    added: dict[str, list[dict[str, Any]]] | None
+    rest: str
+    added: dict[str, list[str]] | None
     start: dict[str, int]
     """Length of each list before `added` (checked on replay)."""
 
 
 @dataclass
 class Written:
-    """How much of each append-only list is saved, and the last saved item of each (compared
-    at the next save, so an item edited in place forces a full rewrite, never a silent loss)."""
+    """How much of each append-only list is saved, and the JSON of the last saved item of each
+    (compared at the next save, so an item edited in place forces a full rewrite, never a
+    silent loss)."""
 
     lengths: dict[str, int]
-    last: dict[str, Any]
+    last: dict[str, str | None]
 
     @classmethod
     def of(cls, state: RunState) -> Written:
         return cls({k: len(getattr(state, k)) for k in APPEND_ONLY},
                    {k: _last(getattr(state, k)) for k in APPEND_ONLY})
 
+    def advanced(self, added: dict[str, list[str]] | None, state: RunState) -> Written:
+        """The marks after a save that wrote `added` (reusing the JSON just made)."""
+        if added is None:
+            return Written.of(state)
+        return Written({k: self.lengths[k] + len(added[k]) for k in APPEND_ONLY},
+                       {k: added[k][-1] if added[k] else self.last[k] for k in APPEND_ONLY})
 
-def _last(items: list[Any]) -> Any:
-    return items[-1].model_dump(mode="json") if items else None
+
+def _last(items: list[Any]) -> str | None:
+    return items[-1].model_dump_json() if items else None
+
+
+_NOT_REST = {*APPEND_ONLY, "seq"}
 
 
 def delta(state: RunState, written: Written | None) -> Delta:
     """Split `state` into what changed since `written` (None: nothing known, full rewrite)."""
-    rest = state.model_dump(mode="json", exclude=set(APPEND_ONLY))
+    rest = state.model_dump_json(exclude=_NOT_REST)
     start = {k: len(getattr(state, k)) for k in APPEND_ONLY}
     if written is None:
         return Delta(rest, None, start)
-    added: dict[str, list[dict[str, Any]]] = {}
+    added: dict[str, list[str]] = {}
     for key in APPEND_ONLY:
         items, n = getattr(state, key), written.lengths[key]
-        if len(items) < n or (n and items[n - 1].model_dump(mode="json") != written.last[key]):
+        if len(items) < n or (n and items[n - 1].model_dump_json() != written.last[key]):
             return Delta(rest, None, start)
-        added[key] = [item.model_dump(mode="json") for item in items[n:]]
+        added[key] = [item.model_dump_json() for item in items[n:]]
         start[key] = n
     return Delta(rest, added, start)
 
@@ -157,6 +205,8 @@ class RunStore(ABC):
 
     url: str
     """How to reach this store again (a directory path or a postgresql:// URL)."""
+    durability: Durability = DEFAULT_DURABILITY
+    """What a committed save survives (see `Durability`)."""
 
     @abstractmethod
     def create(self, state: RunState, *, owner: str | None = None) -> Lease | None:
@@ -256,6 +306,11 @@ class RunStore(ABC):
         save left them."""
 
     @abstractmethod
+    def existing_workspace(self, run_id: str, lease: Lease | None = None) -> Path | None:
+        """The run's copy of the workspace if it has one (as `workspace` returns it), else
+        None: a run that never ran a tool that may write has none (see `runner.tools.Workspace`)."""
+
+    @abstractmethod
     def delete(self, lease: Lease) -> None:
         """Remove the claimed run: its state, trace and workspace. Claiming first is what keeps
         a run that some process is driving from being deleted under it (`claim` raises RunBusy)."""
@@ -306,10 +361,19 @@ class _HandleTracer(Tracer):
 _crash_counts: Counter[str] = Counter()
 
 
+@functools.cache  # read once: the hooks sit on every save, and os.environ costs ~3 µs a look
+def _crash_spec() -> tuple[str, int] | None:
+    spec = os.environ.get("RUNNER_CRASH_AT")
+    if not spec:
+        return None
+    point, _, nth = spec.partition(":")
+    return point, int(nth or 1)
+
+
 def crash_armed(name: str) -> bool:
     """True when RUNNER_CRASH_AT names this crash point (a test is running)."""
-    spec = os.environ.get("RUNNER_CRASH_AT") or ""
-    return spec.partition(":")[0] == name
+    spec = _crash_spec()
+    return spec is not None and spec[0] == name
 
 
 def crash_point(name: str) -> None:
@@ -318,12 +382,9 @@ def crash_point(name: str) -> None:
     tool_start (about to run a tool; writes are marked started), tool_done (a tool returned,
     result not yet saved), tool_result (a result saved), save (a save half written: part of
     the record is on disk, not committed). Does nothing otherwise."""
-    spec = os.environ.get("RUNNER_CRASH_AT")
-    if not spec:
-        return
-    point, _, nth = spec.partition(":")
-    if point != name:
+    spec = _crash_spec()
+    if spec is None or spec[0] != name:
         return
     _crash_counts[name] += 1
-    if _crash_counts[name] == int(nth or 1):
+    if _crash_counts[name] == spec[1]:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -1,7 +1,9 @@
 """`FileStore`: runs as folders under a runs directory (the embedded default).
 
-    runs/<run_id>/state.json     a snapshot of the RunState (seq S), replaced atomically
-    runs/<run_id>/journal.jsonl  the saves after the snapshot: one line per transition
+    runs/<run_id>/journal.jsonl  the saves: one line per transition (the first holds the whole
+                                 new run), after the snapshot's if there is one
+    runs/<run_id>/state.json     a snapshot of the RunState (seq S), written when the journal is
+                                 folded into it (compaction), replaced atomically
     runs/<run_id>/trace.jsonl    the trace, one event per line
     runs/<run_id>/workspace/     the run's private copy of the task workspace
     runs/<run_id>/lock           flock'ed by the process driving the run; says who and since when
@@ -9,10 +11,13 @@
 
 A save appends one journal line holding what changed (the small part of the state, and the
 messages, turn records and tool runs appended since the last save) plus that transition's
-trace events, and fsyncs it: that line is the commit. The events are then appended to
-trace.jsonl; a kill between the two is repaired at the next claim from the journal. When the
-journal outgrows the snapshot, a new snapshot is written and the journal restarts
-(compaction), so a save costs what changed, not the transcript.
+trace events: that line is the commit. With durability "process" (the default) it is written
+to the OS, which keeps it through any kill of this process; with "power" it is also fsync'ed,
+so it survives an OS crash or power loss (see `runner.store.base.Durability`). The events are
+then appended to trace.jsonl; a kill between the two is repaired at the next claim from the
+journal. Creating a run writes one journal line with the whole state, no snapshot (one file
+fewer per run). When the journal outgrows 256 KiB and the snapshot, a new snapshot is written
+and the journal restarts (compaction), so a save costs what changed, not the transcript.
 
 A kill at any point leaves a loadable run: a torn journal line is ignored (and cut at the next
 claim), a torn snapshot write never replaces state.json. A `state.json` older than the journal's
@@ -37,7 +42,10 @@ from pydantic import ValidationError
 from runner.state import FORMAT_VERSION, RunState
 from runner.store.base import (
     APPEND_ONLY,
+    DEFAULT_DURABILITY,
     CorruptState,
+    Delta,
+    Durability,
     Lease,
     LeaseLost,
     RunBusy,
@@ -93,18 +101,30 @@ class _Head:
     trace_bytes: int
 
 
-def _write_atomic(path: Path, data: bytes, *, crash: bool = False) -> None:
-    """Write `data` to `path` via a temp file unique to this writer, fsync, rename."""
+def _write_atomic(path: Path, data: bytes, *, sync: bool) -> None:
+    """Write `data` to `path` via a temp file unique to this writer and a rename (a kill
+    leaves the old file or the new one, never half). With `sync`, the file is fsync'ed before
+    the rename and its folder after it, so the new file also survives power loss."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         os.write(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if sync:
+        _sync_dir(path.parent)
+
+
+def _sync_dir(folder: Path) -> None:
+    """fsync a folder, so the names created or replaced in it survive power loss."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    if crash:
-        crash_point("save")
-    os.replace(tmp, path)
 
 
 class FileStore(RunStore):
@@ -112,11 +132,16 @@ class FileStore(RunStore):
 
     Args:
         root: the runs directory (created on first save).
+        durability: "process" (a commit is written to the OS: survives any kill of this
+            process) or "power" (also fsync'ed: survives an OS crash or power loss; costs one
+            disk flush per transition). See `runner.store.base.Durability`.
     """
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, *, durability: Durability = DEFAULT_DURABILITY) -> None:
         self.root = Path(root)
         self.url = str(self.root)
+        self.durability = durability
+        self._sync = durability == "power"
         self.problems: list[str] = []
         """One line per run `list` skipped as unreadable."""
         self._heads: dict[str, _Head] = {}
@@ -138,20 +163,25 @@ class FileStore(RunStore):
         """Read snapshot + journal. Raises RunNotFound, CorruptState."""
         folder = self.run_dir(run_id)
         snapshot = folder / "state.json"
+        missing = RunNotFound(f"no run {run_id!r} in {self.root}")
         try:
-            raw = snapshot.read_bytes()
+            raw: bytes | None = snapshot.read_bytes()
         except FileNotFoundError:
-            raise RunNotFound(f"no run {run_id!r} in {self.root}") from None
-        try:
-            data = json.loads(raw)
-            assert isinstance(data, dict)
-        except (ValueError, AssertionError):
-            raise CorruptState(f"{snapshot} is not a valid run state: not a JSON object") from None
+            raw = None  # no compaction yet: the journal holds the run from its first save
+        data: Any = {}
+        if raw is not None:
+            try:
+                data = json.loads(raw)
+                assert isinstance(data, dict)
+            except (ValueError, AssertionError):
+                raise CorruptState(f"{snapshot} is not a valid run state: not a JSON object") from None
         seq = int(data.get("seq", 0))
-        replay = _Replay(data, seq, len(raw), 0, 0)
+        replay = _Replay(data, seq, len(raw or b""), 0, 0)
         try:
             journal = (folder / "journal.jsonl").read_bytes()
         except FileNotFoundError:
+            if raw is None:
+                raise missing from None
             return replay
         replay.journal_bytes = len(journal)
         pos = 0
@@ -167,6 +197,8 @@ class FileStore(RunStore):
             replay.journal_valid_bytes = pos
             replay.journal_seq = max(replay.journal_seq, record.get("base", record.get("seq", 0)))
             if "base" in record:
+                if raw is None and record["base"] > 0:
+                    raise CorruptState(f"{snapshot} is missing: the run's journal starts after save {record['base']}")
                 if record["base"] > replay.seq:
                     replay.stale = (f"{snapshot} is an older copy (seq {replay.seq}) than the run's journal "
                                     f"(from seq {record['base']}): loading it would undo newer history")
@@ -174,6 +206,8 @@ class FileStore(RunStore):
             if replay.stale or record["seq"] <= replay.seq:
                 continue
             self._apply(replay, record, folder)
+        if replay.seq == 0:  # created, but killed before its first line was whole: never committed
+            raise missing
         traced = _trace_seq(folder / "trace.jsonl")
         replay.journal_seq = max(replay.journal_seq, traced)
         if traced > replay.seq and not replay.stale:
@@ -195,7 +229,7 @@ class FileStore(RunStore):
                                        f"{record['start'][key]}, the state has {len(items)}")
                 items.extend(record["added"][key])
             lists = {k: replay.data[k] for k in APPEND_ONLY}
-            replay.data = {**record["rest"], **lists}
+            replay.data = {**record["rest"], **lists, "seq": record["seq"]}
         replay.seq = record["seq"]
         replay.last_events = [json.dumps(e, separators=(",", ":")) for e in record.get("events", [])]
         replay.last_trace_at = record.get("trace_at")
@@ -224,7 +258,7 @@ class FileStore(RunStore):
             return []
         infos: list[RunInfo] = []
         for folder in self.root.iterdir():
-            if not (folder / "state.json").exists():
+            if not _has_run(folder):
                 continue
             try:
                 state = self.load(folder.name)
@@ -270,7 +304,7 @@ class FileStore(RunStore):
         folder = self.run_dir(run_id)
         path = folder / "trace.jsonl"
         if not path.exists():
-            if not (folder / "state.json").exists():
+            if not _has_run(folder):
                 raise RunNotFound(f"no trace for run {run_id!r} in {self.root}")
             return []
         try:
@@ -289,7 +323,7 @@ class FileStore(RunStore):
 
     def claim(self, run_id: str, owner: str | None = None) -> Lease:
         folder = self.run_dir(run_id)
-        if not (folder / "state.json").exists():
+        if not _has_run(folder):
             raise RunNotFound(f"no run {run_id!r} in {self.root}")
         return self._claim(folder, owner or default_owner())
 
@@ -326,17 +360,18 @@ class FileStore(RunStore):
         return lease
 
     def _new_head(self, folder: Path, lease: Lease, lock_fd: int, state: RunState) -> _Head:
-        """The head of a run being created under its lock: nothing to read or repair."""
-        header, snapshot = b'{"base":1}\n', state.model_dump_json(indent=1).encode()
-        # No fsync for the journal's header: lost or torn, the journal reads as empty, based on
-        # the snapshot. The snapshot is the commit (temp file, fsync, rename), written last.
-        (folder / "journal.jsonl").write_bytes(header)
+        """The head of a run being created under its lock: nothing to read or repair. The
+        commit is the journal's first line, holding the whole state (seq 1)."""
         trace_fd = os.open(folder / "trace.jsonl", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        journal_fd = os.open(folder / "journal.jsonl", os.O_WRONLY | os.O_APPEND)
-        _write_atomic(folder / "state.json", snapshot, crash=True)
-        return _Head(lease=lease, lock_fd=lock_fd, journal_fd=journal_fd, trace_fd=trace_fd, seq=1,
-                     written=Written.of(state), journal_bytes=len(header), snapshot_bytes=len(snapshot),
+        journal_fd = os.open(folder / "journal.jsonl", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        head = _Head(lease=lease, lock_fd=lock_fd, journal_fd=journal_fd, trace_fd=trace_fd, seq=1,
+                     written=Written.of(state), journal_bytes=0, snapshot_bytes=0,
                      trace_bytes=os.fstat(trace_fd).st_size)
+        self._append_journal(head, _first_lines(state))
+        if self._sync:
+            _sync_dir(folder)  # the new files' names, then the run folder's own
+            _sync_dir(self.root)
+        return head
 
     def _open_head(self, folder: Path, lease: Lease, lock_fd: int) -> _Head:
         """Repair what a killed writer left (torn journal line, trace missing its last
@@ -406,21 +441,34 @@ class FileStore(RunStore):
 
     def create(self, state: RunState, *, owner: str | None = None) -> Lease | None:
         folder = self.run_dir(state.run_id)
-        folder.mkdir(parents=True, exist_ok=True)
-        if (folder / "state.json").exists():
-            raise StaleState(f"run {state.run_id} already exists in {self.root}")
+        try:
+            folder.mkdir(parents=True)
+        except FileExistsError:
+            if _has_run(folder):
+                raise StaleState(f"run {state.run_id} already exists in {self.root}") from None
         state.seq = 1
         if owner is not None:
             return self._claim(folder, owner, state)
         (folder / "queued").touch()
-        (folder / "journal.jsonl").write_bytes(b'{"base":1}\n')
-        _write_atomic(folder / "state.json", state.model_dump_json(indent=1).encode(), crash=True)
+        fd = os.open(folder / "journal.jsonl", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        try:
+            data = _first_lines(state)
+            if crash_armed("save"):  # the kill tests: half the commit on disk, then die
+                os.write(fd, data[: len(data) // 2])
+                crash_point("save")
+            os.write(fd, data)
+            if self._sync:
+                os.fdatasync(fd)
+                _sync_dir(folder)
+                _sync_dir(self.root)
+        finally:
+            os.close(fd)
         return None
 
     def save(self, state: RunState, events: Sequence[_Event] = (), lease: Lease | None = None,
              *, force: bool = False) -> None:
         if lease is None:
-            created = not (self.run_dir(state.run_id) / "state.json").exists()
+            created = not _has_run(self.run_dir(state.run_id))
             lease = self.create(state, owner=default_owner()) if created else self.claim(state.run_id)
             assert lease is not None
             try:
@@ -444,22 +492,14 @@ class FileStore(RunStore):
         old_seq, state.seq = state.seq, head.seq + 1
         try:
             change = delta(state, None if force else head.written)
-            record: dict[str, Any] = {"seq": state.seq, "trace_at": head.trace_bytes}
-            if change.added is None:
-                record["full"] = state.model_dump(mode="json")
-            else:
-                record.update(rest=change.rest, added=change.added, start=change.start)
             lines = [f'{line[:-1]},"seq":{state.seq}}}' for line in lines]  # the trace witnesses the seq
             trace = "".join(line + "\n" for line in lines).encode()
-            record["trace_to"] = head.trace_bytes + len(trace)
-            body = json.dumps(record, separators=(",", ":"))
-            data = (body[:-1] + ',"events":[' + ",".join(lines) + "]}\n").encode()
-            self._append_journal(head, data)
+            self._append_journal(head, _record(state, change, head.trace_bytes, len(trace), lines))
         except BaseException:
             state.seq = old_seq
             raise
         head.seq = state.seq
-        head.written = _advance(head.written, state, change.added)
+        head.written = head.written.advanced(change.added, state) if head.written else Written.of(state)
         if lines:
             os.write(head.trace_fd, trace)
             head.trace_bytes += len(trace)
@@ -473,16 +513,17 @@ class FileStore(RunStore):
             os.write(head.journal_fd, data[len(data) // 2:])
         else:
             os.write(head.journal_fd, data)
-        os.fsync(head.journal_fd)
+        if self._sync:
+            os.fdatasync(head.journal_fd)  # the data and the file size: what a replay needs
         head.journal_bytes += len(data)
 
     def _compact(self, head: _Head, state: RunState) -> None:
         """Fold the journal into a new snapshot; a kill in between leaves both readable."""
         folder = self.run_dir(state.run_id)
         snapshot = state.model_dump_json().encode()
-        _write_atomic(folder / "state.json", snapshot)
+        _write_atomic(folder / "state.json", snapshot, sync=self._sync)
         header = json.dumps({"base": state.seq}).encode() + b"\n"
-        _write_atomic(folder / "journal.jsonl", header)
+        _write_atomic(folder / "journal.jsonl", header, sync=self._sync)
         os.close(head.journal_fd)
         head.journal_fd = os.open(folder / "journal.jsonl", os.O_WRONLY | os.O_APPEND)
         head.journal_bytes, head.snapshot_bytes = len(header), len(snapshot)
@@ -513,18 +554,36 @@ class FileStore(RunStore):
                     raise
         return ws
 
+    def existing_workspace(self, run_id: str, lease: Lease | None = None) -> Path | None:
+        ws = self.run_dir(run_id) / "workspace"
+        return ws if ws.is_dir() else None
+
     def close(self) -> None:
         for head in list(self._heads.values()):
             self.release(head.lease)
 
 
-def _advance(written: Written | None, state: RunState, added: dict[str, list[dict[str, Any]]] | None) -> Written:
-    """The `Written` marks after a save, reusing the items just dumped."""
-    if written is None or added is None:
-        return Written.of(state)
-    lengths = {k: written.lengths[k] + len(added[k]) for k in APPEND_ONLY}
-    last = {k: added[k][-1] if added[k] else written.last[k] for k in APPEND_ONLY}
-    return Written(lengths, last)
+def _has_run(folder: Path) -> bool:
+    """The folder holds a run's files (a snapshot, or a journal: a new run has only that)."""
+    return (folder / "journal.jsonl").exists() or (folder / "state.json").exists()
+
+
+def _first_lines(state: RunState) -> bytes:
+    """A new run's journal: the header, then the commit holding the whole state (seq 1)."""
+    return (b'{"base":0}\n{"seq":1,"trace_at":0,"trace_to":0,"full":' + state.model_dump_json().encode()
+            + b',"events":[]}\n')
+
+
+def _record(state: RunState, change: Delta, trace_at: int, trace_len: int, events: list[str]) -> bytes:
+    """One journal line: {"seq", "trace_at", "rest", "added", "start" (or "full": the whole
+    state), "trace_to", "events"}, put together from JSON pydantic already made."""
+    head = f'{{"seq":{state.seq},"trace_at":{trace_at},'
+    if change.added is None:
+        body = f'"full":{state.model_dump_json()}'
+    else:
+        added = ",".join(f'"{k}":[{",".join(items)}]' for k, items in change.added.items())
+        body = f'"rest":{change.rest},"added":{{{added}}},"start":{json.dumps(change.start, separators=(",", ":"))}'
+    return f'{head}{body},"trace_to":{trace_at + trace_len},"events":[{",".join(events)}]}}\n'.encode()
 
 
 def _trace_seq(path: Path) -> int:
@@ -558,10 +617,16 @@ def _lock_info(fd: int) -> dict[str, Any]:
         return {}
 
 
+_LOCK_BYTES = 256
+
+
 def _write_lock(fd: int, info: dict[str, Any]) -> None:
-    data = json.dumps(info).encode()
+    # Padded with spaces (JSON allows them), so a shorter record rarely needs a truncate (which
+    # changes the inode: ~10 µs, where fstat costs ~1).
+    data = json.dumps(info).encode().ljust(_LOCK_BYTES)
     os.pwrite(fd, data, 0)
-    os.ftruncate(fd, len(data))
+    if os.fstat(fd).st_size > len(data):
+        os.ftruncate(fd, len(data))
 
 
 def _iso(ts: float) -> str:

@@ -37,7 +37,9 @@ from pydantic import TypeAdapter, ValidationError
 from runner.state import FORMAT_VERSION, RunState
 from runner.store.base import (
     APPEND_ONLY,
+    DEFAULT_DURABILITY,
     CorruptState,
+    Durability,
     Lease,
     LeaseLost,
     RunBusy,
@@ -121,16 +123,27 @@ class PostgresStore(RunStore):
         url: a libpq URL, e.g. postgresql:///runner?host=/var/run/postgresql.
         lease_s: how long a claim lasts without renewal, seconds; renewed every lease_s/3.
         pool_max: most connections this process opens.
+        durability: "process" (commits with `synchronous_commit = off`: the server has the
+            commit when it returns, so any kill of this process keeps it; a server crash may
+            lose the last fraction of a second of them) or "power" (`synchronous_commit = on`:
+            the commit is on the server's disk first). See `runner.store.base.Durability`.
 
     Raises:
         StoreError: the database cannot be reached or migrated.
     """
 
-    def __init__(self, url: str, *, lease_s: float = DEFAULT_LEASE_S, pool_max: int = 8) -> None:
+    def __init__(self, url: str, *, lease_s: float = DEFAULT_LEASE_S, pool_max: int = 8,
+                 durability: Durability = DEFAULT_DURABILITY) -> None:
         import psycopg
         from psycopg_pool import ConnectionPool
 
-        self.url, self.lease_s = url, lease_s
+        self.url, self.lease_s, self.durability = url, lease_s, durability
+        synchronous_commit = "on" if durability == "power" else "off"
+
+        def configure(conn: Any) -> None:
+            conn.execute(f"SET synchronous_commit TO {synchronous_commit}")  # one of two literals
+            conn.commit()
+
         self._psycopg = psycopg
         try:  # one plain connection first: a bad URL fails in seconds with the server's own words
             psycopg.connect(url, connect_timeout=5).close()
@@ -139,7 +152,7 @@ class PostgresStore(RunStore):
             raise StoreError(f"cannot reach the run store at {url}: {cause}") from None
         try:
             self.pool = ConnectionPool(url, min_size=1, max_size=pool_max, open=True, timeout=30,
-                                       name="runner")
+                                       name="runner", configure=configure)
             self.pool.wait(timeout=30)
         except (psycopg.Error, Exception) as exc:  # PoolTimeout is not a psycopg.Error
             raise StoreError(f"cannot reach the run store at {url}: {exc}") from None
@@ -417,9 +430,9 @@ class PostgresStore(RunStore):
         head = self._head(lease)
         lines = [event_line(e) for e in events]
         change = delta(state, None if force else head.written)
-        rest = json.dumps({k: v for k, v in change.rest.items() if k != "seq"}, separators=(",", ":"))
+        rest = change.rest
         added = change.added
-        items = [(state.run_id, key, change.start[key] + i, json.dumps(item, separators=(",", ":")))
+        items = [(state.run_id, key, change.start[key] + i, item)
                  for key in APPEND_ONLY for i, item in enumerate(added[key])] if added is not None else \
             [(state.run_id, key, i, item.model_dump_json()) for key in APPEND_ONLY
              for i, item in enumerate(getattr(state, key))]
@@ -472,13 +485,25 @@ class PostgresStore(RunStore):
     # --- workspace -----------------------------------------------------------------------
 
     def workspace(self, run_id: str, template: Path, lease: Lease | None = None) -> Path:
+        folder = self._local_workspace(run_id, lease, template)
+        assert folder is not None  # with a template there is always a folder
+        return folder
+
+    def existing_workspace(self, run_id: str, lease: Lease | None = None) -> Path | None:
+        return self._local_workspace(run_id, lease, None)
+
+    def _local_workspace(self, run_id: str, lease: Lease | None, template: Path | None) -> Path | None:
+        """The run's files from the database in a local folder; with no files saved, a copy of
+        `template` (uploaded with the next save), or None without a template."""
         head = self._heads.get(run_id) if lease is not None else None
         if head is not None and head.ws_dir is not None:
             return head.ws_dir
-        folder = self._ws_root / f"{run_id}.{lease.epoch if lease else uuid.uuid4().hex[:6]}"
-        shutil.rmtree(folder, ignore_errors=True)
         with self.pool.connection() as conn:
             rows = conn.execute("SELECT path, data, mode FROM workspace_files WHERE run_id = %s", (run_id,)).fetchall()
+        if not rows and template is None:
+            return None
+        folder = self._ws_root / f"{run_id}.{lease.epoch if lease else uuid.uuid4().hex[:6]}"
+        shutil.rmtree(folder, ignore_errors=True)
         seen: dict[str, tuple[int, int]] = {}
         if rows:
             for path, data, mode in rows:
@@ -489,6 +514,7 @@ class PostgresStore(RunStore):
                 st = target.stat()
                 seen[path] = (st.st_size, st.st_mtime_ns)
         else:  # first use: the template's files, uploaded with the next save
+            assert template is not None
             shutil.copytree(template, folder, symlinks=True)
         if head is not None:
             head.ws_dir, head.ws_seen = folder, seen
