@@ -4,8 +4,8 @@ at each durability setting, beside the in-memory figure.
 Workload: the 3-turn `plan` scenario (list_files -> read_file errors.log -> answer) against the
 scripted provider on loopback with zero latency. Variants, measured side by side in one
 process and one event loop, round-robin (the order rotates every round), after a warm-up, in
-two phases (`PHASES`: harness_power is timed apart, beside bare and harness again, because its
-disk flushes slow every file operation near them):
+three phases, each beside its own `bare` (`PHASES`: disk flushes and a connection per run slow
+their neighbours, so harness_power and the client-per-run pair are timed apart):
 
     bare                the floor: one long-lived `httpx.AsyncClient` (kept-alive connection)
                         making the same three POST /v1/chat/completions with the same messages
@@ -162,22 +162,27 @@ class Bench:
         }
 
 
-PHASES = (("bare", "bare_fresh", "harness", "harness_mem", "harness_own_client"), ("bare", "harness", "harness_power"))
-"""Variants timed together. harness_power has a phase of its own: its disk flushes slow every
-file operation near them (ext4 journal commits), and measured in one round with the others
-they made `harness_mem` ~20 % and `harness` ~25 % slower on this machine."""
+PHASES: dict[str, tuple[str, ...]] = {
+    "": ("bare", "harness", "harness_mem"),
+    "power": ("bare", "harness", "harness_power"),
+    "client": ("bare", "bare_fresh", "harness_own_client"),
+}
+"""Variants timed together, each phase beside its own `bare`. Apart because neighbours change
+each other's times on this 2-core machine: harness_power's disk flushes slow every file
+operation near them (ext4 journal commits), and a client per run makes the provider accept
+and tear down a connection per run. In one round with all of them, `harness` measured
+~0.3 ms per turn more. A variant of a later phase is named `<name>@<phase>`."""
 
 
 async def round_robin(bench: Bench, runs: int, warmup: int) -> dict[str, list[float]]:
-    """Per phase: `warmup` untimed rounds, then `runs` rounds; each round runs every variant of
-    the phase once, in an order rotated by one each round so no variant always follows the same
-    neighbour. A variant in two phases keeps its first phase's times (`bare`, `harness`) and
-    gets them again as `<name>@power` from the second."""
+    """Per phase (`PHASES`): `warmup` untimed rounds, then `runs` rounds; each round runs every
+    variant of the phase once, in an order rotated by one each round so no variant always
+    follows the same neighbour. Returns ms per run by variant name."""
     fns = bench.variants()
     times: dict[str, list[float]] = {}
-    for phase in PHASES:
-        for name, values in (await _rounds({name: fns[name] for name in phase}, runs, warmup)).items():
-            times[name if name not in times else f"{name}@power"] = values
+    for phase, names in PHASES.items():
+        for name, values in (await _rounds({name: fns[name] for name in names}, runs, warmup)).items():
+            times[name if name not in times else f"{name}@{phase}"] = values
     return times
 
 
@@ -213,7 +218,7 @@ PARTS: dict[str, tuple[Any, str]] = {
     "request messages (client._request_messages)": (client_mod, "_request_messages"),
     "reply parsing (client._parse_choice)": (client_mod, "_parse_choice"),
     "client view (ChatClient.__init__, shared httpx client)": (client_mod.ChatClient, "__init__"),
-    "create the run (FileStore.create: folder, lock, journal, snapshot)": (FileStore, "create"),
+    "create the run (FileStore.create: folder, lock, trace, first journal line)": (FileStore, "create"),
     "saves (FileStore.save: delta, journal line, trace lines)": (FileStore, "save"),
     "trace lines with no state change (FileStore.emit)": (FileStore, "emit"),
     "release (FileStore.release)": (FileStore, "release"),
@@ -362,12 +367,12 @@ async def measure(base_url: str, runs: int, warmup: int, scratch: Path, instrume
             "harness_power vs bare (durable against power loss; its own phase)": overhead(
                 times, "bare@power", "harness_power"),
             "harness_mem vs bare (in memory)": overhead(times, "bare", "harness_mem"),
-            "harness_own_client vs bare_fresh (a client per run on both sides)": overhead(
+            "harness_own_client vs bare_fresh (a client per run on both sides; its own phase)": overhead(
                 times, "bare_fresh", "harness_own_client"),
             "persistence, kill-safe: harness - harness_mem": overhead(times, "harness_mem", "harness"),
             "the disk flush: harness_power - harness (both in its phase)": overhead(
                 times, "harness@power", "harness_power"),
-            "a client per run: bare_fresh - bare": overhead(times, "bare", "bare_fresh"),
+            "a client per run: bare_fresh - bare (in its phase)": overhead(times, "bare@client", "bare_fresh"),
         },
         "breakdown_per_run": parts,
         "prompt_tokens_per_turn": replay.prompt_tokens,
@@ -383,9 +388,9 @@ def render(report: dict[str, Any]) -> str:
         f"messages and tools on the wire for every variant (per-turn prompt tokens, checked every run: "
         f"{first['prompt_tokens_per_turn']})",
         f"- {report['runs']} timed rounds after {report['warmup']} warm-up rounds; each round runs every "
-        f"variant of its phase once, order rotated; one process, one event loop. Two phases: "
-        f"{', '.join(PHASES[0])}; then {', '.join(PHASES[1])} (`@power`): fsync'ing neighbours slow "
-        f"every file operation near them",
+        f"variant of its phase once, order rotated; one process, one event loop. Phases, each beside its "
+        f"own bare (later ones suffixed `@phase`): " + "; ".join(", ".join(v) for v in PHASES.values())
+        + ". Apart because a neighbour's disk flushes or new connections slow the others",
         f"- machine: {report['machine']}", f"- runner {report['runner_version']} from `{report['runner_path']}`",
         "",
     ]

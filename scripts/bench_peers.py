@@ -10,8 +10,10 @@ same two tools (list_files, read_file over a copy of tasks/workspace). Harnesses
     openai_agents    `agents.Runner.run` over `OpenAIChatCompletionsModel`, tracing disabled
     langgraph        `langgraph.prebuilt.create_react_agent` over `langchain_openai.ChatOpenAI`
     pydantic_ai      `pydantic_ai.Agent` over `OpenAIChatModel`
-    runner_durable   `runner.harness.execute(state, url, runs_root)`: every transition saved
-                     and the trace flushed, as runner does by default
+    runner_durable   `runner.harness.execute(state, url, runs_root, http=client)`: every
+                     transition committed with its trace lines at the default durability
+                     ("process": a kill of the process loses nothing), one client made once
+                     as each peer makes its own
     runner_memory    the same with runs_root=None (nothing written)
 
 The peers are pip-installed (pinned, PEERS below) into a venv of this script's own
@@ -87,7 +89,7 @@ LABELS = {
     "openai_agents": "openai-agents",
     "langgraph": "langgraph",
     "pydantic_ai": "pydantic-ai",
-    "runner_durable": "runner, state saved and trace flushed every transition",
+    "runner_durable": "runner, every transition committed (durable against a kill)",
     "runner_memory": "runner, run in memory",
 }
 DISTS = {"openai_sdk": "openai", "smolagents": "smolagents", "openai_agents": "openai-agents",
@@ -272,10 +274,13 @@ async def make_pydantic_ai(url: str, tools: Tools) -> Run:
 def _make_runner(durable: bool) -> Callable[[str, Tools, Path], Awaitable[Run]]:
     async def make(url: str, tools: Tools, runs_root: Path) -> Run:
         from runner import RunConfig, execute, new_run
+        from runner.client import new_http_client
+
+        http = new_http_client(url)  # made once, as each peer makes its client once
 
         async def run() -> str:
             state = new_run(PROMPT, RunConfig(model=SCENARIO, base_url=url))
-            state = await execute(state, url, runs_root if durable else None)
+            state = await execute(state, url, runs_root if durable else None, http=http)
             for m in state.messages:  # runner works on its own per-run workspace copy
                 for call in m.tool_calls or []:
                     tools.calls.append((call.function.name, json.loads(call.function.arguments or "{}")))

@@ -2,8 +2,10 @@
 
 `runaway` calls list_files every turn and never answers, so the transcript grows by two
 messages a turn. Each run goes to --turns (default 100) + 1 model calls against the scripted
-provider (its own process, loopback, zero latency), durable (a runs directory: every
-transition committed) and in memory (runs=None), alternating, --reps times each.
+provider (its own process, loopback, zero latency), durable (a runs directory at the default
+durability, "process": every transition committed to the OS) and in memory (runs=None),
+alternating, --reps times each; then --reps runs at durability "power" (every commit
+fdatasync'ed), timed apart because disk flushes slow every file operation near them.
 
 Per turn, from timers wrapped around runner's functions during these runs (benchmark only):
 
@@ -43,6 +45,7 @@ from runner import harness, store
 from runner.client import ChatClient
 from runner.scripted import PROMPTS, scripted_provider
 from runner.state import RunConfig, new_run
+from runner.store import FileStore
 from runner.trace import Tracer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -121,7 +124,7 @@ def per_turn(clock: Clock) -> list[dict[str, float]]:
     return rows
 
 
-async def one_run(url: str, runs: Path | None, turns: int) -> list[dict[str, float]]:
+async def one_run(url: str, runs: Path | FileStore | None, turns: int) -> list[dict[str, float]]:
     state = new_run(PROMPTS["runaway"], RunConfig(model="scripted/runaway", base_url=url, max_turns=turns + 1))
     clock = Clock()
     with timed(clock):
@@ -155,6 +158,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="runaway-", dir=args.out))
     tempfile.tempdir = str(scratch)  # in-memory runs copy the workspace to a temp folder: keep it here
     durable: list[list[dict[str, float]]] = []
+    power: list[list[dict[str, float]]] = []
     memory: list[list[dict[str, float]]] = []
     try:
         with scripted_provider() as url:
@@ -163,11 +167,13 @@ def main() -> None:
             for i in range(args.reps):
                 durable.append(asyncio.run(one_run(url, scratch / f"runs{i}", args.turns)))
                 memory.append(asyncio.run(one_run(url, None, args.turns)))
+            for i in range(args.reps):  # apart: its disk flushes slow every file operation near them
+                power.append(asyncio.run(one_run(url, FileStore(scratch / f"power{i}", durability="power"), args.turns)))
             load_after = os.getloadavg()[0]
     finally:
         tempfile.tempdir = None
         shutil.rmtree(scratch, ignore_errors=True)
-    d, m = summarize(durable, args.turns), summarize(memory, args.turns)
+    d, m, pw = summarize(durable, args.turns), summarize(memory, args.turns), summarize(power, args.turns)
     verdict = "meets" if d["share"] <= TARGET_SHARE else "MISSES"
     wrapped = ", ".join(f"{getattr(owner, '__name__', owner)}.{attr}" for owner, attr in persistence_targets())
     text = "\n".join([
@@ -185,6 +191,8 @@ def main() -> None:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
         f"| durable | {d['turn1_turn_ms']:.2f} | {d['turn1_persist_ms']:.2f} | {d['turn_ms']:.2f} | {d['provider_ms']:.2f} | "
         f"{d['persist_ms']:.2f} | {d['share']:.1%} | {d['window_share']:.1%} |",
+        f"| durable, power (fsync; timed after the others) | {pw['turn1_turn_ms']:.2f} | {pw['turn1_persist_ms']:.2f} | "
+        f"{pw['turn_ms']:.2f} | {pw['provider_ms']:.2f} | {pw['persist_ms']:.2f} | {pw['share']:.1%} | {pw['window_share']:.1%} |",
         f"| in memory | {m['turn1_turn_ms']:.2f} | {m['turn1_persist_ms']:.2f} | {m['turn_ms']:.2f} | {m['provider_ms']:.2f} | "
         f"{m['persist_ms']:.2f} | {m['share']:.1%} | {m['window_share']:.1%} |",
         "",
@@ -192,8 +200,8 @@ def main() -> None:
         "by difference).", "",
     ])
     (args.out / "runaway.md").write_text(text, encoding="utf-8")
-    (args.out / "runaway.json").write_text(json.dumps({"durable": durable, "memory": memory, "summary": {
-        "durable": d, "memory": m}}, indent=1), encoding="utf-8")
+    (args.out / "runaway.json").write_text(json.dumps({"durable": durable, "power": power, "memory": memory, "summary": {
+        "durable": d, "power": pw, "memory": m}}, indent=1), encoding="utf-8")
     print(text)
 
 

@@ -6,10 +6,15 @@ makes them (a model reply with a tool call, then the tool's result: ~1.2 KB of f
 committed with its trace event. Timed: the two saves of turn 1 and the two saves of turn 100,
 per store; repeated `--reps` times with the stores interleaved round-robin. Stores:
 
-    files (before)   the pre-issue-11 FileStore: the whole state re-serialised (indent=1), written
-                     to a temp file, fsync, rename, then the trace line appended (as runner did)
-    files            FileStore: one journal line with what changed + fsync, then the trace lines
-    postgres         PostgresStore: one transaction (runs row, new items, events), fsync=on
+    files (before, fsync)  the pre-issue-11 FileStore: the whole state re-serialised (indent=1),
+                           written to a temp file, fsync, rename, then the trace line appended
+    files            FileStore at the default durability ("process"): one journal line with
+                     what changed, then the trace lines (no flush)
+    postgres         PostgresStore, "process": one transaction (runs row, new items, events)
+                     with synchronous_commit off (the server has it; not yet on its disk)
+    files, power     FileStore, "power": the journal line fdatasync'ed (timed in a pass of its own)
+    postgres, power  PostgresStore, "power": synchronous_commit on (the commit waits for the
+                     server's WAL flush; the cluster runs with fsync on)
 
 Part 2, harness overhead per turn. The 3-turn `plan` against the scripted provider (separate
 process, zero latency), round-robin with a bare httpx loop making the same three calls (the
@@ -42,6 +47,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from runner import harness  # noqa: E402
+from runner.client import new_http_client  # noqa: E402
 from runner.state import FunctionCall, Message, RunConfig, RunState, ToolCall, ToolRun, TurnRecord, new_run  # noqa: E402
 from runner.store import FileStore, RunStore  # noqa: E402
 from runner.store.base import event_line  # noqa: E402
@@ -115,7 +121,7 @@ def written_bytes(store: RunStore | BeforeFiles, run_id: str) -> int:
         folder = store.run_dir(run_id)
         return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
     with store.pool.connection() as conn:  # type: ignore[attr-defined]
-        row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')").fetchone()
+        row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')").fetchone()
     return int(row[0])
 
 
@@ -165,7 +171,6 @@ def save_bench(stores: dict[str, RunStore | BeforeFiles], reps: int) -> dict[str
 
 
 async def overhead_bench(base_url: str, stores: dict[str, RunStore | None], runs: int, warmup: int) -> dict[str, list[float]]:
-    import httpx
 
     bo = _bench_overhead()
     replay = await bo.make_replay(base_url)
@@ -173,12 +178,12 @@ async def overhead_bench(base_url: str, stores: dict[str, RunStore | None], runs
     async def harness_run(store: RunStore | None) -> float:
         state = bo.fresh_state(base_url)
         began = time.perf_counter()
-        state = await harness.execute(state, base_url, store)
+        state = await harness.execute(state, base_url, store, http=shared)
         ms = (time.perf_counter() - began) * 1000
         assert state.status == "completed" and [t.prompt_tokens for t in state.per_turn] == replay.prompt_tokens
         return ms
 
-    async with httpx.AsyncClient(headers=bo.HEADERS) as shared:
+    async with new_http_client(base_url) as shared:  # one kept-alive client, as a worker keeps
         async def bare() -> float:
             began = time.perf_counter()
             usage = await bo.bare_loop(shared, base_url, replay)
@@ -214,16 +219,22 @@ def main(argv: list[str] | None = None) -> int:
     from runner.store.postgres import PostgresStore
 
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp, Cluster(fsync=True) as pg:
-        pg_store = PostgresStore(pg.new_database())
+        pg_store, pg_power = PostgresStore(pg.new_database()), PostgresStore(pg.new_database(), durability="power")
         stores: dict[str, RunStore | BeforeFiles] = {
-            "files (before)": BeforeFiles(Path(tmp) / "before"), "files": FileStore(Path(tmp) / "files"),
+            "files (before, fsync)": BeforeFiles(Path(tmp) / "before"), "files": FileStore(Path(tmp) / "files"),
             "postgres": pg_store}
         saves = save_bench(stores, args.reps)
+        # apart: disk flushes slow every file operation near them
+        saves |= save_bench({"files, power": FileStore(Path(tmp) / "files-power", durability="power"),
+                             "postgres, power": pg_power}, args.reps)
         with harness.scripted_provider() as base_url:
+            pg_harness = PostgresStore(pg.new_database())
             overhead = asyncio.run(overhead_bench(base_url, {
-                "memory": None, "files": FileStore(Path(tmp) / "harness"), "postgres": PostgresStore(pg.new_database())},
+                "memory": None, "files": FileStore(Path(tmp) / "harness"), "postgres": pg_harness},
                 args.runs, args.warmup))
+            pg_harness.close()
         pg_store.close()
+        pg_power.close()
     load_after = os.getloadavg()
 
     med = statistics.median

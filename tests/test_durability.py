@@ -1,0 +1,87 @@
+"""The durability setting (issue 13): "process" (the default) commits every transition to the
+OS, which a SIGKILL cannot undo; "power" also flushes each commit to the disk. What each
+setting does is checked where it happens: the flush calls a FileStore makes (counted by
+wrapping `os.fsync`/`os.fdatasync`, the OS calls, never runner's code), the session setting
+PostgreSQL commits with, and a real SIGKILL in the middle of a run at each setting.
+The kill-anywhere cases of test_durable.py run at the default setting.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.scripted import ScriptedServer
+from runner.store import FileStore, open_store
+from tests.conftest import cli, cli_json, drive, scripted_run
+
+
+def _count_flushes(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+
+        def counted(fd: int, _real: Any = real, _name: str = name) -> None:
+            counts[_name] += 1
+            _real(fd)
+
+        monkeypatch.setattr(os, name, counted)
+    return counts
+
+
+def test_process_durability_never_flushes_and_power_flushes_every_commit(
+    provider: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counts = _count_flushes(monkeypatch)
+    done = drive(scripted_run("plan"), provider, FileStore(tmp_path / "process"))
+    assert done.status == "completed" and counts == Counter()
+
+    done = drive(scripted_run("plan"), provider, FileStore(tmp_path / "power", durability="power"))
+    assert done.status == "completed"
+    # 7 commits (the new run, 3 replies, 2 tool results, the stop): each journal line flushed;
+    # creating the run also flushes the run's folder and the runs directory (new names)
+    assert counts["fdatasync"] == 7 and counts["fsync"] == 2
+    assert done.seq == 7
+
+
+def test_the_setting_comes_from_the_flag_or_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert open_store(tmp_path).durability == "process"
+    monkeypatch.setenv("RUNNER_DURABILITY", "power")
+    assert open_store(tmp_path).durability == "power"
+    assert open_store(tmp_path, durability="process").durability == "process"
+    proc = cli("run", "--scenario", "plan", "--durability", "disk", runs_dir=tmp_path)
+    assert proc.returncode == 2 and "durability must be one of process, power; got 'disk'" in proc.stderr
+
+
+def test_postgres_commits_asynchronously_only_at_process_durability(pg_url: str) -> None:
+    from runner.store.postgres import PostgresStore
+
+    for durability, expected in (("process", "off"), ("power", "on")):
+        store = PostgresStore(pg_url, durability=durability)  # type: ignore[arg-type]
+        try:
+            with store.pool.connection() as conn:
+                row = conn.execute("SHOW synchronous_commit").fetchone()
+            assert row is not None and row[0] == expected
+        finally:
+            store.close()
+
+
+@pytest.mark.parametrize("durability", ["process", "power"])
+def test_sigkill_mid_run_then_resume_at_each_setting(
+    durability: str, provider_server: ScriptedServer, runs: Path,
+) -> None:
+    """A real SIGKILL right after the second reply is committed; the resumed run never asks
+    for a recorded turn again and ends as an uninterrupted run does."""
+    env = {"RUNNER_DURABILITY": durability, "RUNNER_CRASH_AT": "reply:2"}
+    before = len(provider_server.requests)
+    killed = cli("run", "--scenario", "plan", "--base-url", provider_server.base_url, runs_dir=runs, env=env)
+    assert killed.returncode == -9
+    (run_id,) = [p.name for p in runs.iterdir()]
+    code, out = cli_json("resume", run_id, runs_dir=runs, env={"RUNNER_DURABILITY": durability})
+    assert code == 0 and out["status"] == "completed" and out["turns"] == 3
+    asked = Counter(turn for _, turn in provider_server.requests[before:])
+    assert asked == {1: 1, 2: 1, 3: 1}
