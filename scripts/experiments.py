@@ -644,10 +644,10 @@ def latency(lab: Lab) -> Outcome:
                        "overhead per turn ms (min / median / max)", "of which setup ms", "in-loop overhead per turn ms"],
                       rows)],
         lines=[f"harness overhead per turn at 0 ms over 30 runs (min / median / max): {spread(per_turn, 2)} ms"],
-        summary=(f"Harness overhead is wall time around execute() minus time inside the HTTP calls (state saved "
-                 f"with fsync and trace flushed at every transition; medians unless a spread is shown; one warm-up "
-                 f"run per server discarded). It is about {statistics.median(per_turn):.1f} ms a turn at 0 ms, "
-                 f"{setup_ms:.0f} ms of it per run spent before the loop starts (client and workspace setup) and "
+        summary=(f"Harness overhead is wall time around execute() minus time inside the HTTP calls (every "
+                 f"transition committed with its trace lines at the default durability, a client per run; medians "
+                 f"unless a spread is shown; one warm-up run per server discarded). It is about {statistics.median(per_turn):.1f} ms a turn at 0 ms, "
+                 f"{setup_ms:.0f} ms of it per run spent before the loop starts (the client and the run's creation) and "
                  f"{loop_ms:.1f} ms a turn inside it, while at 1000 ms the same three turns take "
                  f"{slowest_ms / 1000:.1f} s: wall time is turns times provider latency, and the model picks the turns."),
         data={"definitions": {"wall_ms": "around harness.execute()", "loop_ms": "state.wall_ms (inside loop.run)",
