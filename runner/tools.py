@@ -84,8 +84,8 @@ class Workspace:
 
     Args:
         template: the folder a copy is made from, read by read-only tools until one exists.
-        make: makes the run's copy and returns its path; called at most once. None: `path`
-            is the only folder (a fixed workspace, e.g. in tests).
+        make: makes the run's copy and returns its path; called at most once. None: there
+            is no copying, and every tool works in `path` (else in `template`).
         path: the run's copy if it exists already (a resumed run that wrote), else None.
     """
 
@@ -93,16 +93,6 @@ class Workspace:
         self.template = template
         self._make = make
         self._path = path if path is not None or make is not None else template
-
-    @classmethod
-    def fixed(cls, path: Path) -> Workspace:
-        """A workspace that is `path` for every tool (nothing is copied)."""
-        return cls(path, None, path)
-
-    @property
-    def copied(self) -> Path | None:
-        """The run's own copy, or None while there is none."""
-        return self._path
 
     def for_tool(self, tool: Tool) -> Path:
         """The folder `tool` works in: the run's copy (made now if `tool` may write and there
