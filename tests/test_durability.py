@@ -53,8 +53,22 @@ def test_the_setting_comes_from_the_flag_or_the_environment(tmp_path: Path, monk
     monkeypatch.setenv("RUNNER_DURABILITY", "power")
     assert open_store(tmp_path).durability == "power"
     assert open_store(tmp_path, durability="process").durability == "process"
+    assert open_store(tmp_path, durability="Power").durability == "power"
     proc = cli("run", "--scenario", "plan", "--durability", "disk", runs_dir=tmp_path)
-    assert proc.returncode == 2 and "durability must be one of process, power; got 'disk'" in proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert "--durability (or $RUNNER_DURABILITY) must be one of process, power; got 'disk'" in proc.stderr
+
+
+def test_a_run_whose_creation_was_killed_is_not_listed_and_hides_no_other(provider: str, tmp_path: Path) -> None:
+    """A kill between creating the journal and writing its first line leaves an empty file:
+    that run was never committed; `runs` lists the others."""
+    store = FileStore(tmp_path)
+    done = drive(scripted_run("plan"), provider, store)
+    half = tmp_path / "20261201-000000-abcdef"
+    half.mkdir()
+    (half / "journal.jsonl").write_bytes(b"")
+    (half / "lock").write_bytes(b"")
+    assert [i.state.run_id for i in store.list_runs()] == [done.run_id] and store.problems == []
 
 
 def test_postgres_commits_asynchronously_only_at_process_durability(pg_url: str) -> None:

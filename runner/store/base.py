@@ -125,9 +125,9 @@ def durability_of(value: str | None) -> Durability:
     if not value:
         return DEFAULT_DURABILITY
     for choice in DURABILITIES:
-        if value == choice:
+        if value.strip().lower() == choice:
             return choice
-    raise UsageError(f"durability must be one of {', '.join(DURABILITIES)}; got {value!r}")
+    raise UsageError(f"--durability (or $RUNNER_DURABILITY) must be one of {', '.join(DURABILITIES)}; got {value!r}")
 
 
 def event_line(event: _Event) -> str:

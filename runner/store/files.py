@@ -211,8 +211,10 @@ class FileStore(RunStore):
         traced = _trace_seq(folder / "trace.jsonl")
         replay.journal_seq = max(replay.journal_seq, traced)
         if traced > replay.seq and not replay.stale:
-            replay.stale = (f"the trace records save {traced} but state.json and journal.jsonl end at save "
-                            f"{replay.seq}: they are an older copy, and loading them would undo newer history")
+            replay.stale = (f"the trace records save {traced} but the saved state (journal.jsonl"
+                            f"{' and state.json' if raw is not None else ''}) ends at save {replay.seq}: it is an "
+                            "older copy (a restored backup, or its last lines were lost in an OS crash), and "
+                            "loading it would undo newer history")
         return replay
 
     @staticmethod
@@ -262,6 +264,8 @@ class FileStore(RunStore):
                 continue
             try:
                 state = self.load(folder.name)
+            except RunNotFound:  # its creation was killed before the first line was whole: no run
+                continue
             except CorruptState as exc:
                 self.problems.append(f"{folder.name}: {exc}")
                 continue
@@ -552,6 +556,8 @@ class FileStore(RunStore):
                 shutil.rmtree(tmp, ignore_errors=True)
                 if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                     raise
+            if self._sync:  # the copy's name; what tools write in it is theirs to flush
+                _sync_dir(ws.parent)
         return ws
 
     def existing_workspace(self, run_id: str, lease: Lease | None = None) -> Path | None:
