@@ -268,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {name} | {med(values):.2f} | {per_turn:.3f} |")
     lines += ["", "Bytes: what one save adds on disk (files: the run's folder; \"before\": the new state file "
               "plus the trace line; postgres: write-ahead log bytes, all of the cluster's writes). "
-              "Times are dominated by fsync on this shared disk and vary run to run; bytes do not."]
+              "Times of the rows that flush (before, power) are dominated by the flush on this shared disk and vary "
+              "run to run; bytes do not."]
     report = "\n".join(lines) + "\n"
     print(report)
     args.out.mkdir(parents=True, exist_ok=True)
