@@ -460,6 +460,7 @@ class FileStore(RunStore):
             if crash_armed("save"):  # the kill tests: half the commit on disk, then die
                 os.write(fd, data[: len(data) // 2])
                 crash_point("save")
+                data = data[len(data) // 2:]
             os.write(fd, data)
             if self._sync:
                 os.fdatasync(fd)
