@@ -181,12 +181,14 @@ async def round_robin(bench: Bench, runs: int, warmup: int) -> dict[str, list[fl
     fns = bench.variants()
     times: dict[str, list[float]] = {}
     for phase, names in PHASES.items():
-        for name, values in (await _rounds({name: fns[name] for name in names}, runs, warmup)).items():
+        for name, values in (await rounds({name: fns[name] for name in names}, runs, warmup)).items():
             times[name if name not in times else f"{name}@{phase}"] = values
     return times
 
 
-async def _rounds(fns: dict[str, Callable[[], Awaitable[float]]], runs: int, warmup: int) -> dict[str, list[float]]:
+async def rounds(fns: dict[str, Callable[[], Awaitable[float]]], runs: int, warmup: int) -> dict[str, list[float]]:
+    """`warmup` untimed rounds, then `runs` timed ones; each round awaits every function once
+    (each returns its run's ms), the order rotated by one per round. Returns ms by name."""
     names = list(fns)
     times: dict[str, list[float]] = {v: [] for v in names}
     for i in range(warmup + runs):

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib.util
 import json
 import os
@@ -41,7 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -190,17 +191,10 @@ async def overhead_bench(base_url: str, stores: dict[str, RunStore | None], runs
             assert usage == replay.prompt_tokens
             return (time.perf_counter() - began) * 1000
 
-        variants: dict[str, Callable[[], Any]] = {"bare": bare}
+        variants: dict[str, Callable[[], Awaitable[float]]] = {"bare": bare}
         for name, store in stores.items():
-            variants[f"harness ({name})"] = (lambda s: lambda: harness_run(s))(store)
-        names = list(variants)
-        times: dict[str, list[float]] = {n: [] for n in names}
-        for i in range(warmup + runs):
-            k = i % len(names)
-            for name in names[k:] + names[:k]:
-                ms = await variants[name]()
-                if i >= warmup:
-                    times[name].append(ms)
+            variants[f"harness ({name})"] = functools.partial(harness_run, store)
+        times: dict[str, list[float]] = await bo.rounds(variants, runs, warmup)
     return times
 
 
