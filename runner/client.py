@@ -178,7 +178,7 @@ class ChatClient:
         backoff_s: first back-off delay, doubled per attempt, capped at 8 s.
         http: an `httpx.AsyncClient` to send through, shared with other runs and left open
             (a process driving many runs keeps its connections alive: creating a client and
-            connecting costs ~0.4 ms per turn of a 3-turn run, `scripts/bench_overhead.py`);
+            connecting costs 0.24-0.48 ms per turn of a 3-turn run, `scripts/bench_overhead.py`);
             None: a client of this run's own, closed with it.
     """
 
