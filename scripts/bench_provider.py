@@ -42,12 +42,13 @@ TARGET_RPS = 1000.0
 def plan_requests() -> list[dict[str, Any]]:
     """The three request bodies runner sends for `plan` (taken from an in-memory run)."""
     from runner import catalog, harness
+    from runner.endpoints import Endpoint
     from runner.scripted import PROMPTS, ScriptedServer
     from runner.state import RunConfig, new_run
 
     with ScriptedServer() as server:
-        state = new_run(PROMPTS["plan"], RunConfig(model="scripted/plan", base_url=server.base_url))
-        state = asyncio.run(harness.execute(state, server.base_url, None))
+        state = new_run(PROMPTS["plan"], RunConfig(endpoint=Endpoint(model="scripted/plan", base_url=server.base_url)))
+        state = asyncio.run(harness.drive(state, server.base_url, None))
     assert state.status == "completed" and state.turns == 3, state.status
     schemas = [t.schema() for t in catalog.build(state.config)]
     bodies, upto = [], 1

@@ -43,8 +43,9 @@ from typing import Any, Callable, Iterator
 
 from runner import harness, store
 from runner.client import ChatClient
+from runner.endpoints import Endpoint
 from runner.scripted import PROMPTS, scripted_provider
-from runner.state import RunConfig, new_run
+from runner.state import Limits, RunConfig, new_run
 from runner.store import FileStore
 from runner.trace import Tracer
 
@@ -125,10 +126,10 @@ def per_turn(clock: Clock) -> list[dict[str, float]]:
 
 
 async def one_run(url: str, runs: Path | FileStore | None, turns: int) -> list[dict[str, float]]:
-    state = new_run(PROMPTS["runaway"], RunConfig(model="scripted/runaway", base_url=url, max_turns=turns + 1))
+    state = new_run(PROMPTS["runaway"], RunConfig(endpoint=Endpoint(model="scripted/runaway", base_url=url), limits=Limits(max_turns=turns + 1)))
     clock = Clock()
     with timed(clock):
-        state = await harness.execute(state, url, runs)
+        state = await harness.drive(state, url, runs)
     assert state.status == "max_turns_exceeded" and state.turns == turns + 1, (state.status, state.turns)
     return per_turn(clock)
 
