@@ -22,8 +22,8 @@ from typing import Any, Awaitable, Callable
 
 from runner import store
 from runner.cancel import Cancelled, CancelToken, race
-from runner.client import ChatClient, ChatReply, ProviderError
-from runner.errors import NotPending
+from runner.client import ChatClient, ChatReply
+from runner.errors import NotPending, ProviderError
 from runner.state import (
     FORMAT_VERSION,
     ApprovalInterruption,

@@ -208,7 +208,7 @@ def test_suite_usage_errors(args: tuple[str, ...], message: str, tmp_path: Path)
 
 
 def test_an_endpoint_that_cannot_start_stops_the_suite_with_its_own_error(ray_cluster: None, tmp_path: Path) -> None:
-    from runner.local import LocalServerError
+    from runner.errors import LocalServerError
 
     column = Endpoint(model="missing", local_model=str(tmp_path / "missing.gguf"))
     with pytest.raises(LocalServerError, match=r"missing\.gguf"):
