@@ -203,7 +203,7 @@ class ChatClient:
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         body.update(extra or {})
-        if on_delta is not None:  # local-model change (issue 12): stream when someone watches
+        if on_delta is not None:  # stream when someone watches
             body |= {"stream": True, "stream_options": {"include_usage": True}}
         retries: list[dict[str, Any]] = []
         started = time.perf_counter()
@@ -234,7 +234,7 @@ class ChatClient:
             if on_delta is None:
                 response = await self._http.post(self.base_url + "/chat/completions", json=body,
                                                  headers=self._headers, timeout=self._timeout)
-            else:  # local-model change (issue 12): read a streamed reply as it comes
+            else:  # read a streamed reply as it comes
                 async with self._http.stream("POST", self.base_url + "/chat/completions", json=body,
                                              headers=self._headers, timeout=self._timeout) as response:
                     if response.status_code < 400 and "text/event-stream" in response.headers.get("content-type", ""):

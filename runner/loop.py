@@ -139,11 +139,6 @@ class Runtime:
         """Trace `event` with the next commit (it describes the transition being made)."""
         self._deferred.append(event)
 
-    def save(self, state: RunState) -> None:
-        """Commit `state` with no trace event."""
-        self.commit(state)
-
-
 async def run(state: RunState, rt: Runtime) -> RunState:
     """Drive `state` until it stops; returns the same (mutated) state.
 

@@ -85,10 +85,6 @@ class Task(BaseModel):
             return Grade(correct=False, why=f"{tool_runs} tool runs, the task needs {self.min_tool_runs}")
         return Grade(correct=True)
 
-    def is_correct(self, answer: str, tool_runs: int, tool_results: list[str] = []) -> bool:  # noqa: B006
-        return self.grade(answer, tool_runs, tool_results).correct
-
-
 def echoes(answer: str, tool_results: list[str]) -> bool:
     """True if `answer` reproduces a tool result: one of its lines of `ECHO_LINE_CHARS`+
     characters, or two of its consecutive lines, appear verbatim (case and runs of whitespace

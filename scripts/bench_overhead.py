@@ -1,4 +1,4 @@
-"""Benchmark (issue 13, target 1): the harness's own overhead per turn over a bare httpx loop,
+"""Benchmark: the harness's own overhead per turn over a bare httpx loop,
 at each durability setting, beside the in-memory figure.
 
 Workload: the 3-turn `plan` scenario (list_files -> read_file errors.log -> answer) against the
@@ -386,7 +386,7 @@ async def measure(base_url: str, runs: int, warmup: int, scratch: Path, instrume
 def render(report: dict[str, Any]) -> str:
     first = report["modes"][report["headline_mode"]]
     lines = [
-        "# Harness overhead per turn (issue 13, target 1)", "",
+        "# Harness overhead per turn", "",
         f"- workload: `{SCENARIO}`, {TURNS} turns, scripted provider on loopback, zero latency; the same "
         f"messages and tools on the wire for every variant (per-turn prompt tokens, checked every run: "
         f"{first['prompt_tokens_per_turn']})",

@@ -1,4 +1,4 @@
-"""Benchmark (issue 13, target 5): runner beside other agent harnesses on the same scripted server.
+"""Benchmark: runner beside other agent harnesses on the same scripted server.
 
 Every harness runs the `plan` scenario (list_files -> read_file errors.log -> answer) against ONE
 scripted provider (`runner scripted serve`, its own process, loopback, zero latency) with the
@@ -451,7 +451,7 @@ def render(r: dict[str, Any]) -> str:
     times, errors = r["times_ms"], r["errors"]
     floor = statistics.median(times["bare"]) if "bare" in times else None
     lines = [
-        "# runner beside other agent harnesses (issue 13)", "",
+        "# runner beside other agent harnesses", "",
         f"- {r['date']}; machine: {r['machine']}; load average (1 min) before / after the timed loop: "
         f"{r['loadavg_before_after'][0]:.2f} / {r['loadavg_before_after'][1]:.2f}",
         f"- workload: `{SCENARIO}` (3 model calls, 2 tool calls) against one scripted provider process on "

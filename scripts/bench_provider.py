@@ -1,4 +1,4 @@
-"""Benchmark (issue 13, target 4): requests per second the scripted provider serves.
+"""Benchmark: requests per second the scripted provider serves.
 
 The provider runs as `runner scripted serve --port 0` in its own process (one process, one
 event loop, uvicorn). Client processes (--client-procs, default 2) each keep --concurrency
@@ -177,7 +177,7 @@ def measure(tree: Path, bodies: list[dict[str, Any]], seconds: float, concurrenc
 def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     sizes = ", ".join(f"{len(json.dumps(b))} B" for b in args.bodies)
     lines = [
-        "# Scripted provider throughput (issue 13, target 4)", "",
+        "# Scripted provider throughput", "",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         f"- workload: the 3 `plan` requests runner sends ({sizes}), round-robin; {args.client_procs} client "
         f"processes x {args.concurrency} kept-alive connections; {args.seconds:.0f} s measured after "

@@ -1,4 +1,4 @@
-"""Benchmark (issue 14): the scripted suite, 6 tasks x 20 repeats, on the local executor and on
+"""Benchmark: the scripted suite, 6 tasks x 20 repeats, on the local executor and on
 Ray, wall time side by side.
 
 Cases, run in one process, round-robin (the order rotates every round), median over rounds:

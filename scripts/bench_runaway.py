@@ -1,4 +1,4 @@
-"""Benchmark (issue 13, target 2): what persistence costs at turn 100 of the runaway scenario.
+"""Benchmark: what persistence costs at turn 100 of the runaway scenario.
 
 `runaway` calls list_files every turn and never answers, so the transcript grows by two
 messages a turn. Each run goes to --turns (default 100) + 1 model calls against the scripted
@@ -178,7 +178,7 @@ def main() -> None:
     verdict = "meets" if d["share"] <= TARGET_SHARE else "MISSES"
     wrapped = ", ".join(f"{getattr(owner, '__name__', owner)}.{attr}" for owner, attr in persistence_targets())
     text = "\n".join([
-        "# Persistence at turn 100 of `runaway` (issue 13, target 2)", "",
+        "# Persistence at turn 100 of `runaway`", "",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; runner from "
         f"`{Path(harness.__file__).parent}`; load average (1 min) before / after: {load_before:.2f} / {load_after:.2f}",
         f"- {args.reps} durable and {args.reps} in-memory runs of {args.turns + 1} model calls, alternating; "

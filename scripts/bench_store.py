@@ -1,4 +1,4 @@
-"""Benchmark (issue 11): what a save costs with each run store, early and late in a run, and
+"""Benchmark: what a save costs with each run store, early and late in a run, and
 the harness's overhead per turn with each store.
 
 Part 1, save time per transition. One run of 100 turns, each turn two transitions as the loop
@@ -71,7 +71,7 @@ def _bench_overhead() -> Any:
 
 
 class BeforeFiles:
-    """The FileStore's save as it was before issue 11 (full state, temp file, fsync, rename;
+    """The FileStore's save as it was before the journal (full state, temp file, fsync, rename;
     then one trace line appended and flushed), kept here as the baseline."""
 
     def __init__(self, root: Path) -> None:
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
 
     med = statistics.median
-    lines = ["# Run store benchmark (issue 11)", "",
+    lines = ["# Run store benchmark", "",
              f"{platform.node()}, Python {platform.python_version()}, {os.cpu_count()} CPUs; "
              f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (shared machine: noisy).",
              f"Command: `python scripts/bench_store.py --reps {args.reps} --runs {args.runs} --warmup {args.warmup}`", "",

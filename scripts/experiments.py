@@ -1,4 +1,4 @@
-"""Reproduce the chapter's measurements (SPEC R11) with the real harness, one experiment each.
+"""Reproduce the chapter's measurements with the real harness, one experiment each.
 
 Every experiment drives runs through the library: the scripted provider is served in-process
 on loopback (`runner.scripted.ScriptedServer`), states come from `runner.state.new_run`, and

@@ -1,4 +1,4 @@
-"""The harness core against the real scripted provider over loopback HTTP (issue 2)."""
+"""The harness core against the real scripted provider over loopback HTTP."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_runs_lists_saved_runs(runs: Path) -> None:
     _, b = cli_json("run", "--scenario", "runaway", "--max-turns", "2", runs_dir=runs)
     code, listed = cli_json("runs", runs_dir=runs)
     assert code == 0
-    # newest first (issue 11)
+    # newest first
     assert [(r["run_id"], r["status"]) for r in listed] == [(b["run_id"], "max_turns_exceeded"), (a["run_id"], "completed")]
 
 

@@ -1,5 +1,5 @@
-"""Durable runs: SIGKILL after each kind of transition, resume in a new process (issue 3: R6.4-R6.5),
-on both run stores (issue 11: the FileStore and PostgreSQL).
+"""Durable runs: SIGKILL after each kind of transition, resume in a new process,
+on both run stores (the FileStore and PostgreSQL).
 
 Each case runs the real CLI against the in-process scripted provider (which counts the
 requests it answers), kills it with RUNNER_CRASH_AT, checks the run is readable, resumes in

@@ -1,4 +1,4 @@
-"""The embedded server's contract (issue 12), on the real llama.cpp server and the packaged
+"""The embedded server's contract, on the real llama.cpp server and the packaged
 SmolLM2, over loopback HTTP: tool_choice none/auto/required/named, calls that always fit the
 tools' schemas (the grammar), real streaming, a fresh and a warm server answering alike,
 generation that stops when the client goes, no server outliving a SIGKILLed parent, and the

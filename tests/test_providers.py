@@ -1,4 +1,4 @@
-"""Runs that survive real providers (issue 10): resumable outages, deterministic rejections
+"""Runs that survive real providers: resumable outages, deterministic rejections
 that are not retried, fail-closed budgets, protocol slips that never become answers, runaway
 stops, capped and defused tool output, trace gaps, and why a run stopped as data.
 

@@ -1,4 +1,4 @@
-"""The suite fanned out on a real local Ray cluster (issue 14): the same runs as the local
+"""The suite fanned out on a real local Ray cluster: the same runs as the local
 executor, and exactly-once runs when an actor is killed mid-suite.
 
 One Ray cluster serves the whole module (starting one costs 9-14 s and ~0.8 GiB). Runs are

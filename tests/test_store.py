@@ -1,4 +1,4 @@
-"""One conformance suite for both run stores (issue 11): every test runs on the FileStore and
+"""One conformance suite for both run stores: every test runs on the FileStore and
 on PostgreSQL (`backend` fixture). Round trip; state and trace committed together; a second
 driver refused; a stale-epoch write refused; an old copy refused; approvals need their
 operator event; a killed run shows `died` and resumes; a child's cost counted once.

@@ -1,4 +1,4 @@
-"""A local-model suite run killed mid-run resumes against the same local model (issue 11): the
+"""A local-model suite run killed mid-run resumes against the same local model: the
 run records how to restart its endpoint (`config.local_model`), so `runner resume` starts the
 llama.cpp server again instead of sending the run to the scripted provider."""
 
