@@ -13,6 +13,7 @@ a provider that stays unavailable through its retries leaves the run `interrupte
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import time
@@ -178,6 +179,9 @@ async def run(state: RunState, rt: Runtime) -> RunState:
             _record_reply(state, rt, reply, max_tokens)
     except Cancelled as exc:
         _stop(state, "interrupted", CancelledInterruption(reason=exc.reason), f"cancelled: {exc.reason}")
+    except asyncio.CancelledError:  # the task itself (asyncio.run's own Ctrl-C handling): saved, then passed on
+        _stop(state, "interrupted", CancelledInterruption(reason="task cancelled"), "cancelled: the run's task was cancelled")
+        raise
     except ProviderError as exc:
         _stop_for_provider(state, exc)
     finally:
