@@ -16,9 +16,11 @@ from runner.store.base import (
     DEFAULT_DURABILITY,
     DURABILITIES,
     CorruptState,
+    DamagedRun,
     Durability,
     Lease,
     LeaseLost,
+    RepairReport,
     RunBusy,
     RunHandle,
     RunInfo,
@@ -34,8 +36,8 @@ from runner.store.base import (
 from runner.store.files import FileStore
 
 __all__ = [
-    "DEFAULT_DURABILITY", "DURABILITIES", "CorruptState", "Durability", "FileStore", "Lease", "LeaseLost",
-    "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore", "ShownStatus", "StaleState", "StoreError",
+    "DEFAULT_DURABILITY", "DURABILITIES", "CorruptState", "DamagedRun", "Durability", "FileStore", "Lease", "LeaseLost",
+    "RepairReport", "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore", "ShownStatus", "StaleState", "StoreError",
     "crash_point", "default_owner", "durability_of", "list_runs", "load", "open_store", "run_dir", "runs_dir",
     "save", "trace_path", "workspace_path",
 ]

@@ -31,11 +31,11 @@ from runner.errors import CorruptState, RunBusy, RunnerError, RunNotFound, Usage
 from runner.state import RunState
 from runner.trace import TraceEvent, Tracer, _Event
 
-__all__ = ["CorruptState", "Durability", "Lease", "LeaseLost", "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore",
-           "StaleState", "StoreError"]
+__all__ = ["CorruptState", "DamagedRun", "Durability", "Lease", "LeaseLost", "RepairReport", "RunBusy", "RunHandle",
+           "RunInfo", "RunNotFound", "RunStore", "StaleState", "StoreError"]
 
 ShownStatus = Literal["running", "completed", "failed", "max_turns_exceeded", "budget_exceeded",
-                      "interrupted", "died", "queued"]
+                      "interrupted", "died", "queued", "damaged"]
 Durability = Literal["process", "power"]
 """What a committed transition survives, as databases let you choose:
 
@@ -62,6 +62,33 @@ class StoreError(RunnerError):
 class StaleState(CorruptState):
     """The state does not follow the stored one (its `seq` is behind): an old copy, or a
     writer that missed newer history. `--force` may override, and the override is traced."""
+
+
+class DamagedRun(CorruptState):
+    """A record in the middle of the run's journal is unreadable (fails its checksum, is not
+    JSON, or does not follow the one before it): the run is listed as `damaged` and refuses to
+    resume until `runner repair RUN_ID` rebuilds it from its last good record."""
+
+
+@dataclass
+class RepairReport:
+    """What `RunStore.repair` did to one run.
+
+    Attributes:
+        kept_seq: the last good save the repaired state is rebuilt from.
+        new_seq: the repaired state's sequence number (after every save the trace witnessed).
+        dropped: one line per transition dropped (committed after the damage, now lost).
+        outside: one line per thing that may have happened outside the kept state (a tool
+            started, a turn paid after the last good record).
+        notes: other facts (where the damaged journal was kept, cost carried over).
+    """
+
+    run_id: str
+    kept_seq: int
+    new_seq: int
+    dropped: list[str] = field(default_factory=list)
+    outside: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 class LeaseLost(StoreError):
@@ -110,9 +137,12 @@ class RunInfo:
     state: RunState
     shown_status: ShownStatus
     """The state's status, or `died` (saved as running, no live driver: resumable), or
-    `queued` (waiting for a worker)."""
+    `queued` (waiting for a worker), or `damaged` (a bad journal record: the state shown is
+    the last good one; `runner repair` first)."""
     driver: str | None = None
     """`owner since ISO-time` when a live process drives it."""
+    damage: str | None = None
+    """With status `damaged`: where the journal is damaged, and how to repair it."""
 
 
 def durability_of(value: str | None) -> Durability:
@@ -314,6 +344,15 @@ class RunStore(ABC):
     def delete(self, lease: Lease) -> None:
         """Remove the claimed run: its state, trace and workspace. Claiming first is what keeps
         a run that some process is driving from being deleted under it (`claim` raises RunBusy)."""
+
+    def repair(self, run_id: str) -> RepairReport:
+        """Rebuild a damaged run from its last good record and its trace (see `RepairReport`).
+
+        Raises:
+            UsageError: this store has nothing to repair (PostgreSQL checks its own WAL).
+        """
+        raise UsageError(f"runner repair works on a runs directory's journals; {self.url} keeps its runs in a "
+                         "database, which checks and replays its own log")
 
     def close(self) -> None:  # noqa: B027 - optional for a store that holds nothing
         """Release connections and locks held by this object."""
