@@ -187,6 +187,8 @@ async def run(state: RunState, rt: Runtime) -> RunState:
         _stop(state, "interrupted", CancelledInterruption(reason=exc.reason), f"cancelled: {exc.reason}")
     except ProviderError as exc:
         _stop_for_provider(state, exc)
+    except store.DiskFull as exc:  # the stop below still commits: the store freed its reserve
+        _stop(state, "interrupted", CancelledInterruption(reason="disk full"), str(exc))
     finally:
         state.wall_ms += (time.perf_counter() - began) * 1000
         if state.status == "running":  # an unexpected exception is escaping: keep it resumable

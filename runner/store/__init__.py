@@ -17,6 +17,7 @@ from runner.store.base import (
     DURABILITIES,
     CorruptState,
     DamagedRun,
+    DiskFull,
     Durability,
     Lease,
     LeaseLost,
@@ -36,7 +37,7 @@ from runner.store.base import (
 from runner.store.files import FileStore
 
 __all__ = [
-    "DEFAULT_DURABILITY", "DURABILITIES", "CorruptState", "DamagedRun", "Durability", "FileStore", "Lease", "LeaseLost",
+    "DEFAULT_DURABILITY", "DURABILITIES", "CorruptState", "DamagedRun", "DiskFull", "Durability", "FileStore", "Lease", "LeaseLost",
     "RepairReport", "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore", "ShownStatus", "StaleState", "StoreError",
     "crash_point", "default_owner", "durability_of", "list_runs", "load", "open_store", "run_dir", "runs_dir",
     "save", "trace_path", "workspace_path",

@@ -31,7 +31,7 @@ from runner.errors import CorruptState, RunBusy, RunnerError, RunNotFound, Usage
 from runner.state import RunState
 from runner.trace import TraceEvent, Tracer, _Event
 
-__all__ = ["CorruptState", "DamagedRun", "Durability", "Lease", "LeaseLost", "RepairReport", "RunBusy", "RunHandle",
+__all__ = ["CorruptState", "DamagedRun", "DiskFull", "Durability", "Lease", "LeaseLost", "RepairReport", "RunBusy", "RunHandle",
            "RunInfo", "RunNotFound", "RunStore", "StaleState", "StoreError"]
 
 ShownStatus = Literal["running", "completed", "failed", "max_turns_exceeded", "budget_exceeded",
@@ -89,6 +89,11 @@ class RepairReport:
     dropped: list[str] = field(default_factory=list)
     outside: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+
+class DiskFull(StoreError):
+    """The disk holding the runs is full: the run stops `interrupted` (committed transitions
+    kept) and resumes once there is space."""
 
 
 class LeaseLost(StoreError):

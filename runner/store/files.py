@@ -47,6 +47,7 @@ from runner.store.base import (
     CorruptState,
     DamagedRun,
     Delta,
+    DiskFull,
     Durability,
     Lease,
     LeaseLost,
@@ -56,6 +57,7 @@ from runner.store.base import (
     RunNotFound,
     RunStore,
     StaleState,
+    StoreError,
     Written,
     crash_armed,
     crash_point,
@@ -66,6 +68,10 @@ from runner.store.base import (
 from runner.trace import RunRepaired, StateForced, TraceEvent, _Event, read_trace
 
 _TRACE: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent)
+RESERVE_NAME = ".reserve"
+RESERVE_BYTES = 32 * 1024
+"""Space a driven run keeps aside in its folder (`.reserve`, allocated at claim, removed at
+release), freed when the disk is full so the run can still commit that it stopped."""
 COMPACT_MIN_BYTES = 256 * 1024
 """The journal is folded into a new snapshot once it is larger than this and the snapshot."""
 
@@ -400,6 +406,63 @@ class FileStore(RunStore):
             raise RunNotFound(f"no run {run_id!r} in {self.root}")
         return self._claim(folder, owner or default_owner())
 
+    # --- a full disk -----------------------------------------------------------------------
+
+    @staticmethod
+    def _keep_reserve(folder: Path) -> None:
+        """Set RESERVE_BYTES aside in the claimed run's folder (removed at release), freed when
+        a save finds the disk full so the run can still commit that it stopped."""
+        try:
+            fd = os.open(folder / RESERVE_NAME, os.O_WRONLY | os.O_CREAT, 0o644)
+        except OSError:
+            return
+        try:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        except OSError as exc:  # no room even for that (the next save says so), or not supported
+            if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+                try:
+                    os.pwrite(fd, bytes(RESERVE_BYTES), 0)
+                except OSError:
+                    pass
+        finally:
+            os.close(fd)
+
+    def _disk_full(self, exc: OSError, run_id: str) -> DiskFull:
+        """Free the run's reserve and say which disk is full."""
+        (self.run_dir(run_id) / RESERVE_NAME).unlink(missing_ok=True)
+        mount = _mount_point(self.root)
+        try:
+            free = f", {shutil.disk_usage(mount).free:,} bytes free"
+        except OSError:
+            free = ""
+        return DiskFull(f"the disk holding {self.root} (mounted at {mount}{free}) is full: {exc.strerror}; run {run_id} "
+                        "stopped with every committed transition kept; free space, then: runner resume " + run_id)
+
+    def _write(self, fd: int, data: bytes, at: int, run_id: str) -> None:
+        """Append `data` to the file `fd` (its size: `at`) whole, or not at all: on a full disk
+        (or another write error) the file is cut back to `at` and `DiskFull` (`StoreError`)
+        raised."""
+        try:
+            done = 0
+            while done < len(data):
+                done += os.write(fd, data[done:])
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, at)
+            except OSError:
+                pass
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise self._disk_full(exc, run_id) from None
+            raise StoreError(f"cannot write run {run_id} in {self.root}: {exc.strerror or exc}") from None
+
+    def _write_trace(self, head: _Head, data: bytes) -> None:
+        """Append trace lines; on a full disk, free the reserve and try once more."""
+        try:
+            self._write(head.trace_fd, data, head.trace_bytes, head.lease.run_id)
+        except DiskFull:
+            self._write(head.trace_fd, data, head.trace_bytes, head.lease.run_id)
+        head.trace_bytes += len(data)
+
     def _claim(self, folder: Path, owner: str, state: RunState | None = None) -> Lease:
         """Lock the run and open its head; with `state`, the run is being created: its files
         are written under the lock, the snapshot last."""
@@ -410,6 +473,7 @@ class FileStore(RunStore):
         fd, lease = _lock(folder, owner)
         try:
             (folder / "queued").unlink(missing_ok=True)
+            self._keep_reserve(folder)
             self._heads[run_id] = self._open_head(folder, lease, fd) if state is None else self._new_head(
                 folder, lease, fd, state)
         except BaseException:
@@ -453,8 +517,13 @@ class FileStore(RunStore):
             # killed between the commit and the trace append: write the committed events again
             os.ftruncate(trace_fd, replay.last_trace_at)
             os.write(trace_fd, "".join(line + "\n" for line in replay.last_events).encode())
-        elif size and os.pread(trace_fd, 1, size - 1) != b"\n":
-            os.write(trace_fd, b"\n")  # a torn event (a writer killed mid-line) stays, on its own line
+        else:
+            if size and os.pread(trace_fd, 1, size - 1) != b"\n":
+                os.write(trace_fd, b"\n")  # a torn event (a writer killed mid-line) stays, on its own line
+            traced = _trace_seq(trace)
+            if traced < replay.seq and replay.events:  # a full disk kept committed events out of it
+                missing = [e for e in replay.events if int(json.loads(e).get("seq", 0)) > traced]
+                os.write(trace_fd, "".join(e + "\n" for e in missing).encode())
         size = os.fstat(trace_fd).st_size
         journal_fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         state = None if replay.stale else self._state(replay, folder.name)
@@ -480,6 +549,7 @@ class FileStore(RunStore):
         if head is None or head.lease is not lease:
             return
         del self._heads[lease.run_id]
+        (self.run_dir(lease.run_id) / RESERVE_NAME).unlink(missing_ok=True)
         if runnable:
             (self.run_dir(lease.run_id) / "queued").touch()
         _write_lock(head.lock_fd, {"owner": lease.owner, "pid": os.getpid(), "since": lease.since,
@@ -511,6 +581,9 @@ class FileStore(RunStore):
         except FileExistsError:
             if _has_run(folder):
                 raise StaleState(f"run {state.run_id} already exists in {self.root}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot keep runs in {self.root}: {exc.strerror or exc} (choose another folder with "
+                             "--runs-dir or $RUNNER_RUNS_DIR)") from None
         state.seq = 1
         if owner is not None:
             return self._claim(folder, owner, state)
@@ -567,10 +640,16 @@ class FileStore(RunStore):
         head.seq = state.seq
         head.written = head.written.advanced(change.added, state) if head.written else Written.of(state)
         if lines:
-            os.write(head.trace_fd, trace)
-            head.trace_bytes += len(trace)
+            try:
+                self._write_trace(head, trace)
+            except StoreError:  # committed in the journal: the next claim writes these events again
+                pass
         if force or head.journal_bytes > max(COMPACT_MIN_BYTES, head.snapshot_bytes):
-            self._compact(head, state)
+            try:
+                self._compact(head, state)
+            except OSError as exc:  # no room for the snapshot: the journal keeps growing until there is
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or force:
+                    raise
 
     def _append_journal(self, head: _Head, data: bytes) -> None:
         if crash_armed("save"):  # the kill tests: leave half a record on disk, then die
@@ -578,7 +657,7 @@ class FileStore(RunStore):
             crash_point("save")
             os.write(head.journal_fd, data[len(data) // 2:])
         else:
-            os.write(head.journal_fd, data)
+            self._write(head.journal_fd, data, head.journal_bytes, head.lease.run_id)
         if self._sync:
             os.fdatasync(head.journal_fd)  # the data and the file size: what a replay needs
         head.journal_bytes += len(data)
@@ -598,8 +677,7 @@ class FileStore(RunStore):
         line = (event_line(event) + "\n").encode()
         head = self._heads.get(run_id)
         if head is not None:
-            os.write(head.trace_fd, line)
-            head.trace_bytes += len(line)
+            self._write_trace(head, line)
             return
         fd = os.open(self.trace_path(run_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
@@ -709,6 +787,13 @@ def _lock(folder: Path, owner: str) -> tuple[int, Lease]:
         os.close(fd)
         raise
     return fd, lease
+
+
+def _mount_point(path: Path) -> Path:
+    path = path.resolve()
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
 
 
 def _has_run(folder: Path) -> bool:
