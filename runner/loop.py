@@ -137,6 +137,12 @@ class Runtime:
             for event in events:
                 self.tracer.emit(event)
 
+    def before_effect(self) -> None:
+        """Called before something happens outside the run (a paid model request, a tool that
+        may write): what was committed must survive first (a store may flush here)."""
+        if self.run is not None:
+            self.run.sync()
+
     def defer(self, event: _Event) -> None:
         """Trace `event` with the next commit (it describes the transition being made)."""
         self._deferred.append(event)
@@ -181,6 +187,7 @@ async def run(state: RunState, rt: Runtime) -> RunState:
             if limit is not None:
                 _stop(state, *limit)
                 break
+            rt.before_effect()
             reply, max_tokens = await race(_ask_model(state, rt), rt.cancel)
             _record_reply(state, rt, reply, max_tokens)
     except Cancelled as exc:
@@ -463,6 +470,7 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
     if not tool.read_only:
         state.started[call.id] = signature  # from here until recorded, the call is in doubt
         rt.commit(state, start)
+        rt.before_effect()
     store.crash_point("tool_start")
     if tool.read_only:
         rt.tracer.emit(start)

@@ -326,6 +326,11 @@ class RunStore(ABC):
         """Claim the oldest runnable run (queued, given a verdict or a resume, or `running`
         with no live driver); None when there is none. Never hands one run to two owners."""
 
+    def sync(self, lease: Lease) -> None:  # noqa: B027 - a store that flushes every commit has nothing to do
+        """Make every commit of the run so far as durable as `durability` promises. A store may
+        coalesce flushes: the loop calls this before each effect outside the store (a model
+        request, which is paid; a tool that may write), and `release` calls it."""
+
     @abstractmethod
     def renew(self, lease: Lease) -> None:
         """Extend the lease. Raises LeaseLost if it was taken over."""
@@ -382,6 +387,10 @@ class RunHandle:
     def commit(self, state: RunState, events: Iterable[_Event] = ()) -> None:
         """Save `state` and these events together (see `RunStore.save`)."""
         self.store.save(state, list(events), self.lease)
+
+    def sync(self) -> None:
+        """Before an effect: the commits so far are as durable as promised (`RunStore.sync`)."""
+        self.store.sync(self.lease)
 
     def tracer(self) -> Tracer:
         """A `Tracer` whose events go to this run's trace in the store."""

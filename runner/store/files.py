@@ -118,6 +118,11 @@ class _Head:
     journal_bytes: int
     snapshot_bytes: int
     trace_bytes: int
+    unflushed: bool = False
+    """Durability "power": commits written since the last flush (made at the next `sync`)."""
+    new_names: bool = False
+    """Durability "power": the run's folder and files are new; their names are flushed with
+    the next `sync`."""
 
 
 def _write_atomic(path: Path, data: bytes, *, sync: bool) -> None:
@@ -490,9 +495,7 @@ class FileStore(RunStore):
                      written=Written.of(state), journal_bytes=0, snapshot_bytes=0,
                      trace_bytes=os.fstat(trace_fd).st_size)
         self._append_journal(head, _first_lines(state))
-        if self._sync:
-            _sync_dir(folder)  # the new files' names, then the run folder's own
-            _sync_dir(self.root)
+        head.new_names = self._sync  # flushed with the first commit, before the run's first effect
         return head
 
     def _open_head(self, folder: Path, lease: Lease, lock_fd: int) -> _Head:
@@ -548,6 +551,7 @@ class FileStore(RunStore):
         head = self._heads.get(lease.run_id)
         if head is None or head.lease is not lease:
             return
+        self.sync(lease)  # the run stops being driven here: what it committed is flushed first
         del self._heads[lease.run_id]
         (self.run_dir(lease.run_id) / RESERVE_NAME).unlink(missing_ok=True)
         if runnable:
@@ -658,9 +662,22 @@ class FileStore(RunStore):
             os.write(head.journal_fd, data[len(data) // 2:])
         else:
             self._write(head.journal_fd, data, head.journal_bytes, head.lease.run_id)
-        if self._sync:
-            os.fdatasync(head.journal_fd)  # the data and the file size: what a replay needs
+        head.unflushed = self._sync  # flushed by `sync`, before the next effect
         head.journal_bytes += len(data)
+
+    def sync(self, lease: Lease) -> None:
+        """Durability "power": flush the commits made since the last flush (one fdatasync of the
+        journal; for a new run, also its folder's and the runs directory's names), so they
+        survive power loss before the run does something outside (asks the model, runs a
+        tool that may write, returns). Nothing to do at "process" or when all is flushed."""
+        head = self._heads.get(lease.run_id)
+        if head is None or not head.unflushed:
+            return
+        os.fdatasync(head.journal_fd)  # the data and the file size: what a replay needs
+        if head.new_names:
+            _sync_dir(self.run_dir(lease.run_id))  # the new files' names, then the run folder's own
+            _sync_dir(self.root)
+        head.unflushed = head.new_names = False
 
     def _compact(self, head: _Head, state: RunState) -> None:
         """Fold the journal into a new snapshot; a kill in between leaves both readable."""
