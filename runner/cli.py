@@ -9,6 +9,7 @@ with `--debug` (accepted anywhere on the command line) for the traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -371,6 +372,8 @@ def list_runs(
         def reason(i: store.RunInfo) -> str:
             if i.shown_status == "died":
                 return "its process died; resume it with: runner resume " + i.state.run_id
+            if i.shown_status == "damaged":
+                return i.damage or "damaged; repair it with: runner repair " + i.state.run_id
             return f"driven by {i.driver}" if i.shown_status == "running" else i.state.reason or ""
 
         render.print_table([("run id", "id"), ("status", "id"), ("turns", "num"), ("tools", "num"),
@@ -416,6 +419,8 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
     def body() -> int:
         runs = store.open_store(store_url, runs=runs_dir)
         events = runs.read_trace(run_id)
+        for problem in getattr(runs, "problems", []):
+            typer.echo(f"warning: {problem}", err=True)
         if as_json:
             for e in events:
                 typer.echo(e.model_dump_json(exclude_none=True))
@@ -439,6 +444,35 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
                 typer.echo(f"running: driven by {info.driver}")
             elif info.shown_status == "queued":
                 typer.echo("queued: waiting for a worker")
+        return 0
+
+    _guard(body)
+
+
+@app.command()
+def repair(run_id: Annotated[str, typer.Argument(help="The damaged run.", metavar="RUN_ID")], runs_dir: RunsDir = None,
+           store_url: StoreOpt = None, as_json: JsonOut = False) -> None:
+    """Rebuild a run whose journal is damaged from its last good record and its trace, saying
+    which transitions are dropped and what may have happened after the last good record."""
+
+    def body() -> int:
+        report = store.open_store(store_url, runs=runs_dir).repair(run_id)
+        if as_json:
+            typer.echo(json.dumps(dataclasses.asdict(report)))
+            return 0
+        if report.kept_seq == report.new_seq:
+            typer.echo(f"run {run_id}: " + "; ".join(report.notes))
+            return 0
+        typer.echo(f"repaired run {run_id}: rebuilt from save {report.kept_seq} (now save {report.new_seq})")
+        typer.echo(f"dropped {len(report.dropped)}:" if report.dropped else "dropped: nothing committed after it")
+        for line in report.dropped:
+            typer.echo(f"  {line}")
+        typer.echo("may have happened outside the kept state:" if report.outside else "nothing started outside it")
+        for line in report.outside:
+            typer.echo(f"  {line}")
+        for line in report.notes:
+            typer.echo(f"note: {line}")
+        typer.echo(f"continue it with: runner resume {run_id}")
         return 0
 
     _guard(body)
