@@ -161,6 +161,12 @@ def _quirks(t: int, tools: str) -> Reply:
     return f"Done; the tools said {len(tools.splitlines())} lines."
 
 
+def _bad_arguments(t: int, tools: str) -> Reply:
+    """read_file with arguments cut off mid-JSON, every turn (a new call id each time)."""
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"c{t + 1}", "type": "function", "function": {"name": "read_file", "arguments": '{"path": '}}]}
+
+
 SCENARIOS: dict[str, Script] = {
     "plan": _plan,
     "runaway": _runaway,
@@ -174,6 +180,8 @@ SCENARIOS: dict[str, Script] = {
     "research": _research,
     "research_child": _plan,
     "quirks": _quirks,
+    "unknown_tool": lambda t, tools: _call(f"c{t + 1}", "readFile", path="errors.log"),
+    "bad_arguments": _bad_arguments,
     # the six suite tasks
     "timeout_file": _plan,
     "count_files": _count_files,
@@ -197,6 +205,8 @@ PROMPTS: dict[str, str] = {
     "research": "Find out which log file mentions a timeout.",
     "research_child": "Which log file mentions a timeout?",
     "quirks": "List the files and read notes.txt.",
+    "unknown_tool": "What does errors.log say?",
+    "bad_arguments": "What does errors.log say?",
 }
 """The default user prompt of each scenario (the suite's tasks carry their own)."""
 
