@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from runner import store
-    from runner.scripted import ScriptedProcess
+    from runner.scripted import InProcessProvider, ScriptedProcess
     from runner.state import RunState, RunStatus
     from runner.store import Lease, RunStore
 else:  # `runner --help` needs neither the event loop nor the store's pydantic models (~100 ms)
@@ -192,7 +192,7 @@ def _guard(fn: Callable[[], int]) -> None:
 
 
 def _drive(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float = 0, faults: str | None = None,
-           show_progress: bool = True, provider: ScriptedProcess | None = None) -> RunState:
+           show_progress: bool = True, provider: ScriptedProcess | InProcessProvider | None = None) -> RunState:
     """Run `state` under `lease` with Ctrl-C wired to the Stop signal, starting its endpoint
     (the scripted provider, or the local model it records) if needed; releases the lease at
     the stop. A Ctrl-C outside the loop's own handler (while the endpoint starts, or a second
@@ -222,7 +222,7 @@ def _drive(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float =
 
 
 def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float, faults: str | None,
-               show_progress: bool, provider: ScriptedProcess | None = None) -> RunState:
+               show_progress: bool, provider: ScriptedProcess | InProcessProvider | None = None) -> RunState:
     """`provider`: a scripted provider already started for this run (stopped here), if any."""
     from runner.cancel import CancelToken
     from runner.harness import endpoint, execute
@@ -414,7 +414,8 @@ def run(
             raise UsageError("give a PROMPT")
         # Start the scripted provider now: it loads (~0.4 s) while this process builds the run.
         # _drive stops it; if anything fails before, it dies with this process.
-        provider = scripted_provider(latency_ms=latency_ms, faults=fault) if base_url is None and not detach else None
+        provider = (scripted_provider(latency_ms=latency_ms, faults=fault, in_process=True)
+                    if base_url is None and not detach else None)
         from runner.state import RunConfig, new_run
 
         config = RunConfig(

@@ -170,10 +170,17 @@ class ChatReply:
 def new_http_client(base_url: str = "") -> httpx.AsyncClient:
     """The `httpx.AsyncClient` runner sends with; pass one to `ChatClient(http=...)` (or
     `runner.harness.execute(http=...)`) to share its kept-alive connections between runs.
-    `base_url`'s scheme decides TLS: plain http skips building the default SSL context (~20 ms)."""
+    `base_url`'s scheme decides TLS: plain http skips building the default SSL context (~20 ms).
+    A client for an in-process scripted provider's URL, or for any URL (`base_url` ""),
+    reaches in-process providers too (`runner.scripted.InProcessProvider`)."""
     import httpx
 
-    return httpx.AsyncClient(verify=not base_url.startswith("http://"))
+    mounts: dict[str, httpx.AsyncBaseTransport | None] = {}
+    if not base_url or httpx.URL(base_url).host.endswith(".in-process"):
+        from runner.scripted import IN_PROCESS_HOSTS, in_process_transport
+
+        mounts[IN_PROCESS_HOSTS] = in_process_transport()
+    return httpx.AsyncClient(verify=not base_url.startswith("http://"), mounts=mounts or None)
 
 
 class ChatClient:

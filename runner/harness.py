@@ -185,6 +185,6 @@ def endpoint(config: RunConfig, *, latency_ms: float = 0, faults: str | None = N
         with local.LocalServer(path, model_name=config.model) as server:
             yield server.base_url
     else:
-        with scripted_provider(latency_ms=latency_ms, faults=faults) as url:
+        with scripted_provider(latency_ms=latency_ms, faults=faults, in_process=True) as url:
             yield url
 

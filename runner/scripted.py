@@ -16,17 +16,22 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import os
 import re
 import signal
 import threading
 import time
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Union
 
 from runner.errors import RunnerError, ServiceError, UsageError
 from runner.procs import die_with
+
+if TYPE_CHECKING:
+    import httpx
 
 Call = tuple[str, str, dict[str, Any]]  # (call id, tool name, arguments)
 Reply = Union[str, list[Call], dict[str, Any]]  # prose, tool calls, or a raw message
@@ -266,9 +271,9 @@ class ScriptedSettings:
     slow_fault_s: float = 5.0
 
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]  # status, JSON body, extra headers
 
 
@@ -287,12 +292,14 @@ class ScriptedApp:
 
     A plain ASGI callable rather than a web framework: three fixed routes need no router, and
     not importing FastAPI saves ~200 ms of start-up; requests per CPU-second are the same as
-    with FastAPI (scripts/bench_provider.py compares). The o200k tokenizer loads on a thread
-    from construction on; the first chat request waits for it, so the server listens while
-    it loads.
+    with FastAPI (scripts/bench_provider.py compares). Usage is counted with `tokens.count`,
+    which reads counts of texts seen before from its file. With `preload`, the o200k
+    tokenizer loads on a thread from construction on and the first chat request waits for
+    it, so a server listens while it loads; without, it loads on the first text never
+    counted before (what an in-process provider wants: most runs never need it).
     """
 
-    def __init__(self, settings: ScriptedSettings | None = None) -> None:
+    def __init__(self, settings: ScriptedSettings | None = None, preload: bool = True) -> None:
         from runner import tokens
 
         self.settings = settings or ScriptedSettings()
@@ -300,7 +307,7 @@ class ScriptedApp:
         """(scenario, 1-based turn) per answered chat request: observability only."""
         self._faulted: set[str] = set()
         self._lock = threading.Lock()
-        self._tokenizer = tokens.load_in_background()
+        self._tokenizer = tokens.load_in_background() if preload else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -358,31 +365,33 @@ class ScriptedApp:
                 await asyncio.sleep(self.settings.slow_fault_s)
         if self.settings.latency_ms:
             await asyncio.sleep(self.settings.latency_ms / 1000)
+        message = reply_for(scenario, messages)
         try:
-            enc = self._tokenizer.result(0) if self._tokenizer.done() else await asyncio.wrap_future(self._tokenizer)
+            if self._tokenizer is not None and not self._tokenizer.done():
+                await asyncio.wrap_future(self._tokenizer)
+            payload = _completion(raw, model, message, body)
         except Exception as exc:
             return _error(500, f"the scripted provider cannot count tokens: {exc}", "server_error")
-        message = reply_for(scenario, messages)
         self.requests.append((scenario, turn))
-        payload = _completion(enc, raw, model, message, body)
         text = json.dumps(payload)
         if kind == "truncated" and fire:
             text = text[: len(text) // 2]
         return 200, text.encode(), []
 
 
-def _completion(enc: Any, raw: bytes, model: str, message: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+def _completion(raw: bytes, model: str, message: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
     """The chat.completion object for `message`, honouring max_tokens like a real model does."""
     from runner import tokens
 
-    prompt_tokens = len(enc.encode(tokens.render_request(body["messages"], body.get("tools")), disallowed_special=()))
-    reply_ids = enc.encode(tokens.render_reply(message), disallowed_special=())
-    completion_tokens = len(reply_ids)
+    prompt_tokens = tokens.count(tokens.render_request(body["messages"], body.get("tools")))
+    reply_text = tokens.render_reply(message)
+    completion_tokens = tokens.count(reply_text)
     finish = "tool_calls" if message.get("tool_calls") else "stop"
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, int) and 0 < max_tokens < completion_tokens:
         # The reply is cut off and its calls are lost.
-        message = {"role": "assistant", "content": enc.decode(reply_ids[:max_tokens])}
+        enc = tokens.encoding()
+        message = {"role": "assistant", "content": enc.decode(enc.encode(reply_text, disallowed_special=())[:max_tokens])}
         completion_tokens, finish = max_tokens, "length"
     return {
         "id": "chatcmpl-" + hashlib.sha256(raw).hexdigest()[:12],
@@ -537,9 +546,79 @@ class ScriptedProcess:
         self.stop()
 
 
-def scripted_provider(latency_ms: float = 0, faults: str | None = None) -> ScriptedProcess:
-    """Start the scripted provider in a child process now; `with scripted_provider() as url:`
-    yields its base URL ("http://127.0.0.1:PORT/v1") and kills it on exit (see `ScriptedProcess`)."""
+IN_PROCESS_HOSTS = "http://*.in-process"
+"""The URL pattern of in-process providers (`InProcessProvider`): `http://scripted-N.in-process/v1`.
+No socket is behind it: `in_process_transport` answers it (`runner.client.new_http_client`
+mounts it), and nothing else does."""
+
+_in_process: dict[str, ScriptedApp] = {}
+_in_process_lock = threading.Lock()
+_in_process_ids = itertools.count(1)
+
+
+class InProcessProvider:
+    """The scripted provider answering inside this process: its ASGI app behind
+    `httpx.ASGITransport`, reached through `runner.client.new_http_client` like any server.
+    Requests still go through runner's real client and httpx (request encoding, status and
+    header handling, JSON decoding); only the socket is left out. The replies are a pure
+    function of the request, so nothing is lost by not running a server: there is no second
+    process to start (~0.4 s of a cold `runner run --scenario`), and the o200k tokenizer loads
+    only for a text whose count is not on record (`runner.tokens.count`).
+
+    Use as a context manager, like `ScriptedProcess`: `with InProcessProvider() as url`. The
+    provider answers from construction until `stop()`.
+
+    Raises:
+        UsageError: a bad `faults` spec (see `parse_faults`).
+        TokenizerUnavailable: no o200k_base source (see `runner.tokens.check_available`).
+    """
+
+    def __init__(self, latency_ms: float = 0, faults: str | None = None) -> None:
+        from runner import tokens
+
+        settings = ScriptedSettings(latency_ms=latency_ms, faults=parse_faults(faults))
+        tokens.check_available()
+        self.app = ScriptedApp(settings, preload=False)
+        with _in_process_lock:
+            self.host = f"scripted-{next(_in_process_ids)}.in-process"
+            _in_process[self.host] = self.app
+        self.base_url = f"http://{self.host}/v1"
+
+    def stop(self) -> None:
+        """Stop answering (requests then fail as a provider that cannot be reached)."""
+        with _in_process_lock:
+            _in_process.pop(self.host, None)
+
+    def __enter__(self) -> str:
+        return self.base_url
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def in_process_transport() -> httpx.AsyncBaseTransport:
+    """The httpx transport that answers `IN_PROCESS_HOSTS`: each request goes to the app of
+    the `InProcessProvider` its host names; an unknown or stopped one is a connection error."""
+    import httpx
+
+    class _Router(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            app = _in_process.get(request.url.host)
+            if app is None:
+                raise httpx.ConnectError(f"no in-process provider answers {request.url.host}", request=request)
+            return await httpx.ASGITransport(app=app).handle_async_request(request)
+
+    return _Router()
+
+
+def scripted_provider(latency_ms: float = 0, faults: str | None = None, *,
+                      in_process: bool = False) -> ScriptedProcess | InProcessProvider:
+    """Start the scripted provider now; `with scripted_provider() as url:` yields its base URL
+    and stops it on exit. By default a child process on a free loopback port
+    ("http://127.0.0.1:PORT/v1", see `ScriptedProcess`: what benchmarks and other processes
+    reach); `in_process`: answered inside this process (see `InProcessProvider`)."""
+    if in_process:
+        return InProcessProvider(latency_ms, faults)
     return ScriptedProcess(latency_ms, faults)
 
 
