@@ -95,7 +95,26 @@ class PrefixStore:
         return hashlib.sha256(head.encode() + json.dumps(tokens).encode()).hexdigest()
 
     def path(self, tokens: list[int]) -> Path:
-        return self.directory / f"{self.key(tokens)}.kv"
+        return self.directory / f"{self.model_sha256[:16]}-{self.key(tokens)}.kv"
+
+    def latest(self) -> list[int] | None:
+        """The tokens of this model's most recently used saved prefix, or None."""
+        newest: tuple[int, Path] | None = None
+        for p in self.directory.glob(f"{self.model_sha256[:16]}-*.kv") if self.directory.is_dir() else []:
+            try:
+                mtime = p.stat().st_mtime_ns
+            except OSError:
+                continue
+            if newest is None or mtime > newest[0]:
+                newest = (mtime, p)
+        if newest is None:
+            return None
+        try:
+            with newest[1].open("rb") as f:
+                tokens = json.loads(f.readline()).get("tokens")
+        except (OSError, ValueError):
+            return None
+        return tokens if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens) else None
 
     def restore(self, llama: Llama, tokens: list[int]) -> bool:
         """Load the saved KV entries of `tokens` as the whole of `llama`'s sequence 0 (positions

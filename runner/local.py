@@ -243,8 +243,10 @@ def serve(settings: LocalSettings) -> None:
 
     backend = Backend(load_llama(settings), settings.chat_format, settings.max_tokens, settings.reuse_prefix,
                       settings.jump_forward)
-    if backend.engine is not None and settings.prefix_cache_mb and settings.reuse_prefix:
-        backend.engine.prefix_store = prefix_store(settings)
+    if backend.engine is not None:
+        if settings.prefix_cache_mb and settings.reuse_prefix:
+            backend.engine.prefix_store = prefix_store(settings)
+        backend.engine.warm_up()
     app = build_app(backend, settings.name)
     print(f"serving {settings.model} at {settings.base_url}", file=sys.stderr, flush=True)
     # A generation in flight stops when its client goes; don't wait long for one that won't.
