@@ -21,7 +21,6 @@ the tokenizer and marked estimated. Ids the provider left out are derived from t
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import re
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 if TYPE_CHECKING:
     import httpx
 
+from runner import inprocess
 from runner.errors import RunnerError
 from runner.state import FunctionCall, Message, ToolCall
 from runner.streaming import StreamedError, StreamError, StreamProgress, read_sse
@@ -172,14 +172,12 @@ def new_http_client(base_url: str = "") -> httpx.AsyncClient:
     `runner.harness.execute(http=...)`) to share its kept-alive connections between runs.
     `base_url`'s scheme decides TLS: plain http skips building the default SSL context (~20 ms).
     A client for an in-process scripted provider's URL, or for any URL (`base_url` ""),
-    reaches in-process providers too (`runner.scripted.InProcessProvider`)."""
+    reaches in-process providers too (`runner.inprocess`, e.g. `runner.scripted.InProcessProvider`)."""
     import httpx
 
     mounts: dict[str, httpx.AsyncBaseTransport | None] = {}
-    if not base_url or httpx.URL(base_url).host.endswith(".in-process"):
-        from runner.scripted import IN_PROCESS_HOSTS, in_process_transport
-
-        mounts[IN_PROCESS_HOSTS] = in_process_transport()
+    if not base_url or inprocess.is_in_process(base_url):
+        mounts[inprocess.HOSTS] = inprocess.transport()
     return httpx.AsyncClient(verify=not base_url.startswith("http://"), mounts=mounts or None)
 
 
@@ -267,6 +265,8 @@ class ChatClient:
                 if wait_s is None:
                     wait_s = min(self.backoff_s * 2**attempt, 8.0)
                 retries.append({"error": str(exc), "status": exc.status, "waitMs": round(wait_s * 1000)})
+                import asyncio  # here: `from runner import run` need not load it
+
                 await asyncio.sleep(wait_s)
                 continue
             reply.provider_ms = (time.perf_counter() - started) * 1000

@@ -14,9 +14,7 @@ rendering documented in `runner.tokens`.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import itertools
 import json
 import os
 import re
@@ -25,13 +23,11 @@ import threading
 import time
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Union
+from typing import Any, Awaitable, Callable, Union
 
+from runner import inprocess
 from runner.errors import RunnerError, ServiceError, UsageError
 from runner.procs import die_with
-
-if TYPE_CHECKING:
-    import httpx
 
 Call = tuple[str, str, dict[str, Any]]  # (call id, tool name, arguments)
 Reply = Union[str, list[Call], dict[str, Any]]  # prose, tool calls, or a raw message
@@ -347,6 +343,8 @@ class ScriptedApp:
         scenario = scenario_name(model)
         if scenario not in SCENARIOS:
             return _error(404, f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}", "model_not_found")
+        import asyncio  # here: importing this module (`runner.harness` does) need not load it
+
         turn = sum(1 for m in messages if m.get("role") == "assistant") + 1
         kind = self.settings.faults.get(turn)
         fire = False
@@ -546,16 +544,6 @@ class ScriptedProcess:
         self.stop()
 
 
-IN_PROCESS_HOSTS = "http://*.in-process"
-"""The URL pattern of in-process providers (`InProcessProvider`): `http://scripted-N.in-process/v1`.
-No socket is behind it: `in_process_transport` answers it (`runner.client.new_http_client`
-mounts it), and nothing else does."""
-
-_in_process: dict[str, ScriptedApp] = {}
-_in_process_lock = threading.Lock()
-_in_process_ids = itertools.count(1)
-
-
 class InProcessProvider:
     """The scripted provider answering inside this process: its ASGI app behind
     `httpx.ASGITransport`, reached through `runner.client.new_http_client` like any server.
@@ -566,7 +554,8 @@ class InProcessProvider:
     only for a text whose count is not on record (`runner.tokens.count`).
 
     Use as a context manager, like `ScriptedProcess`: `with InProcessProvider() as url`. The
-    provider answers from construction until `stop()`.
+    provider answers on "http://scripted-N.in-process/v1" (`runner.inprocess`) from
+    construction until `stop()`.
 
     Raises:
         UsageError: a bad `faults` spec (see `parse_faults`).
@@ -579,36 +568,17 @@ class InProcessProvider:
         settings = ScriptedSettings(latency_ms=latency_ms, faults=parse_faults(faults))
         tokens.check_available()
         self.app = ScriptedApp(settings, preload=False)
-        with _in_process_lock:
-            self.host = f"scripted-{next(_in_process_ids)}.in-process"
-            _in_process[self.host] = self.app
-        self.base_url = f"http://{self.host}/v1"
+        self.base_url = inprocess.register(self.app, "scripted")
 
     def stop(self) -> None:
         """Stop answering (requests then fail as a provider that cannot be reached)."""
-        with _in_process_lock:
-            _in_process.pop(self.host, None)
+        inprocess.unregister(self.base_url)
 
     def __enter__(self) -> str:
         return self.base_url
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def in_process_transport() -> httpx.AsyncBaseTransport:
-    """The httpx transport that answers `IN_PROCESS_HOSTS`: each request goes to the app of
-    the `InProcessProvider` its host names; an unknown or stopped one is a connection error."""
-    import httpx
-
-    class _Router(httpx.AsyncBaseTransport):
-        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-            app = _in_process.get(request.url.host)
-            if app is None:
-                raise httpx.ConnectError(f"no in-process provider answers {request.url.host}", request=request)
-            return await httpx.ASGITransport(app=app).handle_async_request(request)
-
-    return _Router()
 
 
 def scripted_provider(latency_ms: float = 0, faults: str | None = None, *,
