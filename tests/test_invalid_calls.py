@@ -96,7 +96,7 @@ def test_missing_call_ids_are_derived_from_the_run_and_turn(blank_ids: FakeProvi
 def test_derived_ids_are_stable_across_resume(blank_ids: FakeProvider, runs: Path) -> None:
     whole = scripted_run("plan", base_url=blank_ids.base_url)
     cut = whole.model_copy(deep=True)
-    cut.config.max_turns = 1
+    cut.config.limits.max_turns = 1
     whole = drive(whole, blank_ids.base_url, None)
     cut = drive(cut, blank_ids.base_url, runs)
     assert cut.status == "max_turns_exceeded"
