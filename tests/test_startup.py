@@ -170,3 +170,21 @@ def test_a_stopped_in_process_provider_is_unreachable() -> None:
 
     with pytest.raises(ProviderError, match="no in-process provider answers"):
         asyncio.run(ask())
+
+
+def test_resume_keeps_the_latency_the_run_was_started_with(tmp_path: Path) -> None:
+    from tests.conftest import cli_json
+
+    runs = tmp_path / "runs"
+    code, out = cli_json("run", "--scenario", "plan", "--latency-ms", "300", "--max-turns", "1", runs_dir=runs)
+    assert code == 3 and out["turns"] == 1
+    code, out = cli_json("resume", out["run_id"], "--max-turns", "5", runs_dir=runs)
+    assert code == 0 and out["status"] == "completed"
+    from runner.store import FileStore
+
+    state = FileStore(runs).load(out["run_id"])
+    assert [t.provider_ms >= 300 for t in state.per_turn] == [True, True, True]
+    code, out = cli_json("run", "--scenario", "plan", "--max-turns", "1", runs_dir=runs)
+    code, out = cli_json("resume", out["run_id"], "--max-turns", "5", "--latency-ms", "200", runs_dir=runs)
+    state = FileStore(runs).load(out["run_id"])
+    assert [t.provider_ms >= 200 for t in state.per_turn] == [False, True, True]
