@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from runner import render, store
     from runner.interactive import StopSignals
-    from runner.scripted import ScriptedProcess
+    from runner.scripted import InProcessProvider, ScriptedProcess
     from runner.state import RunState, RunStatus
     from runner.store import Lease, RunStore
 else:  # `runner --help` needs neither the event loop nor the store's pydantic models (~100 ms)
@@ -138,7 +138,7 @@ def _guard(fn: Callable[[], int]) -> None:
 
 
 def _drive(state: RunState, runs: RunStore, lease: Lease, signals: StopSignals, *, faults: str | None = None,
-           show_progress: bool = True, provider: ScriptedProcess | None = None) -> RunState:
+           show_progress: bool = True, provider: ScriptedProcess | InProcessProvider | None = None) -> RunState:
     """`runner.interactive.drive_in_foreground` with the live turn line and tool progress on
     stderr. A Ctrl-C before the loop ran prints the run's id and exits 3 at once."""
     from runner import interactive
@@ -235,7 +235,8 @@ def run(
             raise UsageError("give a PROMPT")
         # Start the scripted provider now: it loads (~0.4 s) while this process builds the run.
         # _drive stops it; if anything fails before, it dies with this process.
-        provider = scripted_provider(latency_ms=latency_ms, faults=fault) if base_url is None and not detach else None
+        provider = (scripted_provider(latency_ms=latency_ms, faults=fault, in_process=True)
+                    if base_url is None and not detach else None)
         from runner.endpoints import Endpoint
         from runner.state import Limits, RunConfig, new_run
 

@@ -20,7 +20,7 @@ from runner.harness import drive
 from runner.state import CancelledInterruption, RunState
 
 if TYPE_CHECKING:
-    from runner.scripted import ScriptedProcess
+    from runner.scripted import InProcessProvider, ScriptedProcess
     from runner.store import Lease, RunStore
     from runner.streaming import TurnProgress
 
@@ -75,7 +75,7 @@ class StopSignals:
 
 
 def drive_in_foreground(state: RunState, runs: RunStore, lease: Lease, signals: StopSignals, *,
-                        faults: str | None = None, provider: ScriptedProcess | None = None,
+                        faults: str | None = None, provider: ScriptedProcess | InProcessProvider | None = None,
                         on_progress: OnToolProgress | None = None,
                         on_turn: Callable[[TurnProgress], None] | None = None) -> RunState:
     """Drive `state` under `lease` to its stop, starting its endpoint (or using `provider`, a
@@ -113,7 +113,7 @@ def _ignore_stop_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def _drive(state: RunState, runs: RunStore, lease: Lease, faults: str | None, provider: ScriptedProcess | None,
+def _drive(state: RunState, runs: RunStore, lease: Lease, faults: str | None, provider: ScriptedProcess | InProcessProvider | None,
            on_progress: OnToolProgress | None, on_turn: Callable[[TurnProgress], None] | None,
            signals: StopSignals) -> RunState:
     began = time.perf_counter()
