@@ -98,6 +98,9 @@ class LocalSettings(BaseModel):
     jump_forward: bool = Field(default=True, description=(
         "Evaluate text the tool-call grammar forces (the tag, a tool name once its start is unique, "
         "the argument key) as one batch instead of sampling it token by token."))
+    untagged_calls: Literal["auto", "on", "off"] = Field(default="auto", description=(
+        "Read a reply that starts with a JSON object (bare, ```json, {{…}}) as a tool call, generated "
+        "under the call grammar (runner-hermes only); auto: as the model's manifest entry says."))
     omp_wait_policy: Literal["PASSIVE", "ACTIVE"] = Field(default="PASSIVE", description=(
         "OMP_WAIT_POLICY of the server process: PASSIVE threads sleep between decodes instead of spinning."))
     verbose: bool = Field(default=False, description="Let llama.cpp log to stderr.")
@@ -232,11 +235,26 @@ def serve(settings: LocalSettings) -> None:
     from runner.local_app import Backend, build_app
 
     backend = Backend(load_llama(settings), settings.chat_format, settings.max_tokens, settings.reuse_prefix,
-                      settings.jump_forward)
+                      settings.jump_forward, untagged_calls(settings))
     app = build_app(backend, settings.name)
     print(f"serving {settings.model} at {settings.base_url}", file=sys.stderr, flush=True)
     # A generation in flight stops when its client goes; don't wait long for one that won't.
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=2)
+
+
+def untagged_calls(settings: LocalSettings) -> bool:
+    """Whether the server reads untagged calls: the setting when "on"/"off", else the
+    ``untagged_calls`` of the manifest entry whose file name is the served GGUF's (False for a
+    model the manifest does not know)."""
+    if settings.untagged_calls != "auto":
+        return settings.untagged_calls == "on"
+    from runner import models
+
+    try:
+        entry = models.entry_for("", settings.model)
+    except models.ManifestError:
+        return False
+    return entry is not None and entry.untagged_calls
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:

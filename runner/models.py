@@ -139,6 +139,10 @@ class ModelEntry(BaseModel):
     first_turn_tool_choice: Literal["auto", "required", "none"] = "auto"
     """``tool_choice`` sent on a run's first turn: ``required`` for a model too small to call
     a tool unprompted (its first turn is then a grammar-constrained call)."""
+    untagged_calls: bool = False
+    """The model writes tool calls as bare JSON (or in a ```json fence) instead of inside
+    ``<tool_call>`` tags: the local server reads a reply that opens with a JSON object as a
+    call, under the call grammar (runner.chat_adapter)."""
     description: str = ""
 
     @model_validator(mode="after")
