@@ -369,6 +369,8 @@ def run(
     permanent_errors: Annotated[bool, typer.Option(help="Stop as failed on errors the model cannot fix.")] = True,
     max_identical_failures: Annotated[int, typer.Option(min=0, help="Same failing call this many times in a row is permanent (0: off).")] = 2,
     auto_approve: Annotated[bool, typer.Option(help="Run needs-approval tools without stopping.")] = False,
+    on_slip: Annotated[str, typer.Option(help="A reply with no answer and no usable call: corrective (ask again with a message saying what went wrong), repeat (ask again as before) or fail.")] = "corrective",
+    answer_after: Annotated[Optional[int], typer.Option(min=1, help="After this many turns of tool calls, ask for the answer (tool_choice none) [default: never].")] = None,
     cap_max_tokens: Annotated[bool, typer.Option(help="Also cap each reply's max_tokens from the budget left (after an estimate of the prompt), so spend stays under --max-budget as far as the estimate holds.")] = False,
     price_in: Annotated[float, typer.Option(min=0.0, help="USD per million prompt tokens.")] = 2.0,
     price_out: Annotated[float, typer.Option(min=0.0, help="USD per million completion tokens.")] = 12.0,
@@ -392,6 +394,8 @@ def run(
 
         if tool_errors not in ("text", "generic", "fatal"):
             raise UsageError("--tool-errors must be text, generic or fatal")
+        if on_slip not in ("corrective", "repeat", "fail"):
+            raise UsageError("--on-slip must be corrective, repeat or fail")
         if scenario is None and base_url is None:
             raise UsageError("give --scenario NAME (scripted), or --base-url URL --model NAME; "
                              "both together run the scenario on a scripted provider already serving at URL")
@@ -426,6 +430,7 @@ def run(
             cap_max_tokens=cap_max_tokens, price_in_usd_per_mtok=price_in, price_out_usd_per_mtok=price_out,
             timeout_s=timeout_s, max_retries=max_retries,
             research_max_turns=research_max_turns, research_max_budget_usd=research_max_budget,
+            on_slip=on_slip, answer_after_tool_turns=answer_after,  # type: ignore[arg-type]
         )
         if research or name == "research":
             config.tools = [*config.tools, "research"]

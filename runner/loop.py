@@ -69,6 +69,18 @@ SLIPS = {
     "unparsed_tool_call": "a <tool_call> block the server could not parse",
 }
 """The protocol slips, in words (see `ChatReply.slip`)."""
+CORRECTIVE_NAME = "runner"
+"""The ``name`` of the user messages the harness writes (corrective messages after a slip)."""
+CORRECTIONS = {
+    "empty_tool_calls": "Your last reply announced a tool call but held none. Call one of the tools ({tools}), "
+                        "or answer my question in one short sentence.",
+    "blank_content": "Your last reply was empty. Using the tool results above, answer my question in one short "
+                     "sentence, or call one of the tools ({tools}) if you still need to look.",
+    "unparsed_tool_call": 'Your last tool call could not be read. Write it as <tool_call>{{"name": "<tool>", '
+                          '"arguments": {{...}}}}</tool_call> with one of the tools ({tools}), or answer my '
+                          "question in one short sentence.",
+}
+"""The corrective user message for each slip: what went wrong and what to do."""
 
 
 def default_tool_error_text(exc: Exception) -> str:
@@ -290,8 +302,8 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     cap = _reply_token_budget(state, rt)
     if cap is not None:
         max_tokens = cap if max_tokens is None else min(max_tokens, cap)
-    # local-model change (issue 12): a first-turn tool_choice, sent on turn 1 only.
-    extra = {"tool_choice": cfg.first_turn_tool_choice} if state.turns == 0 and cfg.first_turn_tool_choice != "auto" else None
+    tool_choice = _tool_choice(state)
+    extra = {"tool_choice": tool_choice} if tool_choice else None
     meter = TurnMeter(state.turns + 1, rt.on_turn) if rt.on_turn else None  # live per-turn line
     reply = await rt.client.chat(cfg.model, state.messages, rt.tool_schemas, max_tokens=max_tokens, extra=extra,
                                  on_delta=meter.update if meter else None)
@@ -300,10 +312,41 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     return reply, max_tokens
 
 
+def _tool_choice(state: RunState) -> str | None:
+    """The ``tool_choice`` the next request sends, None for the default: "none" when an
+    answer is due (`_answer_is_due`), else the first turn's setting on turn 1 only."""
+    if _answer_is_due(state):
+        return "none"
+    first = state.config.first_turn_tool_choice
+    return first if state.turns == 0 and first != "auto" else None
+
+
+def _answer_is_due(state: RunState) -> bool:
+    """Answer forcing: `answer_after_tool_turns` assistant turns of tool calls, and the last
+    message is not the model's (a tool result or a corrective message)."""
+    after = state.config.answer_after_tool_turns
+    if after is None or state.messages[-1].role == "assistant":
+        return False
+    return sum(1 for m in state.messages if m.role == "assistant" and m.tool_calls) >= after
+
+
+def _correct(state: RunState, rt: Runtime, slip: str) -> str:
+    """Add the corrective user message for `slip` (replacing one added for the slip before,
+    so corrections never pile up) and return its text."""
+    text = CORRECTIONS.get(slip, CORRECTIONS["blank_content"]).format(tools=", ".join(t.name for t in rt.tools))
+    message = Message(role="user", content=text, name=CORRECTIVE_NAME)
+    if state.messages[-1].role == "user" and state.messages[-1].name == CORRECTIVE_NAME:
+        state.messages[-1] = message
+    else:
+        state.messages.append(message)
+    return text
+
+
 def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: int | None) -> None:
     """Bill the reply; keep it unless it is a protocol slip (then it is asked again, up to
     `max_protocol_retries` times, and the run fails past that)."""
     cfg = state.config
+    tool_choice = _tool_choice(state)  # what `_ask_model` sent: the state has not changed since
     cost = (reply.prompt_tokens * cfg.price_in_usd_per_mtok
             + reply.completion_tokens * cfg.price_out_usd_per_mtok) / 1e6
     state.turns += 1
@@ -323,8 +366,11 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
         budget_capped=max_tokens is not None and max_tokens != state.config.max_tokens,
         usage_estimated=reply.usage_estimated, slip=slip,
     ))
+    corrective = None
     if slip is not None:
         _fail_if_slipping(state)
+        if state.status == "running" and cfg.on_slip == "corrective":
+            corrective = _correct(state, rt, slip)
     rt.commit(state, TurnEvent(
         runId=state.run_id, turn=state.turns, prompt_tokens=reply.prompt_tokens,
         completion_tokens=reply.completion_tokens,
@@ -332,19 +378,21 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
         costUsd=round(state.cost_usd, 9), finish=reply.finish_reason, ms=round(ms, 3),
         retries=reply.retries or None, usageEstimated=reply.usage_estimated or None,
         slip=slip, content=(reply.message.content or "")[:500] if slip else None,
-        rewrites=rewrites or None, neutralised=reply.neutralised or None,
+        rewrites=rewrites or None, neutralised=reply.neutralised or None, corrective=corrective,
+        toolChoice=tool_choice,
     ))
     store.crash_point("reply")
 
 
 def _fail_if_slipping(state: RunState) -> None:
-    """Fail once the last `max_protocol_retries` + 1 replies in a row were all slips."""
+    """Fail once the last `max_protocol_retries` + 1 replies in a row were all slips (with
+    ``on_slip: fail``, at the first)."""
     slips = 0
     for record in reversed(state.per_turn):
         if record.slip is None:
             break
         slips += 1
-    if slips > state.config.max_protocol_retries:
+    if slips > (0 if state.config.on_slip == "fail" else state.config.max_protocol_retries):
         last = state.per_turn[-1].slip or ""
         what = f"the model replied {slips} times in a row with {SLIPS.get(last, last)} ({last})"
         _fail(state, "protocol_slip", what, f"protocol slip: {what}")
