@@ -143,6 +143,11 @@ class ModelEntry(BaseModel):
     """The model writes tool calls as bare JSON (or in a ```json fence) instead of inside
     ``<tool_call>`` tags: the local server reads a reply that opens with a JSON object as a
     call, under the call grammar (runner.chat_adapter)."""
+    answer_after_tool_turns: int | None = Field(default=None, ge=1)
+    """Harness default for runs on this model: after this many turns of tool calls, ask for
+    the answer with ``tool_choice: "none"`` (None: never)."""
+    system_addendum: str = ""
+    """Harness default for runs on this model: text added to the end of the system prompt."""
     description: str = ""
 
     @model_validator(mode="after")
