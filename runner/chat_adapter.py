@@ -413,6 +413,10 @@ def untagged_call_grammar(tools: Sequence[Mapping[str, Any]], calls: int = MAX_C
     return _grammar_for(json.dumps(call_schema(tools)), calls, False, untagged=True)
 
 
+PROSE_GRAMMAR = 'root ::= [^{[`<| \\t\\r\\n] [^<]*'
+"""A reply that cannot be a tool call: it does not open with a JSON object or array, a code
+fence or a tag, and holds no ``<`` (so no ``<tool_call>``). For ``tool_choice: "none"`` on a
+model that writes untagged calls."""
 _UNTAGGED_START = re.compile(r"(?:```(?:json)?[ \t]*\n\s*)?\{")
 _UNTAGGED_UNDECIDED = re.compile(r"`{0,3}|```j|```js|```jso|```(?:json)?[ \t]*(?:\n\s*)?")
 
@@ -752,12 +756,15 @@ class Engine:
         names = _tool_names(request.tools)
         choice = parse_tool_choice(request.tool_choice, names)
         tools = request.tools if choice.mode != "none" else []
+        # A model that writes untagged calls would write one as text: under "none" a grammar
+        # holds it to prose. (Its tools stay hidden: in view, they made its answers worse.)
+        prose_only = choice.mode == "none" and self.untagged_calls and bool(request.tools)
         segments = render_segments(request.messages, tools, self._default_system)
         with self._lock:
-            yield from self._generate(request, choice, tools, segments, cancel)
+            yield from self._generate(request, choice, tools, segments, cancel, prose_only)
 
     def _generate(self, request: ChatRequest, choice: ToolChoice, tools: list[JsonObject],
-                  segments: list[str], cancel: threading.Event) -> Iterator[Event]:
+                  segments: list[str], cancel: threading.Event, prose_only: bool = False) -> Iterator[Event]:
         began = time.perf_counter()
         llama = self.llama
         seg_tokens = [llama.tokenize(s.encode("utf-8"), add_bos=self._add_bos and i == 0, special=True)
@@ -775,7 +782,7 @@ class Engine:
         # auto: free text, watched for the opening tag; required/named: the grammar from token 1.
         watching = bool(tools) and choice.mode == "auto"
         constrained = bool(tools) and choice.mode in ("required", "named")
-        sampler = self._sampler(tools, choice if constrained else None)
+        sampler = self._prose_sampler() if prose_only else self._sampler(tools, choice if constrained else None)
         forcer = CallForcer(tools if self.jump_forward else [], choice.name)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         text, tail, generated, finish, first_token_ms = "", "", 0, "length", 0.0
@@ -886,6 +893,16 @@ class Engine:
         the very logits the reply's first token was (the reply is rewritten under a grammar)."""
         self.llama.n_tokens = sum(len(s) for s in self._segments) - len(header)
         self.llama.eval(header)
+
+    def _prose_sampler(self) -> Any:
+        """Greedy sampling under `PROSE_GRAMMAR`: a reply that cannot be a call."""
+        from llama_cpp._internals import LlamaSampler
+        from llama_cpp.llama_grammar import LlamaGrammar
+
+        sampler: Any = LlamaSampler()  # type: ignore[no-untyped-call]
+        sampler.add_grammar(self.llama._model, LlamaGrammar.from_string(PROSE_GRAMMAR, verbose=False))
+        sampler.add_greedy()
+        return sampler
 
     def _untagged_sampler(self, tools: list[JsonObject]) -> Any:
         """Greedy sampling under `untagged_call_grammar` from the reply's first token."""

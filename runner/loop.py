@@ -70,17 +70,20 @@ SLIPS = {
 }
 """The protocol slips, in words (see `ChatReply.slip`)."""
 CORRECTIVE_NAME = "runner"
-"""The ``name`` of the user messages the harness writes (corrective messages after a slip)."""
+"""The ``name`` of the user messages the harness writes (corrections after a slip, the request
+for the answer of answer forcing)."""
 CORRECTIONS = {
     "empty_tool_calls": "Your last reply announced a tool call but held none. Call one of the tools ({tools}), "
                         "or answer my question in one short sentence.",
     "blank_content": "Your last reply was empty. Using the tool results above, answer my question in one short "
-                     "sentence, or call one of the tools ({tools}) if you still need to look.",
+                     "sentence: {question} If you still need to look, call one of the tools ({tools}).",
     "unparsed_tool_call": 'Your last tool call could not be read. Write it as <tool_call>{{"name": "<tool>", '
                           '"arguments": {{...}}}}</tool_call> with one of the tools ({tools}), or answer my '
                           "question in one short sentence.",
 }
 """The corrective user message for each slip: what went wrong and what to do."""
+ASK_FOR_ANSWER = "Using the tool results above, answer my question in one short sentence: {question}"
+"""The user message of answer forcing (sent with ``tool_choice: "none"``)."""
 
 
 def default_tool_error_text(exc: Exception) -> str:
@@ -304,6 +307,8 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
         max_tokens = cap if max_tokens is None else min(max_tokens, cap)
     tool_choice = _tool_choice(state)
     extra = {"tool_choice": tool_choice} if tool_choice else None
+    if _answer_is_due(state):
+        _ask_for_answer(state)
     meter = TurnMeter(state.turns + 1, rt.on_turn) if rt.on_turn else None  # live per-turn line
     reply = await rt.client.chat(cfg.model, state.messages, rt.tool_schemas, max_tokens=max_tokens, extra=extra,
                                  on_delta=meter.update if meter else None)
@@ -333,13 +338,31 @@ def _answer_is_due(state: RunState) -> bool:
 def _correct(state: RunState, rt: Runtime, slip: str) -> str:
     """Add the corrective user message for `slip` (replacing one added for the slip before,
     so corrections never pile up) and return its text."""
-    text = CORRECTIONS.get(slip, CORRECTIONS["blank_content"]).format(tools=", ".join(t.name for t in rt.tools))
+    text = CORRECTIONS.get(slip, CORRECTIONS["blank_content"]).format(
+        tools=", ".join(t.name for t in rt.tools), question=_question(state))
     message = Message(role="user", content=text, name=CORRECTIVE_NAME)
-    if state.messages[-1].role == "user" and state.messages[-1].name == CORRECTIVE_NAME:
+    if _harness_message_last(state):
         state.messages[-1] = message
     else:
         state.messages.append(message)
     return text
+
+
+def _ask_for_answer(state: RunState) -> None:
+    """Answer forcing: add the user message asking for the answer, unless the last message
+    is already one the harness wrote (a correction, or this request made before a crash)."""
+    if not _harness_message_last(state):
+        state.messages.append(Message(role="user", content=ASK_FOR_ANSWER.format(question=_question(state)),
+                                      name=CORRECTIVE_NAME))
+
+
+def _harness_message_last(state: RunState) -> bool:
+    return state.messages[-1].role == "user" and state.messages[-1].name == CORRECTIVE_NAME
+
+
+def _question(state: RunState) -> str:
+    """The run's task: its first user message."""
+    return next((m.content or "" for m in state.messages if m.role == "user"), "")
 
 
 def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: int | None) -> None:

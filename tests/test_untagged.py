@@ -15,6 +15,7 @@ import pytest
 
 from runner import models
 from runner.chat_adapter import (
+    PROSE_GRAMMAR,
     CallDelta,
     ReplySplitter,
     TextDelta,
@@ -99,6 +100,16 @@ def test_the_untagged_grammar_admits_only_valid_calls() -> None:
     }
     for why, text in bad.items():
         assert not grammar_allows(vocab_model, grammar, text), why
+
+
+def test_the_prose_grammar_of_tool_choice_none_admits_no_call() -> None:
+    from llama_cpp import Llama
+
+    vocab_model = Llama(model_path=str(models.resolve(SMOL)), vocab_only=True, verbose=False)
+    assert grammar_allows(vocab_model, PROSE_GRAMMAR, "There are 3 files: access.log, errors.log and notes.txt.")
+    for call in [READ, f"```json\n{READ}\n```", f"[{READ}]", f"<tool_call>\n{READ}\n</tool_call>",
+                 f"Sure. <tool_call>{READ}</tool_call>", f" {READ}"]:
+        assert not grammar_allows(vocab_model, PROSE_GRAMMAR, call), call
 
 
 # --- the real model ----------------------------------------------------------------------------
