@@ -637,6 +637,29 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
 
 
 @app.command()
+def view(
+    host: Annotated[str, typer.Option(help="Interface to bind (loopback by default; any other needs --token).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, help="Port (0: a free one).")] = 8700,
+    token: Annotated[Optional[str], typer.Option(
+        envvar="RUNNER_VIEW_TOKEN", help="Every request must carry it (?token= once, then a cookie; or Authorization: Bearer).")] = None,
+    runs_dir: RunsDir = None, store_url: StoreOpt = None,
+) -> None:
+    """Browse runs in a local web app: the runs list, transcripts, per-turn charts, approvals,
+    suite reports; a run being driven updates live. Prints its URL, serves until Ctrl-C."""
+
+    def body() -> int:
+        from runner import view as view_mod
+
+        view_mod.check_host(host, token)  # before the store opens: a refused bind says so at once
+        runs = store.open_store(store_url, runs=runs_dir)
+        view_mod.serve(runs, store.runs_dir(runs_dir), host=host, port=port, token=token,
+                       on_ready=lambda url: print(f"runner view: {url}  (store: {runs.url}; Ctrl-C stops)", flush=True))
+        return 0
+
+    _guard(body)
+
+
+@app.command()
 def worker(
     concurrency: Annotated[int, typer.Option(min=1, help="Runs driven at once by this process.")] = 1,
     lease_s: Annotated[Optional[float], typer.Option(min=0.1, help="PostgreSQL lease length, seconds (renewed every third of it) [default: $RUNNER_LEASE_S or 30].")] = None,
