@@ -71,3 +71,39 @@ def _stat_all(folder: Path) -> tuple[tuple[int, int] | None, ...]:
         except (FileNotFoundError, NotADirectoryError):
             out.append(None)
     return tuple(out)
+
+
+class RunWatch:
+    """Which runs changed since the last look, for following every run of a store (a worker,
+    a suite). The first `changed()` sets the baseline and returns nothing. FileStore: `stat`
+    of each run's files; PostgresStore: trace rows past a cursor (the newest row id seen)."""
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+        self._stats: dict[str, tuple[tuple[int, int] | None, ...]] | None = None
+        self._cursor: int | None = None
+        self._seqs: dict[str, int] | None = None
+
+    def changed(self) -> list[str]:
+        if isinstance(self.store, FileStore):
+            root = self.store.root
+            try:
+                now = {name: _stat_all(root / name) for name in os.listdir(root) if not name.startswith(".")}
+            except FileNotFoundError:
+                now = {}
+            before, self._stats = self._stats, now
+            return [] if before is None else sorted(n for n, s in now.items() if before.get(n) != s and s[0] is not None)
+        sql = getattr(self.store, "pool", None)
+        if sql is not None:
+            with sql.connection() as conn:
+                if self._cursor is None:
+                    row = conn.execute("SELECT coalesce(max(id), 0) FROM trace_events").fetchone()
+                    self._cursor = int(row[0]) if row else 0
+                    return []
+                rows = conn.execute("SELECT run_id, max(id) FROM trace_events WHERE id > %s GROUP BY run_id",
+                                    (self._cursor,)).fetchall()
+            self._cursor = max([self._cursor, *(int(r[1]) for r in rows)])
+            return sorted(str(r[0]) for r in rows)
+        seqs = {i.state.run_id: i.state.seq for i in self.store.list_runs()}
+        before_seqs, self._seqs = self._seqs, seqs
+        return [] if before_seqs is None else sorted(r for r, s in seqs.items() if before_seqs.get(r) != s)
