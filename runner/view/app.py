@@ -49,9 +49,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+import runner.view.live as live  # the modules, not the package: runner.view imports this one
+import runner.view.pages as pages
 from runner.errors import NotPending, RunBusy, RunnerError, RunNotFound, UsageError
 from runner.store import RunStore, default_owner
-from runner.view import live, pages
 
 HERE = Path(__file__).parent
 COOKIE = "runner_view_token"
