@@ -105,9 +105,10 @@ class RunSpans:
 
 
 def _provider(state: RunState) -> str:
-    if state.config.model.startswith("scripted/"):
+    endpoint = state.config.endpoint
+    if endpoint.scripted:
         return "runner.scripted"
-    return "llama.cpp" if state.config.local_model else "openai"
+    return "llama.cpp" if endpoint.kind == "local" else "openai"
 
 
 def run_spans(state: RunState, events: Sequence[TraceEvent], root_run_id: str, parent_span_id: int | None,
@@ -122,7 +123,7 @@ def run_spans(state: RunState, events: Sequence[TraceEvent], root_run_id: str, p
         return SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
 
     run_ctx = context(run_span_id)
-    model = state.config.model
+    model = state.config.endpoint.model
     provider = _provider(state)
     spans: list[ReadableSpan] = []
     starts: dict[str, float] = {}
@@ -143,13 +144,13 @@ def run_spans(state: RunState, events: Sequence[TraceEvent], root_run_id: str, p
             record = records.get(e.turn)
             attributes: dict[str, Any] = {
                 "gen_ai.operation.name": "chat", "gen_ai.provider.name": provider, "gen_ai.request.model": model,
-                "gen_ai.conversation.id": run_id, "gen_ai.usage.input_tokens": e.prompt_tokens,
-                "gen_ai.usage.output_tokens": e.completion_tokens,
+                "gen_ai.conversation.id": run_id, "gen_ai.usage.input_tokens": e.promptTokens,
+                "gen_ai.usage.output_tokens": e.completionTokens,
                 "gen_ai.response.finish_reasons": [e.finish or "unknown"], "runner.turn": e.turn,
                 "runner.cost_usd": round(record.cost_usd, 9) if record else 0.0, "runner.ms": e.ms,
                 "openinference.span.kind": "LLM", "llm.model_name": model,
-                "llm.token_count.prompt": e.prompt_tokens, "llm.token_count.completion": e.completion_tokens,
-                "llm.token_count.total": e.total_tokens,
+                "llm.token_count.prompt": e.promptTokens, "llm.token_count.completion": e.completionTokens,
+                "llm.token_count.total": e.totalTokens,
             }
             if e.retries:
                 attributes["runner.retries"] = len(e.retries)

@@ -69,9 +69,9 @@ def runs_page(store: RunStore, *, status: str = "", model: str = "", text: str =
     """The runs list, newest first, filtered by shown status, model (exact) and `text` (a
     case-insensitive substring of the run id, model, prompt, answer or stop reason)."""
     infos = store.list_runs(status=status or None)
-    models = sorted({i.state.config.model for i in infos})
+    models = sorted({i.state.config.endpoint.model for i in infos})
     needle = text.strip().lower()
-    chosen = [i for i in infos if (not model or i.state.config.model == model) and (not needle or needle in _haystack(i))]
+    chosen = [i for i in infos if (not model or i.state.config.endpoint.model == model) and (not needle or needle in _haystack(i))]
     totals = Totals()
     for info in chosen:
         totals.add(info.state)
@@ -84,7 +84,7 @@ def runs_page(store: RunStore, *, status: str = "", model: str = "", text: str =
 def _haystack(info: RunInfo) -> str:
     state = info.state
     prompt = next((m.content or "" for m in state.messages if m.role == "user"), "")
-    return " ".join([state.run_id, state.config.model, prompt, state.answer, state.reason or ""]).lower()
+    return " ".join([state.run_id, state.config.endpoint.model, prompt, state.answer, state.reason or ""]).lower()
 
 
 def first_prompt(state: RunState) -> str:
