@@ -20,6 +20,8 @@ import pytest
 
 from tests.conftest import cli, cli_json
 
+pytestmark = pytest.mark.slow  # Phoenix takes 10-15 s to start
+
 STARTUP_S = 120.0
 """Phoenix's start-up took 12.6 s on this machine at load 4.7 (migrations of a new SQLite file)."""
 

@@ -26,6 +26,8 @@ import pytest
 from tests.conftest import Backend, cli, cli_json
 from tests.fakeprovider import FakeProvider, completion, tool_call
 
+pytestmark = pytest.mark.slow  # each test starts servers and processes: seconds to tens of seconds
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
@@ -203,6 +205,40 @@ def test_live_page_shows_turns_before_the_run_ends(backend: Backend, page: Any, 
             assert run.proc.wait(30) == 3
         finally:
             run.stop()
+
+
+ROW_RECORDER = """
+window.seen = [];
+const record = () => document.querySelectorAll("tr[data-run-id]").forEach(
+    (tr) => window.seen.push([tr.dataset.runId, tr.dataset.status, Number(tr.dataset.turns)]));
+new MutationObserver(record).observe(document.getElementById("runs-list"), {childList: true, subtree: true});
+"""
+"""Records every (run id, status, turns) the live runs list shows, as it is updated."""
+
+
+@pytest.mark.llama
+def test_live_runs_list_follows_a_local_model_suite_turn_by_turn(tmp_path: Path, page: Any) -> None:
+    """`runner suite --provider local` (the packaged SmolLM2 on the real llama.cpp server) in
+    another process: the runs list, never reloaded, shows a run at turn 1 while it is still
+    running, then every run at its stop."""
+    env = {"RUNNER_RUNS_DIR": str(tmp_path / "runs")}
+    with view_server(env) as url:
+        page.goto(url)
+        page.evaluate(ROW_RECORDER)
+        suite = Proc(["suite", "--provider", "local", "--max-turns", "3", "--max-tokens", "64"], env)
+        try:
+            assert suite.proc.wait(600) == 0
+        finally:
+            suite.stop()
+        page.wait_for_function("document.querySelectorAll('tr[data-run-id]').length === 6")
+        page.wait_for_function("[...document.querySelectorAll('tr[data-run-id]')].every("
+                               "(tr) => tr.dataset.status !== 'running')", timeout=10_000)
+        seen = page.evaluate("window.seen")
+        page.screenshot(path=str(tmp_path / "local-suite.png"), full_page=True)
+    mid_run = {(run_id, turns) for run_id, status, turns in seen if status == "running" and turns >= 1}
+    assert mid_run, f"the list never showed a run's turn while it ran: {sorted(set(map(tuple, seen)))[:20]}"
+    finals = {run_id: (status, turns) for run_id, status, turns in seen}
+    assert len(finals) == 6 and all(status != "running" for status, _ in finals.values())
 
 
 def test_non_loopback_needs_a_token(tmp_path: Path) -> None:
