@@ -177,3 +177,24 @@ def test_export_needs_an_endpoint_and_a_known_run(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "--otlp-endpoint" in proc.stderr
     proc = cli("export", "nope", "--otlp-endpoint", "http://127.0.0.1:9", runs_dir=tmp_path / "runs", env=env)
     assert proc.returncode == 2 and "nope" in proc.stderr
+
+
+def test_a_worker_and_a_suite_export_live(phoenix: str, tmp_path: Path) -> None:
+    """`--otlp-endpoint` on `runner worker` (every run it drives) and on `runner suite`."""
+    from runner.otel import trace_id_of
+
+    runs = tmp_path / "runs"
+    code, queued = cli_json("run", "--scenario", "plan", "--detach", runs_dir=runs)
+    assert code == 0
+    worker = cli("worker", "--idle-exit", "1", "--poll", "0.1", "--otlp-endpoint", phoenix, runs_dir=runs)
+    assert worker.returncode == 0, worker.stderr
+    spans = spans_of(phoenix, f"{trace_id_of(queued['run_id']):032x}", 6)
+    root = next(s for s in spans if s["name"] == "invoke_agent runner")
+    assert attr(root, "runner.status") == "completed" and len(spans) == 6
+
+    code, report = cli_json("suite", "--provider", "scripted", "--otlp-endpoint", phoenix, runs_dir=runs)
+    assert code == 0 and len(report["results"]) == 6
+    for result in report["results"]:
+        spans = spans_of(phoenix, f"{trace_id_of(result['run_id']):032x}", 1 + result["turns"] + result["tool_runs"])
+        assert sum(1 for s in spans if s["name"].startswith("chat ")) == result["turns"]
+        assert attr(next(s for s in spans if s["name"] == "invoke_agent runner"), "runner.status") == "completed"

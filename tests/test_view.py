@@ -100,7 +100,7 @@ def page(browser: Any) -> Iterator[Any]:
         context.close()
 
 
-def script_run(runs: Path) -> str:
+def script_run(backend: Backend) -> str:
     """A run whose tool result holds `SCRIPT`: a model (the fake provider) asks to read a file
     named like a script tag, and the tool's error echoes the name."""
     def handler(body: dict[str, Any]) -> Any:
@@ -110,19 +110,20 @@ def script_run(runs: Path) -> str:
         return completion({"role": "assistant", "content": "There is no file <b>named</b> " + SCRIPT})
 
     with FakeProvider(handler) as fake:
-        code, out = cli_json("run", "Read the file.", "--base-url", fake.base_url, "--model", "fake", runs_dir=runs)
+        code, out = cli_json("run", "Read the file.", "--base-url", fake.base_url, "--model", "fake",
+                             runs_dir=backend.runs, env=backend.env)
     assert code == 0, out
     return str(out["run_id"])
 
 
-def test_browser_runs_run_transcript_chart_and_approval(tmp_path: Path, page: Any) -> None:
-    runs = tmp_path / "runs"
-    env = {"RUNNER_RUNS_DIR": str(runs)}
+@pytest.mark.parametrize("backend", ["files", "postgres"], indirect=True)
+def test_browser_runs_run_transcript_chart_and_approval(backend: Backend, tmp_path: Path, page: Any) -> None:
+    runs, env = backend.runs, backend.env
     shots = tmp_path / "screenshots"
-    code, plan = cli_json("run", "--scenario", "plan", runs_dir=runs)
+    code, plan = cli_json("run", "--scenario", "plan", runs_dir=runs, env=env)
     assert code == 0
-    scripted = script_run(runs)
-    code, waiting = cli_json("run", "--scenario", "destructive", runs_dir=runs)
+    scripted = script_run(backend)
+    code, waiting = cli_json("run", "--scenario", "destructive", runs_dir=runs, env=env)
     assert code == 3 and waiting["interruption"]["type"] == "approval", waiting
     call_id = waiting["interruption"]["call_id"]
 
@@ -169,7 +170,8 @@ def test_browser_runs_run_transcript_chart_and_approval(tmp_path: Path, page: An
         finally:
             worker.stop()
         assert f"worker: {waiting['run_id']}: completed" in worker.stderr
-    trace = [json.loads(line) for line in cli("trace", waiting["run_id"], "--json", runs_dir=runs).stdout.splitlines()]
+    trace = [json.loads(line) for line in
+             cli("trace", waiting["run_id"], "--json", runs_dir=runs, env=env).stdout.splitlines()]
     verdicts = [e for e in trace if e["type"] == "verdict"]
     assert len(verdicts) == 1 and verdicts[0]["verdict"] == "approve" and verdicts[0]["callId"] == call_id
     assert verdicts[0]["by"].startswith("web: ")

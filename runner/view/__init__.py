@@ -71,9 +71,10 @@ def serve(store: RunStore, runs_root: Path, *, host: str = "127.0.0.1", port: in
         raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.listen(128)
     bound = sock.getsockname()[1]
-    app = create_app(ViewSettings(store=store, runs_root=runs_root, token=token or None, poll_s=poll_s))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                           timeout_graceful_shutdown=1))
+    settings = ViewSettings(store=store, runs_root=runs_root, token=token or None, poll_s=poll_s)
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", access_log=False,
+                                           lifespan="off", timeout_graceful_shutdown=5))
+    settings.stopping = lambda: bool(server.should_exit)
     shown = f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
     if on_ready is not None:
         on_ready(f"http://{shown}:{bound}/")

@@ -86,6 +86,8 @@ class ViewSettings:
     keepalive_s: float = 15.0
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     """The per-server secret every form carries; a page on another site cannot read it."""
+    stopping: Callable[[], bool] = lambda: False
+    """True once the server is shutting down: live streams end, so it stops at once."""
 
 
 class Guard:
@@ -344,7 +346,7 @@ def _event_stream(settings: ViewSettings, call: Callable[..., Any], token: Calla
         seen: Any = object()
         sent: dict[str, str] = {}
         quiet_s = 0.0
-        while True:
+        while not settings.stopping():
             try:
                 now = await call(token)
                 if now != seen:
