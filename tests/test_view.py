@@ -23,6 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
+from runner.state import RunConfig, new_run
+from runner.store import FileStore
 from tests.conftest import Backend, cli, cli_json
 from tests.fakeprovider import FakeProvider, completion, tool_call
 
@@ -318,6 +320,17 @@ def test_runs_filters_totals_and_suites(tmp_path: Path) -> None:
         page = httpx.get(f"{url}suites/{name}").text
         assert "timeout_file" in page and "100%" in page
         assert httpx.get(f"{url}suites/..%2Fetc").status_code == 404
+        store = FileStore(runs)
+        for k in range(50):  # queued runs, made directly in the store: a second page
+            store.create(new_run(f"task {k}", RunConfig(model="scripted/plan")))
+        first = httpx.get(url, params={"status": "queued"}).text
+        assert 'data-matching="50"' in first and first.count("<tr data-run-id=") == 50 and ">older<" not in first
+        store.create(new_run("one more", RunConfig(model="scripted/plan")))
+        first = httpx.get(url, params={"status": "queued"}).text
+        older = re.search(r'href="(/\?[^"]*page=2[^"]*)"', first)
+        assert older is not None and first.count("<tr data-run-id=") == 50
+        second = httpx.get(url + older.group(1).lstrip("/").replace("&amp;", "&")).text
+        assert second.count("<tr data-run-id=") == 1 and "task 0" in second and "page 2 of 2" in second
         assert httpx.get(f"{url}runs/nope").status_code == 404
         started = time.monotonic()
         with httpx.stream("GET", f"{url}runs/{report['results'][0]['run_id']}/events", timeout=10) as stream:

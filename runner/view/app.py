@@ -28,7 +28,6 @@ import secrets
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode
@@ -151,6 +150,7 @@ def _templates() -> jinja2.Environment:
     env.filters["num"] = lambda v: f"{v:,.0f}"
     env.filters["short"] = lambda v, n=90: v if len(v) <= n else v[: n - 1] + "…"
     env.globals["chart"] = pages.turn_chart
+    env.globals["first_prompt"] = pages.first_prompt
     return env
 
 
@@ -357,8 +357,10 @@ def _event_stream(settings: ViewSettings, call: Callable[..., Any], token: Calla
                     if changed:
                         quiet_s = 0.0
                         yield f"event: update\ndata: {json.dumps(changed)}\n\n"
-            except RunnerError as exc:
-                yield f"event: problem\ndata: {json.dumps(str(exc))}\n\n"
+            except RunnerError as exc:  # said once, until it changes (a run deleted, a damaged trace)
+                if sent.get("problem") != str(exc):
+                    sent = {"problem": str(exc)}
+                    yield f"event: problem\ndata: {json.dumps(str(exc))}\n\n"
             if quiet_s >= settings.keepalive_s:
                 quiet_s = 0.0
                 yield ": keep-alive\n\n"
@@ -367,9 +369,3 @@ def _event_stream(settings: ViewSettings, call: Callable[..., Any], token: Calla
 
     return StreamingResponse(stream(), media_type="text/event-stream", headers={"x-accel-buffering": "no"})
 
-
-def cookie_header(token: str) -> str:
-    """The Cookie header a client sends once it holds the token (tests, scripts)."""
-    cookie: SimpleCookie = SimpleCookie()
-    cookie[COOKIE] = token
-    return cookie.output(header="", sep="").strip()
