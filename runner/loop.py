@@ -13,6 +13,7 @@ a provider that stays unavailable through its retries leaves the run `interrupte
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import time
@@ -135,6 +136,12 @@ class Runtime:
             for event in events:
                 self.tracer.emit(event)
 
+    def before_effect(self) -> None:
+        """Called before something happens outside the run (a paid model request, a tool that
+        may write): what was committed must survive first (a store may flush here)."""
+        if self.run is not None:
+            self.run.sync()
+
     def defer(self, event: _Event) -> None:
         """Trace `event` with the next commit (it describes the transition being made)."""
         self._deferred.append(event)
@@ -174,12 +181,18 @@ async def run(state: RunState, rt: Runtime) -> RunState:
             if limit is not None:
                 _stop(state, *limit)
                 break
+            rt.before_effect()
             reply, max_tokens = await race(_ask_model(state, rt), rt.cancel)
             _record_reply(state, rt, reply, max_tokens)
     except Cancelled as exc:
         _stop(state, "interrupted", CancelledInterruption(reason=exc.reason), f"cancelled: {exc.reason}")
+    except asyncio.CancelledError:  # the task itself (asyncio.run's own Ctrl-C handling): saved, then passed on
+        _stop(state, "interrupted", CancelledInterruption(reason="task cancelled"), "cancelled: the run's task was cancelled")
+        raise
     except ProviderError as exc:
         _stop_for_provider(state, exc)
+    except store.DiskFull as exc:  # the stop below still commits: the store freed its reserve
+        _stop(state, "interrupted", CancelledInterruption(reason="disk full"), str(exc))
     finally:
         state.wall_ms += (time.perf_counter() - began) * 1000
         if state.status == "running":  # an unexpected exception is escaping: keep it resumable
@@ -430,6 +443,7 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
     if not tool.read_only:
         state.started[call.id] = signature  # from here until recorded, the call is in doubt
         rt.commit(state, start)
+        rt.before_effect()
     store.crash_point("tool_start")
     if tool.read_only:
         rt.tracer.emit(start)

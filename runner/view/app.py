@@ -190,7 +190,7 @@ def create_app(settings: ViewSettings) -> ASGIApp:
         view = await call(lambda: pages.runs_page(store, **f))
         query = urlencode({k if k != "text" else "q": v for k, v in f.items() if v})
         return html("runs.html", view=view, parts=list_parts(view), events_url="/events" + (f"?{query}" if query else ""),
-                    store_url=store.url)
+                    store_url=store.url, statuses=pages.STATUSES)
 
     async def run_page(request: Request) -> Response:
         run_id = request.path_params["run_id"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,12 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from runner.state import RunState, ToolRun, call_signature, pending
-from runner.store import RunInfo, RunStore
+from runner.store import RunInfo, RunStore, ShownStatus
 from runner.trace import TraceEvent, TurnEvent
 
 PAGE_SIZE = 50
 """Runs per page of the runs list."""
-STATUSES = ("running", "completed", "failed", "max_turns_exceeded", "budget_exceeded", "interrupted", "died",
-            "queued")
+STATUSES: tuple[str, ...] = typing.get_args(ShownStatus)
 """The statuses the runs list filters by (`runner.store.ShownStatus`)."""
 
 
@@ -242,6 +242,8 @@ def continue_with(info: RunInfo) -> list[str]:
     it = state.interruption
     if info.shown_status == "queued":
         return ["runner worker   (a worker drives queued runs)", f"runner resume {run_id}"]
+    if info.shown_status == "damaged":
+        return [f"runner repair {run_id}   (rebuilds it from its last good record, saying what it drops)"]
     if info.shown_status == "died":
         return [f"runner resume {run_id}", "runner worker"]
     if state.status in ("completed", "failed", "running"):
