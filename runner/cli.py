@@ -480,6 +480,16 @@ def view(
     _guard(body)
 
 
+def _otel() -> ModuleType:
+    """`runner.otel`, or a usage error naming the extra when OpenTelemetry is not installed."""
+    try:
+        from runner import otel
+    except ImportError as exc:
+        raise UsageError(f"--otlp-endpoint needs OpenTelemetry ({exc.name} is missing): "
+                         "pip install 'runner[otel]'") from None
+    return otel
+
+
 def _otel_live(runs: RunStore | None, endpoint: str | None, run_ids: list[str] | None) -> Any:
     """A context that sends the runs (`run_ids`, or every run that changes) to `endpoint` as
     OpenTelemetry traces while they run; nothing (and no OpenTelemetry import) without one."""
@@ -487,8 +497,7 @@ def _otel_live(runs: RunStore | None, endpoint: str | None, run_ids: list[str] |
 
     if not endpoint or runs is None:
         return contextlib.nullcontext()
-    from runner import otel
-
+    otel = _otel()
     return otel.LiveExport(runs, otel.traces_url(endpoint), run_ids,
                            on_problem=lambda line: typer.echo(f"warning: {line}", err=True))
 
@@ -505,8 +514,7 @@ def export(
     def body() -> int:
         if not otlp_endpoint:
             raise UsageError("give --otlp-endpoint URL (or set OTEL_EXPORTER_OTLP_ENDPOINT)")
-        from runner import otel
-
+        otel = _otel()
         url = otel.traces_url(otlp_endpoint)
         runs = store.open_store(store_url, runs=runs_dir)
         sent, unfinished = otel.export_runs(runs, run_ids, url)

@@ -184,12 +184,12 @@ def test_browser_runs_run_transcript_chart_and_approval(backend: Backend, tmp_pa
 
 @pytest.mark.parametrize("backend", ["files", "postgres"], indirect=True)
 def test_live_page_shows_turns_before_the_run_ends(backend: Backend, page: Any, tmp_path: Path) -> None:
-    """A slow scripted run (600 ms per reply) driven by `runner run` in another process: the
+    """A slow scripted run (700 ms per reply) driven by `runner run` in another process: the
     runs list gains its row and the run page its turns without a reload, while it runs."""
     with view_server(backend.env) as url:
         page.goto(url)
         page.evaluate("window.notReloaded = true")
-        run = Proc(["run", "--scenario", "runaway", "--max-turns", "6", "--latency-ms", "600"], backend.env)
+        run = Proc(["run", "--scenario", "runaway", "--max-turns", "8", "--latency-ms", "700"], backend.env)
         try:
             row = page.wait_for_selector("tr[data-run-id]", timeout=20_000)
             assert row is not None
@@ -202,8 +202,8 @@ def test_live_page_shows_turns_before_the_run_ends(backend: Backend, page: Any, 
             assert page.locator("#status-badge").inner_text() == "running"
             page.screenshot(path=str(tmp_path / "live-running.png"), full_page=True)
             page.wait_for_selector('#status-badge:text-is("max_turns_exceeded")', timeout=30_000)
-            assert page.locator('.msg.assistant[data-turn="6"]').count() == 1
-            assert page.locator('svg.chart[data-turns="6"]').count() == 1
+            assert page.locator('.msg.assistant[data-turn="8"]').count() == 1
+            assert page.locator('svg.chart[data-turns="8"]').count() == 1
             assert page.evaluate("window.notReloaded") is True
             assert int(page.evaluate("document.body.dataset.updates")) >= 3
             assert run.proc.wait(30) == 3
