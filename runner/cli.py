@@ -86,6 +86,10 @@ DurabilityOpt = Annotated[Optional[str], typer.Option(
     help="What each committed transition survives: process (a kill of this process, SIGKILL included) "
          "or power (also an OS crash or power loss: one disk flush per transition).")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+OtlpOpt = Annotated[Optional[str], typer.Option(
+    "--otlp-endpoint", envvar="OTEL_EXPORTER_OTLP_ENDPOINT", metavar="URL",
+    help="Send the runs as OpenTelemetry traces (GenAI conventions) over OTLP/HTTP, live, e.g. "
+         "http://127.0.0.1:6006 (Phoenix); /v1/traces is added unless given. pip install 'runner[otel]'.")]
 MaxTurns = Annotated[Optional[int], typer.Option("--max-turns", min=0, help=(
     f"Stop before turn N+1 (a new run's default: {DEFAULT_MAX_TURNS}; 0: no turn cap)."))]
 MaxBudget = Annotated[Optional[float], typer.Option(
@@ -205,6 +209,7 @@ def run(
     runs_dir: RunsDir = None,
     store_url: StoreOpt = None,
     durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None,
     as_json: JsonOut = False,
 ) -> None:
     """Start a run: scripted (--scenario) or against any endpoint (--base-url + --model)."""
@@ -271,7 +276,8 @@ def run(
         signals = StopSignals.install()  # before the run exists: a Ctrl-C from here on keeps it resumable
         lease = runs.create(state, owner=store.default_owner())
         assert lease is not None
-        state = _drive(state, runs, lease, signals, faults=fault, show_progress=not as_json, provider=provider)
+        with _otel_live(runs, otlp_endpoint, [state.run_id]):
+            state = _drive(state, runs, lease, signals, faults=fault, show_progress=not as_json, provider=provider)
         return _render(state, as_json, runs)
 
     _guard(body)
@@ -295,6 +301,7 @@ def resume(
     runs_dir: RunsDir = None,
     store_url: StoreOpt = None,
     durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None,
     as_json: JsonOut = False,
 ) -> None:
     """Continue a stopped run: after a crash, a cap, a cancel, or with an approval verdict."""
@@ -312,7 +319,8 @@ def resume(
             runs.release(lease, runnable=True)
             return _render_queued(state, as_json, runs)
         assert signals is not None
-        state = _drive(state, runs, lease, signals, show_progress=not as_json)
+        with _otel_live(runs, otlp_endpoint, [run_id]):
+            state = _drive(state, runs, lease, signals, show_progress=not as_json)
         return _render(state, as_json, runs)
 
     _guard(body)
@@ -456,6 +464,80 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
 
 
 @app.command()
+def view(
+    host: Annotated[str, typer.Option(help="Interface to bind (loopback by default; any other needs --token).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, help="Port (0: a free one).")] = 8700,
+    token: Annotated[Optional[str], typer.Option(
+        envvar="RUNNER_VIEW_TOKEN", help="Every request must carry it (?token= once, then a cookie; or Authorization: Bearer).")] = None,
+    runs_dir: RunsDir = None, store_url: StoreOpt = None,
+) -> None:
+    """Browse runs in a local web app: the runs list, transcripts, per-turn charts, approvals,
+    suite reports; a run being driven updates live. Prints its URL, serves until Ctrl-C."""
+
+    def body() -> int:
+        from runner import view as view_mod
+
+        view_mod.check_host(host, token)  # before the store opens: a refused bind says so at once
+        runs = store.open_store(store_url, runs=runs_dir)
+        view_mod.serve(runs, store.runs_dir(runs_dir), host=host, port=port, token=token,
+                       on_ready=lambda url: print(f"runner view: {url}  (store: {runs.url}; Ctrl-C stops)", flush=True))
+        return 0
+
+    _guard(body)
+
+
+def _otel() -> ModuleType:
+    """`runner.otel`, or a usage error naming the extra when OpenTelemetry is not installed."""
+    try:
+        from runner import otel
+    except ImportError as exc:
+        raise UsageError(f"--otlp-endpoint needs OpenTelemetry ({exc.name} is missing): "
+                         "pip install 'runner[otel]'") from None
+    return otel
+
+
+def _otel_live(runs: RunStore | None, endpoint: str | None, run_ids: list[str] | None) -> Any:
+    """A context that sends the runs (`run_ids`, or every run that changes) to `endpoint` as
+    OpenTelemetry traces while they run; nothing (and no OpenTelemetry import) without one."""
+    import contextlib
+
+    if not endpoint or runs is None:
+        return contextlib.nullcontext()
+    otel = _otel()
+    return otel.LiveExport(runs, otel.traces_url(endpoint), run_ids,
+                           on_problem=lambda line: typer.echo(f"warning: {line}", err=True))
+
+
+@app.command()
+def export(
+    run_ids: Annotated[list[str], typer.Argument(help="Runs to send (their child runs come along).", metavar="RUN_ID...")],
+    otlp_endpoint: OtlpOpt = None,
+    runs_dir: RunsDir = None, store_url: StoreOpt = None, as_json: JsonOut = False,
+) -> None:
+    """Send stored runs to an OpenTelemetry receiver as traces (GenAI semantic conventions).
+    Ids are derived from the run ids: exporting a run again adds nothing twice."""
+
+    def body() -> int:
+        if not otlp_endpoint:
+            raise UsageError("give --otlp-endpoint URL (or set OTEL_EXPORTER_OTLP_ENDPOINT)")
+        otel = _otel()
+        url = otel.traces_url(otlp_endpoint)
+        runs = store.open_store(store_url, runs=runs_dir)
+        sent, unfinished = otel.export_runs(runs, run_ids, url)
+        traces = {run_id: f"{otel.trace_id_of(otel.root_of(runs, run_id)):032x}" for run_id in run_ids}
+        if as_json:
+            typer.echo(json.dumps({"endpoint": url, "spans_sent": sent, "traces": traces, "unfinished": unfinished}))
+            return 0
+        for run_id, trace_id in traces.items():
+            typer.echo(f"{run_id}  trace {trace_id}" + ("  (not stopped: its invoke_agent span waits)"
+                                                       if run_id in unfinished else ""))
+        typer.echo(f"sent {sent} span(s) to {url}" + (" (all were sent before)" if not sent else ""))
+        return 0
+
+    _guard(body)
+
+
+@app.command()
 def repair(run_id: Annotated[str, typer.Argument(help="The damaged run.", metavar="RUN_ID")], runs_dir: RunsDir = None,
            store_url: StoreOpt = None, as_json: JsonOut = False) -> None:
     """Rebuild a run whose journal is damaged from its last good record and its trace, saying
@@ -491,6 +573,7 @@ def worker(
     idle_exit: Annotated[Optional[float], typer.Option(min=0.0, help="Exit once nothing was runnable for this many seconds [default: never].")] = None,
     poll: Annotated[float, typer.Option(min=0.01, help="Seconds between claims when nothing is runnable.")] = 0.5,
     runs_dir: RunsDir = None, store_url: StoreOpt = None, durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None,
 ) -> None:
     """Claim runnable runs from the store (queued, given a verdict, or whose driver died) and
     drive them; several workers on one store never drive one run at once. Ctrl-C stops."""
@@ -501,7 +584,8 @@ def worker(
         with store.open_store(store_url, runs=runs_dir, lease_s=lease_s, durability=durability) as runs:
             typer.echo(f"worker: claiming runs from {runs.url}, {concurrency} at a time"
                        + (f", until idle for {idle_exit:g} s" if idle_exit is not None else "; Ctrl-C stops"), err=True)
-            report = run_worker(runs, concurrency=concurrency, idle_exit_s=idle_exit, poll_s=poll)
+            with _otel_live(runs, otlp_endpoint, None):
+                report = run_worker(runs, concurrency=concurrency, idle_exit_s=idle_exit, poll_s=poll)
         typer.echo(f"worker: drove {len(report.driven)} runs, {len(report.errors)} errors", err=True)
         return 0 if not report.errors else 1
 
@@ -618,6 +702,7 @@ def suite(
     runs_dir: RunsDir = None,
     store_url: StoreOpt = None,
     durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None,
     as_json: JsonOut = False,
 ) -> None:
     """Run the six-task suite on the scripted provider and local models, side by side, N times each."""
@@ -630,12 +715,14 @@ def suite(
             raise UsageError("--address and --actors need --executor ray")
         say = None if as_json else (lambda line: typer.echo(line, err=True))
         runs_root = store.runs_dir(runs_dir)
-        report = suite_mod.run_suite(provider, runs_root=runs_root, models=model or (),
-                                     base_url=base_url, max_turns=max_turns, max_tokens=max_tokens,
-                                     latency_ms=latency_ms, repeats=repeat, store_location=store_url,
-                                     durability=store.durability_of(durability),
-                                     on_result=None if say is None else (lambda r: say(render.progress_line(r))),
-                                     on_note=say, executor=fanout.executor(executor, address=address, actors=actors))
+        watched = store.open_store(store_url, runs=runs_dir) if otlp_endpoint else None
+        with _otel_live(watched, otlp_endpoint, None):
+            report = suite_mod.run_suite(provider, runs_root=runs_root, models=model or (),
+                                         base_url=base_url, max_turns=max_turns, max_tokens=max_tokens,
+                                         latency_ms=latency_ms, repeats=repeat, store_location=store_url,
+                                         durability=store.durability_of(durability),
+                                         on_result=None if say is None else (lambda r: say(render.progress_line(r))),
+                                         on_note=say, executor=fanout.executor(executor, address=address, actors=actors))
         render.write_suite_report(report, runs_root)
         if as_json:
             typer.echo(report.model_dump_json())
