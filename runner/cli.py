@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from runner.scripted import ScriptedProcess
     from runner.state import RunState, RunStatus
     from runner.store import Lease, RunStore
+    from runner.tools import Tool
 else:  # `runner --help` needs neither the event loop nor the store's pydantic models (~100 ms)
     asyncio = _lazy_module("asyncio")
     store = _lazy_module("runner.store")
@@ -70,6 +71,9 @@ scripted_app = typer.Typer(help="The scripted provider (replies are a pure funct
                            no_args_is_help=True, rich_markup_mode=None)
 models_app = typer.Typer(help="Local GGUF models: list and download.", no_args_is_help=True,
                          rich_markup_mode=None)
+config_app = typer.Typer(help="Settings: the config files, the environment, and where each value comes from.",
+                         no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(config_app, name="config")
 app.add_typer(scripted_app, name="scripted")
 app.add_typer(models_app, name="models")
 
@@ -192,7 +196,8 @@ def _guard(fn: Callable[[], int]) -> None:
 
 
 def _drive(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float = 0, faults: str | None = None,
-           show_progress: bool = True, provider: ScriptedProcess | None = None) -> RunState:
+           show_progress: bool = True, provider: ScriptedProcess | None = None, api_key: str | None = None,
+           tools: list[Tool] | None = None) -> RunState:
     """Run `state` under `lease` with Ctrl-C wired to the Stop signal, starting its endpoint
     (the scripted provider, or the local model it records) if needed; releases the lease at
     the stop. A Ctrl-C outside the loop's own handler (while the endpoint starts, or a second
@@ -200,7 +205,7 @@ def _drive(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float =
     code = EXIT_CODES["interrupted"]
     try:
         return _drive_run(state, runs, lease, latency_ms=latency_ms, faults=faults, show_progress=show_progress,
-                          provider=provider)
+                          provider=provider, api_key=api_key, tools=tools)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further Ctrl-C must not cut this short
         from runner.state import CancelledInterruption
@@ -222,8 +227,10 @@ def _drive(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float =
 
 
 def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float, faults: str | None,
-               show_progress: bool, provider: ScriptedProcess | None = None) -> RunState:
-    """`provider`: a scripted provider already started for this run (stopped here), if any."""
+               show_progress: bool, provider: ScriptedProcess | None = None, api_key: str | None = None,
+               tools: list[Tool] | None = None) -> RunState:
+    """`provider`: a scripted provider already started for this run (stopped here), if any.
+    Each retry of a failed request is one line on stderr as it happens."""
     from runner.cancel import CancelToken
     from runner.harness import endpoint, execute
 
@@ -237,6 +244,12 @@ def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: flo
 
     turn_line = _TurnLine()
 
+    def on_retry(attempt: int, most: int, error: str, wait_s: float) -> None:
+        turn_line.close()
+        line = f"  retry {attempt}/{most} in {wait_s:.1f} s: {' '.join(error.split())}"
+        width = shutil.get_terminal_size((80, 24)).columns
+        typer.echo(line if len(line) <= width else line[: width - 1] + "…", err=True)
+
     async def go(base_url: str) -> RunState:
         began[0] = time.perf_counter()  # the run's clock, not the endpoint's start-up
         loop = asyncio.get_running_loop()
@@ -244,7 +257,8 @@ def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: flo
             loop.add_signal_handler(sig, cancel.cancel, "user pressed Stop")
         try:
             return await execute(state, base_url, runs, cancel=cancel, on_progress=on_progress, lease=lease,
-                                 on_turn=turn_line if show_progress else None)
+                                 on_turn=turn_line if show_progress else None, api_key=api_key, tools=tools,
+                                 on_retry=on_retry)
         finally:
             turn_line.close()
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -353,14 +367,31 @@ def _render(state: RunState, as_json: bool, runs: RunStore) -> int:
 
 @app.command()
 def run(
-    prompt: Annotated[Optional[str], typer.Argument(help="The user's task (default: the scenario's own).")] = None,
+    prompt: Annotated[Optional[str], typer.Argument(help="The user's task (default: the scenario's own); - reads it from stdin.")] = None,
     scenario: Annotated[Optional[str], typer.Option(help=(
         "A scripted scenario: plan, runaway, stuck, recover, destructive, repeat, double_delete, denied, slow, "
         "research, quirks, or a suite task (timeout_file, count_files, read_notes, read_each, "
         "largest_file, rotate_logs)."))] = None,
     base_url: Annotated[Optional[str], typer.Option(
-        "--base-url", envvar="RUNNER_BASE_URL", help="Any OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1.")] = None,
-    model: Annotated[Optional[str], typer.Option(help="Model name sent to --base-url.")] = None,
+        "--base-url", help="Any OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 "
+                           "[env RUNNER_BASE_URL, OPENAI_BASE_URL; config base_url].")] = None,
+    model: Annotated[Optional[str], typer.Option(help=(
+        "Model name sent to --base-url; with no base URL, a local model (a name from `runner models list`, "
+        "a unique start of one, or a .gguf path) that runner serves with llama.cpp for this run "
+        "[env RUNNER_MODEL; config model]."))] = None,
+    prompt_file: Annotated[Optional[Path], typer.Option("--prompt-file", help="Read the prompt from this file.")] = None,
+    api_key: Annotated[Optional[str], typer.Option(
+        "--api-key", help="API key for --base-url (never saved; a resume needs it again). Prefer an environment "
+                          "variable: $RUNNER_API_KEY, the one the config's api_key_env names, or $OPENAI_API_KEY.")] = None,
+    api_key_env: Annotated[Optional[str], typer.Option(
+        "--api-key-env", help="NAME of the environment variable that holds the key (recorded, so resume finds it).")] = None,
+    tool: Annotated[Optional[list[str]], typer.Option(
+        "--tool", help="Offer a tool of your own (repeatable): MODULE:ATTRIBUTE (a runner.Tool subclass or "
+                       "instance; ./MODULE.py is found) or the name of an installed plugin (entry point group "
+                       "runner.tools) [config tools].")] = None,
+    tool_choice: Annotated[Optional[str], typer.Option(
+        "--tool-choice", metavar="auto|required|none",
+        help="tool_choice of the first turn [default: the local model's manifest value, else auto].")] = None,
     max_turns: MaxTurns = None,
     max_budget: MaxBudget = None,
     dedupe: Annotated[bool, typer.Option(help="Answer a repeated read-only call from the cache.")] = False,
@@ -370,82 +401,204 @@ def run(
     max_identical_failures: Annotated[int, typer.Option(min=0, help="Same failing call this many times in a row is permanent (0: off).")] = 2,
     auto_approve: Annotated[bool, typer.Option(help="Run needs-approval tools without stopping.")] = False,
     cap_max_tokens: Annotated[bool, typer.Option(help="Also cap each reply's max_tokens from the budget left (after an estimate of the prompt), so spend stays under --max-budget as far as the estimate holds.")] = False,
-    price_in: Annotated[float, typer.Option(min=0.0, help="USD per million prompt tokens.")] = 2.0,
-    price_out: Annotated[float, typer.Option(min=0.0, help="USD per million completion tokens.")] = 12.0,
-    timeout_s: Annotated[float, typer.Option(min=0.001, help="Per-request timeout, seconds.")] = 600.0,
-    max_retries: Annotated[int, typer.Option(min=0, help="Retries for 429/5xx/timeouts.")] = 4,
+    price_in: Annotated[Optional[float], typer.Option(min=0.0, help="USD per million prompt tokens [default: 2.0; config price_in_usd_per_mtok].")] = None,
+    price_out: Annotated[Optional[float], typer.Option(min=0.0, help="USD per million completion tokens [default: 12.0; config price_out_usd_per_mtok].")] = None,
+    timeout_s: Annotated[Optional[float], typer.Option(min=0.001, help="Per-request timeout, seconds [default: 600].")] = None,
+    max_retries: Annotated[Optional[int], typer.Option(min=0, help="Retries for 429/5xx/timeouts/refused connections, each shown as it happens [default: 4].")] = None,
     research: Annotated[bool, typer.Option("--research", help="Also offer the research tool (a child agent); on by default for --scenario research.")] = False,
     research_max_turns: Annotated[int, typer.Option(min=1, help="Turn cap of each research child run.")] = 6,
     research_max_budget: Annotated[float, typer.Option(min=0.0, help="Budget of each research child run, USD.")] = 0.05,
     latency_ms: Annotated[float, typer.Option(min=0.0, help="Scripted provider: delay every reply by this many ms.")] = 0.0,
     fault: Annotated[Optional[str], typer.Option(help="Scripted provider: faults KIND@TURN,... (429, 500, 401, truncated, slow).")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="Queue the run for `runner worker` instead of driving it here.")] = False,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the run even if it never got a reply from its endpoint (by default such a run is not kept: nothing was paid, nothing to resume).")] = False,
     runs_dir: RunsDir = None,
     store_url: StoreOpt = None,
     durability: DurabilityOpt = None,
     as_json: JsonOut = False,
 ) -> None:
-    """Start a run: scripted (--scenario) or against any endpoint (--base-url + --model)."""
+    """Start a run: scripted (--scenario), against any endpoint (--base-url + --model), or on a
+    local model runner serves itself (--model NAME alone)."""
 
     def body() -> int:
+        from runner import catalog
+        from runner.config import Settings
         from runner.scripted import PROMPTS, SCENARIOS, parse_faults, scenario_name, scripted_provider
 
         if tool_errors not in ("text", "generic", "fatal"):
             raise UsageError("--tool-errors must be text, generic or fatal")
-        if scenario is None and base_url is None:
-            raise UsageError("give --scenario NAME (scripted), or --base-url URL --model NAME; "
-                             "both together run the scenario on a scripted provider already serving at URL")
+        if tool_choice is not None and tool_choice not in ("auto", "required", "none"):
+            raise UsageError(f"--tool-choice must be auto, required or none, got {tool_choice!r}")
+        settings = Settings({"model": model, "api_key_env": api_key_env, "price_in_usd_per_mtok": price_in,
+                             "price_out_usd_per_mtok": price_out, "max_turns": max_turns,
+                             "max_budget_usd": max_budget, "timeout_s": timeout_s, "max_retries": max_retries,
+                             "tool_choice": tool_choice, "tools": tool or None})
+        if scenario is None:
+            settings.flags["base_url"] = base_url
+            url = settings.get("base_url")
+        else:  # a scenario reaches a scripted provider: only one named here or in $RUNNER_BASE_URL
+            url = base_url or os.environ.get("RUNNER_BASE_URL") or None
+        chosen_model = model if scenario is not None else settings.get("model")
+        local = _local_choice(chosen_model) if scenario is None and url is None and chosen_model else None
+        if scenario is None and url is None and local is None:
+            raise UsageError("give --scenario NAME (scripted), --model NAME (a local model runner serves), or "
+                             "--base-url URL --model NAME; both --scenario and --base-url run the scenario on a "
+                             "scripted provider already serving at URL"
+                             + (f"; {chosen_model!r} is not a local model (runner models list)" if chosen_model else ""))
         if scenario is not None and scenario_name(scenario) not in SCENARIOS:
             shown = [s for s in SCENARIOS if s != "research_child"]  # the research tool's child, not a scenario to run
             raise UnknownScenario(f"unknown scenario {scenario!r}; known: {', '.join(shown)}")
         if scenario is not None and model:
             raise UsageError("--model goes with --base-url alone; a scenario names its own model")
-        if scenario is None and not model:
+        if scenario is None and not chosen_model:
             raise UsageError("--base-url needs --model")
-        if base_url is not None and (fault or latency_ms):
+        if (url is not None or local is not None) and (fault or latency_ms):
             raise UsageError("--fault and --latency-ms configure the scripted provider runner starts; with --base-url, "
                              "start that provider with `runner scripted serve --fault ...`")
-        if base_url is not None and not base_url.startswith(("http://", "https://")):
-            raise UsageError(f"--base-url must start with http:// or https://, got {base_url!r}")
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise UsageError(f"--base-url must start with http:// or https://, got {url!r}")
         parse_faults(fault)
         name = scenario_name(scenario) if scenario else ""
-        task = prompt or PROMPTS.get(name) or _suite_prompt(name)
+        task = _read_prompt(prompt, prompt_file) or PROMPTS.get(name) or _suite_prompt(name)
         if not task:
-            raise UsageError("give a PROMPT")
+            raise UsageError("give a PROMPT (or - to read it from stdin, or --prompt-file PATH)")
+        key = settings.key(api_key)
+        refs = {spec: catalog.spec_to_ref(spec) for spec in settings.get("tools")}
+        own = [catalog.load(ref) for ref in refs.values()]  # a missing tool stops here: no run is made
         # Start the scripted provider now: it loads (~0.4 s) while this process builds the run.
         # _drive stops it; if anything fails before, it dies with this process.
-        provider = scripted_provider(latency_ms=latency_ms, faults=fault) if base_url is None and not detach else None
+        provider = scripted_provider(latency_ms=latency_ms, faults=fault) if url is None and local is None and not detach else None
         from runner.state import RunConfig, new_run
 
+        turns_cap = settings.get("max_turns")
+        choice = settings.get("tool_choice") or (local[2] if local else "auto")
         config = RunConfig(
-            model=f"scripted/{name}" if scenario else str(model), base_url=base_url,
-            max_turns=DEFAULT_MAX_TURNS if max_turns is None else (max_turns or None),
-            max_budget_usd=max_budget, dedupe=dedupe, dedupe_all=dedupe_all,
-            tool_errors=tool_errors, permanent_errors=permanent_errors,  # type: ignore[arg-type]
+            model=f"scripted/{name}" if scenario else (local[0] if local else str(chosen_model)), base_url=url,
+            local_model=local[1] if local else None, first_turn_tool_choice=choice,  # type: ignore[arg-type]
+            max_turns=turns_cap or None, max_budget_usd=settings.get("max_budget_usd"), dedupe=dedupe,
+            dedupe_all=dedupe_all, tool_errors=tool_errors, permanent_errors=permanent_errors,  # type: ignore[arg-type]
             max_identical_failures=max_identical_failures, auto_approve=auto_approve,
-            cap_max_tokens=cap_max_tokens, price_in_usd_per_mtok=price_in, price_out_usd_per_mtok=price_out,
-            timeout_s=timeout_s, max_retries=max_retries,
+            cap_max_tokens=cap_max_tokens, price_in_usd_per_mtok=settings.get("price_in_usd_per_mtok"),
+            price_out_usd_per_mtok=settings.get("price_out_usd_per_mtok"),
+            timeout_s=settings.get("timeout_s"), max_retries=settings.get("max_retries"),
             research_max_turns=research_max_turns, research_max_budget_usd=research_max_budget,
+            api_key_env=key.env,
         )
         if research or name == "research":
             config.tools = [*config.tools, "research"]
         if name == "research":
             config.research_model = "scripted/research_child"
+        if own:
+            catalog.offer(config, [*config.tools, *own], {t.name: ref for t, ref in zip(own, refs.values())})
         if detach and (latency_ms or fault):
             raise UsageError("--latency-ms and --fault configure a scripted provider started here; "
                              "they do not go with --detach")
         runs = store.open_store(store_url, runs=runs_dir, durability=durability)
+        made_dir = _say_new_runs_dir(runs)
         state = new_run(task, config)
         if detach:
             runs.create(state)
             return _render_queued(state, as_json, runs)
+        if local is not None and not as_json:
+            typer.echo(f"model: {local[0]} ({local[1]}), first turn tool_choice={choice}; "
+                       "starting llama.cpp for this run", err=True)
         lease = runs.create(state, owner=store.default_owner())
         assert lease is not None
         state = _drive(state, runs, lease, latency_ms=latency_ms, faults=fault, show_progress=not as_json,
-                       provider=provider)
+                       provider=provider, api_key=key.value, tools=own)
+        if not keep and _never_reached(state):
+            runs.delete(runs.claim(state.run_id))
+            if made_dir is not None:
+                _remove_if_empty(made_dir)
+            return _render_unkept(state, as_json)
         return _render(state, as_json, runs)
 
     _guard(body)
+
+
+def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str | None:
+    """The prompt: the argument, stdin for "-", or the file's text.
+
+    Raises:
+        UsageError: both an argument and --prompt-file, an unreadable file, or an empty stdin.
+    """
+    if prompt_file is not None:
+        if prompt is not None:
+            raise UsageError("give a PROMPT or --prompt-file, not both")
+        try:
+            return prompt_file.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--prompt-file {prompt_file}: {exc}") from None
+    if prompt == "-":
+        text = sys.stdin.read()
+        if not text.strip():
+            raise UsageError("the prompt read from stdin is empty")
+        return text
+    return prompt
+
+
+def _local_choice(model: str) -> tuple[str, str, str] | None:
+    """A model runner can serve itself: (name, what `RunConfig.local_model` records, the
+    manifest's first-turn tool_choice), for a manifest name, a unique start of one
+    ("smollm2"), or a .gguf path; None for anything else (a model name for a base URL).
+
+    Raises:
+        ModelNotFound: a manifest model that is not on disk (the message says how to get it).
+    """
+    from runner import models
+
+    manifest = models.load_manifest()
+    names = [m.name for m in manifest.models]
+    if model.endswith(".gguf"):
+        path = Path(model).expanduser()
+        if not path.is_file():
+            raise UsageError(f"--model {model}: no such file")
+        entry = models.entry_for(path.stem, path, manifest)
+        return path.stem, str(path.resolve()), entry.first_turn_tool_choice if entry else "auto"
+    matches = [n for n in names if n == model] or [n for n in names if n.startswith(model.lower())]
+    if len(matches) != 1:
+        return None
+    name = matches[0]
+    models.resolve(name, manifest)
+    return name, name, manifest.entry(name).first_turn_tool_choice
+
+
+def _say_new_runs_dir(runs: RunStore) -> Path | None:
+    """Say so when a command that writes is about to create the runs directory; returns it then."""
+    if isinstance(runs, store.FileStore) and not runs.root.exists():
+        typer.echo(f"creating runs directory {runs.root}", err=True)
+        return runs.root
+    return None
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def _never_reached(state: RunState) -> bool:
+    """A new run that got no reply from its endpoint: unreachable through every retry, or an
+    answer that was not a chat-completions reply at all (nothing paid, nothing to resume)."""
+    if state.turns or state.tool_runs or state.cost_usd:
+        return False
+    it = state.interruption
+    if it is not None and it.type == "provider_unavailable":
+        return True
+    return state.status == "failed" and state.error is not None and state.error.type in (
+        "auth", "not_found", "invalid_request", "bad_endpoint")
+
+
+def _render_unkept(state: RunState, as_json: bool) -> int:
+    """A run that never reached its endpoint and was not kept: why, and exit 1."""
+    if as_json:
+        typer.echo(json.dumps({**_summary(state), "kept": False}))
+    else:
+        typer.echo(f"error: {state.reason}", err=True)
+        typer.echo(f"run {state.run_id} not kept: it never got a reply from its endpoint (nothing was paid, "
+                   "nothing to resume; --keep keeps such runs)", err=True)
+    return 1
 
 
 @app.command()
@@ -461,6 +614,11 @@ def resume(
     max_budget: MaxBudget = None,
     latency_ms: Annotated[float, typer.Option(min=0.0, help="Scripted provider: delay every reply by this many ms.")] = 0.0,
     force: Annotated[bool, typer.Option("--force", help="Continue from the saved state even if it is an older copy than the run's history (recorded in the trace).")] = False,
+    api_key: Annotated[Optional[str], typer.Option(
+        "--api-key", help="API key (never saved) [default: from the variable the run recorded, $RUNNER_API_KEY, $OPENAI_API_KEY].")] = None,
+    tool: Annotated[Optional[list[str]], typer.Option(
+        "--tool", help="Where to find a tool of the run's own (repeatable): MODULE:ATTRIBUTE or a plugin name "
+                       "[default: where the run recorded each].")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="Record the verdict or limits and queue the run for `runner worker`.")] = False,
     runs_dir: RunsDir = None,
     store_url: StoreOpt = None,
@@ -470,8 +628,10 @@ def resume(
     """Continue a stopped run: after a crash, a cap, a cancel, or with an approval verdict."""
 
     def body() -> int:
+        from runner import catalog
         from runner.harness import give_verdict
 
+        own = [catalog.load(catalog.spec_to_ref(spec)) for spec in tool or []]
         if approve and reject:
             raise UsageError("give --approve or --reject, not both")
         if reason and not reject:
@@ -487,6 +647,7 @@ def resume(
             if max_budget is not None:
                 state.config.max_budget_usd = max_budget
             _check_room(state)
+            catalog.build(state.config, own)  # a tool that cannot be found: one line, nothing changed
             it = state.interruption
             if (it is not None and it.type == "approval" and not (approve or reject) and not force
                     and it.call_id not in state.approved):
@@ -505,7 +666,8 @@ def resume(
         if detach:
             runs.release(lease, runnable=True)
             return _render_queued(state, as_json, runs)
-        state = _drive(state, runs, lease, latency_ms=latency_ms, show_progress=not as_json)
+        state = _drive(state, runs, lease, latency_ms=latency_ms, show_progress=not as_json, api_key=api_key,
+                       tools=own)
         return _render(state, as_json, runs)
 
     _guard(body)
@@ -656,6 +818,32 @@ def worker(
             report = run_worker(runs, concurrency=concurrency, idle_exit_s=idle_exit, poll_s=poll)
         typer.echo(f"worker: drove {len(report.driven)} runs, {len(report.errors)} errors", err=True)
         return 0 if not report.errors else 1
+
+    _guard(body)
+
+
+@config_app.command("show")
+def config_show(
+    api_key: Annotated[Optional[str], typer.Option("--api-key", help="Show what this key would be (masked).")] = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Print the effective settings and where each came from (command line, environment,
+    ./runner.toml, the user's config file, default); the API key masked."""
+
+    def body() -> int:
+        from runner.config import Settings, config_files, user_config_path
+
+        settings = Settings()
+        rows = settings.rows(api_key)
+        if as_json:
+            typer.echo(json.dumps({"files": [str(p) for p in config_files()],
+                                   "settings": [{"name": n, "value": v, "source": src} for n, v, src in rows]}))
+            return 0
+        read = config_files()
+        typer.echo("config files read: " + (", ".join(map(str, read)) if read else
+                                            f"none (./runner.toml or {user_config_path()})"))
+        _print_table([("setting", "id"), ("value", "text"), ("source", "path")], [list(r) for r in rows])
+        return 0
 
     _guard(body)
 

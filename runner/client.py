@@ -36,9 +36,14 @@ from runner.streaming import StreamError, StreamProgress, read_sse
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
-ErrorKind = Literal["unavailable", "auth", "not_found", "invalid_request", "context_overflow"]
+ErrorKind = Literal["unavailable", "auth", "not_found", "invalid_request", "context_overflow", "bad_endpoint"]
 """unavailable: transient, retried (after the last retry the loop stops `interrupted`);
-the others are deterministic and stop the run `failed`."""
+the others are deterministic and stop the run `failed`. bad_endpoint: the base URL answers,
+but not as a chat-completions API (an HTML page or other non-JSON body in a 200, HTTP 405):
+a misconfiguration, reported with a hint."""
+
+RetryCallback = Callable[[int, int, str, float], None]
+"""`on_retry(attempt, max_retries, error, wait_s)`: called before each back-off, attempt 1-based."""
 
 _CONTEXT_OVERFLOW = re.compile(
     r"context[_ ]length[_ ]exceeded|exceed_context_size|maximum context length|context window"
@@ -185,6 +190,7 @@ class ChatClient:
     def __init__(
         self, base_url: str, *, timeout_s: float = 600.0, max_retries: int = 4,
         backoff_s: float = 0.5, api_key: str = "sk-local", http: httpx.AsyncClient | None = None,
+        on_retry: RetryCallback | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.max_retries = max_retries
@@ -195,6 +201,8 @@ class ChatClient:
         self._http = http or new_http_client(self.base_url)
         self._timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
         self._headers = {"Authorization": f"Bearer {api_key}"}
+        self._secret = api_key if api_key and api_key != "sk-local" else None
+        self.on_retry = on_retry
 
     async def aclose(self) -> None:
         if self._owned:
@@ -236,6 +244,8 @@ class ChatClient:
             try:
                 reply = _reply(await self._post(body, on_delta), body)
             except ProviderError as exc:
+                if self._secret is not None:  # a provider may echo the key: it never leaves this object
+                    exc.args = (str(exc).replace(self._secret, "[api key]"),)
                 exc.retries = attempt
                 if not exc.retryable or attempt == self.max_retries:
                     exc.retryable = False
@@ -244,6 +254,8 @@ class ChatClient:
                 if wait_s is None:
                     wait_s = min(self.backoff_s * 2**attempt, 8.0)
                 retries.append({"error": str(exc), "status": exc.status, "waitMs": round(wait_s * 1000)})
+                if self.on_retry is not None:
+                    self.on_retry(attempt + 1, self.max_retries, str(exc), wait_s)
                 await asyncio.sleep(wait_s)
                 continue
             reply.provider_ms = (time.perf_counter() - started) * 1000
@@ -276,6 +288,10 @@ class ChatClient:
             err = _error_from(response.status_code, _error_object(response))
             if response.status_code == 404 and not self.base_url.rstrip("/").endswith("/v1"):
                 err.args = (f"{err}; the base URL usually ends in /v1 (did you mean {self.base_url}/v1?)",)
+            elif response.status_code == 405:  # the path exists but takes no POST: not a chat API
+                err.kind, err.retryable = "bad_endpoint", False
+                err.args = (f"{err}; {self.base_url}/chat/completions does not accept POST: is "
+                            f"{self.base_url} an OpenAI-compatible endpoint? The base URL usually ends in /v1",)
             retry_after = response.headers.get("retry-after")
             if retry_after is not None:
                 try:
@@ -286,6 +302,9 @@ class ChatClient:
         try:
             data = response.json()
         except ValueError:
+            if response.content.lstrip()[:1] not in (b"{", b"["):  # not a cut JSON reply: not an API at all
+                raise ProviderError(f"HTTP {response.status_code} with {_not_an_api(response)}",
+                                    status=response.status_code, kind="bad_endpoint") from None
             raise ProviderError(
                 f"the provider answered with unreadable JSON ({len(response.content)} bytes)",
                 status=response.status_code, retryable=True,
@@ -314,6 +333,15 @@ def _error_object(response: httpx.Response) -> dict[str, Any]:
             err = {**err, "message": err["detail"]}
         return err
     return {"message": str(err)}
+
+
+def _not_an_api(response: httpx.Response) -> str:
+    """A 200 body that is not JSON, described with a hint (an HTML page: its title)."""
+    text = _body_text(response)
+    if text.startswith("an HTML page"):
+        return text
+    return (f"a body that is not JSON ({text[:80]!r}): is {response.request.url.host} an OpenAI-compatible "
+            "endpoint? The base URL usually ends in /v1")
 
 
 def _body_text(response: httpx.Response) -> str:

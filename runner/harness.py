@@ -9,18 +9,20 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from runner import catalog, loop
 from runner.cancel import CancelToken
-from runner.client import ChatClient
+from runner.client import ChatClient, RetryCallback
+from runner.config import key_for
 from runner.resources import tasks_dir
 from runner.scripted import scripted_provider
 from runner.state import RunConfig, RunState
 from runner.store import FileStore, Lease, RunHandle, RunNotFound, RunStore, default_owner
 from runner.streaming import TurnProgress
-from runner.tools import Workspace
+from runner.tools import Tool, Workspace
 from runner.trace import Tracer, _Event
 
 if TYPE_CHECKING:
@@ -40,6 +42,8 @@ async def execute(
     server_settings: dict[str, Any] | None = None,
     on_turn: Callable[[TurnProgress], None] | None = None,
     lease: Lease | None = None, http: httpx.AsyncClient | None = None,
+    tools: Sequence[Tool | str] | None = None, api_key: str | None = None,
+    on_retry: RetryCallback | None = None,
 ) -> RunState:
     """Run (or resume) `state` against `base_url`, committing every transition to `runs`.
 
@@ -51,14 +55,28 @@ async def execute(
             released at the stop.
         http: an `httpx.AsyncClient` shared by the runs this process drives (see
             `runner.client.new_http_client`), left open; None: one for this run alone.
+        tools: your own tool objects and built-in names. For a new run (never saved) they
+            are the catalog it offers (recorded by name, with where each object can be
+            imported again); for a saved run they supply the objects its recorded names need.
+            None: the config's tools.
+        api_key: the key sent as `Authorization: Bearer`; None: read from the environment
+            variable the run recorded (`config.api_key_env`), else $RUNNER_API_KEY,
+            $OPENAI_API_KEY, else "sk-local" (`runner.config.key_for`). Never saved or traced.
+        on_retry: called before each back-off of a failed request (see `ChatClient`).
 
     Raises:
+        UnknownTool: a tool the run names cannot be found; raised before the run is created
+            or claimed, so a failed start leaves nothing in the store.
         RunBusy: another process drives the run. StaleState: `state` is behind the stored one.
         LeaseLost: another driver took the run over (its lease expired).
 
     `server_settings` (what the endpoint runs with, e.g. the local server's n_ctx, chat_format,
     seed, n_threads) is recorded on `run_started`.
     """
+    given = [t for t in tools or [] if not isinstance(t, str)]
+    if tools is not None and state.seq == 0:
+        catalog.offer(state.config, tools)
+    catalog_tools = catalog.build(state.config, given)
     with contextlib.ExitStack() as cleanup:
         store = FileStore(runs) if isinstance(runs, Path) else runs
         cancel = cancel or CancelToken()
@@ -79,7 +97,9 @@ async def execute(
             workspace = Workspace(template, scratch_copy)
             tracer = Tracer(None)
         cfg = state.config
-        async with ChatClient(base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, http=http) as client:
+        key = key_for(cfg.api_key_env, api_key)
+        async with ChatClient(base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, http=http,
+                              api_key=key, on_retry=on_retry) as client:
 
             async def run_child(child: RunState, child_cancel: CancelToken) -> RunState:
                 """A child run shares the client and workspace; it is a run of its own in the
@@ -96,7 +116,7 @@ async def execute(
                         tracer=child_handle.tracer() if child_handle else Tracer(None), run_child=run_child))
 
             rt = loop.Runtime(
-                client=client, tools=catalog.build(state.config), workspace=workspace, run=handle,
+                client=client, tools=catalog_tools, workspace=workspace, run=handle,
                 cancel=cancel, on_progress=on_progress, tracer=tracer,
                 tools_see_cancel=tools_see_cancel, run_child=run_child, server_settings=server_settings,
                 on_turn=on_turn,

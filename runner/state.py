@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
 FORMAT_VERSION = 2
 """2 (issue 10): `error`, the `provider_unavailable` interruption, limits on the max_turns /
@@ -119,6 +119,7 @@ ErrorType = Literal[
     "invalid_request",  # a 4xx (or a deterministic 5xx) the provider calls invalid
     "not_found",  # HTTP 404: unknown model or endpoint
     "context_overflow",  # the prompt does not fit the model's context
+    "bad_endpoint",  # the base URL answers, but not as a chat-completions API (HTML, non-JSON, 405)
     "protocol_slip",  # the model kept replying with no answer and no usable call
     "tool_error",  # tool_errors="fatal" and a tool failed
     "permanent_tool_error",  # a tool failure no retry fixes (permission denied, ...)
@@ -217,7 +218,17 @@ class RunConfig(BaseModel):
     timeout_s: float = 600.0
     max_retries: int = 4
     tools: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOLS))
-    """Names of the tools offered to the model (`research` adds a child-agent tool)."""
+    """Names of the tools offered to the model (`research` adds a child-agent tool). Given
+    tool objects (your own tools) instead of names, the config keeps their names, records
+    where each can be imported again in `tool_refs`, and hands the objects to the run that
+    starts from this config (they are never saved)."""
+    tool_refs: dict[str, str] = {}
+    """Tool name -> "module:attribute" for tools that are not built in: how a resume or a
+    worker finds them again (a tool class, or an instance, importable from there)."""
+    api_key_env: str | None = None
+    """The NAME of the environment variable the run's API key came from (never the key):
+    resume and workers read the key from it again. None: no key, or one given on the
+    command line (a resume then needs it again)."""
     research_model: str | None = None
     """Model for the `research` tool's child runs (default: the parent's model)."""
     research_max_turns: int = 6
@@ -229,6 +240,36 @@ class RunConfig(BaseModel):
     local_model: str | None = None
     """How to reach the endpoint again when `base_url` is None and the model is local: the
     manifest name or GGUF path `runner.local.LocalServer` serves (resume and workers start it)."""
+
+
+    _given_tools: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _take_tool_objects(cls, data: Any, handler: ModelWrapValidatorHandler[RunConfig]) -> RunConfig:
+        """`tools` may hold tool objects: keep their names (and import references) as data,
+        and the objects beside, unsaved, for `given_tools`."""
+        objects = [t for t in data.get("tools") or [] if not isinstance(t, str)] if isinstance(data, dict) else []
+        if objects:
+            refs = {t.name: ref for t in objects if (ref := tool_ref(t)) is not None}
+            data = {**data, "tools": [t if isinstance(t, str) else t.name for t in data["tools"]],
+                    "tool_refs": {**data.get("tool_refs", {}), **refs}}
+        config = handler(data)
+        config._given_tools.update({t.name: t for t in objects})
+        return config
+
+    def given_tools(self) -> dict[str, Any]:
+        """The tool objects this config was built with, by name (never saved; a loaded config has none)."""
+        return dict(self._given_tools)
+
+
+def tool_ref(tool: Any) -> str | None:
+    """Where a tool object can be imported again ("module:Class", built with no arguments), or
+    None for a tool defined in `__main__` or inside a function."""
+    cls = type(tool)
+    if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+        return None
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 class RunState(BaseModel):

@@ -175,7 +175,7 @@ def test_corrupt_state_file_is_a_clear_error(runs: Path) -> None:
 
 def test_unreachable_endpoint_is_resumable_with_message(runs: Path) -> None:
     code, out = cli_json("run", "hello", "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
-                         "--max-retries", "0", runs_dir=runs)
+                         "--max-retries", "0", "--keep", runs_dir=runs)
     assert code == 3 and out["status"] == "interrupted" and "cannot reach" in out["reason"]
     assert out["interruption"]["type"] == "provider_unavailable" and out["interruption"]["http_status"] is None
 
