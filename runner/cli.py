@@ -500,7 +500,7 @@ def run(
             runs.create(state)
             return _render_queued(state, as_json, runs)
         if local is not None and not as_json:
-            typer.echo(f"model: {local[0]} ({local[1]}), first turn tool_choice={choice}; "
+            typer.echo(f"model: {local[0]} ({local[3]}), first turn tool_choice={choice}; "
                        "starting llama.cpp for this run", err=True)
         lease = runs.create(state, owner=store.default_owner())
         assert lease is not None
@@ -537,9 +537,9 @@ def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str | None:
     return prompt
 
 
-def _local_choice(model: str) -> tuple[str, str, str] | None:
+def _local_choice(model: str) -> tuple[str, str, str, Path] | None:
     """A model runner can serve itself: (name, what `RunConfig.local_model` records, the
-    manifest's first-turn tool_choice), for a manifest name, a unique start of one
+    manifest's first-turn tool_choice, the GGUF), for a manifest name, a unique start of one
     ("smollm2"), or a .gguf path; None for anything else (a model name for a base URL).
 
     Raises:
@@ -554,13 +554,13 @@ def _local_choice(model: str) -> tuple[str, str, str] | None:
         if not path.is_file():
             raise UsageError(f"--model {model}: no such file")
         entry = models.entry_for(path.stem, path, manifest)
-        return path.stem, str(path.resolve()), entry.first_turn_tool_choice if entry else "auto"
+        return path.stem, str(path.resolve()), entry.first_turn_tool_choice if entry else "auto", path
     matches = [n for n in names if n == model] or [n for n in names if n.startswith(model.lower())]
     if len(matches) != 1:
         return None
     name = matches[0]
-    models.resolve(name, manifest)
-    return name, name, manifest.entry(name).first_turn_tool_choice
+    path = models.resolve(name, manifest)
+    return name, name, manifest.entry(name).first_turn_tool_choice, path
 
 
 def _say_new_runs_dir(runs: RunStore) -> Path | None:

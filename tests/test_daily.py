@@ -289,3 +289,63 @@ def test_plugin_tool_by_entry_point(tmp_path: Path) -> None:
                   env={"PYTHONPATH": str(site)})
     assert proc.returncode == 2 and "weather" in proc.stderr
 
+
+
+# --- a model by name ------------------------------------------------------------------------
+
+
+def children_of(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the live processes whose parent is `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_run_model_by_name_serves_it_and_leaves_no_server_after_sigkill(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("RUNNER_RUNS_DIR", "RUNNER_STORE", "RUNNER_BASE_URL",
+                                                            "OPENAI_BASE_URL", "RUNNER_MODEL")}
+    proc = subprocess.run([sys.executable, "-m", "runner", "run", "Which file is the largest?", "--model", "smollm2",
+                           "--max-turns", "1", "--runs-dir", "runs", "--json"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    out = json.loads(proc.stdout)
+    assert out["model"] == "smollm2-135m-instruct" and out["turns"] == 1, proc.stderr
+    assert "first turn tool_choice=required" not in proc.stderr  # --json: no chatter
+    state = FileStore(tmp_path / "runs").load(out["run_id"])
+    assert state.config.first_turn_tool_choice == "required"  # the manifest's
+    assert any(m.tool_calls for m in state.messages)
+    run = subprocess.Popen([sys.executable, "-m", "runner", "run", "Which file is the largest?", "--model",
+                            "smollm2", "--runs-dir", "runs"], cwd=tmp_path, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        servers: list[tuple[int, str]] = []
+        while not servers and time.monotonic() < deadline:
+            servers = [c for c in children_of(run.pid) if "runner.local" in c[1]]
+            time.sleep(0.05)
+        assert servers, "no llama.cpp server started"
+        time.sleep(1.0)  # loading the model
+    finally:
+        run.kill()
+        run.wait()
+    deadline = time.monotonic() + 10
+    while alive(servers[0][0]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(servers[0][0])
