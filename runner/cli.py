@@ -16,6 +16,7 @@ import shlex
 import shutil
 import signal
 import sys
+import textwrap
 import time
 import typing
 from pathlib import Path
@@ -698,6 +699,8 @@ def list_runs(
     offset: Annotated[int, typer.Option(min=0, help="Skip this many runs first (paging).")] = 0,
     prune: Annotated[bool, typer.Option("--prune", help="Delete the runs listed: by default the final ones (completed, failed); --status picks others. A run being driven is never deleted.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="With --prune: only list what would be deleted.")] = False,
+    totals: Annotated[bool, typer.Option("--totals", help="Sum runs, turns, tool runs, tokens and USD (of the runs --status/--limit select).")] = False,
+    by: Annotated[Optional[str], typer.Option("--by", metavar="model|day|status", help="With --totals: one row per model, day (UTC) or status, then TOTAL.")] = None,
     runs_dir: RunsDir = None, store_url: StoreOpt = None, as_json: JsonOut = False,
 ) -> None:
     """List runs, newest first, with status, turns and cost. A run saved as running whose
@@ -708,12 +711,16 @@ def list_runs(
             raise UsageError("--dry-run goes with --prune")
         if status is not None and status not in typing.get_args(store.ShownStatus):
             raise UsageError(f"--status must be one of {', '.join(typing.get_args(store.ShownStatus))}; got {status!r}")
+        if by is not None and (not totals or by not in ("model", "day", "status")):
+            raise UsageError("--by goes with --totals and is model, day or status")
         runs = store.open_store(store_url, runs=runs_dir)
         if prune:
             return _prune(runs, status, dry_run, as_json)
         infos = runs.list_runs(status=status, limit=limit, offset=offset)
         for problem in getattr(runs, "problems", []):
             typer.echo(f"warning: skipped an unreadable run: {problem}", err=True)
+        if totals:
+            return _totals(infos, by, as_json)
         if not infos and not as_json:
             typer.echo(f"no runs in {runs.url}" + (f" with status {status}" if status else ""))
             return 0
@@ -727,13 +734,33 @@ def list_runs(
                 return "its process died; resume it with: runner resume " + i.state.run_id
             return f"driven by {i.driver}" if i.shown_status == "running" else i.state.reason or ""
 
-        _print_table([("run id", "id"), ("status", "id"), ("turns", "num"), ("tools", "num"),
-                      ("cost USD", "num"), ("reason", "text"), ("model", "path")],
-                     [[i.state.run_id, i.shown_status, str(i.state.turns), str(i.state.tool_run_count),
-                       f"{i.state.cost_usd:.6f}", reason(i), i.state.config.model] for i in infos])
+        from runner.transcript import short_models, when
+
+        names = short_models(sorted({i.state.config.model for i in infos}))
+        _print_table([("run id", "id"), ("started", "id"), ("status", "id"), ("turns", "num"),
+                      ("cost USD", "num"), ("model", "text"), ("reason", "text")],
+                     [[i.state.run_id, when(i.state.created_at)[5:], i.shown_status, str(i.state.turns),
+                       f"{i.state.cost_usd:.6f}", names[i.state.config.model], reason(i)] for i in infos])
         return 0
 
     _guard(body)
+
+
+def _totals(infos: list[store.RunInfo], by: str | None, as_json: bool) -> int:
+    """Print the sums of `runner runs --totals`."""
+    from runner.transcript import totals
+
+    rows = totals([(i.state, i.shown_status) for i in infos], by)
+    if as_json:
+        typer.echo(json.dumps([{"group": r.group, "runs": r.runs, "turns": r.turns, "tool_runs": r.tool_runs,
+                                "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+                                "cost_usd": round(r.cost_usd, 9)} for r in rows]))
+        return 0
+    _print_table([(by or "runs", "text"), ("runs", "num"), ("turns", "num"), ("tools", "num"),
+                  ("in tokens", "num"), ("out tokens", "num"), ("cost USD", "num")],
+                 [[r.group, str(r.runs), str(r.turns), str(r.tool_runs), f"{r.prompt_tokens:,}",
+                   f"{r.completion_tokens:,}", f"{r.cost_usd:.6f}"] for r in rows])
+    return 0
 
 
 def _prune(runs: store.RunStore, status: str | None, dry_run: bool, as_json: bool) -> int:
@@ -774,25 +801,56 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
             for e in events:
                 typer.echo(e.model_dump_json(exclude_none=True))
             return 0
+        from runner.transcript import fit
+
+        width = shutil.get_terminal_size((80, 24)).columns  # each event one line: cut with … (--json has it all)
         t0 = events[0].ts if events else 0.0
         for e in events:
             fields = e.model_dump(exclude={"runId", "ts", "type"}, exclude_none=True, exclude_defaults=True)
             shown = "  ".join(f"{k}={json.dumps(v) if not isinstance(v, (int, float)) else v}" for k, v in fields.items())
-            typer.echo(f"+{(e.ts - t0) * 1000:9.0f} ms  {e.type:<17} {shown}")
+            typer.echo(fit(f"+{(e.ts - t0) * 1000:9.0f} ms  {e.type:<17} {shown}", width))
         stops = [e for e in events if e.type == "run_stopped"]
         processes = sum(1 for e in events if e.type in ("run_started", "run_resumed"))
         if stops:
             last = stops[-1]
-            typer.echo(f"stopped: {last.status} ({last.reason})  turns={last.turns}  cost=${last.costUsd:.6f}"
-                       f"  processes={processes}")
+            typer.echo(f"stopped: {last.status}  turns={last.turns}  cost=${last.costUsd:.6f}  processes={processes}")
+            typer.echo("\n".join(textwrap.wrap(f"reason: {last.reason}", width, subsequent_indent="  ")))
         if not events or events[-1].type != "run_stopped":
             info = runs.info(run_id)
             if info.shown_status == "died":
-                typer.echo(f"died: its process was killed after the last event; resume with: runner resume {run_id}")
+                typer.echo(f"died: its process was killed after the last event\nresume with: runner resume {run_id}")
             elif info.shown_status == "running":
                 typer.echo(f"running: driven by {info.driver}")
             elif info.shown_status == "queued":
                 typer.echo("queued: waiting for a worker")
+        return 0
+
+    _guard(body)
+
+
+@app.command()
+def show(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar="RUN_ID")],
+         full: Annotated[bool, typer.Option("--full", help="Show tool results and prompts whole.")] = False,
+         fmt: Annotated[str, typer.Option("--format", metavar="text|md|json", help="text (fits the terminal), md (Markdown, nothing cut) or json.")] = "text",
+         runs_dir: RunsDir = None, store_url: StoreOpt = None) -> None:
+    """The transcript as a person reads it: the prompt, each turn's text and tool calls, the
+    results, approvals and verdicts, the answer, why it stopped and how to continue."""
+
+    def body() -> int:
+        from runner import transcript
+
+        if fmt not in ("text", "md", "json"):
+            raise UsageError(f"--format must be text, md or json, got {fmt!r}")
+        runs = store.open_store(store_url, runs=runs_dir)
+        state = runs.load(run_id)
+        events = runs.read_trace(run_id)
+        if fmt == "json":
+            typer.echo(json.dumps(transcript.as_json(state, events), ensure_ascii=False))
+        elif fmt == "md":
+            typer.echo(transcript.markdown(state, events), nl=False)
+        else:
+            width = shutil.get_terminal_size((80, 24)).columns
+            typer.echo("\n".join(transcript.text_lines(state, events, width=width, full=full)))
         return 0
 
     _guard(body)

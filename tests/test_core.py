@@ -110,7 +110,7 @@ def test_trace_command_answers_why_and_cost(runs: Path) -> None:
     _code, out = cli_json("run", "--scenario", "runaway", "--max-turns", "4", runs_dir=runs)
     proc = cli("trace", out["run_id"], runs_dir=runs)
     assert proc.returncode == 0
-    last = proc.stdout.splitlines()[-1]
+    last = " ".join(proc.stdout.splitlines()[-2:])  # stopped: status, turns, cost; then the reason
     assert "max_turns_exceeded" in last and "turn cap of 4" in last and f"{out['cost_usd']:.6f}" in last
     proc = cli("trace", out["run_id"], "--json", runs_dir=runs)
     assert all(json.loads(line)["runId"] == out["run_id"] for line in proc.stdout.splitlines())

@@ -349,3 +349,40 @@ def test_run_model_by_name_serves_it_and_leaves_no_server_after_sigkill(tmp_path
     while alive(servers[0][0]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(servers[0][0])
+
+
+# --- show, trace, runs and totals at 80 columns ---------------------------------------------
+
+
+def test_show_trace_runs_and_totals_fit_80_columns(tmp_path: Path) -> None:
+    env = {"COLUMNS": "80"}
+    long_prompt = "Please free some space. " * 40
+    proc = runner("run", long_prompt, "--scenario", "destructive", "--runs-dir", "runs", "--json", cwd=tmp_path)
+    run_id = json.loads(proc.stdout)["run_id"]
+    runner("resume", run_id, "--reject", "c2", "--reason", "keep the logs", "--runs-dir", "runs", cwd=tmp_path)
+    runner("run", "--scenario", "runaway", "--max-turns", "3", "--runs-dir", "runs", cwd=tmp_path)
+    runner("run", "--scenario", "research", "--runs-dir", "runs", cwd=tmp_path)
+    shown = runner("show", run_id, "--runs-dir", "runs", cwd=tmp_path, env=env).stdout
+    assert max(map(len, shown.splitlines())) <= 80, shown
+    for expected in ("── user", "→ delete_file {\"path\": \"access.log\"}", "rejected by", "keep the logs",
+                     "answer: I did not delete anything", "stopped: completed", "more lines (--full shows all)"):
+        assert expected in shown, expected
+    full = runner("show", run_id, "--full", "--runs-dir", "runs", cwd=tmp_path, env=env).stdout
+    assert "more lines" not in full
+    md = runner("show", run_id, "--format", "md", "--runs-dir", "runs", cwd=tmp_path).stdout
+    assert md.startswith(f"# Run {run_id}") and long_prompt.strip() in md
+    data = json.loads(runner("show", run_id, "--format", "json", "--runs-dir", "runs", cwd=tmp_path).stdout)
+    assert data["state"]["run_id"] == run_id and data["events"][0]["type"] == "run_started"
+    for args in (("trace", run_id), ("runs",), ("runs", "--totals", "--by", "model"), ("runs", "--totals", "--by", "day")):
+        out = runner(*args, "--runs-dir", "runs", cwd=tmp_path, env=env).stdout
+        assert out and max(map(len, out.splitlines())) <= 80, (args, out)
+    listed = runner("runs", "--runs-dir", "runs", cwd=tmp_path, env=env).stdout
+    assert "started" in listed and "max_turns_exceeded" in listed and "runaway" in listed
+    totals = json.loads(runner("runs", "--totals", "--by", "status", "--runs-dir", "runs", "--json", cwd=tmp_path).stdout)
+    states = [FileStore(tmp_path / "runs").load(r["run_id"])
+              for r in json.loads(runner("runs", "--runs-dir", "runs", "--json", cwd=tmp_path).stdout)]
+    assert totals[-1]["group"] == "TOTAL" and totals[-1]["runs"] == len(states) == 4  # research child included
+    assert totals[-1]["turns"] == sum(s.turns for s in states)
+    assert totals[-1]["cost_usd"] == pytest.approx(sum(s.cost_usd - s.child_cost_usd for s in states))
+    assert totals[-1]["cost_usd"] == pytest.approx(sum(r["cost_usd"] for r in totals[:-1]))
+    assert {r["group"] for r in totals[:-1]} == {"completed", "max_turns_exceeded"}
