@@ -5,6 +5,7 @@ prompts from stdin and files."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import socket
@@ -147,7 +148,7 @@ def test_html_200_fails_on_turn_one_with_a_hint(tmp_path: Path) -> None:
 
 def test_plain_text_200_and_405_fail_without_retry(tmp_path: Path) -> None:
     for answer in (Answer(200, "OK", {"Content-Type": "text/plain"}), error(405, "Method Not Allowed")):
-        with FakeProvider(lambda body, a=answer: a) as fake:
+        with FakeProvider(lambda body, a=answer: a) as fake:  # type: ignore[misc]
             proc = runner("run", "hi", "--base-url", fake.base_url, "--model", "m", "--runs-dir", "runs",
                           "--keep", "--json", cwd=tmp_path)
             out = json.loads(proc.stdout)
@@ -256,7 +257,7 @@ def test_own_tool_from_python_is_saved_and_traced(tmp_path: Path) -> None:
     sys.path.insert(0, str(tmp_path))
     (tmp_path / "mytools2.py").write_text(WEATHER)
     try:
-        from mytools2 import Weather  # type: ignore[import-not-found]
+        Weather = importlib.import_module("mytools2").Weather
 
         with FakeProvider(weather_handler) as fake:
             state = new_run("Weather in Lisbon?", RunConfig(model="m", tools=[Weather()]))
