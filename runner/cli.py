@@ -1051,8 +1051,12 @@ def suite(
 def experiments(
     names: Annotated[Optional[list[str]], typer.Argument(help="Experiments to run (default: all).")] = None,
     skip_local: Annotated[bool, typer.Option(help="Leave out the six tasks on the local model (the slow one).")] = False,
+    list_names: Annotated[bool, typer.Option("--list", help="List the experiments and exit.")] = False,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Where reports go [default: experiments/ in the runs directory].")] = None,
+    runs_dir: RunsDir = None,
 ) -> None:
-    """Reproduce the chapter's measurements: tables and plot under runs/experiments/ (scripts/experiments.py)."""
+    """Reproduce the chapter's measurements: tables and a plot, written to experiments/ in the
+    runs directory (or --out), never into the checkout (scripts/experiments.py)."""
     import runpy
 
     from runner.resources import checkout_root
@@ -1063,7 +1067,9 @@ def experiments(
         typer.echo(f"error: {script} not found (experiments run from a checkout)", err=True)
         raise typer.Exit(USAGE)
     main_fn = runpy.run_path(str(script), run_name="runner_experiments")["main"]
-    raise typer.Exit(main_fn([*(names or []), *(["--skip-local"] if skip_local else [])]))
+    raise typer.Exit(main_fn([*(names or []), *(["--skip-local"] if skip_local else []),
+                              *(["--list"] if list_names else []), *(["--out", str(out)] if out else []),
+                              *(["--runs-dir", str(runs_dir)] if runs_dir else [])]))
 
 
 def main(argv: list[str] | None = None) -> None:

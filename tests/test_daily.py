@@ -387,3 +387,18 @@ def test_show_trace_runs_and_totals_fit_80_columns(tmp_path: Path) -> None:
     assert totals[-1]["cost_usd"] == pytest.approx(sum(s.cost_usd - s.child_cost_usd for s in states))
     assert totals[-1]["cost_usd"] == pytest.approx(sum(r["cost_usd"] for r in totals[:-1]))
     assert {r["group"] for r in totals[:-1]} == {"completed", "max_turns_exceeded"}
+
+
+def test_experiments_write_to_the_runs_directory_and_name_unknown_ones(tmp_path: Path) -> None:
+    listed = runner("experiments", "--list", cwd=tmp_path, env={"COLUMNS": "80"})
+    assert listed.returncode == 0 and "turn_cap" in listed.stdout and max(map(len, listed.stdout.splitlines())) <= 80
+    proc = runner("experiments", "nope", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "known: turn_cap" in proc.stderr
+    proc = runner("experiments", "local_suite", "--skip-local", cwd=tmp_path)
+    assert proc.returncode == 2 and "nothing to run" in proc.stderr
+    proc = runner("experiments", "dedupe", "--runs-dir", "mine", cwd=tmp_path, env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "mine" / "experiments" / "dedupe.md").is_file()
+    assert max(map(len, proc.stdout.splitlines())) <= 80
+    proc = runner("experiments", "dedupe", "--out", "elsewhere", cwd=tmp_path)
+    assert (tmp_path / "elsewhere" / "dedupe.md").is_file()
