@@ -66,7 +66,7 @@ USAGE = 2
 
 # Plain click help: rich's boxes cut long option names at 80 columns.
 app = typer.Typer(help="runner: drive, measure and govern an agent loop on your own machine.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None)
 scripted_app = typer.Typer(help="The scripted provider (replies are a pure function of the conversation).",
                            no_args_is_help=True, rich_markup_mode=None)
@@ -556,12 +556,20 @@ def _local_choice(model: str) -> tuple[str, str, str, Path] | None:
             raise UsageError(f"--model {model}: no such file")
         entry = models.entry_for(path.stem, path, manifest)
         return path.stem, str(path.resolve()), entry.first_turn_tool_choice if entry else "auto", path
-    matches = [n for n in names if n == model] or [n for n in names if n.startswith(model.lower())]
-    if len(matches) != 1:
+    name = _manifest_name(model)
+    if name not in names:
         return None
-    name = matches[0]
     path = models.resolve(name, manifest)
     return name, name, manifest.entry(name).first_turn_tool_choice, path
+
+
+def _manifest_name(model: str) -> str:
+    """A manifest name for a unique start of one ("smollm2" -> "smollm2-135m-instruct"), else `model`."""
+    from runner import models
+
+    names = [m.name for m in models.load_manifest().models]
+    matches = [n for n in names if n == model] or [n for n in names if n.startswith(model.lower())]
+    return matches[0] if len(matches) == 1 else model
 
 
 def _say_new_runs_dir(runs: RunStore) -> Path | None:
@@ -944,7 +952,7 @@ def serve(
     def body() -> int:
         from runner import local, models
 
-        name, path = models.resolve_choice(model)
+        name, path = models.resolve_choice(_manifest_name(model) if model else None)
         entry = models.entry_for(name, path)
         options: dict[str, Any] = {"n_threads": threads, "n_batch": n_batch,
                                    "chat_format": entry.chat_format if entry else None}
@@ -955,11 +963,24 @@ def serve(
             print(server.base_url, flush=True)
             # Block only now: a child started with these signals blocked would ignore SIGTERM.
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+            _echo_requests(server.log_path)
             typer.echo("stopping the server", err=True)
         return 0
 
     _guard(body)
+
+
+def _echo_requests(log_path: Path | None) -> None:
+    """Until SIGINT or SIGTERM (blocked by the caller): show each request's log line from the
+    server's log as it is written (method, path, status, tokens, ms)."""
+    from runner.local_app import REQUEST_LOG_PREFIX
+
+    with open(log_path or os.devnull, errors="replace") as log:
+        log.seek(0, os.SEEK_END)
+        while signal.sigtimedwait({signal.SIGINT, signal.SIGTERM}, 0.2) is None:
+            for line in log.readlines():
+                if line.startswith(REQUEST_LOG_PREFIX):
+                    typer.echo("  " + line.removeprefix(REQUEST_LOG_PREFIX).rstrip(), err=True)
 
 
 @models_app.command("list")

@@ -402,3 +402,37 @@ def test_experiments_write_to_the_runs_directory_and_name_unknown_ones(tmp_path:
     assert max(map(len, proc.stdout.splitlines())) <= 80
     proc = runner("experiments", "dedupe", "--out", "elsewhere", cwd=tmp_path)
     assert (tmp_path / "elsewhere" / "dedupe.md").is_file()
+
+
+def test_shell_completion_installs_and_completes(tmp_path: Path) -> None:
+    proc = runner("--install-completion", "bash", cwd=tmp_path, env={"HOME": str(tmp_path), "SHELL": "/bin/bash"})
+    assert proc.returncode == 0, proc.stderr
+    assert "runner" in (tmp_path / ".bashrc").read_text()
+    proc = runner(cwd=tmp_path, env={"COMP_WORDS": "runner ru", "COMP_CWORD": "1", "_RUNNER_COMPLETE": "complete_bash"})
+    assert proc.stdout.split() == ["run", "runs"]
+
+
+@pytest.mark.slow
+def test_serve_logs_one_line_per_request(tmp_path: Path) -> None:
+    import httpx
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RUNNER_RUNS_DIR", "RUNNER_STORE")}
+    server = subprocess.Popen([sys.executable, "-m", "runner", "serve", "--model", "smollm2", "--port", "0"], cwd=tmp_path,
+                              env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), url
+        reply = httpx.post(url + "/chat/completions", timeout=120, json={
+            "model": "smollm2", "max_tokens": 8, "messages": [{"role": "user", "content": "Say hi."}]})
+        assert reply.status_code == 200
+        httpx.get(url + "/models", timeout=10)
+        time.sleep(0.6)
+    finally:
+        server.send_signal(2)
+        _, err = server.communicate(timeout=30)
+    logged = [line.split() for line in err.splitlines() if line.startswith("  POST") or line.startswith("  GET")]
+    usage = reply.json()["usage"]
+    assert logged[0][:3] == ["POST", "/v1/chat/completions", "200"]
+    assert logged[0][3:5] == [f"in={usage['prompt_tokens']}", f"out={usage['completion_tokens']}"]
+    assert logged[1][:3] == ["GET", "/v1/models", "200"] and logged[1][-1] == "ms"
