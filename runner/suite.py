@@ -408,9 +408,17 @@ def _column_title(report: SuiteReport, model: str) -> str:
 
 
 def markdown(report: SuiteReport) -> str:
-    """The report as Markdown: per model column, the summary over repeats, then one line per run."""
-    lines = [f"Executor: {report.executor}; {report.repeats} repeat(s) per task and model; "
-             f"turn cap {report.max_turns}.", ""]
+    """The report as Markdown: a title, the date, the models and the settings; per model column,
+    the summary over repeats, then one line per run with its id."""
+    names = report.models or list(dict.fromkeys(r.model for r in report.results))
+    lines = [f"# Suite report: {', '.join(names)}", "",
+             f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+             + (" (cancelled: the runs finished before Ctrl-C)" if report.cancelled else "") + ". "
+             f"Executor: {report.executor}; {report.repeats} repeat(s) per task and model; "
+             f"turn cap {report.max_turns}. Each run continues or shows with `runner show RUN_ID`.", ""]
+    if report.unfinished:
+        lines += [f"Not finished ({len(report.unfinished)}; `runner suite --resume` on the JSON report drives them): "
+                  + ", ".join(f"`{r}`" for r in report.unfinished) + ".", ""]
     for model in report.models or list(dict.fromkeys(r.model for r in report.results)):
         rows = [r for r in report.results if r.model == model]
         if not rows:
@@ -431,18 +439,21 @@ def markdown(report: SuiteReport) -> str:
             lines.append(f"| {s.task} | {s.runs} | {s.passed}/{s.runs} ({s.pass_rate:.0%}) | {s.turns:g} | "
                          f"{s.tool_runs:g} | {s.prompt_tokens:g} | {s.completion_tokens:g} | {s.cost_usd:.6f} | "
                          f"{s.turn_ms_mean:,.1f} | {s.turn_ms_p50:,.1f} | {s.turn_ms_p95:,.1f} |")
-        lines += ["", "| task | repeat | status | turns | tool runs | prompt tok | completion tok | cost USD | "
+        lines += ["", "The rows above are means per run over the repeats. Below, one line per run; its **total** "
+                      "row sums the runs (turns, tool runs, tokens, cost, wall ms), the mean turn ms is over every "
+                      "turn, and correct counts the runs.",
+                  "", "| task | repeat | run id | status | turns | tool runs | prompt tok | completion tok | cost USD | "
                       "wall ms | mean turn ms | correct | answer |",
-                  "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+                  "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
         for r in rows:
             answer = _short(r.answer, 120).replace("|", "\\|")
-            lines.append(f"| {r.task} | {r.repeat} | {r.status} | {r.turns} | {r.tool_runs} | {r.prompt_tokens} | "
-                         f"{r.completion_tokens} | {r.cost_usd:.6f} | {r.wall_ms:,.0f} | {r.mean_turn_ms:,.0f} | "
-                         f"{'yes' if r.correct else 'no'} | {answer} |")
+            lines.append(f"| {r.task} | {r.repeat} | `{r.run_id}` | {r.status} | {r.turns} | {r.tool_runs} | "
+                         f"{r.prompt_tokens} | {r.completion_tokens} | {r.cost_usd:.6f} | {r.wall_ms:,.0f} | "
+                         f"{r.mean_turn_ms:,.0f} | {'yes' if r.correct else 'no'} | {answer} |")
         t = totals(rows)
         wrong = [f"{r.task}{f' #{r.repeat}' if report.repeats > 1 else ''}: {r.why_wrong}"
                  for r in rows if not r.correct and r.why_wrong]
-        lines += [f"| **total** | | | {t['turns']} | {t['tool_runs']} | {t['prompt_tokens']} | "
+        lines += [f"| **total** | | | | {t['turns']} | {t['tool_runs']} | {t['prompt_tokens']} | "
                   f"{t['completion_tokens']} | {t['cost_usd']:.6f} | {t['wall_ms']:,.0f} | {t['mean_turn_ms']:,.0f} | "
                   f"{t['correct']}/{len(rows)} | |", "",
                   f"Tool calls: {t['calls']} in {t['tasks_with_a_call']}/{len(rows)} tasks, "
@@ -543,7 +554,9 @@ def print_report(report: SuiteReport) -> None:
         if report.repeats > 1 or report.executor != "local":
             title += f"  [{report.repeats} repeat(s), executor {report.executor}]"
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                      caption="mean turn: " + "; ".join(
+                      caption=(f"rows: means of {report.repeats} repeats (ok: passed/runs)\n"
+                               "TOTAL: the sum of the rows\n" if report.repeats > 1 else "")
+                      + "mean turn: " + "; ".join(
                           f"{label(m)} {totals([r for r in report.results if r.model == m])['mean_turn_ms']:,.0f} ms"
                           for m in columns), caption_justify="left")
         table.add_column("task", no_wrap=True)
@@ -567,11 +580,12 @@ def print_report(report: SuiteReport) -> None:
                 local = first.get((locals_[0], task))
                 row.append(_short(local.answer or f"({local.reason})", answer_chars) if local else "")
             table.add_row(*row)
-        total_row = ["TOTAL"]
+        total_row = ["TOTAL"]  # the sum of the rows above (means per run when repeated), so it adds up
         for m in columns:
-            rows = [r for r in report.results if r.model == m]
-            t = totals(rows)
-            total_row += [f"{t['turns']}/{t['tool_runs']}", f"{t['wall_ms']:,.0f}", f"{t['correct']}/{len(rows)}"]
+            shown = [by[(m, task)] for task in tasks if (m, task) in by]
+            total_row += [f"{sum(s.turns for s in shown):g}/{sum(s.tool_runs for s in shown):g}",
+                          f"{sum(s.wall_ms for s in shown):,.0f}",
+                          f"{sum(s.passed for s in shown)}/{sum(s.runs for s in shown)}"]
         if answer_chars:
             total_row.append("")
         table.add_row(*total_row, style="bold")

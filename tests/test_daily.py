@@ -436,3 +436,25 @@ def test_serve_logs_one_line_per_request(tmp_path: Path) -> None:
     assert logged[0][:3] == ["POST", "/v1/chat/completions", "200"]
     assert logged[0][3:5] == [f"in={usage['prompt_tokens']}", f"out={usage['completion_tokens']}"]
     assert logged[1][:3] == ["GET", "/v1/models", "200"] and logged[1][-1] == "ms"
+
+
+# --- suite reports --------------------------------------------------------------------------
+
+
+def test_suite_total_adds_up_and_the_report_names_models_date_and_runs(tmp_path: Path) -> None:
+    proc = runner("suite", "--provider", "scripted", "--repeat", "2", "--runs-dir", "runs", cwd=tmp_path,
+                  env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()
+            if line.split() and line.split()[0] in ("timeout_file", "count_files", "read_notes", "read_each",
+                                                      "largest_file", "rotate_logs", "TOTAL")]
+    body, total = rows[:-1], rows[-1]
+    assert total[0] == "TOTAL" and len(body) == 6
+    assert float(total[2].replace(",", "")) == pytest.approx(sum(float(r[2].replace(",", "")) for r in body), abs=6)
+    assert total[1] == f"{sum(float(r[1].split('/')[0]) for r in body):g}/{sum(float(r[1].split('/')[1]) for r in body):g}"
+    assert total[3] == "12/12" and "TOTAL: the sum of the rows" in proc.stdout
+    report = next((tmp_path / "runs").glob("suite-*.json"))
+    md = report.with_suffix(".md").read_text()
+    data = json.loads(report.read_text())
+    assert md.startswith("# Suite report: scripted\n") and time.strftime("%Y-%m-%d", time.gmtime()) in md
+    assert all(f"`{r['run_id']}`" in md for r in data["results"])
