@@ -1030,6 +1030,9 @@ def suite(
     executor: Annotated[str, typer.Option(help="local (this process, one run at a time) or ray (Ray actors; pip install 'runner[ray]').")] = "local",
     address: Annotated[Optional[str], typer.Option(help="--executor ray: the cluster to join (auto or HOST:PORT) [default: start a local one].")] = None,
     actors: Annotated[Optional[int], typer.Option(min=1, help="--executor ray: actors per model column, each with its own endpoint [default: 2 per node].")] = None,
+    resume_report: Annotated[Optional[Path], typer.Option(
+        "--resume", metavar="REPORT", help="Finish a cancelled suite: drive the runs its report (suite-*.json) "
+                                           "lists as unfinished, then write a report of all of them.")] = None,
     runs_dir: RunsDir = None,
     store_url: StoreOpt = None,
     durability: DurabilityOpt = None,
@@ -1045,10 +1048,18 @@ def suite(
             raise UsageError("--address and --actors need --executor ray")
         if durability:  # the runs are opened by location in the executors (and Ray actors started here)
             os.environ["RUNNER_DURABILITY"] = store.durability_of(durability)
-        report = suite_mod.run_suite(provider, runs_root=store.runs_dir(runs_dir), models=model or (),
-                                     base_url=base_url, max_turns=max_turns, max_tokens=max_tokens,
-                                     latency_ms=latency_ms, repeats=repeat, quiet=as_json, store_location=store_url,
-                                     executor=fanout.executor(executor, address=address, actors=actors))
+        if not store_url:
+            _say_new_runs_dir(store.open_store(None, runs=runs_dir))
+        if resume_report is not None:
+            report = suite_mod.resume_suite(resume_report, store.runs_dir(runs_dir), quiet=as_json,
+                                            store_location=store_url,
+                                            executor=fanout.executor(executor, address=address, actors=actors))
+        else:
+            report = suite_mod.run_suite(provider, runs_root=store.runs_dir(runs_dir), models=model or (),
+                                         base_url=base_url, max_turns=max_turns, max_tokens=max_tokens,
+                                         latency_ms=latency_ms, repeats=repeat, quiet=as_json,
+                                         store_location=store_url,
+                                         executor=fanout.executor(executor, address=address, actors=actors))
         if as_json:
             typer.echo(report.model_dump_json())
         else:
@@ -1057,7 +1068,9 @@ def suite(
                 typer.echo(f"report: {report.report_path} (.json, .png beside it)", err=True)
         if report.cancelled:
             stopped = [r for r in report.results if r.status != "completed" and r.status != "failed"]
-            typer.echo(f"suite cancelled after {len(report.results)} run(s); the report above holds them"
+            finish = (f"; finish the suite with: runner suite --resume {Path(report.report_path).with_suffix('.json')}"
+                      if report.report_path else "")
+            typer.echo(f"suite cancelled after {len(report.results)} run(s); the report above holds them{finish}"
                        + "".join(f"; resume {r.task} with: runner resume {r.run_id}" for r in stopped)
                        + (f"; {len(report.unfinished)} run(s) not finished, each continues with runner resume ID: "
                           + " ".join(report.unfinished[:5]) + (" …" if len(report.unfinished) > 5 else "")

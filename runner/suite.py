@@ -347,6 +347,91 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
     return report
 
 
+def _cancelled(result: TaskResult) -> bool:
+    """A run Ctrl-C stopped before it finished (resumable, not a result)."""
+    return result.status == "interrupted" and (result.reason or "").startswith("cancelled")
+
+
+def resume_suite(report_file: Path, runs_root: Path, *, executor: Executor | None = None, quiet: bool = False,
+                 store_location: str | None = None) -> SuiteReport:
+    """Finish a cancelled suite: drive the runs its report lists as unfinished or cancelled
+    (each resumed where it stopped, nothing paid twice), then write a new report with every run.
+
+    Args:
+        report_file: the cancelled suite's JSON report (its .md path works too).
+        runs_root, executor, quiet, store_location: as `run_suite` (the runs must be in that store).
+
+    Raises:
+        UsageError: an unreadable report, or one with nothing left to run.
+        RunNotFound: a run of the report is not in the store.
+    """
+    path = report_file.with_suffix(".json")
+    try:
+        old = SuiteReport.model_validate_json(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read the suite report {path}: {exc}") from None
+    todo = [r.run_id for r in old.results if _cancelled(r)] + old.unfinished
+    if not todo:
+        raise UsageError(f"nothing to resume: every run of {path} finished")
+    tasks = load_suite().tasks
+    location = store_location or str(runs_root.resolve())
+    runs = fanout._store(location)
+    kept = [r for r in old.results if not _cancelled(r)]
+    known = {r.run_id: r for r in old.results}
+    columns: dict[str, Endpoint] = {}
+    jobs: dict[str, tuple[Endpoint, Task, int]] = {}
+    for run_id in todo:
+        state = runs.load(run_id)
+        if state.status == "interrupted":  # stopped by Ctrl-C: queue it again, as it was
+            lease = runs.claim(run_id)
+            state.status, state.interruption, state.reason = "running", None, None
+            runs.save(state, (), lease)
+            runs.release(lease, runnable=True)
+        column = _column_of(state.config)
+        column = columns.setdefault(column.name, column)
+        prompt = next(m.content for m in state.messages if m.role == "user")
+        task = next(t for t in tasks if t.prompt == prompt)
+        done = sum(1 for r in kept if (r.model, r.task) == (column.name, task.id))
+        repeat = known[run_id].repeat if run_id in known else done + 1 + sum(
+            1 for c, t, _ in jobs.values() if (c.name, t.id) == (column.name, task.id))
+        jobs[run_id] = (column, task, repeat)
+    executor = executor or LocalExecutor()
+    batches = [Batch(c, [rid for rid, job in jobs.items() if job[0].name == c.name]) for c in columns.values()]
+
+    def result_of(state: RunState, where: str) -> TaskResult:
+        column, task, repeat = jobs[state.run_id]
+        return _result("scripted" if column.kind == "scripted" else "local", task, state).model_copy(
+            update={"model": column.name, "repeat": repeat, "turn_ms": [round(t.ms, 1) for t in state.per_turn],
+                    "driven_by": where})
+
+    driven = executor.drive(batches, location, lambda state, where: _print_progress(result_of(state, where), quiet))
+    order = {m: i for i, m in enumerate(old.models)}
+    task_order = {t.id: i for i, t in enumerate(tasks)}
+    results = kept + [result_of(state, where) for state, where in driven]
+    results.sort(key=lambda r: (order.get(r.model, len(order)), task_order.get(r.task, 0), r.repeat))
+    finished = {r.run_id for r in results}
+    report = old.model_copy(update={
+        "results": results, "cancelled": executor.cancelled, "summaries": summarize(results),
+        "unfinished": [rid for rid in todo if rid not in finished]})
+    report.report_path = str(write_report(report, runs_root).with_suffix(".md"))
+    return report
+
+
+def _column_of(config: RunConfig) -> Endpoint:
+    """The model column a suite run was made for, from its saved config."""
+    if config.model.startswith("scripted/"):
+        return Endpoint(name="scripted", kind="scripted")
+    if config.local_model:
+        from runner import models as models_mod
+
+        entry = models_mod.entry_for(config.model, Path(config.local_model))
+        return Endpoint(name=config.model, kind="local", model_path=config.local_model,
+                        first_turn_tool_choice=config.first_turn_tool_choice,
+                        chat_format=entry.chat_format if entry else HANDLER_NAME)
+    return Endpoint(name=config.model, kind="url", base_url=config.base_url,
+                    first_turn_tool_choice=config.first_turn_tool_choice)
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0-100) with linear interpolation between closest ranks (numpy's
     default); 0.0 for no values."""
@@ -363,7 +448,7 @@ def summarize(results: list[TaskResult]) -> list[TaskSummary]:
     is unfinished, not wrong: it counts in no pass rate or mean (the report lists it)."""
     groups: dict[tuple[str, str], list[TaskResult]] = {}
     for r in results:
-        if r.status == "interrupted" and (r.reason or "").startswith("cancelled"):
+        if _cancelled(r):
             continue
         groups.setdefault((r.model, r.task), []).append(r)
     out = []

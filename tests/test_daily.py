@@ -458,3 +458,33 @@ def test_suite_total_adds_up_and_the_report_names_models_date_and_runs(tmp_path:
     data = json.loads(report.read_text())
     assert md.startswith("# Suite report: scripted\n") and time.strftime("%Y-%m-%d", time.gmtime()) in md
     assert all(f"`{r['run_id']}`" in md for r in data["results"])
+
+
+def test_suite_resume_finishes_a_cancelled_suite(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("RUNNER_RUNS_DIR", "RUNNER_STORE")}
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "suite", "--provider", "scripted", "--latency-ms", "400",
+                             "--runs-dir", "runs"], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    while "timeout_file" not in proc.stderr.readline():
+        pass
+    proc.send_signal(2)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    report = next((tmp_path / "runs").glob("suite-*.json"))
+    assert f"runner suite --resume runs/{report.name}" in err
+    before = json.loads(report.read_text())
+    done = {r["run_id"]: r for r in before["results"] if r["status"] == "completed"}
+    time.sleep(1.1)  # the new report gets a new name
+    proc2 = runner("suite", "--resume", str(report), "--runs-dir", "runs", "--json", cwd=tmp_path)
+    assert proc2.returncode == 0, proc2.stderr
+    after = json.loads(proc2.stdout)
+    assert [r["status"] for r in after["results"]] == ["completed"] * 6 and not after["cancelled"]
+    assert [r["task"] for r in after["results"]] == ["timeout_file", "count_files", "read_notes", "read_each",
+                                                     "largest_file", "rotate_logs"]
+    assert {r["run_id"] for r in after["results"]} >= set(before["unfinished"]) | set(done)
+    assert len({r["run_id"] for r in after["results"]}) == 6 and after["unfinished"] == []
+    for run_id, r in done.items():  # nothing run twice
+        assert next(a for a in after["results"] if a["run_id"] == run_id)["cost_usd"] == r["cost_usd"]
+    proc3 = runner("suite", "--resume", after["report_path"], "--runs-dir", "runs", cwd=tmp_path)
+    assert proc3.returncode == 2 and "nothing to resume" in proc3.stderr
