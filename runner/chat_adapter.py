@@ -76,7 +76,17 @@ class RequestError(ValueError):
 
 
 class ContextOverflow(RequestError):
-    """The rendered prompt does not fit the context window."""
+    """The rendered prompt does not fit the context window.
+
+    Attributes:
+        n_prompt_tokens: the prompt's tokens. n_ctx: the context window, tokens.
+    """
+
+    def __init__(self, n_prompt_tokens: int, n_ctx: int) -> None:
+        super().__init__(f"This model's maximum context length is {n_ctx} tokens; "
+                         f"the prompt has {n_prompt_tokens} tokens")
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
 
 
 @dataclass(frozen=True)
@@ -665,8 +675,7 @@ class Engine:
         prompt_tokens = sum(len(s) for s in seg_tokens)
         room = llama.n_ctx() - prompt_tokens
         if room < 1:
-            raise ContextOverflow(f"This model's maximum context length is {llama.n_ctx()} tokens; "
-                                  f"the prompt has {prompt_tokens} tokens")
+            raise ContextOverflow(prompt_tokens, llama.n_ctx())
         max_tokens = min(request.max_tokens or self.default_max_tokens, room)
         cached = self._load_prompt(seg_tokens)
         prompt_done = time.perf_counter()

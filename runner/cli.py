@@ -44,7 +44,7 @@ def _lazy_module(name: str) -> ModuleType:
 if TYPE_CHECKING:
     import asyncio
 
-    from runner import store
+    from runner import render, store
     from runner.scripted import ScriptedProcess
     from runner.state import RunState, RunStatus
     from runner.store import Lease, RunStore
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 else:  # `runner --help` needs neither the event loop nor the store's pydantic models (~100 ms)
     asyncio = _lazy_module("asyncio")
     store = _lazy_module("runner.store")
+    render = _lazy_module("runner.render")
 
 DEFAULT_MAX_TURNS = 20
 """= runner.state.DEFAULT_MAX_TURNS, for the help text (tests/test_startup.py checks they agree):
@@ -116,61 +117,6 @@ def _print_version(shown: bool) -> None:
         raise typer.Exit(0)
 
 
-def _console() -> Any:
-    """A rich console for stdout: the terminal's width, else $COLUMNS, else 80 when piped.
-    Tables shorten their text columns to fit and never wrap a number (`--json` has it all)."""
-    from rich.console import Console
-
-    return Console()
-
-
-def _print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
-    """Print a compact table that fits the console. Each column is (header, kind): "id" and
-    "num" cells are never cut or wrapped; "text" columns share the width that is left, cut at
-    the end with "…" ("path": cut at the start, where names differ least), and the rightmost
-    goes first when fewer than 8 characters would remain for each."""
-    import io
-
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
-    def build(keep: list[int], share: int) -> Table:
-        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0), collapse_padding=True)
-        for i in keep:
-            header, kind = columns[i]
-            fixed_width = share if kind in ("text", "path") else None
-            table.add_column(header, no_wrap=True, width=fixed_width, justify="right" if kind == "num" else "left")
-        for row in rows:
-            table.add_row(*(_cut(row[i], share, columns[i][1]) for i in keep))
-        return table
-
-    def width_of(table: Table) -> int:
-        probe = Console(file=io.StringIO(), width=10_000)
-        probe.print(table)
-        return max(len(line.rstrip()) for line in probe.file.getvalue().splitlines())  # type: ignore[attr-defined]
-
-    console = _console()
-    keep = list(range(len(columns)))
-    while True:
-        texts = [i for i in keep if columns[i][1] in ("text", "path")]
-        if not texts:
-            break
-        share = 1 + (console.width - width_of(build(keep, 1))) // len(texts)
-        if share >= 8:
-            break
-        keep.remove(texts[-1])
-    console.print(build(keep, share if texts else 0))
-
-
-def _cut(cell: str, share: int, kind: str) -> str:
-    if kind not in ("text", "path") or len(cell) <= share:
-        return cell
-    if share <= 1:
-        return "…"
-    return "…" + cell[-(share - 1):] if kind == "path" else cell[: share - 1] + "…"
-
-
 def _guard(fn: Callable[[], int]) -> None:
     """Run a command body; a `RunnerError` becomes one line and its exit code, an OSError
     (disk full, permission denied on the runs directory) one line and exit 1, anything else
@@ -196,7 +142,7 @@ def _guard(fn: Callable[[], int]) -> None:
     raise typer.Exit(code)
 
 
-def _drive(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float = 0, faults: str | None = None,
+def _drive(state: RunState, runs: RunStore, lease: Lease, *, faults: str | None = None,
            show_progress: bool = True, provider: ScriptedProcess | None = None, api_key: str | None = None,
            tools: list[Tool] | None = None) -> RunState:
     """Run `state` under `lease` with Ctrl-C wired to the Stop signal, starting its endpoint
@@ -205,8 +151,8 @@ def _drive(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float =
     one) keeps the run resumable, prints its id and exits 3."""
     code = EXIT_CODES["interrupted"]
     try:
-        return _drive_run(state, runs, lease, latency_ms=latency_ms, faults=faults, show_progress=show_progress,
-                          provider=provider, api_key=api_key, tools=tools)
+        return _drive_run(state, runs, lease, faults=faults, show_progress=show_progress, provider=provider,
+                          api_key=api_key, tools=tools)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further Ctrl-C must not cut this short
         from runner.state import CancelledInterruption
@@ -227,13 +173,14 @@ def _drive(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float =
     os._exit(code)
 
 
-def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float, faults: str | None,
+def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, faults: str | None,
                show_progress: bool, provider: ScriptedProcess | None = None, api_key: str | None = None,
                tools: list[Tool] | None = None) -> RunState:
     """`provider`: a scripted provider already started for this run (stopped here), if any.
     Each retry of a failed request is one line on stderr as it happens."""
     from runner.cancel import CancelToken
-    from runner.harness import endpoint, execute
+    from runner.endpoints import open_endpoint
+    from runner.harness import drive
 
     cancel = CancelToken()
     began = [time.perf_counter()]
@@ -243,23 +190,22 @@ def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: flo
             ms = (time.perf_counter() - began[0]) * 1000
             typer.echo(f"  progress: {tool}: {label}  (t+{ms:,.0f} ms)", err=True)
 
-    turn_line = _TurnLine()
+    turn_line = render.TurnLine()
 
     def on_retry(attempt: int, most: int, error: str, wait_s: float) -> None:
         turn_line.close()
         line = f"  retry {attempt}/{most} in {wait_s:.1f} s: {' '.join(error.split())}"
-        width = shutil.get_terminal_size((80, 24)).columns
-        typer.echo(line if len(line) <= width else line[: width - 1] + "…", err=True)
+        typer.echo(render.fit(line, shutil.get_terminal_size((80, 24)).columns), err=True)
 
-    async def go(base_url: str) -> RunState:
+    async def go(base_url: str, server_settings: dict[str, Any] | None) -> RunState:
         began[0] = time.perf_counter()  # the run's clock, not the endpoint's start-up
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, cancel.cancel, "user pressed Stop")
         try:
-            return await execute(state, base_url, runs, cancel=cancel, on_progress=on_progress, lease=lease,
-                                 on_turn=turn_line if show_progress else None, api_key=api_key, tools=tools,
-                                 on_retry=on_retry)
+            return await drive(state, base_url, runs, cancel=cancel, on_progress=on_progress, lease=lease,
+                               on_turn=turn_line if show_progress else None, server_settings=server_settings,
+                               api_key=api_key, tools=tools, on_retry=on_retry)
         finally:
             turn_line.close()
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -267,44 +213,11 @@ def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: flo
             if cancel.is_cancelled:  # stopped and saved: a further Ctrl-C must not cut the report short
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    with provider if provider is not None else endpoint(state.config, latency_ms=latency_ms, faults=faults) as base_url:
-        return asyncio.run(go(base_url))
-
-
-class _TurnLine:
-    """The live per-turn line on stderr (issue 12): turn N, elapsed, tokens so far and the
-    reply's tail, redrawn as chunks stream in on a terminal (one line, fitted to its width);
-    elsewhere one line per finished turn. `close()` ends a line left open by a turn that
-    failed or was interrupted, so what is printed next starts on a line of its own."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
-        self.width = shutil.get_terminal_size((80, 24)).columns
-        self.drawn_at = 0.0
-        self.open = False
-
-    def __call__(self, p: Any) -> None:
-        head = f"  turn {p.turn}  {p.elapsed_ms / 1000:5.1f} s  {p.tokens:>4} tokens"
-        room = self.width - len(head) - 5  # one line, or the \r redraw leaves wrapped rows behind
-        text = " ".join(p.text.split())
-        tail = ("…" + text[-(room - 1):] if len(text) > room else text) if room > 8 else ""
-        line = head + (f'  "{tail}"' if tail else "")
-        if not self.tty:
-            if p.done:
-                typer.echo(line, err=True)
-            return
-        now = time.perf_counter()
-        if p.done or now - self.drawn_at >= 0.1:
-            self.drawn_at = now
-            sys.stderr.write("\r\x1b[2K" + line + ("\n" if p.done else ""))
-            sys.stderr.flush()
-            self.open = not p.done
-
-    def close(self) -> None:
-        if self.open:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self.open = False
+    if provider is not None:
+        with provider as base_url:
+            return asyncio.run(go(base_url, None))
+    with open_endpoint(state.config.endpoint, faults=faults) as opened:
+        return asyncio.run(go(opened.base_url, opened.server_settings))
 
 
 def _suite_prompt(task_id: str) -> str | None:
@@ -312,58 +225,6 @@ def _suite_prompt(task_id: str) -> str | None:
     from runner.suite import load_suite
 
     return next((t.prompt for t in load_suite().tasks if t.id == task_id), None)
-
-
-def _summary(state: RunState) -> dict[str, Any]:
-    """The JSON shape of `run`/`resume` (R12)."""
-    return {
-        "run_id": state.run_id,
-        "model": state.config.model,
-        "status": state.status,
-        "reason": state.reason,
-        "interruption": state.interruption.model_dump() if state.interruption else None,
-        "error": state.error.model_dump(exclude_none=True) if state.error else None,
-        "turns": state.turns,
-        "tool_runs": state.tool_run_count,
-        "prompt_tokens": state.prompt_tokens,
-        "completion_tokens": state.completion_tokens,
-        "cost_usd": round(state.cost_usd, 9),
-        "child_cost_usd": round(state.child_cost_usd, 9),
-        "wall_ms": round(state.wall_ms, 3),
-        "answer": state.answer,
-        "per_turn_prompt_tokens": [t.prompt_tokens for t in state.per_turn],
-    }
-
-
-def _render(state: RunState, as_json: bool, runs: RunStore) -> int:
-    if as_json:
-        typer.echo(json.dumps(_summary(state)))
-        return EXIT_CODES[state.status]
-    name = state.config.model.removeprefix("scripted/")
-    typer.echo(f"{name}  turns={state.turns}  tools={state.tool_run_count}  in={state.prompt_tokens:,}  "
-               f"out={state.completion_tokens:,}  cost=${state.cost_usd:.6f}  ms={state.wall_ms:,.0f}  "
-               f"status={state.status}")
-    if state.answer:
-        typer.echo(f"   answer: {json.dumps(state.answer, ensure_ascii=False)}")
-    if state.per_turn:
-        typer.echo("   per-turn prompt tokens: " + ", ".join(str(t.prompt_tokens) for t in state.per_turn))
-    where = runs.trace_path(state.run_id) if isinstance(runs, store.FileStore) else f"runner trace {state.run_id} --store URL"
-    typer.echo(f"   run id: {state.run_id}   trace: {where}")
-    if state.status not in ("completed",):
-        typer.echo(f"   stopped: {state.reason}")
-    it = state.interruption
-    if it is not None and it.type == "approval":
-        typer.echo(f"   waiting for approval: {it.tool_name}({json.dumps(it.args)})  call id {it.call_id}"
-                   + ("  [in doubt: it may already have run]" if it.in_doubt else ""))
-        typer.echo(f"   decide with: runner resume {state.run_id} --approve {it.call_id}"
-                   f"  |  --reject {it.call_id} --reason TEXT")
-    elif state.status == "max_turns_exceeded":
-        typer.echo(f"   resume with: runner resume {state.run_id} --max-turns N   (N > {state.turns}; 0: no cap)")
-    elif state.status == "budget_exceeded":
-        typer.echo(f"   resume with: runner resume {state.run_id} --max-budget USD   (more than ${state.cost_usd:.6f})")
-    elif state.status == "interrupted":
-        typer.echo(f"   resume with: runner resume {state.run_id}")
-    return EXIT_CODES[state.status]
 
 
 @app.command()
@@ -469,21 +330,23 @@ def run(
         # Start the scripted provider now: it loads (~0.4 s) while this process builds the run.
         # _drive stops it; if anything fails before, it dies with this process.
         provider = scripted_provider(latency_ms=latency_ms, faults=fault) if url is None and local is None and not detach else None
-        from runner.state import RunConfig, new_run
+        from runner.endpoints import Endpoint
+        from runner.state import Limits, RunConfig, new_run
 
         turns_cap = settings.get("max_turns")
         choice = settings.get("tool_choice") or (local[2] if local else "auto")
         config = RunConfig(
-            model=f"scripted/{name}" if scenario else (local[0] if local else str(chosen_model)), base_url=url,
-            local_model=local[1] if local else None, first_turn_tool_choice=choice,  # type: ignore[arg-type]
-            max_turns=turns_cap or None, max_budget_usd=settings.get("max_budget_usd"), dedupe=dedupe,
-            dedupe_all=dedupe_all, tool_errors=tool_errors, permanent_errors=permanent_errors,  # type: ignore[arg-type]
-            max_identical_failures=max_identical_failures, auto_approve=auto_approve,
-            cap_max_tokens=cap_max_tokens, price_in_usd_per_mtok=settings.get("price_in_usd_per_mtok"),
+            endpoint=Endpoint(model=f"scripted/{name}" if scenario else (local[0] if local else str(chosen_model)),
+                              base_url=url, local_model=local[1] if local else None,
+                              first_turn_tool_choice=choice, timeout_s=settings.get("timeout_s"),  # type: ignore[arg-type]
+                              max_retries=settings.get("max_retries"), latency_ms=latency_ms, api_key_env=key.env),
+            limits=Limits(max_turns=turns_cap or None, max_budget_usd=settings.get("max_budget_usd"),
+                          cap_max_tokens=cap_max_tokens, max_identical_failures=max_identical_failures),
+            dedupe=dedupe, dedupe_all=dedupe_all,
+            tool_errors=tool_errors, permanent_errors=permanent_errors,  # type: ignore[arg-type]
+            auto_approve=auto_approve, price_in_usd_per_mtok=settings.get("price_in_usd_per_mtok"),
             price_out_usd_per_mtok=settings.get("price_out_usd_per_mtok"),
-            timeout_s=settings.get("timeout_s"), max_retries=settings.get("max_retries"),
             research_max_turns=research_max_turns, research_max_budget_usd=research_max_budget,
-            api_key_env=key.env,
         )
         if research or name == "research":
             config.tools = [*config.tools, "research"]
@@ -505,8 +368,8 @@ def run(
                        "starting llama.cpp for this run", err=True)
         lease = runs.create(state, owner=store.default_owner())
         assert lease is not None
-        state = _drive(state, runs, lease, latency_ms=latency_ms, faults=fault, show_progress=not as_json,
-                       provider=provider, api_key=key.value, tools=own)
+        state = _drive(state, runs, lease, faults=fault, show_progress=not as_json, provider=provider,
+                       api_key=key.value, tools=own)
         if not keep and _never_reached(state):
             runs.delete(runs.claim(state.run_id))
             if made_dir is not None:
@@ -621,7 +484,8 @@ def resume(
              "report an agent gives when a refusal is not written down.", hidden=True)] = False,
     max_turns: MaxTurns = None,
     max_budget: MaxBudget = None,
-    latency_ms: Annotated[float, typer.Option(min=0.0, help="Scripted provider: delay every reply by this many ms.")] = 0.0,
+    latency_ms: Annotated[Optional[float], typer.Option(
+        min=0.0, help="Scripted provider: delay every reply by this many ms (default: as the run recorded).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Continue from the saved state even if it is an older copy than the run's history (recorded in the trace).")] = False,
     api_key: Annotated[Optional[str], typer.Option(
         "--api-key", help="API key (never saved) [default: from the variable the run recorded, $RUNNER_API_KEY, $OPENAI_API_KEY].")] = None,
@@ -652,9 +516,11 @@ def resume(
             if state.status in ("completed", "failed"):
                 raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
             if max_turns is not None:
-                state.config.max_turns = max_turns or None
+                state.config.limits.max_turns = max_turns or None
             if max_budget is not None:
-                state.config.max_budget_usd = max_budget
+                state.config.limits.max_budget_usd = max_budget
+            if latency_ms is not None and state.config.endpoint.kind == "scripted":
+                state.config.endpoint = state.config.endpoint.model_copy(update={"latency_ms": latency_ms})
             _check_room(state)
             catalog.build(state.config, own)  # a tool that cannot be found: one line, nothing changed
             it = state.interruption
@@ -667,7 +533,7 @@ def resume(
             if approve or reject:  # saved with the new limits, if any
                 give_verdict(runs, lease, state, str(approve or reject), "approve" if approve else "reject",
                              reason, empty=unsafe_empty_rejection)
-            elif (max_turns is not None or max_budget is not None) and not force:
+            elif (max_turns is not None or max_budget is not None or latency_ms is not None) and not force:
                 runs.save(state, (), lease)
         except BaseException:
             runs.release(lease)
@@ -675,11 +541,28 @@ def resume(
         if detach:
             runs.release(lease, runnable=True)
             return _render_queued(state, as_json, runs)
-        state = _drive(state, runs, lease, latency_ms=latency_ms, show_progress=not as_json, api_key=api_key,
-                       tools=own)
+        state = _drive(state, runs, lease, show_progress=not as_json, api_key=api_key, tools=own)
         return _render(state, as_json, runs)
 
     _guard(body)
+
+
+def _summary(state: RunState) -> dict[str, Any]:
+    """The `--json` shape of a run: its `RunResult`."""
+    from runner.result import RunResult
+
+    return RunResult.of(state).model_dump(mode="json")
+
+
+def _render(state: RunState, as_json: bool, runs: RunStore) -> int:
+    if as_json:
+        typer.echo(json.dumps(_summary(state)))
+    else:
+        trace_at = (str(runs.trace_path(state.run_id)) if isinstance(runs, store.FileStore)
+                    else f"runner trace {state.run_id} --store URL")
+        for line in render.run_lines(state, trace_at):
+            typer.echo(line)
+    return EXIT_CODES[state.status]
 
 
 def _render_queued(state: RunState, as_json: bool, runs: RunStore) -> int:
@@ -692,7 +575,7 @@ def _render_queued(state: RunState, as_json: bool, runs: RunStore) -> int:
 
 def _check_room(state: RunState) -> None:
     """A resume that would stop again at once, on the limit that stopped it, is a usage error."""
-    cfg = state.config
+    cfg = state.config.limits
     if state.status == "max_turns_exceeded" and cfg.max_turns is not None and state.turns >= cfg.max_turns:
         raise UsageError(f"run {state.run_id} stopped at its turn cap after {state.turns} turns; "
                          f"give --max-turns larger than {state.turns}")
@@ -742,13 +625,12 @@ def list_runs(
                 return "its process died; resume it with: runner resume " + i.state.run_id
             return f"driven by {i.driver}" if i.shown_status == "running" else i.state.reason or ""
 
-        from runner.transcript import short_models, when
-
-        names = short_models(sorted({i.state.config.model for i in infos}))
-        _print_table([("run id", "id"), ("started", "id"), ("status", "id"), ("turns", "num"),
-                      ("cost USD", "num"), ("model", "text"), ("reason", "text")],
-                     [[i.state.run_id, when(i.state.created_at)[5:], i.shown_status, str(i.state.turns),
-                       f"{i.state.cost_usd:.6f}", names[i.state.config.model], reason(i)] for i in infos])
+        names = render.short_models(sorted({i.state.config.endpoint.model for i in infos}))
+        render.print_table([("run id", "id"), ("started", "id"), ("status", "id"), ("turns", "num"),
+                            ("cost USD", "num"), ("model", "text"), ("reason", "text")],
+                           [[i.state.run_id, render.when(i.state.created_at)[5:], i.shown_status, str(i.state.turns),
+                             f"{i.state.cost_usd:.6f}", names[i.state.config.endpoint.model], reason(i)]
+                            for i in infos])
         return 0
 
     _guard(body)
@@ -756,18 +638,16 @@ def list_runs(
 
 def _totals(infos: list[store.RunInfo], by: str | None, as_json: bool) -> int:
     """Print the sums of `runner runs --totals`."""
-    from runner.transcript import totals
-
-    rows = totals([(i.state, i.shown_status) for i in infos], by)
+    rows = render.run_totals([(i.state, i.shown_status) for i in infos], by)
     if as_json:
         typer.echo(json.dumps([{"group": r.group, "runs": r.runs, "turns": r.turns, "tool_runs": r.tool_runs,
                                 "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
                                 "cost_usd": round(r.cost_usd, 9)} for r in rows]))
         return 0
-    _print_table([(by or "runs", "text"), ("runs", "num"), ("turns", "num"), ("tools", "num"),
-                  ("in tokens", "num"), ("out tokens", "num"), ("cost USD", "num")],
-                 [[r.group, str(r.runs), str(r.turns), str(r.tool_runs), f"{r.prompt_tokens:,}",
-                   f"{r.completion_tokens:,}", f"{r.cost_usd:.6f}"] for r in rows])
+    render.print_table([(by or "runs", "text"), ("runs", "num"), ("turns", "num"), ("tools", "num"),
+                        ("in tokens", "num"), ("out tokens", "num"), ("cost USD", "num")],
+                       [[r.group, str(r.runs), str(r.turns), str(r.tool_runs), f"{r.prompt_tokens:,}",
+                         f"{r.completion_tokens:,}", f"{r.cost_usd:.6f}"] for r in rows])
     return 0
 
 
@@ -809,14 +689,12 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
             for e in events:
                 typer.echo(e.model_dump_json(exclude_none=True))
             return 0
-        from runner.transcript import fit
-
         width = shutil.get_terminal_size((80, 24)).columns  # each event one line: cut with … (--json has it all)
         t0 = events[0].ts if events else 0.0
         for e in events:
             fields = e.model_dump(exclude={"runId", "ts", "type"}, exclude_none=True, exclude_defaults=True)
             shown = "  ".join(f"{k}={json.dumps(v) if not isinstance(v, (int, float)) else v}" for k, v in fields.items())
-            typer.echo(fit(f"+{(e.ts - t0) * 1000:9.0f} ms  {e.type:<17} {shown}", width))
+            typer.echo(render.fit(f"+{(e.ts - t0) * 1000:9.0f} ms  {e.type:<17} {shown}", width))
         stops = [e for e in events if e.type == "run_stopped"]
         processes = sum(1 for e in events if e.type in ("run_started", "run_resumed"))
         if stops:
@@ -845,20 +723,18 @@ def show(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar=
     results, approvals and verdicts, the answer, why it stopped and how to continue."""
 
     def body() -> int:
-        from runner import transcript
-
         if fmt not in ("text", "md", "json"):
             raise UsageError(f"--format must be text, md or json, got {fmt!r}")
         runs = store.open_store(store_url, runs=runs_dir)
         state = runs.load(run_id)
         events = runs.read_trace(run_id)
         if fmt == "json":
-            typer.echo(json.dumps(transcript.as_json(state, events), ensure_ascii=False))
+            typer.echo(json.dumps(render.transcript_json(state, events), ensure_ascii=False))
         elif fmt == "md":
-            typer.echo(transcript.markdown(state, events), nl=False)
+            typer.echo(render.transcript_markdown(state, events), nl=False)
         else:
             width = shutil.get_terminal_size((80, 24)).columns
-            typer.echo("\n".join(transcript.text_lines(state, events, width=width, full=full)))
+            typer.echo("\n".join(render.transcript_lines(state, events, width=width, full=full)))
         return 0
 
     _guard(body)
@@ -908,7 +784,7 @@ def config_show(
         read = config_files()
         typer.echo("config files read: " + (", ".join(map(str, read)) if read else
                                             f"none (./runner.toml or {user_config_path()})"))
-        _print_table([("setting", "id"), ("value", "text"), ("source", "path")], [list(r) for r in rows])
+        render.print_table([("setting", "id"), ("value", "text"), ("source", "path")], [list(r) for r in rows])
         return 0
 
     _guard(body)
@@ -994,7 +870,7 @@ def models_list(as_json: JsonOut = False) -> None:
         if as_json:
             typer.echo(json.dumps([r.model_dump(mode="json") for r in rows]))
             return 0
-        _print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "path")],
+        render.print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "path")],
                      [[r.name, "yes" if r.present else "no", r.source, f"{(r.size_bytes or 0) / 1e6:.0f}",
                        str(r.path or "")] for r in rows])
         return 0
@@ -1046,26 +922,27 @@ def suite(
 
         if executor == "local" and (address or actors):
             raise UsageError("--address and --actors need --executor ray")
-        if durability:  # the runs are opened by location in the executors (and Ray actors started here)
-            os.environ["RUNNER_DURABILITY"] = store.durability_of(durability)
+        say = None if as_json else (lambda line: typer.echo(line, err=True))
+        runs_root = store.runs_dir(runs_dir)
         if not store_url:
             _say_new_runs_dir(store.open_store(None, runs=runs_dir))
+        on_result = None if say is None else (lambda r: say(render.progress_line(r)))
         if resume_report is not None:
-            report = suite_mod.resume_suite(resume_report, store.runs_dir(runs_dir), quiet=as_json,
-                                            store_location=store_url,
+            report = suite_mod.resume_suite(resume_report, runs_root, store_location=store_url,
+                                            durability=store.durability_of(durability), on_result=on_result,
                                             executor=fanout.executor(executor, address=address, actors=actors))
         else:
-            report = suite_mod.run_suite(provider, runs_root=store.runs_dir(runs_dir), models=model or (),
+            report = suite_mod.run_suite(provider, runs_root=runs_root, models=model or (),
                                          base_url=base_url, max_turns=max_turns, max_tokens=max_tokens,
-                                         latency_ms=latency_ms, repeats=repeat, quiet=as_json,
-                                         store_location=store_url,
-                                         executor=fanout.executor(executor, address=address, actors=actors))
+                                         latency_ms=latency_ms, repeats=repeat, store_location=store_url,
+                                         durability=store.durability_of(durability), on_result=on_result,
+                                         on_note=say, executor=fanout.executor(executor, address=address, actors=actors))
+        render.write_suite_report(report, runs_root)
         if as_json:
             typer.echo(report.model_dump_json())
         else:
-            suite_mod.print_report(report)
-            if report.report_path:
-                typer.echo(f"report: {report.report_path} (.json, .png beside it)", err=True)
+            render.print_suite(report)
+            typer.echo(f"report: {report.report_path} (.json, .png beside it)", err=True)
         if report.cancelled:
             stopped = [r for r in report.results if r.status != "completed" and r.status != "failed"]
             finish = (f"; finish the suite with: runner suite --resume {Path(report.report_path).with_suffix('.json')}"

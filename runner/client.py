@@ -30,17 +30,11 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 if TYPE_CHECKING:
     import httpx
 
-from runner.errors import RunnerError
+from runner.errors import ErrorKind, ProviderError
 from runner.state import FunctionCall, Message, ToolCall
 from runner.streaming import StreamError, StreamProgress, read_sse
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
-
-ErrorKind = Literal["unavailable", "auth", "not_found", "invalid_request", "context_overflow", "bad_endpoint"]
-"""unavailable: transient, retried (after the last retry the loop stops `interrupted`);
-the others are deterministic and stop the run `failed`. bad_endpoint: the base URL answers,
-but not as a chat-completions API (an HTML page or other non-JSON body in a 200, HTTP 405):
-a misconfiguration, reported with a hint."""
 
 RetryCallback = Callable[[int, int, str, float], None]
 """`on_retry(attempt, max_retries, error, wait_s)`: called before each back-off, attempt 1-based."""
@@ -65,29 +59,6 @@ def neutralise(text: str) -> tuple[str, int]:
     return CONTROL_TOKEN.subn(r"<\\|\1\\|>", text)
 
 
-class ProviderError(RunnerError):
-    """The provider could not give a usable reply.
-
-    Attributes:
-        status: HTTP status, or None for transport and decoding errors.
-        retryable: whether another attempt could succeed (after all retries: False).
-        kind: the triage class (see `ErrorKind`).
-        retries: attempts made after the first before this error was raised.
-        details: numbers the provider sent with its error (e.g. n_ctx, n_prompt_tokens).
-        retry_after_s: the provider's Retry-After, seconds, if any.
-    """
-
-    def __init__(self, message: str, status: int | None = None, retryable: bool = False,
-                 kind: ErrorKind | None = None, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retryable = retryable
-        self.kind: ErrorKind = kind or ("unavailable" if retryable else "invalid_request")
-        self.retries = 0
-        self.details = details
-        self.retry_after_s: float | None = None
-
-
 def classify(status: int | None, message: str, error_type: str = "") -> tuple[ErrorKind, bool]:
     """Triage one failed attempt: (kind, retryable).
 
@@ -96,7 +67,9 @@ def classify(status: int | None, message: str, error_type: str = "") -> tuple[Er
         message: the provider's message. error_type: its `type`/`code` string, if any.
     """
     text = f"{error_type} {message}"
-    if _CONTEXT_OVERFLOW.search(text) or status == 413:
+    if "context_length_exceeded" in error_type.split() or status == 413:
+        return "context_overflow", False
+    if _CONTEXT_OVERFLOW.search(text):  # servers that send no code (say so in words)
         return "context_overflow", False
     if status in (401, 403):
         return "auth", False
@@ -236,7 +209,7 @@ class ChatClient:
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         body.update(extra or {})
-        if on_delta is not None:  # local-model change (issue 12): stream when someone watches
+        if on_delta is not None:  # stream when someone watches
             body |= {"stream": True, "stream_options": {"include_usage": True}}
         retries: list[dict[str, Any]] = []
         started = time.perf_counter()
@@ -271,7 +244,7 @@ class ChatClient:
             if on_delta is None:
                 response = await self._http.post(self.base_url + "/chat/completions", json=body,
                                                  headers=self._headers, timeout=self._timeout)
-            else:  # local-model change (issue 12): read a streamed reply as it comes
+            else:  # read a streamed reply as it comes
                 async with self._http.stream("POST", self.base_url + "/chat/completions", json=body,
                                              headers=self._headers, timeout=self._timeout) as response:
                     if response.status_code < 400 and "text/event-stream" in response.headers.get("content-type", ""):

@@ -1,6 +1,5 @@
 """Putting a run together: the store and the run's lease, the tool catalog, the workspace,
-the client, child runs, operator verdicts, and the endpoint (the scripted provider or a local
-model when no base URL is given). `execute` is what the CLI, workers, the suite and the
+the client, child runs and operator verdicts. `execute` is what the CLI, workers, the suite and the
 experiments call; `loop.run` stays free of all this wiring.
 """
 
@@ -11,15 +10,16 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable
 
 from runner import catalog, loop
 from runner.cancel import CancelToken
 from runner.client import ChatClient, RetryCallback
 from runner.config import key_for
+from runner.endpoints import open_endpoint
 from runner.resources import tasks_dir
-from runner.scripted import scripted_provider
-from runner.state import RunConfig, RunState
+from runner.result import RunResult
+from runner.state import RunState
 from runner.store import FileStore, Lease, RunHandle, RunNotFound, RunStore, default_owner
 from runner.streaming import TurnProgress
 from runner.tools import Tool, Workspace
@@ -28,7 +28,7 @@ from runner.trace import Tracer, _Event
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["execute", "scripted_provider", "workspace_template"]
+__all__ = ["drive", "execute", "workspace_template"]
 
 
 def workspace_template() -> Path:
@@ -36,8 +36,8 @@ def workspace_template() -> Path:
     return tasks_dir() / "workspace"
 
 
-async def execute(
-    state: RunState, base_url: str, runs: Path | RunStore | None, *, cancel: CancelToken | None = None,
+async def drive(
+    state: RunState, base_url: str | None, runs: Path | RunStore | None, *, cancel: CancelToken | None = None,
     on_progress: Callable[[str, str], None] | None = None, tools_see_cancel: bool = True,
     server_settings: dict[str, Any] | None = None,
     on_turn: Callable[[TurnProgress], None] | None = None,
@@ -45,9 +45,12 @@ async def execute(
     tools: Sequence[Tool | str] | None = None, api_key: str | None = None,
     on_retry: RetryCallback | None = None,
 ) -> RunState:
-    """Run (or resume) `state` against `base_url`, committing every transition to `runs`.
+    """Run (or resume) `state` against `base_url`, committing every transition to `runs`;
+    returns the same state, stopped (`execute` returns its `RunResult`).
 
     Args:
+        base_url: the opened endpoint (see `runner.endpoints.open_endpoint`); None opens the
+            run's own `config.endpoint` here and stops what it started at the stop.
         runs: a store, a runs directory (a FileStore), or None to keep the run in memory
             (tools then work in a temporary copy of the workspace, removed afterwards).
         lease: the run's lease if the caller claimed it already (released by the caller);
@@ -60,7 +63,7 @@ async def execute(
             imported again); for a saved run they supply the objects its recorded names need.
             None: the config's tools.
         api_key: the key sent as `Authorization: Bearer`; None: read from the environment
-            variable the run recorded (`config.api_key_env`), else $RUNNER_API_KEY,
+            variable the run recorded (`config.endpoint.api_key_env`), else $RUNNER_API_KEY,
             $OPENAI_API_KEY, else "sk-local" (`runner.config.key_for`). Never saved or traced.
         on_retry: called before each back-off of a failed request (see `ChatClient`).
 
@@ -97,9 +100,12 @@ async def execute(
             workspace = Workspace(template, scratch_copy)
             tracer = Tracer(None)
         cfg = state.config
-        key = key_for(cfg.api_key_env, api_key)
-        async with ChatClient(base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, http=http,
-                              api_key=key, on_retry=on_retry) as client:
+        if base_url is None:  # open the run's own endpoint for this run alone
+            opened = cleanup.enter_context(open_endpoint(cfg.endpoint))
+            base_url, server_settings = opened.base_url, server_settings or opened.server_settings
+        key = key_for(cfg.endpoint.api_key_env, api_key)
+        async with ChatClient(base_url, timeout_s=cfg.endpoint.timeout_s, max_retries=cfg.endpoint.max_retries,
+                              http=http, api_key=key, on_retry=on_retry) as client:
 
             async def run_child(child: RunState, child_cancel: CancelToken) -> RunState:
                 """A child run shares the client and workspace; it is a run of its own in the
@@ -122,6 +128,13 @@ async def execute(
                 on_turn=on_turn,
             )
             return await loop.run(state, rt)
+
+
+async def execute(state: RunState, base_url: str | None = None, runs: Path | RunStore | None = None,
+                  **options: Any) -> RunResult:
+    """Run (or resume) `state` to its stop and return what it came to (see `drive` for the
+    arguments; with no `base_url`, the run's own endpoint is opened and stopped here)."""
+    return RunResult.of(await drive(state, base_url, runs, **options))
 
 
 def _claimed(store: RunStore, state: RunState, lease: Lease | None, cancel: CancelToken,
@@ -185,26 +198,3 @@ def give_verdict(store: RunStore, lease: Lease, state: RunState, call_id: str, v
         events.append(ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id, ms=0,
                                  ok=False, source="rejected", error=record.error))
     store.save(state, events, lease)
-
-
-@contextlib.contextmanager
-def endpoint(config: RunConfig, *, latency_ms: float = 0, faults: str | None = None) -> Iterator[str]:
-    """The base URL a run's config says how to reach, started here if needed: its
-    `base_url`; else the local model it names (`runner.local.LocalServer`); else the scripted
-    provider. Yields the base URL; stops what it started on exit.
-
-    Raises:
-        RuntimeError: a server failed to start. LookupError: the local model is not on disk.
-    """
-    if config.base_url:
-        yield config.base_url
-    elif config.local_model:
-        from runner import local, models
-
-        _, path = models.resolve_choice(config.local_model)
-        with local.LocalServer(path, model_name=config.model) as server:
-            yield server.base_url
-    else:
-        with scripted_provider(latency_ms=latency_ms, faults=faults) as url:
-            yield url
-

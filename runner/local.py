@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from runner.chat_adapter import DEFAULT_MAX_TOKENS, HANDLER_NAME
-from runner.errors import ServiceError, UsageError
+from runner.errors import LocalServerError, ModelError, UsageError
 from runner.procs import die_with
 
 DEFAULT_HOST = "127.0.0.1"
@@ -40,10 +40,6 @@ DEFAULT_SEED = 0
 DEFAULT_THREADS = 2
 DEFAULT_N_BATCH = 512
 CHAT_PATH = "/v1/chat/completions"
-
-
-class LocalServerError(ServiceError):
-    """The local server could not start or stopped unexpectedly; the message has its log tail."""
 
 
 def physical_cores() -> int:
@@ -392,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = exc.errors()[0]
         print(f"error: --{'-'.join(str(p) for p in first['loc']).replace('_', '-')}: {first['msg']}", file=sys.stderr)
         return 2
-    except (LocalServerError, models.ModelError, ValueError, OSError) as exc:
+    except (LocalServerError, ModelError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

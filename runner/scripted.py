@@ -7,7 +7,7 @@ function of (scenario, turn, tool text).
 
 It keeps no memory of conversations, so a run can be killed and resumed against a new
 server with the same result. Its only state is the set of request hashes it has already
-faulted (fault injection, R1.6). Usage is counted with tiktoken's o200k_base over the
+faulted (fault injection). Usage is counted with tiktoken's o200k_base over the
 rendering documented in `runner.tokens`.
 """
 
@@ -396,11 +396,6 @@ async def _body(receive: Receive) -> bytes:
         chunks.append(event.get("body", b""))
         if not event.get("more_body"):
             return b"".join(chunks)
-
-
-def create_app(settings: ScriptedSettings | None = None) -> ScriptedApp:
-    """The ASGI app (kept for callers of the FastAPI-era name)."""
-    return ScriptedApp(settings)
 
 
 def _listen(host: str, port: int) -> Any:

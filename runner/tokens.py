@@ -24,17 +24,13 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.errors import RunnerError
+from runner.errors import TokenizerUnavailable
 
 if TYPE_CHECKING:
     import tiktoken
 
 O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
-
-
-class TokenizerUnavailable(RunnerError):
-    """o200k_base could neither be found in tiktoken's cache nor seeded from a verified copy."""
 
 
 def tiktoken_cache_dir() -> Path:

@@ -1,27 +1,27 @@
-"""Benchmark (R13): `import runner` time and the peak RSS of `runner run` on the `plan` scenario.
+"""Benchmark: `import runner` time and the peak RSS of `runner run` on the `plan` scenario.
 
 Every figure comes from fresh subprocesses, measured side by side, round-robin (the order
 rotates every round), medians over >= 30 rounds after a warm-up. One round runs:
 
     pass         python -c "pass"                       interpreter start-up, the baseline
-    import       python -c "import runner"              the R13 target (<= 200 ms)
+    import       python -c "import runner"              the target (<= 200 ms)
     import_api   python -c "from runner import run, RunState, RunConfig, execute"
                  what a script needs to drive a run (loop, client, httpx, pydantic models):
-                 the stricter reading of the same target (issue 13: <= 200 ms)
+                 the stricter reading of the same target (<= 200 ms)
     import_api_nopyc  the same with PYTHONDONTWRITEBYTECODE=1, so runner's own modules compile
                  from source every time (how this sandbox runs when runner/__pycache__ is absent)
     cli          runner run PROMPT --base-url URL --model scripted/plan --runs-dir TMP
                  the client process only: the scripted provider is already running
-    help         runner --help                         (issue 13: <= 150 ms wall)
+    help         runner --help                         (<= 150 ms wall)
     scenario     runner run --scenario plan --runs-dir TMP: the cold command a user types,
-                 starting its own scripted provider and stopping it (issue 13: <= 1,000 ms wall)
+                 starting its own scripted provider and stopping it (<= 1,000 ms wall)
 
 Import time = median(case) - median(pass), ms, with the bytecode cache warm (a normal
 install). Peak RSS = ru_maxrss of the `cli` process from os.wait4 (that process only; with
 --base-url it starts no children), MiB; target <= 60 MiB. The provider's own peak RSS, after
 serving every round, is reported separately. `python -X importtime` (5 runs, median per
 module) lists the heaviest imports of `import_api` (imported as plain `import` statements, which
-importtime logs), and a check says which heavy modules each import loads (R13 names llama_cpp, huggingface_hub, tiktoken, rich).
+importtime logs), and a check says which heavy modules each import loads (llama_cpp, huggingface_hub, tiktoken, rich).
 
 `--candidate DIR` (repeatable) adds `import@DIR`, `import_api@DIR` and `cli@DIR` to the same
 round-robin with PYTHONPATH=DIR, so a proposed change (a scratch copy of the tree holding
@@ -57,12 +57,12 @@ with importlib.import_module, which `-X importtime` does not log."""
 IMPORT_TARGET_MS = 200.0
 RSS_TARGET_MIB = 60.0
 HELP_TARGET_MS = 150.0
-"""`runner --help`, wall of the whole command (issue 13, target 3)."""
+"""`runner --help`, wall of the whole command."""
 SCENARIO_TARGET_MS = 1000.0
 """`runner run --scenario plan`, wall of the whole command, starting its own provider (target 3)."""
 HEAVY = ("llama_cpp", "huggingface_hub", "tiktoken", "rich", "fastapi", "uvicorn", "typer", "click",
          "pygments", "httpx", "pydantic", "asyncio", "ssl")
-"""Modules whose presence after an import the report checks (R13 names the first four)."""
+"""Modules whose presence after an import the report checks (the first four are the heavy ones)."""
 
 Cases = dict[str, tuple[list[str], dict[str, str]]]
 
@@ -281,7 +281,7 @@ def _module_rows(mods: list[dict[str, Any]]) -> list[str]:
 def render(r: dict[str, Any]) -> str:
     rss = r["cli_rss_mib"]
     lines = [
-        "# Start-up: `import runner` and peak RSS (R13)", "",
+        "# Start-up: `import runner` and peak RSS", "",
         f"- {r['runs']} timed rounds after {r['warmup']} warm-up rounds, fresh subprocesses, order rotated "
         f"each round; load average (1 min) before / after: {r['loadavg_before_after'][0]:.2f} / "
         f"{r['loadavg_before_after'][1]:.2f}",
@@ -337,7 +337,7 @@ def main() -> None:
                         help="a tree holding a changed runner/ (and tasks/) to compare (repeatable)")
     args = parser.parse_args()
     if args.runs < 30:
-        parser.error("--runs must be >= 30 (R13)")
+        parser.error("--runs must be >= 30")
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="startup-", dir=args.out))
     try:

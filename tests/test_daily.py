@@ -88,7 +88,7 @@ def test_key_from_config_named_variable_is_sent_and_never_written(tmp_path: Path
         assert proc.returncode == 3, proc.stderr
         run_id = json.loads(proc.stdout)["run_id"]
         state = FileStore(tmp_path / "runs").load(run_id)
-        assert state.config.api_key_env == "MY_PROVIDER_KEY"
+        assert state.config.endpoint.api_key_env == "MY_PROVIDER_KEY"
         assert state.config.price_in_usd_per_mtok == 1.0  # from ./runner.toml
         # resume finds the key again through the recorded variable name
         proc = runner("resume", run_id, "--max-turns", "5", "--runs-dir", "runs", "--json", cwd=tmp_path, env=env)
@@ -330,7 +330,7 @@ def test_run_model_by_name_serves_it_and_leaves_no_server_after_sigkill(tmp_path
     assert out["model"] == "smollm2-135m-instruct" and out["turns"] == 1, proc.stderr
     assert "first turn tool_choice=required" not in proc.stderr  # --json: no chatter
     state = FileStore(tmp_path / "runs").load(out["run_id"])
-    assert state.config.first_turn_tool_choice == "required"  # the manifest's
+    assert state.config.endpoint.first_turn_tool_choice == "required"  # the manifest's
     assert any(m.tool_calls for m in state.messages)
     run = subprocess.Popen([sys.executable, "-m", "runner", "run", "Which file is the largest?", "--model",
                             "smollm2", "--runs-dir", "runs"], cwd=tmp_path, env=env,

@@ -1,4 +1,4 @@
-"""Start-up and the scripted provider's serving path (issue 13): what loads when, the bare
+"""Start-up and the scripted provider's serving path: what loads when, the bare
 ASGI app's routes, the provider started with an inherited socket, and the cache of parsed
 o200k tables. Speeds live in scripts/bench_*.py; these tests check behaviour and order."""
 

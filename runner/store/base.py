@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Sequence
 
-from runner.errors import CorruptState, RunBusy, RunnerError, RunNotFound, UsageError
+from runner.errors import CorruptState, LeaseLost, RunBusy, RunNotFound, StaleState, StoreError, UsageError
 from runner.state import RunState
 from runner.trace import TraceEvent, Tracer, _Event
 
@@ -53,20 +53,6 @@ DURABILITIES: tuple[Durability, ...] = ("process", "power")
 DEFAULT_DURABILITY: Durability = "process"
 APPEND_ONLY = ("messages", "per_turn", "tool_runs")
 """RunState lists that only grow during a run: a save writes their new items, not the lists."""
-
-
-class StoreError(RunnerError):
-    """A run store problem that is not about one run's data (e.g. the database is unreachable)."""
-
-
-class StaleState(CorruptState):
-    """The state does not follow the stored one (its `seq` is behind): an old copy, or a
-    writer that missed newer history. `--force` may override, and the override is traced."""
-
-
-class LeaseLost(StoreError):
-    """This process no longer holds the run's lease (another driver claimed it: a newer
-    epoch); it must stop writing."""
 
 
 def default_owner() -> str:
