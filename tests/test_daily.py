@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from runner.endpoints import Endpoint
 from runner.errors import UnknownTool
 from runner.harness import execute
 from runner.state import RunConfig, new_run
@@ -247,7 +248,7 @@ def test_missing_tool_at_start_leaves_no_run(tmp_path: Path) -> None:
     proc = runner("run", "hi", "--scenario", "plan", "--tool", "nosuch:Thing", "--runs-dir", "runs", cwd=tmp_path)
     assert proc.returncode == 2 and "nosuch" in proc.stderr
     assert not (tmp_path / "runs").exists()
-    state = new_run("hi", RunConfig(model="scripted/plan", tools=["list_files", "get_weather"]))
+    state = new_run("hi", RunConfig(endpoint=Endpoint(model="scripted/plan"), tools=["list_files", "get_weather"]))
     with pytest.raises(UnknownTool, match="get_weather"):
         asyncio.run(execute(state, "http://127.0.0.1:9/v1", tmp_path / "runs"))
     assert FileStore(tmp_path / "runs").list_runs() == []
@@ -260,17 +261,17 @@ def test_own_tool_from_python_is_saved_and_traced(tmp_path: Path) -> None:
         Weather = importlib.import_module("mytools2").Weather
 
         with FakeProvider(weather_handler) as fake:
-            state = new_run("Weather in Lisbon?", RunConfig(model="m", tools=[Weather()]))
-            state = asyncio.run(execute(state, fake.base_url, tmp_path / "runs"))
-        assert state.answer == "The weather: Lisbon: 21 C, clear"
+            state = new_run("Weather in Lisbon?", RunConfig(endpoint=Endpoint(model="m"), tools=[Weather()]))
+            result = asyncio.run(execute(state, fake.base_url, tmp_path / "runs"))
+        assert result.answer == "The weather: Lisbon: 21 C, clear"
         runs = FileStore(tmp_path / "runs")
-        assert runs.load(state.run_id).config.tool_refs == {"get_weather": "mytools2:Weather"}
-        assert [e.type for e in runs.read_trace(state.run_id) if e.type == "tool_result"] == ["tool_result"]
+        assert runs.load(result.run_id).config.tool_refs == {"get_weather": "mytools2:Weather"}
+        assert [e.type for e in runs.read_trace(result.run_id) if e.type == "tool_result"] == ["tool_result"]
         with FakeProvider(weather_handler) as fake:  # execute(tools=[...]) alongside built-in names
-            state = new_run("Weather in Lisbon?", RunConfig(model="m"))
-            state = asyncio.run(execute(state, fake.base_url, tmp_path / "runs", tools=["list_files", Weather()]))
+            state = new_run("Weather in Lisbon?", RunConfig(endpoint=Endpoint(model="m")))
+            result = asyncio.run(execute(state, fake.base_url, tmp_path / "runs", tools=["list_files", Weather()]))
             assert [t["function"]["name"] for t in fake.requests[0]["tools"]] == ["list_files", "get_weather"]
-        assert state.status == "completed"
+        assert result.status == "completed"
     finally:
         sys.path.remove(str(tmp_path))
 
