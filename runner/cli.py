@@ -251,6 +251,8 @@ def run(
         "--tool", help="Offer a tool of your own (repeatable): MODULE:ATTRIBUTE (a runner.Tool subclass or "
                        "instance; ./MODULE.py is found) or the name of an installed plugin (entry point group "
                        "runner.tools) [config tools].")] = None,
+    no_builtin_tools: Annotated[bool, typer.Option(
+        "--no-builtin-tools", help="Offer only the --tool tools, not the built-in workspace tools.")] = False,
     tool_choice: Annotated[Optional[str], typer.Option(
         "--tool-choice", metavar="auto|required|none",
         help="tool_choice of the first turn [default: the local model's manifest value, else auto].")] = None,
@@ -352,8 +354,11 @@ def run(
             config.tools = [*config.tools, "research"]
         if name == "research":
             config.research_model = "scripted/research_child"
+        if no_builtin_tools and not own:
+            raise UsageError("--no-builtin-tools leaves no tool: give --tool MODULE:ATTRIBUTE")
         if own:
-            catalog.offer(config, [*config.tools, *own], {t.name: ref for t, ref in zip(own, refs.values())})
+            builtin = [] if no_builtin_tools else config.tools
+            catalog.offer(config, [*builtin, *own], {t.name: ref for t, ref in zip(own, refs.values())})
         if detach and (latency_ms or fault):
             raise UsageError("--latency-ms and --fault configure a scripted provider started here; "
                              "they do not go with --detach")
@@ -364,7 +369,7 @@ def run(
             runs.create(state)
             return _render_queued(state, as_json, runs)
         if local is not None and not as_json:
-            typer.echo(f"model: {local[0]} ({local[3]}), first turn tool_choice={choice}; "
+            typer.echo(f"model: {local[0]} ({local[3].name}), first turn tool_choice={choice}; "
                        "starting llama.cpp for this run", err=True)
         lease = runs.create(state, owner=store.default_owner())
         assert lease is not None
@@ -627,7 +632,7 @@ def list_runs(
 
         names = render.short_models(sorted({i.state.config.endpoint.model for i in infos}))
         render.print_table([("run id", "id"), ("started", "id"), ("status", "id"), ("turns", "num"),
-                            ("cost USD", "num"), ("model", "text"), ("reason", "text")],
+                            ("cost USD", "num"), ("model", "id"), ("reason", "text")],
                            [[i.state.run_id, render.when(i.state.created_at)[5:], i.shown_status, str(i.state.turns),
                              f"{i.state.cost_usd:.6f}", names[i.state.config.endpoint.model], reason(i)]
                             for i in infos])

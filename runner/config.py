@@ -161,7 +161,7 @@ class Settings:
         order = [KEY_ENVS[0], *([named.value] if named.value else []), KEY_ENVS[1]]
         for env in order:
             if os.environ.get(env):
-                return Key(os.environ[env], f"env {env}" + (f" (api_key_env, {named.source})" if env == named.value else ""), env)
+                return Key(os.environ[env], f"env {env}", env)
         if named.value:
             raise UsageError(f"the API key variable {named.value} (api_key_env, from {named.source}) is not set")
         return Key(None, "none", None)

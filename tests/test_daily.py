@@ -31,15 +31,13 @@ from pydantic import BaseModel
 from runner import Tool
 
 
-class WeatherParams(BaseModel):
-    city: str
-
-
 class Weather(Tool):
     name = "get_weather"
     description = "Today's weather in a city."
-    Params = WeatherParams
     read_only = True
+
+    class Params(BaseModel):
+        city: str
 
     def run_sync(self, args, ctx):
         return f"{args.city}: 21 C, clear"
