@@ -631,11 +631,12 @@ def list_runs(
             return f"driven by {i.driver}" if i.shown_status == "running" else i.state.reason or ""
 
         names = render.short_models(sorted({i.state.config.endpoint.model for i in infos}))
+        wide = render.console().width >= 110  # the reason only where it gets room; `runner show` has it all
         render.print_table([("run id", "id"), ("started", "id"), ("status", "id"), ("turns", "num"),
-                            ("cost USD", "num"), ("model", "id"), ("reason", "text")],
+                            ("cost USD", "num"), ("model", "text"), *([("reason", "text")] if wide else [])],
                            [[i.state.run_id, render.when(i.state.created_at)[5:], i.shown_status, str(i.state.turns),
-                             f"{i.state.cost_usd:.6f}", names[i.state.config.endpoint.model], reason(i)]
-                            for i in infos])
+                             f"{i.state.cost_usd:.6f}", names[i.state.config.endpoint.model],
+                             *([reason(i)] if wide else [])] for i in infos])
         return 0
 
     _guard(body)
