@@ -369,8 +369,8 @@ def run(
             runs.create(state)
             return _render_queued(state, as_json, runs)
         if local is not None and not as_json:
-            typer.echo(f"model: {local[0]} ({local[3].name}), first turn tool_choice={choice}; "
-                       "starting llama.cpp for this run", err=True)
+            typer.echo(f"model: {local[0]}, first turn tool_choice={choice}\n"
+                       f"  starting llama.cpp on {local[3].name} for this run", err=True)
         lease = runs.create(state, owner=store.default_owner())
         assert lease is not None
         state = _drive(state, runs, lease, faults=fault, show_progress=not as_json, provider=provider,
