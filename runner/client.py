@@ -261,10 +261,11 @@ class ChatClient:
             err = _error_from(response.status_code, _error_object(response))
             if response.status_code == 404 and not self.base_url.rstrip("/").endswith("/v1"):
                 err.args = (f"{err}; the base URL usually ends in /v1 (did you mean {self.base_url}/v1?)",)
-            elif response.status_code == 405:  # the path exists but takes no POST: not a chat API
+            elif response.status_code in (405, 501):  # no POST here (a plain web server): not a chat API
                 err.kind, err.retryable = "bad_endpoint", False
-                err.args = (f"{err}; {self.base_url}/chat/completions does not accept POST: is "
-                            f"{self.base_url} an OpenAI-compatible endpoint? The base URL usually ends in /v1",)
+                if "OpenAI-compatible" not in str(err):  # an HTML page says so already
+                    err.args = (f"{err}; {self.base_url}/chat/completions does not take POST: is "
+                                f"{self.base_url} an OpenAI-compatible endpoint? The base URL usually ends in /v1",)
             retry_after = response.headers.get("retry-after")
             if retry_after is not None:
                 try:

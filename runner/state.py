@@ -124,7 +124,7 @@ ErrorType = Literal[
     "invalid_request",  # a 4xx (or a deterministic 5xx) the provider calls invalid
     "not_found",  # HTTP 404: unknown model or endpoint
     "context_overflow",  # the prompt does not fit the model's context
-    "bad_endpoint",  # the base URL answers, but not as a chat-completions API (HTML, non-JSON, 405)
+    "bad_endpoint",  # the base URL answers, but not as a chat-completions API (HTML, non-JSON, 405, 501)
     "protocol_slip",  # the model kept replying with no answer and no usable call
     "tool_error",  # tool_errors="fatal" and a tool failed
     "permanent_tool_error",  # a tool failure no retry fixes (permission denied, ...)

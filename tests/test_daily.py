@@ -155,6 +155,27 @@ def test_plain_text_200_and_405_fail_without_retry(tmp_path: Path) -> None:
             assert "OpenAI-compatible" in out["error"]["message"]
 
 
+def test_a_plain_web_server_fails_at_once_with_a_hint(tmp_path: Path) -> None:
+    """Python's own http.server answers a POST with an HTML 501 page: not retried, one hint."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        proc = runner("run", "hi", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m", "--runs-dir", "runs",
+                      cwd=tmp_path)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert proc.returncode == 1 and "retry" not in proc.stderr
+    assert proc.stderr.count("OpenAI-compatible") == 1 and "HTTP 501" in proc.stderr and "not kept" in proc.stderr
+
+
 def test_refused_connection_prints_each_retry_as_it_happens_and_keeps_no_run(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
     env = {k: v for k, v in os.environ.items() if k not in ("RUNNER_RUNS_DIR", "RUNNER_STORE")}
