@@ -472,9 +472,10 @@ def _render_unkept(state: RunState, as_json: bool) -> int:
     if as_json:
         typer.echo(json.dumps({**_summary(state), "kept": False}))
     else:
-        typer.echo(f"error: {state.reason}", err=True)
-        typer.echo(f"run {state.run_id} not kept: it never got a reply from its endpoint (nothing was paid, "
-                   "nothing to resume; --keep keeps such runs)", err=True)
+        width = shutil.get_terminal_size((80, 24)).columns
+        typer.echo("\n".join(textwrap.wrap(f"error: {state.reason}", width, subsequent_indent="  ",
+                                           break_on_hyphens=False, break_long_words=False)), err=True)
+        typer.echo(f"not kept: run {state.run_id} never got a reply; --keep keeps such runs", err=True)
     return 1
 
 
@@ -706,7 +707,8 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
         if stops:
             last = stops[-1]
             typer.echo(f"stopped: {last.status}  turns={last.turns}  cost=${last.costUsd:.6f}  processes={processes}")
-            typer.echo("\n".join(textwrap.wrap(f"reason: {last.reason}", width, subsequent_indent="  ")))
+            typer.echo("\n".join(textwrap.wrap(f"reason: {last.reason}", width, subsequent_indent="  ",
+                                               break_on_hyphens=False, break_long_words=False)))
         if not events or events[-1].type != "run_stopped":
             info = runs.info(run_id)
             if info.shown_status == "died":
