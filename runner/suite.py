@@ -389,6 +389,81 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
     return report
 
 
+def _cancelled(result: TaskResult) -> bool:
+    """A run Ctrl-C stopped before it finished (resumable, not a result)."""
+    return result.status == "interrupted" and (result.reason or "").startswith("cancelled")
+
+
+def resume_suite(report_file: Path, runs_root: Path, *, executor: Executor | None = None,
+                 on_result: Callable[[TaskResult], None] | None = None, store_location: str | None = None,
+                 durability: Durability = "process") -> SuiteReport:
+    """Finish a cancelled suite: drive the runs its report lists as unfinished or cancelled
+    (each resumed where it stopped, nothing paid twice); returns a report of every run.
+
+    Args:
+        report_file: the cancelled suite's JSON report (its .md path works too).
+        runs_root, executor, on_result, store_location, durability: as `run_suite` (the runs
+            must be in that store).
+
+    Raises:
+        UsageError: an unreadable report, or one with nothing left to run.
+        RunNotFound: a run of the report is not in the store.
+    """
+    path = report_file.with_suffix(".json")
+    try:
+        old = SuiteReport.model_validate_json(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read the suite report {path}: {exc}") from None
+    todo = [r.run_id for r in old.results if _cancelled(r)] + old.unfinished
+    if not todo:
+        raise UsageError(f"nothing to resume: every run of {path} finished")
+    tasks = load_suite().tasks
+    location = StoreAt(store_location or str(runs_root.resolve()), durability)
+    runs = fanout._store(location)
+    kept = [r for r in old.results if not _cancelled(r)]
+    known = {r.run_id: r for r in old.results}
+    columns: dict[str, Endpoint] = {}
+    jobs: dict[str, tuple[Endpoint, Task, int]] = {}
+    for run_id in todo:
+        state = runs.load(run_id)
+        if state.status == "interrupted":  # stopped by Ctrl-C: queue it again, as it was
+            lease = runs.claim(run_id)
+            state.status, state.interruption, state.reason = "running", None, None
+            runs.save(state, (), lease)
+            runs.release(lease, runnable=True)
+        endpoint = state.config.endpoint
+        column = columns.setdefault(endpoint.label, endpoint.model_copy(update={"model": "scripted"})
+                                    if endpoint.scripted else endpoint)
+        prompt = next(m.content for m in state.messages if m.role == "user")
+        task = next(t for t in tasks if t.prompt == prompt)
+        done = sum(1 for r in kept if (r.model, r.task) == (column.label, task.id))
+        repeat = known[run_id].repeat if run_id in known else done + 1 + sum(
+            1 for c, t, _ in jobs.values() if (c.label, t.id) == (column.label, task.id))
+        jobs[run_id] = (column, task, repeat)
+    executor = executor or LocalExecutor()
+    batches = [Batch(c, [rid for rid, job in jobs.items() if job[0].label == c.label]) for c in columns.values()]
+
+    def result_of(state: RunState, where: str) -> TaskResult:
+        column, task, repeat = jobs[state.run_id]
+        return _result("scripted" if column.scripted else "local", task, state).model_copy(
+            update={"model": column.label, "repeat": repeat, "turn_ms": [round(t.ms, 1) for t in state.per_turn],
+                    "driven_by": where})
+
+    def done_one(state: RunState, where: str) -> None:
+        if on_result is not None:
+            on_result(result_of(state, where))
+
+    driven = executor.drive(batches, location, done_one)
+    order = {m: i for i, m in enumerate(old.models)}
+    task_order = {t.id: i for i, t in enumerate(tasks)}
+    results = kept + [result_of(state, where) for state, where in driven]
+    results.sort(key=lambda r: (order.get(r.model, len(order)), task_order.get(r.task, 0), r.repeat))
+    finished = {r.run_id for r in results}
+    return old.model_copy(update={
+        "results": results, "cancelled": executor.cancelled, "summaries": summarize(results),
+        "unfinished": [rid for rid in todo if rid not in finished], "report_path": None})
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0-100) with linear interpolation between closest ranks (numpy's
     default); 0.0 for no values."""
@@ -405,7 +480,7 @@ def summarize(results: list[TaskResult]) -> list[TaskSummary]:
     is unfinished, not wrong: it counts in no pass rate or mean (the report lists it)."""
     groups: dict[tuple[str, str], list[TaskResult]] = {}
     for r in results:
-        if r.status == "interrupted" and (r.reason or "").startswith("cancelled"):
+        if _cancelled(r):
             continue
         groups.setdefault((r.model, r.task), []).append(r)
     out = []

@@ -91,7 +91,7 @@ def test_unreachable_provider_is_interrupted_and_resumable(runs: Path) -> None:
         url = fake.base_url
     # the port is closed now: nothing listens
     code, out = cli_json("run", "hello", "--base-url", url, "--model", "scripted/plan", "--max-retries", "1",
-                         runs_dir=runs)
+                         "--keep", runs_dir=runs)  # kept on request: a new run that never got a reply is not kept
     assert code == 3 and out["interruption"]["type"] == "provider_unavailable"
     assert out["interruption"]["http_status"] is None and "cannot reach" in out["interruption"]["message"]
     assert out["error"] is None
