@@ -608,7 +608,8 @@ def worker(
             typer.echo(f"worker: claiming runs from {runs.url}, {concurrency} at a time"
                        + (f", until idle for {idle_exit:g} s" if idle_exit is not None else "; Ctrl-C stops"), err=True)
             with _otel_live(runs, otlp_endpoint, None):
-                report = run_worker(runs, concurrency=concurrency, idle_exit_s=idle_exit, poll_s=poll)
+                report = run_worker(runs, concurrency=concurrency, idle_exit_s=idle_exit, poll_s=poll,
+                                    log=lambda line: typer.echo(f"worker: {line}", err=True))
         typer.echo(f"worker: drove {len(report.driven)} runs, {len(report.errors)} errors", err=True)
         return 0 if not report.errors else 1
 
