@@ -17,7 +17,6 @@ import shlex
 import shutil
 import signal
 import sys
-import textwrap
 import typing
 from pathlib import Path
 from types import ModuleType
@@ -233,11 +232,8 @@ def run(
     fault: Annotated[Optional[str], typer.Option(help="Scripted provider: faults KIND@TURN,... (429, 500, 401, truncated, slow).")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="Queue the run for `runner worker` instead of driving it here.")] = False,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the run even if it never got a reply from its endpoint (by default such a run is not kept: nothing was paid, nothing to resume).")] = False,
-    runs_dir: RunsDir = None,
-    store_url: StoreOpt = None,
-    durability: DurabilityOpt = None,
-    otlp_endpoint: OtlpOpt = None,
-    as_json: JsonOut = False,
+    runs_dir: RunsDir = None, store_url: StoreOpt = None, durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None, as_json: JsonOut = False,
 ) -> None:
     """Start a run: scripted (--scenario), against any endpoint (--base-url + --model), or on a
     local model runner serves itself (--model NAME alone)."""
@@ -308,10 +304,7 @@ def _render_unkept(state: RunState, as_json: bool) -> int:
     if as_json:
         typer.echo(json.dumps({**_summary(state), "kept": False}))
     else:
-        width = shutil.get_terminal_size((80, 24)).columns
-        typer.echo("\n".join(textwrap.wrap(f"error: {state.reason}", width, subsequent_indent="  ",
-                                           break_on_hyphens=False, break_long_words=False)), err=True)
-        typer.echo(f"not kept: run {state.run_id} never got a reply; --keep keeps such runs", err=True)
+        typer.echo("\n".join(render.unkept_lines(state, shutil.get_terminal_size((80, 24)).columns)), err=True)
     return 1
 
 
@@ -335,11 +328,8 @@ def resume(
         "--tool", help="Where to find a tool of the run's own (repeatable): MODULE:ATTRIBUTE or a plugin name "
                        "[default: where the run recorded each].")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="Record the verdict or limits and queue the run for `runner worker`.")] = False,
-    runs_dir: RunsDir = None,
-    store_url: StoreOpt = None,
-    durability: DurabilityOpt = None,
-    otlp_endpoint: OtlpOpt = None,
-    as_json: JsonOut = False,
+    runs_dir: RunsDir = None, store_url: StoreOpt = None, durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None, as_json: JsonOut = False,
 ) -> None:
     """Continue a stopped run: after a crash, a cap, a cancel, or with an approval verdict."""
 
@@ -750,11 +740,8 @@ def suite(
     resume_report: Annotated[Optional[Path], typer.Option(
         "--resume", metavar="REPORT", help="Finish a cancelled suite: drive the runs its report (suite-*.json) "
                                            "lists as unfinished, then write a report of all of them.")] = None,
-    runs_dir: RunsDir = None,
-    store_url: StoreOpt = None,
-    durability: DurabilityOpt = None,
-    otlp_endpoint: OtlpOpt = None,
-    as_json: JsonOut = False,
+    runs_dir: RunsDir = None, store_url: StoreOpt = None, durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None, as_json: JsonOut = False,
 ) -> None:
     """Run the six-task suite on the scripted provider and local models, side by side, N times each."""
 

@@ -723,3 +723,10 @@ def print_models(rows: Sequence[ModelStatus]) -> None:
     print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "path")],
                 [[r.name, "yes" if r.present else "no", r.source, f"{(r.size_bytes or 0) / 1e6:.0f}",
                   str(r.path or "")] for r in rows])
+
+
+def unkept_lines(state: RunState, width: int) -> list[str]:
+    """Why a new run that never got a reply from its endpoint was not kept."""
+    return [*textwrap.wrap(f"error: {state.reason}", width, subsequent_indent="  ", break_on_hyphens=False,
+                           break_long_words=False),
+            f"not kept: run {state.run_id} never got a reply; --keep keeps such runs"]
