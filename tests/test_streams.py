@@ -109,6 +109,9 @@ def test_the_cli_never_prints_a_cut_stream_as_the_answer(fake: FakeProvider, run
     events = stream(PROSE)
     fake.handler = lambda body: Answer(events=events[:4])  # "I will read the " and no finish
     proc = cli("run", "Go.", "--base-url", fake.base_url, "--model", "m", "--max-retries", "1", runs_dir=runs)
+    assert proc.returncode == 1 and "not kept" in proc.stderr, proc.stdout + proc.stderr  # nothing was paid
+    assert "I will read the" not in proc.stdout + proc.stderr
+    proc = cli("run", "Go.", "--base-url", fake.base_url, "--model", "m", "--max-retries", "1", "--keep", runs_dir=runs)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "status=interrupted" in proc.stdout and "I will read the" not in proc.stdout
     assert all(body.get("stream") for body in fake.requests)  # the CLI's default path streams
