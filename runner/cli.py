@@ -14,10 +14,8 @@ import importlib.util
 import json
 import os
 import shlex
-import shutil
 import signal
 import sys
-import time
 import typing
 from pathlib import Path
 from types import ModuleType
@@ -44,13 +42,15 @@ def _lazy_module(name: str) -> ModuleType:
 if TYPE_CHECKING:
     import asyncio
 
-    from runner import store
-    from runner.scripted import ScriptedProcess
+    from runner import render, store
+    from runner.interactive import StopSignals
+    from runner.scripted import InProcessProvider, ScriptedProcess
     from runner.state import RunState, RunStatus
     from runner.store import Lease, RunStore
 else:  # `runner --help` needs neither the event loop nor the store's pydantic models (~100 ms)
     asyncio = _lazy_module("asyncio")
     store = _lazy_module("runner.store")
+    render = _lazy_module("runner.render")
 
 DEFAULT_MAX_TURNS = 20
 """= runner.state.DEFAULT_MAX_TURNS, for the help text (tests/test_startup.py checks they agree):
@@ -112,61 +112,6 @@ def _print_version(shown: bool) -> None:
         raise typer.Exit(0)
 
 
-def _console() -> Any:
-    """A rich console for stdout: the terminal's width, else $COLUMNS, else 80 when piped.
-    Tables shorten their text columns to fit and never wrap a number (`--json` has it all)."""
-    from rich.console import Console
-
-    return Console()
-
-
-def _print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
-    """Print a compact table that fits the console. Each column is (header, kind): "id" and
-    "num" cells are never cut or wrapped; "text" columns share the width that is left, cut at
-    the end with "…" ("path": cut at the start, where names differ least), and the rightmost
-    goes first when fewer than 8 characters would remain for each."""
-    import io
-
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
-    def build(keep: list[int], share: int) -> Table:
-        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0), collapse_padding=True)
-        for i in keep:
-            header, kind = columns[i]
-            fixed_width = share if kind in ("text", "path") else None
-            table.add_column(header, no_wrap=True, width=fixed_width, justify="right" if kind == "num" else "left")
-        for row in rows:
-            table.add_row(*(_cut(row[i], share, columns[i][1]) for i in keep))
-        return table
-
-    def width_of(table: Table) -> int:
-        probe = Console(file=io.StringIO(), width=10_000)
-        probe.print(table)
-        return max(len(line.rstrip()) for line in probe.file.getvalue().splitlines())  # type: ignore[attr-defined]
-
-    console = _console()
-    keep = list(range(len(columns)))
-    while True:
-        texts = [i for i in keep if columns[i][1] in ("text", "path")]
-        if not texts:
-            break
-        share = 1 + (console.width - width_of(build(keep, 1))) // len(texts)
-        if share >= 8:
-            break
-        keep.remove(texts[-1])
-    console.print(build(keep, share if texts else 0))
-
-
-def _cut(cell: str, share: int, kind: str) -> str:
-    if kind not in ("text", "path") or len(cell) <= share:
-        return cell
-    if share <= 1:
-        return "…"
-    return "…" + cell[-(share - 1):] if kind == "path" else cell[: share - 1] + "…"
-
-
 def _guard(fn: Callable[[], int]) -> None:
     """Run a command body; a `RunnerError` becomes one line and its exit code, an OSError
     (disk full, permission denied on the runs directory) one line and exit 1, anything else
@@ -192,105 +137,31 @@ def _guard(fn: Callable[[], int]) -> None:
     raise typer.Exit(code)
 
 
-def _drive(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float = 0, faults: str | None = None,
-           show_progress: bool = True, provider: ScriptedProcess | None = None) -> RunState:
-    """Run `state` under `lease` with Ctrl-C wired to the Stop signal, starting its endpoint
-    (the scripted provider, or the local model it records) if needed; releases the lease at
-    the stop. A Ctrl-C outside the loop's own handler (while the endpoint starts, or a second
-    one) keeps the run resumable, prints its id and exits 3."""
-    code = EXIT_CODES["interrupted"]
+def _drive(state: RunState, runs: RunStore, lease: Lease, signals: StopSignals, *, faults: str | None = None,
+           show_progress: bool = True, provider: ScriptedProcess | InProcessProvider | None = None) -> RunState:
+    """`runner.interactive.drive_in_foreground` with the live turn line and tool progress on
+    stderr. A Ctrl-C before the loop ran prints the run's id and exits 3 at once."""
+    from runner import interactive
+
+    def on_progress(tool: str, label: str, ms: float) -> None:
+        typer.echo(f"  progress: {tool}: {label}  (t+{ms:,.0f} ms)", err=True)
+
+    turn_line = render.TurnLine()
     try:
-        return _drive_run(state, runs, lease, latency_ms=latency_ms, faults=faults, show_progress=show_progress,
-                          provider=provider)
-    except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further Ctrl-C must not cut this short
-        from runner.state import CancelledInterruption
-
-        if state.status == "running":
-            state.status, state.reason = "interrupted", "cancelled: user pressed Stop before the run started"
-            state.interruption = CancelledInterruption(reason="user pressed Stop")
-            runs.save(state, (), lease)
-        typer.echo(f"interrupted: run {state.run_id} ({state.status}); continue it with: "
+        return interactive.drive_in_foreground(
+            state, runs, lease, signals, faults=faults, provider=provider,
+            on_progress=on_progress if show_progress else None, on_turn=turn_line if show_progress else None)
+    except interactive.StoppedEarly as stop:
+        turn_line.close()
+        typer.echo(f"interrupted: run {state.run_id} ({stop.state.status}); continue it with: "
                    f"runner resume {state.run_id}", err=True)
-        code = EXIT_CODES[state.status]
+        # Saved, released and said: leave now. A normal exit after a KeyboardInterrupt was seen to
+        # die of SIGINT (exit -2) about 1 time in 15 during interpreter shutdown on this machine.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_CODES[stop.state.status])
     finally:
-        runs.release(lease)
-    # Saved, released and said: leave now. A normal exit after a KeyboardInterrupt was seen to
-    # die of SIGINT (exit -2) about 1 time in 15 during interpreter shutdown on this machine.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float, faults: str | None,
-               show_progress: bool, provider: ScriptedProcess | None = None) -> RunState:
-    """`provider`: a scripted provider already started for this run (stopped here), if any."""
-    from runner.cancel import CancelToken
-    from runner.harness import endpoint, execute
-
-    cancel = CancelToken()
-    began = [time.perf_counter()]
-
-    def on_progress(tool: str, label: str) -> None:
-        if show_progress:
-            ms = (time.perf_counter() - began[0]) * 1000
-            typer.echo(f"  progress: {tool}: {label}  (t+{ms:,.0f} ms)", err=True)
-
-    turn_line = _TurnLine()
-
-    async def go(base_url: str) -> RunState:
-        began[0] = time.perf_counter()  # the run's clock, not the endpoint's start-up
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, cancel.cancel, "user pressed Stop")
-        try:
-            return await execute(state, base_url, runs, cancel=cancel, on_progress=on_progress, lease=lease,
-                                 on_turn=turn_line if show_progress else None)
-        finally:
-            turn_line.close()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-            if cancel.is_cancelled:  # stopped and saved: a further Ctrl-C must not cut the report short
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    with provider if provider is not None else endpoint(state.config, latency_ms=latency_ms, faults=faults) as base_url:
-        return asyncio.run(go(base_url))
-
-
-class _TurnLine:
-    """The live per-turn line on stderr (issue 12): turn N, elapsed, tokens so far and the
-    reply's tail, redrawn as chunks stream in on a terminal (one line, fitted to its width);
-    elsewhere one line per finished turn. `close()` ends a line left open by a turn that
-    failed or was interrupted, so what is printed next starts on a line of its own."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
-        self.width = shutil.get_terminal_size((80, 24)).columns
-        self.drawn_at = 0.0
-        self.open = False
-
-    def __call__(self, p: Any) -> None:
-        head = f"  turn {p.turn}  {p.elapsed_ms / 1000:5.1f} s  {p.tokens:>4} tokens"
-        room = self.width - len(head) - 5  # one line, or the \r redraw leaves wrapped rows behind
-        text = " ".join(p.text.split())
-        tail = ("…" + text[-(room - 1):] if len(text) > room else text) if room > 8 else ""
-        line = head + (f'  "{tail}"' if tail else "")
-        if not self.tty:
-            if p.done:
-                typer.echo(line, err=True)
-            return
-        now = time.perf_counter()
-        if p.done or now - self.drawn_at >= 0.1:
-            self.drawn_at = now
-            sys.stderr.write("\r\x1b[2K" + line + ("\n" if p.done else ""))
-            sys.stderr.flush()
-            self.open = not p.done
-
-    def close(self) -> None:
-        if self.open:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self.open = False
+        turn_line.close()
 
 
 def _suite_prompt(task_id: str) -> str | None:
@@ -298,58 +169,6 @@ def _suite_prompt(task_id: str) -> str | None:
     from runner.suite import load_suite
 
     return next((t.prompt for t in load_suite().tasks if t.id == task_id), None)
-
-
-def _summary(state: RunState) -> dict[str, Any]:
-    """The JSON shape of `run`/`resume` (R12)."""
-    return {
-        "run_id": state.run_id,
-        "model": state.config.model,
-        "status": state.status,
-        "reason": state.reason,
-        "interruption": state.interruption.model_dump() if state.interruption else None,
-        "error": state.error.model_dump(exclude_none=True) if state.error else None,
-        "turns": state.turns,
-        "tool_runs": state.tool_run_count,
-        "prompt_tokens": state.prompt_tokens,
-        "completion_tokens": state.completion_tokens,
-        "cost_usd": round(state.cost_usd, 9),
-        "child_cost_usd": round(state.child_cost_usd, 9),
-        "wall_ms": round(state.wall_ms, 3),
-        "answer": state.answer,
-        "per_turn_prompt_tokens": [t.prompt_tokens for t in state.per_turn],
-    }
-
-
-def _render(state: RunState, as_json: bool, runs: RunStore) -> int:
-    if as_json:
-        typer.echo(json.dumps(_summary(state)))
-        return EXIT_CODES[state.status]
-    name = state.config.model.removeprefix("scripted/")
-    typer.echo(f"{name}  turns={state.turns}  tools={state.tool_run_count}  in={state.prompt_tokens:,}  "
-               f"out={state.completion_tokens:,}  cost=${state.cost_usd:.6f}  ms={state.wall_ms:,.0f}  "
-               f"status={state.status}")
-    if state.answer:
-        typer.echo(f"   answer: {json.dumps(state.answer, ensure_ascii=False)}")
-    if state.per_turn:
-        typer.echo("   per-turn prompt tokens: " + ", ".join(str(t.prompt_tokens) for t in state.per_turn))
-    where = runs.trace_path(state.run_id) if isinstance(runs, store.FileStore) else f"runner trace {state.run_id} --store URL"
-    typer.echo(f"   run id: {state.run_id}   trace: {where}")
-    if state.status not in ("completed",):
-        typer.echo(f"   stopped: {state.reason}")
-    it = state.interruption
-    if it is not None and it.type == "approval":
-        typer.echo(f"   waiting for approval: {it.tool_name}({json.dumps(it.args)})  call id {it.call_id}"
-                   + ("  [in doubt: it may already have run]" if it.in_doubt else ""))
-        typer.echo(f"   decide with: runner resume {state.run_id} --approve {it.call_id}"
-                   f"  |  --reject {it.call_id} --reason TEXT")
-    elif state.status == "max_turns_exceeded":
-        typer.echo(f"   resume with: runner resume {state.run_id} --max-turns N   (N > {state.turns}; 0: no cap)")
-    elif state.status == "budget_exceeded":
-        typer.echo(f"   resume with: runner resume {state.run_id} --max-budget USD   (more than ${state.cost_usd:.6f})")
-    elif state.status == "interrupted":
-        typer.echo(f"   resume with: runner resume {state.run_id}")
-    return EXIT_CODES[state.status]
 
 
 @app.command()
@@ -389,6 +208,7 @@ def run(
     """Start a run: scripted (--scenario) or against any endpoint (--base-url + --model)."""
 
     def body() -> int:
+        from runner.interactive import StopSignals
         from runner.scripted import PROMPTS, SCENARIOS, parse_faults, scenario_name, scripted_provider
 
         if tool_errors not in ("text", "generic", "fatal"):
@@ -415,17 +235,20 @@ def run(
             raise UsageError("give a PROMPT")
         # Start the scripted provider now: it loads (~0.4 s) while this process builds the run.
         # _drive stops it; if anything fails before, it dies with this process.
-        provider = scripted_provider(latency_ms=latency_ms, faults=fault) if base_url is None and not detach else None
-        from runner.state import RunConfig, new_run
+        provider = (scripted_provider(latency_ms=latency_ms, faults=fault, in_process=True)
+                    if base_url is None and not detach else None)
+        from runner.endpoints import Endpoint
+        from runner.state import Limits, RunConfig, new_run
 
         config = RunConfig(
-            model=f"scripted/{name}" if scenario else str(model), base_url=base_url,
-            max_turns=DEFAULT_MAX_TURNS if max_turns is None else (max_turns or None),
-            max_budget_usd=max_budget, dedupe=dedupe, dedupe_all=dedupe_all,
+            endpoint=Endpoint(model=f"scripted/{name}" if scenario else str(model), base_url=base_url,
+                              timeout_s=timeout_s, max_retries=max_retries, latency_ms=latency_ms),
+            limits=Limits(max_turns=DEFAULT_MAX_TURNS if max_turns is None else (max_turns or None),
+                          max_budget_usd=max_budget, cap_max_tokens=cap_max_tokens,
+                          max_identical_failures=max_identical_failures),
+            dedupe=dedupe, dedupe_all=dedupe_all,
             tool_errors=tool_errors, permanent_errors=permanent_errors,  # type: ignore[arg-type]
-            max_identical_failures=max_identical_failures, auto_approve=auto_approve,
-            cap_max_tokens=cap_max_tokens, price_in_usd_per_mtok=price_in, price_out_usd_per_mtok=price_out,
-            timeout_s=timeout_s, max_retries=max_retries,
+            auto_approve=auto_approve, price_in_usd_per_mtok=price_in, price_out_usd_per_mtok=price_out,
             research_max_turns=research_max_turns, research_max_budget_usd=research_max_budget,
         )
         if research or name == "research":
@@ -440,10 +263,10 @@ def run(
         if detach:
             runs.create(state)
             return _render_queued(state, as_json, runs)
+        signals = StopSignals.install()  # before the run exists: a Ctrl-C from here on keeps it resumable
         lease = runs.create(state, owner=store.default_owner())
         assert lease is not None
-        state = _drive(state, runs, lease, latency_ms=latency_ms, faults=fault, show_progress=not as_json,
-                       provider=provider)
+        state = _drive(state, runs, lease, signals, faults=fault, show_progress=not as_json, provider=provider)
         return _render(state, as_json, runs)
 
     _guard(body)
@@ -460,7 +283,8 @@ def resume(
              "report an agent gives when a refusal is not written down.", hidden=True)] = False,
     max_turns: MaxTurns = None,
     max_budget: MaxBudget = None,
-    latency_ms: Annotated[float, typer.Option(min=0.0, help="Scripted provider: delay every reply by this many ms.")] = 0.0,
+    latency_ms: Annotated[Optional[float], typer.Option(
+        min=0.0, help="Scripted provider: delay every reply by this many ms (default: as the run recorded).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Continue from the saved state even if it is an older copy than the run's history (recorded in the trace).")] = False,
     detach: Annotated[bool, typer.Option("--detach", help="Record the verdict or limits and queue the run for `runner worker`.")] = False,
     runs_dir: RunsDir = None,
@@ -471,45 +295,40 @@ def resume(
     """Continue a stopped run: after a crash, a cap, a cancel, or with an approval verdict."""
 
     def body() -> int:
-        from runner.harness import give_verdict
+        from runner.harness import Reopening, reopen
+        from runner.interactive import StopSignals
 
-        if approve and reject:
-            raise UsageError("give --approve or --reject, not both")
-        if reason and not reject:
-            raise UsageError("--reason goes with --reject CALL_ID")
         runs = store.open_store(store_url, runs=runs_dir, durability=durability)
-        lease = runs.claim(run_id)  # one driver at a time: a second one stops here (exit 2)
-        try:
-            state = runs.load(run_id, force=force)
-            if state.status in ("completed", "failed"):
-                raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
-            if max_turns is not None:
-                state.config.max_turns = max_turns or None
-            if max_budget is not None:
-                state.config.max_budget_usd = max_budget
-            _check_room(state)
-            it = state.interruption
-            if (it is not None and it.type == "approval" and not (approve or reject) and not force
-                    and it.call_id not in state.approved):
-                raise UsageError(f"run {run_id} waits for a verdict on {it.tool_name} (call {it.call_id}); "
-                                 f"give --approve {it.call_id} or --reject {it.call_id} --reason TEXT")
-            if force:
-                runs.save(state, (), lease, force=True)
-            if approve or reject:  # saved with the new limits, if any
-                give_verdict(runs, lease, state, str(approve or reject), "approve" if approve else "reject",
-                             reason, empty=unsafe_empty_rejection)
-            elif (max_turns is not None or max_budget is not None) and not force:
-                runs.save(state, (), lease)
-        except BaseException:
-            runs.release(lease)
-            raise
+        signals = StopSignals.install() if not detach else None
+        state, lease = reopen(runs, run_id, Reopening(
+            approve=approve, reject=reject, reason=reason, empty_rejection=unsafe_empty_rejection,
+            max_turns=max_turns, max_budget_usd=max_budget, latency_ms=latency_ms, force=force))
         if detach:
             runs.release(lease, runnable=True)
             return _render_queued(state, as_json, runs)
-        state = _drive(state, runs, lease, latency_ms=latency_ms, show_progress=not as_json)
+        assert signals is not None
+        state = _drive(state, runs, lease, signals, show_progress=not as_json)
         return _render(state, as_json, runs)
 
     _guard(body)
+
+
+def _summary(state: RunState) -> dict[str, Any]:
+    """The `--json` shape of a run: its `RunResult`."""
+    from runner.result import RunResult
+
+    return RunResult.of(state).model_dump(mode="json")
+
+
+def _render(state: RunState, as_json: bool, runs: RunStore) -> int:
+    if as_json:
+        typer.echo(json.dumps(_summary(state)))
+    else:
+        trace_at = (str(runs.trace_path(state.run_id)) if isinstance(runs, store.FileStore)
+                    else f"runner trace {state.run_id} --store URL")
+        for line in render.run_lines(state, trace_at):
+            typer.echo(line)
+    return EXIT_CODES[state.status]
 
 
 def _render_queued(state: RunState, as_json: bool, runs: RunStore) -> int:
@@ -518,16 +337,6 @@ def _render_queued(state: RunState, as_json: bool, runs: RunStore) -> int:
     else:
         typer.echo(f"queued run {state.run_id}; a worker drives it: runner worker --store {shlex.quote(str(runs.url))}")
     return 0
-
-
-def _check_room(state: RunState) -> None:
-    """A resume that would stop again at once, on the limit that stopped it, is a usage error."""
-    cfg = state.config
-    if state.status == "max_turns_exceeded" and cfg.max_turns is not None and state.turns >= cfg.max_turns:
-        raise UsageError(f"run {state.run_id} stopped at its turn cap after {state.turns} turns; "
-                         f"give --max-turns larger than {state.turns}")
-    if cfg.max_budget_usd is not None and state.cost_usd >= cfg.max_budget_usd and state.status == "budget_exceeded":
-        raise UsageError(f"run {state.run_id} has spent ${state.cost_usd:.6f}; give --max-budget larger than that")
 
 
 @app.command("runs")
@@ -568,10 +377,10 @@ def list_runs(
                 return i.damage or "damaged; repair it with: runner repair " + i.state.run_id
             return f"driven by {i.driver}" if i.shown_status == "running" else i.state.reason or ""
 
-        _print_table([("run id", "id"), ("status", "id"), ("turns", "num"), ("tools", "num"),
+        render.print_table([("run id", "id"), ("status", "id"), ("turns", "num"), ("tools", "num"),
                       ("cost USD", "num"), ("reason", "text"), ("model", "path")],
                      [[i.state.run_id, i.shown_status, str(i.state.turns), str(i.state.tool_run_count),
-                       f"{i.state.cost_usd:.6f}", reason(i), i.state.config.model] for i in infos])
+                       f"{i.state.cost_usd:.6f}", reason(i), i.state.config.endpoint.model] for i in infos])
         return 0
 
     _guard(body)
@@ -761,7 +570,7 @@ def models_list(as_json: JsonOut = False) -> None:
         if as_json:
             typer.echo(json.dumps([r.model_dump(mode="json") for r in rows]))
             return 0
-        _print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "path")],
+        render.print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "path")],
                      [[r.name, "yes" if r.present else "no", r.source, f"{(r.size_bytes or 0) / 1e6:.0f}",
                        str(r.path or "")] for r in rows])
         return 0
@@ -810,18 +619,20 @@ def suite(
 
         if executor == "local" and (address or actors):
             raise UsageError("--address and --actors need --executor ray")
-        if durability:  # the runs are opened by location in the executors (and Ray actors started here)
-            os.environ["RUNNER_DURABILITY"] = store.durability_of(durability)
-        report = suite_mod.run_suite(provider, runs_root=store.runs_dir(runs_dir), models=model or (),
+        say = None if as_json else (lambda line: typer.echo(line, err=True))
+        runs_root = store.runs_dir(runs_dir)
+        report = suite_mod.run_suite(provider, runs_root=runs_root, models=model or (),
                                      base_url=base_url, max_turns=max_turns, max_tokens=max_tokens,
-                                     latency_ms=latency_ms, repeats=repeat, quiet=as_json, store_location=store_url,
-                                     executor=fanout.executor(executor, address=address, actors=actors))
+                                     latency_ms=latency_ms, repeats=repeat, store_location=store_url,
+                                     durability=store.durability_of(durability),
+                                     on_result=None if say is None else (lambda r: say(render.progress_line(r))),
+                                     on_note=say, executor=fanout.executor(executor, address=address, actors=actors))
+        render.write_suite_report(report, runs_root)
         if as_json:
             typer.echo(report.model_dump_json())
         else:
-            suite_mod.print_report(report)
-            if report.report_path:
-                typer.echo(f"report: {report.report_path} (.json, .png beside it)", err=True)
+            render.print_suite(report)
+            typer.echo(f"report: {report.report_path} (.json, .png beside it)", err=True)
         if report.cancelled:
             stopped = [r for r in report.results if r.status != "completed" and r.status != "failed"]
             typer.echo(f"suite cancelled after {len(report.results)} run(s); the report above holds them"

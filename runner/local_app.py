@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from runner.chat_adapter import (
     HANDLER_NAME,
     ChatRequest,
+    ContextOverflow,
     Engine,
     Event,
     Finished,
@@ -194,7 +195,9 @@ def build_app(backend: Backend, model_name: str) -> Starlette:
                              "last_cancelled_tokens": stats.last_cancelled_tokens})
 
     async def stats(request: Request) -> Response:
-        return JSONResponse({"replies": list(backend.stats.recent)})
+        store = backend.engine.prefix_store if backend.engine is not None else None
+        return JSONResponse({"replies": list(backend.stats.recent),
+                             "prefix_cache": store.usage() if store is not None else None})
 
     async def list_models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [
@@ -251,6 +254,9 @@ async def _chat(request: Request, backend: Backend, model_name: str) -> Response
         else:
             result: dict[str, Any] = await _watched(
                 request, cancel, events, lambda: complete(events, model_name, created, completion_id))
+    except ContextOverflow as exc:
+        return _error(400, str(exc), code="context_length_exceeded",
+                      n_prompt_tokens=exc.n_prompt_tokens, n_ctx=exc.n_ctx)
     except RequestError as exc:
         return _error(400, str(exc))
     from starlette.responses import JSONResponse, StreamingResponse
@@ -319,10 +325,12 @@ def _drain(events: Iterator[Event]) -> None:
         pass
 
 
-def _error(status: int, message: str, param: str | None = None) -> Response:
-    """An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}."""
+def _error(status: int, message: str, param: str | None = None, code: str | None = None,
+           **numbers: int) -> Response:
+    """An OpenAI-style error body: {"error": {"message", "type", "param", "code", ...numbers}};
+    `code` is OpenAI's machine-readable one (``context_length_exceeded``) where there is one."""
     from starlette.responses import JSONResponse
 
     kind = "invalid_request_error" if status < 500 else "internal_server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}},
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code, **numbers}},
                         status_code=status)

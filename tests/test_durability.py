@@ -1,4 +1,4 @@
-"""The durability setting (issue 13): "process" (the default) commits every transition to the
+"""The durability setting: "process" (the default) commits every transition to the
 OS, which a SIGKILL cannot undo; "power" also flushes each commit to the disk. What each
 setting does is checked where it happens: the flush calls a FileStore makes (counted by
 wrapping `os.fsync`/`os.fdatasync`, the OS calls, never runner's code), the session setting

@@ -27,7 +27,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Sequence
 
-from runner.errors import CorruptState, RunBusy, RunnerError, RunNotFound, UsageError
+from runner.errors import (
+    CorruptState,
+    DamagedRun,
+    DiskFull,
+    LeaseLost,
+    RunBusy,
+    RunNotFound,
+    StaleState,
+    StoreError,
+    UsageError,
+)
 from runner.state import RunState
 from runner.trace import TraceEvent, Tracer, _Event
 
@@ -55,21 +65,6 @@ APPEND_ONLY = ("messages", "per_turn", "tool_runs")
 """RunState lists that only grow during a run: a save writes their new items, not the lists."""
 
 
-class StoreError(RunnerError):
-    """A run store problem that is not about one run's data (e.g. the database is unreachable)."""
-
-
-class StaleState(CorruptState):
-    """The state does not follow the stored one (its `seq` is behind): an old copy, or a
-    writer that missed newer history. `--force` may override, and the override is traced."""
-
-
-class DamagedRun(CorruptState):
-    """A record in the middle of the run's journal is unreadable (fails its checksum, is not
-    JSON, or does not follow the one before it): the run is listed as `damaged` and refuses to
-    resume until `runner repair RUN_ID` rebuilds it from its last good record."""
-
-
 @dataclass
 class RepairReport:
     """What `RunStore.repair` did to one run.
@@ -89,16 +84,6 @@ class RepairReport:
     dropped: list[str] = field(default_factory=list)
     outside: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-class DiskFull(StoreError):
-    """The disk holding the runs is full: the run stops `interrupted` (committed transitions
-    kept) and resumes once there is space."""
-
-
-class LeaseLost(StoreError):
-    """This process no longer holds the run's lease (another driver claimed it: a newer
-    epoch); it must stop writing."""
 
 
 def default_owner() -> str:
