@@ -367,7 +367,8 @@ def list_runs(
             return 0
         if as_json:
             typer.echo(json.dumps([{**{k: v for k, v in _summary(i.state).items() if k != "per_turn_prompt_tokens"},
-                                    "status": i.shown_status, "driver": i.driver} for i in infos]))
+                                    "status": i.shown_status, "driver": i.driver,
+                                    **({"damage": i.damage} if i.damage else {})} for i in infos]))
             return 0
 
         def reason(i: store.RunInfo) -> str:
