@@ -307,7 +307,9 @@ class FileStore(RunStore):
         return state
 
     def load(self, run_id: str, *, force: bool = False) -> RunState:
-        replay = self._replay(run_id)
+        return self._loaded(self._replay(run_id), run_id, force=force)
+
+    def _loaded(self, replay: _Replay, run_id: str, *, force: bool = False) -> RunState:
         if replay.damage:
             raise _damaged(run_id, replay)
         if replay.stale and not force:
@@ -329,7 +331,7 @@ class FileStore(RunStore):
                     infos.append(RunInfo(self._state(replay, folder.name), "damaged",
                                          damage=f"{replay.damage_brief}; repair: runner repair {folder.name}"))
                     continue
-                state = self.load(folder.name)
+                state = self._loaded(replay, folder.name)
             except RunNotFound:  # its creation was killed before the first line was whole: no run
                 continue
             except CorruptState as exc:
@@ -346,7 +348,7 @@ class FileStore(RunStore):
         if replay.damage:
             return RunInfo(self._state(replay, run_id), "damaged",
                            damage=f"{replay.damage_brief}; repair: runner repair {run_id}")
-        return self._info(self.load(run_id), self.run_dir(run_id))
+        return self._info(self._loaded(replay, run_id), self.run_dir(run_id))
 
     def _info(self, state: RunState, folder: Path) -> RunInfo:
         if state.status != "running":
