@@ -355,7 +355,12 @@ class PostgresStore(RunStore):
             row = conn.execute(self._CLAIM, args, prepare=True).fetchone()  # one round trip: claimed, busy or none
             if row is None:
                 return None, None
-            return (row[:2], None) if row[0] is not None else (None, row[2:])
+            if row[0] is not None:
+                return row[:2], None
+            if row[4] is None or row[4].timestamp() < time.time():  # lost a race: that snapshot predates the winner
+                return None, conn.execute("SELECT owner, leased_since, lease_expires_at FROM runs WHERE run_id = %s",
+                                          (run_id,)).fetchone()
+            return None, row[2:]
 
         row, busy = self._retry(work)
         if row is None:
