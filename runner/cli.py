@@ -438,8 +438,10 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
             last = stops[-1]
             typer.echo(f"stopped: {last.status} ({last.reason})  turns={last.turns}  cost=${last.costUsd:.6f}"
                        f"  processes={processes}")
-        if not events or events[-1].type != "run_stopped":
-            info = runs.info(run_id)
+        info = runs.info(run_id)
+        if info.shown_status == "damaged":
+            typer.echo(f"damaged: {info.damage}")
+        elif not events or events[-1].type != "run_stopped":
             if info.shown_status == "died":
                 typer.echo(f"died: its process was killed after the last event; resume with: runner resume {run_id}")
             elif info.shown_status == "running":
