@@ -415,7 +415,8 @@ def list_runs(
             return 0
         if as_json:
             typer.echo(json.dumps([{**{k: v for k, v in _summary(i.state).items() if k != "per_turn_prompt_tokens"},
-                                    "status": i.shown_status, "driver": i.driver} for i in infos]))
+                                    "status": i.shown_status, "driver": i.driver,
+                                    **({"damage": i.damage} if i.damage else {})} for i in infos]))
         else:
             render.print_runs(infos)
         return 0
@@ -460,7 +461,7 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
             for e in events:
                 typer.echo(e.model_dump_json(exclude_none=True))
             return 0
-        info = runs.info(run_id) if not events or events[-1].type != "run_stopped" else None
+        info = runs.info(run_id)
         typer.echo("\n".join(render.trace_lines(events, info, shutil.get_terminal_size((80, 24)).columns)))
         return 0
 
