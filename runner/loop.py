@@ -14,7 +14,6 @@ a provider that stays unavailable through its retries leaves the run `interrupte
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -281,6 +280,8 @@ def call_id_stem(state: RunState) -> str:
     """The stem of the ids given to this turn's calls that came without one:
     `call_<8 hex of sha256(run id)>_<turn>`, so the ids are the same on every resume and in
     every run replayed under the same id."""
+    import hashlib
+
     digest = hashlib.sha256(state.run_id.encode()).hexdigest()[:8]
     return f"call_{digest}_{state.turns + 1}"
 

@@ -45,7 +45,7 @@ TOOLS = ["list_files", "read_file", "delete_file", "scan_archive"]
 
 def first_turn(server: LocalServer, name: str, prompt: str, system: str, choice: str) -> tuple[float, str]:
     """One task's first turn through the harness (in memory): (turn ms, the reply as JSON)."""
-    config = RunConfig(model=name, max_turns=1, tools=TOOLS, first_turn_tool_choice=choice)  # type: ignore[arg-type]
+    config = RunConfig.model_validate({"model": name, "max_turns": 1, "tools": TOOLS, "first_turn_tool_choice": choice})
     state = asyncio.run(drive(new_run(prompt, config, system=system), server.base_url, None))
     reply = next(m for m in state.messages if m.role == "assistant")
     return state.per_turn[0].ms, reply.model_dump_json(exclude={"tool_calls": {"__all__": {"id"}}})

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
-from runner.client import ChatClient, ChatReply, ProviderError
+from runner.client import ChatClient, ChatReply
+from runner.errors import ProviderError
 from runner.state import Message
 from tests.conftest import cli, cli_json, drive, scripted_run
 from tests.fakeprovider import Answer, FakeProvider, completion, stream, tool_call
@@ -45,6 +46,10 @@ def _failure(fake: FakeProvider, streamed: bool = True) -> ProviderError:
     return caught.value
 
 
+def _always(answer: Answer) -> Callable[[dict[str, Any]], Answer]:
+    return lambda body: answer
+
+
 def _finish_index(events: list[Any]) -> int:
     return next(i for i, e in enumerate(events) if isinstance(e, dict) and any(
         c.get("finish_reason") for c in e.get("choices") or []))
@@ -65,7 +70,7 @@ def test_a_stream_cut_at_any_chunk_boundary_is_a_provider_failure(fake: FakeProv
                        Answer(events=events, cut=sizes[k], declared=True),  # a broken transfer
                        Answer(events=events, cut=sizes[k] + 9),  # mid-chunk
                        Answer(events=events, cut=sizes[k] + 9, declared=True)):
-            fake.handler = lambda body, answer=answer: answer
+            fake.handler = _always(answer)
             err = _failure(fake)
             assert err.kind == "unavailable" and err.status is None, (k, answer.cut, str(err))
     fake.handler = lambda body: Answer(events=events, cut=sizes[-2])  # no [DONE], finish given
