@@ -34,9 +34,10 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runner import models
+from runner.endpoints import Endpoint
 from runner.harness import drive
 from runner.local import LocalServer, LocalSettings
-from runner.state import RunConfig, new_run
+from runner.state import Limits, RunConfig, new_run
 from runner.suite import SuiteDefinition, load_suite
 
 TARGET_RATIO = 1.3
@@ -45,7 +46,8 @@ TOOLS = ["list_files", "read_file", "delete_file", "scan_archive"]
 
 def first_turn(server: LocalServer, name: str, prompt: str, system: str, choice: str) -> tuple[float, str]:
     """One task's first turn through the harness (in memory): (turn ms, the reply as JSON)."""
-    config = RunConfig.model_validate({"model": name, "max_turns": 1, "tools": TOOLS, "first_turn_tool_choice": choice})
+    config = RunConfig(endpoint=Endpoint(model=name, first_turn_tool_choice=choice),  # type: ignore[arg-type]
+                       limits=Limits(max_turns=1), tools=TOOLS)
     state = asyncio.run(drive(new_run(prompt, config, system=system), server.base_url, None))
     reply = next(m for m in state.messages if m.role == "assistant")
     return state.per_turn[0].ms, reply.model_dump_json(exclude={"tool_calls": {"__all__": {"id"}}})

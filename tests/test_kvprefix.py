@@ -44,13 +44,13 @@ def _two_turns(server: LocalServer) -> tuple[list[dict[str, Any]], list[dict[str
 
 def test_a_cold_server_starts_from_the_saved_prefix_and_answers_the_same(tmp_path: Path) -> None:
     gguf = models.resolve(SMOL)
-    folder = tmp_path / "kv"
-    with LocalServer(gguf, prefix_cache_dir=folder, model_name="smollm2") as first:
+    cache: dict[str, Any] = {"prefix_cache_dir": tmp_path / "kv", "model_name": "smollm2"}
+    with LocalServer(gguf, **cache) as first:
         saved_replies, saved_timings = _two_turns(first)
         usage = httpx.get(first.base_url.removesuffix("/v1") + "/stats").json()["prefix_cache"]
     assert saved_timings[0]["prefix_disk_tokens"] == 0 and saved_timings[0]["cached_prompt_tokens"] == 0
     assert usage["saved"] == 1 and usage["files"] == 1 and 0 < usage["bytes"] <= usage["max_bytes"]
-    with LocalServer(gguf, prefix_cache_dir=folder, model_name="smollm2") as cold:
+    with LocalServer(gguf, **cache) as cold:
         replies, timings = _two_turns(cold)
         usage = httpx.get(cold.base_url.removesuffix("/v1") + "/stats").json()["prefix_cache"]
     prefix = timings[0]["prefix_disk_tokens"]

@@ -146,7 +146,8 @@ def test_a_scenario_run_is_answered_in_process_like_the_served_provider(tmp_path
     assert code == 0 and out["status"] == "completed"
     events = read_trace(runs / out["run_id"] / "trace.jsonl")
     started = next(e for e in events if e.type == "run_started")
-    assert started.endpoint is not None and started.endpoint.startswith("http://scripted-") and started.endpoint.endswith(".in-process/v1")
+    assert started.endpoint is not None
+    assert started.endpoint.startswith("http://scripted-") and started.endpoint.endswith(".in-process/v1")
     assert [len(e.retries or []) for e in events if e.type == "turn"] == [0, 1, 0]  # the fault fired in process
     served = drive(scripted_run("plan"), provider, None)
     assert out["per_turn_prompt_tokens"] == [t.prompt_tokens for t in served.per_turn]

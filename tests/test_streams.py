@@ -9,9 +9,10 @@ CLI does, plain otherwise).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -46,10 +47,6 @@ def _failure(fake: FakeProvider, streamed: bool = True) -> ProviderError:
     return caught.value
 
 
-def _always(answer: Answer) -> Callable[[dict[str, Any]], Answer]:
-    return lambda body: answer
-
-
 def _finish_index(events: list[Any]) -> int:
     return next(i for i, e in enumerate(events) if isinstance(e, dict) and any(
         c.get("finish_reason") for c in e.get("choices") or []))
@@ -70,7 +67,7 @@ def test_a_stream_cut_at_any_chunk_boundary_is_a_provider_failure(fake: FakeProv
                        Answer(events=events, cut=sizes[k], declared=True),  # a broken transfer
                        Answer(events=events, cut=sizes[k] + 9),  # mid-chunk
                        Answer(events=events, cut=sizes[k] + 9, declared=True)):
-            fake.handler = _always(answer)
+            fake.handler = functools.partial(_same, answer)
             err = _failure(fake)
             assert err.kind == "unavailable" and err.status is None, (k, answer.cut, str(err))
     fake.handler = lambda body: Answer(events=events, cut=sizes[-2])  # no [DONE], finish given
@@ -111,9 +108,11 @@ def test_a_reply_without_finish_reason_is_retried_then_interrupted_and_resumes(
 def test_the_cli_never_prints_a_cut_stream_as_the_answer(fake: FakeProvider, runs: Path) -> None:
     events = stream(PROSE)
     fake.handler = lambda body: Answer(events=events[:4])  # "I will read the " and no finish
-    proc = cli("run", "Go.", "--base-url", fake.base_url, "--model", "m", "--max-retries", "1", runs_dir=runs)
+    proc = cli("run", "Go.", "--base-url", fake.base_url, "--model", "m", "--max-retries", "1", "--keep",
+               runs_dir=runs)
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert "status=interrupted" in proc.stdout and "I will read the" not in proc.stdout
+    assert "interrupted" in proc.stdout and "I will read the" not in proc.stdout + proc.stderr
+    assert "ended without a finish_reason" in proc.stdout + proc.stderr
     assert all(body.get("stream") for body in fake.requests)  # the CLI's default path streams
     code, out = cli_json("runs", runs_dir=runs)
     assert code == 0 and [r["status"] for r in out] == ["interrupted"]
@@ -193,6 +192,11 @@ def test_the_fake_stream_is_valid_sse() -> None:
     text = Answer(events=stream(CALL)).stream_bytes().decode()
     datas = [line[6:] for line in text.split("\n") if line.startswith("data: ")]
     assert datas[-1] == "[DONE]" and all(json.loads(d) for d in datas[:-1])
+
+
+def _same(answer: Answer, body: dict[str, Any]) -> Answer:
+    """A fake-provider handler that gives `answer` to every request."""
+    return answer
 
 
 @pytest.fixture(scope="module")
