@@ -13,7 +13,6 @@ a provider that stays unavailable through its retries leaves the run `interrupte
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import time
@@ -170,6 +169,8 @@ async def run(state: RunState, rt: Runtime) -> RunState:
     Raises only for bugs and bad configuration; provider failures and cancellation are
     recorded as `failed` (with `error`) / `interrupted` with a reason.
     """
+    import asyncio  # here, not at the top: `from runner import run` need not load it (it runs under asyncio)
+
     if state.status in ("completed", "failed"):
         return state
     began = time.perf_counter()
