@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from runner.state import RunConfig, new_run
+from runner.state import Endpoint, RunConfig, new_run
 from runner.store import FileStore
 from tests.conftest import Backend, cli, cli_json
 from tests.fakeprovider import FakeProvider, completion, tool_call
@@ -322,10 +322,10 @@ def test_runs_filters_totals_and_suites(tmp_path: Path) -> None:
         assert httpx.get(f"{url}suites/..%2Fetc").status_code == 404
         store = FileStore(runs)
         for k in range(50):  # queued runs, made directly in the store: a second page
-            store.create(new_run(f"task {k}", RunConfig(model="scripted/plan")))
+            store.create(new_run(f"task {k}", RunConfig(endpoint=Endpoint(model="scripted/plan"))))
         first = httpx.get(url, params={"status": "queued"}).text
         assert 'data-matching="50"' in first and first.count("<tr data-run-id=") == 50 and ">older<" not in first
-        store.create(new_run("one more", RunConfig(model="scripted/plan")))
+        store.create(new_run("one more", RunConfig(endpoint=Endpoint(model="scripted/plan"))))
         first = httpx.get(url, params={"status": "queued"}).text
         older = re.search(r'href="(/\?[^"]*page=2[^"]*)"', first)
         assert older is not None and first.count("<tr data-run-id=") == 50
