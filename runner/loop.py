@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -66,8 +67,24 @@ SLIPS = {
     "empty_tool_calls": 'finish_reason "tool_calls" with no tool calls',
     "blank_content": "no tool calls and blank content",
     "unparsed_tool_call": "a <tool_call> block the server could not parse",
+    "dropped_call": "a tool call the server dropped (cut off or unparseable)",
 }
 """The protocol slips, in words (see `ChatReply.slip`)."""
+CORRECTIVE_NAME = "runner"
+"""The ``name`` of the user messages the harness writes (corrections after a slip, the request
+for the answer of answer forcing)."""
+CORRECTIONS = {
+    "empty_tool_calls": "Your last reply announced a tool call but held none. Call one of the tools ({tools}), "
+                        "or answer my question in one short sentence.",
+    "blank_content": "Your last reply was empty. Using the tool results above, answer my question in one short "
+                     "sentence: {question} If you still need to look, call one of the tools ({tools}).",
+    "unparsed_tool_call": 'Your last tool call could not be read. Write it as <tool_call>{{"name": "<tool>", '
+                          '"arguments": {{...}}}}</tool_call> with one of the tools ({tools}), or answer my '
+                          "question in one short sentence.",
+}
+"""The corrective user message for each slip: what went wrong and what to do."""
+ASK_FOR_ANSWER = "Using the tool results above, answer my question in one short sentence: {question}"
+"""The user message of answer forcing (sent with ``tool_choice: "none"``)."""
 
 
 def default_tool_error_text(exc: Exception) -> str:
@@ -278,20 +295,79 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     cap = _reply_token_budget(state, rt)
     if cap is not None:
         max_tokens = cap if max_tokens is None else min(max_tokens, cap)
-    choice = cfg.endpoint.first_turn_tool_choice  # sent on turn 1 only
-    extra = {"tool_choice": choice} if state.turns == 0 and choice != "auto" else None
+    tool_choice = _tool_choice(state)
+    extra = {"tool_choice": tool_choice} if tool_choice else None
+    if _answer_is_due(state):
+        _ask_for_answer(state)
     meter = TurnMeter(state.turns + 1, rt.on_turn) if rt.on_turn else None  # live per-turn line
     reply = await rt.client.chat(cfg.endpoint.model, state.messages, rt.tool_schemas, max_tokens=max_tokens, extra=extra,
-                                 on_delta=meter.update if meter else None)
+                                 on_delta=meter.update if meter else None, call_ids=call_id_stem(state))
     if meter:
         meter.finish(reply.completion_tokens, reply.message.content or "")
     return reply, max_tokens
+
+
+def call_id_stem(state: RunState) -> str:
+    """The stem of the ids given to this turn's calls that came without one:
+    `call_<8 hex of sha256(run id)>_<turn>`, so the ids are the same on every resume and in
+    every run replayed under the same id."""
+    digest = hashlib.sha256(state.run_id.encode()).hexdigest()[:8]
+    return f"call_{digest}_{state.turns + 1}"
+
+
+def _tool_choice(state: RunState) -> str | None:
+    """The ``tool_choice`` the next request sends, None for the default: "none" when an
+    answer is due (`_answer_is_due`), else the first turn's setting on turn 1 only."""
+    if _answer_is_due(state):
+        return "none"
+    first = state.config.endpoint.first_turn_tool_choice
+    return first if state.turns == 0 and first != "auto" else None
+
+
+def _answer_is_due(state: RunState) -> bool:
+    """Answer forcing: `answer_after_tool_turns` assistant turns of tool calls, and the last
+    message is not the model's (a tool result or a corrective message)."""
+    after = state.config.answer_after_tool_turns
+    if after is None or state.messages[-1].role == "assistant":
+        return False
+    return sum(1 for m in state.messages if m.role == "assistant" and m.tool_calls) >= after
+
+
+def _correct(state: RunState, rt: Runtime, slip: str) -> str:
+    """Add the corrective user message for `slip` (replacing one added for the slip before,
+    so corrections never pile up) and return its text."""
+    text = CORRECTIONS.get(slip, CORRECTIONS["blank_content"]).format(
+        tools=", ".join(t.name for t in rt.tools), question=_question(state))
+    message = Message(role="user", content=text, name=CORRECTIVE_NAME)
+    if _harness_message_last(state):
+        state.messages[-1] = message
+    else:
+        state.messages.append(message)
+    return text
+
+
+def _ask_for_answer(state: RunState) -> None:
+    """Answer forcing: add the user message asking for the answer, unless the last message
+    is already one the harness wrote (a correction, or this request made before a crash)."""
+    if not _harness_message_last(state):
+        state.messages.append(Message(role="user", content=ASK_FOR_ANSWER.format(question=_question(state)),
+                                      name=CORRECTIVE_NAME))
+
+
+def _harness_message_last(state: RunState) -> bool:
+    return state.messages[-1].role == "user" and state.messages[-1].name == CORRECTIVE_NAME
+
+
+def _question(state: RunState) -> str:
+    """The run's task: its first user message."""
+    return next((m.content or "" for m in state.messages if m.role == "user"), "")
 
 
 def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: int | None) -> None:
     """Bill the reply; keep it unless it is a protocol slip (then it is asked again, up to
     `max_protocol_retries` times, and the run fails past that)."""
     cfg = state.config
+    tool_choice = _tool_choice(state)  # what `_ask_model` sent: the state has not changed since
     cost = (reply.prompt_tokens * cfg.price_in_usd_per_mtok
             + reply.completion_tokens * cfg.price_out_usd_per_mtok) / 1e6
     state.turns += 1
@@ -311,8 +387,11 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
         budget_capped=max_tokens is not None and max_tokens != state.config.max_tokens,
         usage_estimated=reply.usage_estimated, slip=slip,
     ))
+    corrective = None
     if slip is not None:
         _fail_if_slipping(state)
+        if state.status == "running" and cfg.on_slip == "corrective":
+            corrective = _correct(state, rt, slip)
     rt.commit(state, TurnEvent(
         runId=state.run_id, turn=state.turns, promptTokens=reply.prompt_tokens,
         completionTokens=reply.completion_tokens,
@@ -320,19 +399,21 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
         costUsd=round(state.cost_usd, 9), finish=reply.finish_reason, ms=round(ms, 3),
         retries=reply.retries or None, usageEstimated=reply.usage_estimated or None,
         slip=slip, content=(reply.message.content or "")[:500] if slip else None,
-        rewrites=rewrites or None, neutralised=reply.neutralised or None,
+        rewrites=rewrites or None, neutralised=reply.neutralised or None, corrective=corrective,
+        toolChoice=tool_choice,
     ))
     store.crash_point("reply")
 
 
 def _fail_if_slipping(state: RunState) -> None:
-    """Fail once the last `max_protocol_retries` + 1 replies in a row were all slips."""
+    """Fail once the last `max_protocol_retries` + 1 replies in a row were all slips (with
+    ``on_slip: fail``, at the first)."""
     slips = 0
     for record in reversed(state.per_turn):
         if record.slip is None:
             break
         slips += 1
-    if slips > state.config.limits.max_protocol_retries:
+    if slips > (0 if state.config.on_slip == "fail" else state.config.limits.max_protocol_retries):
         last = state.per_turn[-1].slip or ""
         what = f"the model replied {slips} times in a row with {SLIPS.get(last, last)} ({last})"
         _fail(state, "protocol_slip", what, f"protocol slip: {what}")
@@ -372,9 +453,12 @@ async def _run_tool_calls(state: RunState, rt: Runtime, calls: list[ToolCall]) -
                 raise ToolError(f"unknown tool {call.function.name!r}; available tools: {names}")
             args = tool.parse(call.function.arguments)
         except ToolError as exc:
-            _answer(state, rt, call, rt.tool_error_text(exc), ToolRun(
-                call_id=call.id, tool_name=call.function.name, signature="invalid", ok=False, ms=0,
-                source="invalid", error=str(exc)))
+            record = ToolRun(call_id=call.id, tool_name=call.function.name, ok=False, ms=0, source="invalid",
+                             signature=_invalid_signature(call, known=tool is not None), error=str(exc))
+            _answer(state, rt, call, rt.tool_error_text(exc), record)
+            _fail_if_invalid_again(state, record, known=tool is not None)
+            if state.status != "running":
+                return
             continue
         signature = call_signature(tool.name, call.function.arguments)
         if _needs_verdict(state, tool, call, signature):
@@ -390,6 +474,28 @@ async def _run_tool_calls(state: RunState, rt: Runtime, calls: list[ToolCall]) -
             await _execute(state, rt, tool, call, args, signature)
         if state.status != "running":
             return
+
+
+def _invalid_signature(call: ToolCall, known: bool) -> str:
+    """The repeat key of a call that could not run: an unknown tool's name alone (whatever
+    its arguments, it fails the same way), else the tool and its arguments as sent."""
+    if not known:
+        return f"{call.function.name}:unknown"
+    return call_signature(call.function.name, call.function.arguments)
+
+
+def _fail_if_invalid_again(state: RunState, record: ToolRun, known: bool) -> None:
+    """Stop `failed` when the same invalid call (an unknown tool, or arguments that do not
+    parse or fit the tool's schema) came again: the identical-failure bound and the
+    repeated-call bound both count it, the smaller set one deciding (0 turns a bound off)."""
+    limits = state.config.limits
+    bounds = [n for n in (limits.max_identical_failures, limits.max_identical_calls) if n > 0]
+    streak = _streak(state, record)
+    if not bounds or streak < min(bounds):
+        return
+    what = (f"the model called the unknown tool {record.tool_name!r} {streak} times in a row" if not known
+            else f"{record.tool_name} was called with the same invalid arguments {streak} times in a row")
+    _fail(state, "repeated_failure", f"{what}: {record.error}", f"repeated invalid call: {what}")
 
 
 def _batch_limit(state: RunState, call: ToolCall) -> str | None:

@@ -297,7 +297,7 @@ class Exporter:
         return len(fresh)
 
     def close(self) -> None:
-        self._otlp.shutdown()  # type: ignore[no-untyped-call]
+        self._otlp.shutdown()  # type: ignore[no-untyped-call,unused-ignore]
 
 
 class ExportFailed(RunnerError):

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, NamedTuple, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
 FORMAT_VERSION = 3
 """3: the config's endpoint fields in `RunConfig.endpoint`, its limits in `RunConfig.limits`
@@ -124,6 +124,7 @@ ErrorType = Literal[
     "invalid_request",  # a 4xx (or a deterministic 5xx) the provider calls invalid
     "not_found",  # HTTP 404: unknown model or endpoint
     "context_overflow",  # the prompt does not fit the model's context
+    "bad_endpoint",  # the base URL answers, but not as a chat-completions API (HTML, non-JSON, 405, 501)
     "protocol_slip",  # the model kept replying with no answer and no usable call
     "tool_error",  # tool_errors="fatal" and a tool failed
     "permanent_tool_error",  # a tool failure no retry fixes (permission denied, ...)
@@ -215,6 +216,10 @@ class Endpoint(BaseModel):
     """Per-request timeout, seconds."""
     max_retries: int = Field(default=4, ge=0)
     """Retries of a request that failed transiently (connection refused, 429, 5xx, timeout)."""
+    api_key_env: str | None = None
+    """The NAME of the environment variable the run's API key came from (never the key):
+    resume and workers read the key from it again (`runner.config.key_for`). None: no key,
+    or one given on the command line (a resume then needs it again)."""
     latency_ms: float = Field(default=0.0, ge=0)
     """The scripted provider only: delay added to every reply, ms."""
 
@@ -353,12 +358,27 @@ class RunConfig(BaseModel):
     dedupe_all: bool = False
     tool_errors: Literal["text", "generic", "fatal"] = "text"
     permanent_errors: bool = True
+    on_slip: Literal["corrective", "repeat", "fail"] = "corrective"
+    """What a protocol slip gets: ``corrective`` asks again with a short user message saying
+    what went wrong and what to do (kept in the transcript, named ``runner``); ``repeat`` sends
+    the same request again; ``fail`` fails the run at the first slip."""
+    answer_after_tool_turns: int | None = None
+    """After this many assistant turns of tool calls, the next request adds a user message
+    asking for the answer to the task (restated) and is sent with ``tool_choice: "none"``: the
+    model must answer from what it has read. None: never. The model manifest gives small local
+    models a value."""
     max_tool_result_chars: int | None = 20_000
     """Longer tool results are cut, with a marker the model reads (None: no cap)."""
     auto_approve: bool = False
     """Approve every needs_approval call without stopping (used by the double_delete demo)."""
     tools: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOLS))
-    """Names of the tools offered to the model (`research` adds a child-agent tool)."""
+    """Names of the tools offered to the model (`research` adds a child-agent tool). Given
+    tool objects (your own tools) instead of names, the config keeps their names, records
+    where each can be imported again in `tool_refs`, and hands the objects to the run that
+    starts from this config (they are never saved)."""
+    tool_refs: dict[str, str] = {}
+    """Tool name -> "module:attribute" for tools that are not built in: how a resume or a
+    worker finds them again (a tool class, or an instance, importable from there)."""
     research_model: str | None = None
     """Model for the `research` tool's child runs (default: the parent's model)."""
     research_max_turns: int = 6
@@ -382,6 +402,35 @@ class RunConfig(BaseModel):
     def prices(self) -> tuple[float, float]:
         """USD per million prompt and completion tokens."""
         return self.price_in_usd_per_mtok, self.price_out_usd_per_mtok
+
+    _given_tools: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _take_tool_objects(cls, data: Any, handler: ModelWrapValidatorHandler[RunConfig]) -> RunConfig:
+        """`tools` may hold tool objects: keep their names (and import references) as data,
+        and the objects beside, unsaved, for `given_tools`."""
+        objects = [t for t in data.get("tools") or [] if not isinstance(t, str)] if isinstance(data, dict) else []
+        if objects:
+            refs = {t.name: ref for t in objects if (ref := tool_ref(t)) is not None}
+            data = {**data, "tools": [t if isinstance(t, str) else t.name for t in data["tools"]],
+                    "tool_refs": {**data.get("tool_refs", {}), **refs}}
+        config = handler(data)
+        config._given_tools.update({t.name: t for t in objects})
+        return config
+
+    def given_tools(self) -> dict[str, Any]:
+        """The tool objects this config was built with, by name (never saved; a loaded config has none)."""
+        return dict(self._given_tools)
+
+
+def tool_ref(tool: Any) -> str | None:
+    """Where a tool object can be imported again ("module:Class", built with no arguments), or
+    None for a tool defined in `__main__` or inside a function."""
+    cls = type(tool)
+    if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+        return None
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 class RunState(BaseModel):

@@ -50,7 +50,9 @@ from runner.tools import deleted_files
 from runner.trace import read_trace
 
 REPO = Path(__file__).resolve().parents[1]
-OUT_DIR = REPO / "runs" / "experiments"
+OUT_DIR = store.runs_dir() / "experiments"
+"""Where reports go: `--out`, else `experiments/` in the runs directory (--runs-dir,
+$RUNNER_RUNS_DIR, else ./runs of the current folder); never the checkout unless run from it."""
 RUNS_DIR = OUT_DIR / "_runs"
 
 
@@ -138,7 +140,7 @@ def tool_labels(events: list[Any]) -> list[str]:
 def console() -> Any:
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() else 160)
+    return Console()  # the terminal's width, else $COLUMNS, else 80: tables wrap their cells to fit
 
 
 def print_outcome(name: str, outcome: Outcome) -> None:
@@ -707,14 +709,31 @@ EXPERIMENTS: dict[str, Callable[[Lab], Outcome]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    global OUT_DIR, RUNS_DIR
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"experiments to run (default: all): {', '.join(EXPERIMENTS)}")
     parser.add_argument("--skip-local", action="store_true", help="leave out local_suite (the slow one)")
+    parser.add_argument("--list", action="store_true", help="list the experiments and exit")
+    parser.add_argument("--out", type=Path, help="where reports go [default: experiments/ in the runs directory]")
+    parser.add_argument("--runs-dir", type=Path, help="the runs directory [default: $RUNNER_RUNS_DIR or ./runs]")
     args = parser.parse_args(argv)
+    if args.list:
+        for name, fn in EXPERIMENTS.items():
+            about = (fn.__doc__ or "").strip().splitlines()[0]
+            print(f"{name:<14} {about if len(about) <= 65 else about[:64] + '…'}")
+        return 0
     unknown = [n for n in args.names if n not in EXPERIMENTS]
     if unknown:
-        parser.error(f"unknown experiment(s) {', '.join(unknown)}; known: {', '.join(EXPERIMENTS)}")
+        print(f"error: unknown experiment(s) {', '.join(unknown)}; known: {', '.join(EXPERIMENTS)}", file=sys.stderr)
+        return 2
     names = [n for n in (args.names or EXPERIMENTS) if not (args.skip_local and n == "local_suite")]
+    if not names:
+        print("error: nothing to run: --skip-local leaves out local_suite, the only experiment named", file=sys.stderr)
+        return 2
+    OUT_DIR = args.out or store.runs_dir(args.runs_dir) / "experiments"
+    RUNS_DIR = OUT_DIR / "_runs"
+    if not OUT_DIR.exists():
+        print(f"creating {OUT_DIR}", file=sys.stderr)
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     failures: list[str] = []

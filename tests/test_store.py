@@ -75,7 +75,7 @@ lease = store.claim(sys.argv[2])
 state = store.load(sys.argv[2])
 state.messages.append(Message(role="assistant", content="late reply"))
 state.turns = 9
-store.save(state, [TurnEvent(runId=state.run_id, turn=9, prompt_tokens=1, completion_tokens=1, total_tokens=2,
+store.save(state, [TurnEvent(runId=state.run_id, turn=9, promptTokens=1, completionTokens=1, totalTokens=2,
                              costUsd=0.5, finish="stop", ms=1.0)], lease)
 store.release(lease)
 """
@@ -244,7 +244,7 @@ def test_a_killed_run_shows_died_and_resumes(backend: Backend) -> None:
     assert code == 0 and [r["status"] for r in listed] == ["died"]
     run_id = listed[0]["run_id"]
     shown = cli("trace", run_id, runs_dir=backend.runs, env=backend.env)
-    assert shown.returncode == 0 and f"died: its process was killed after the last event; resume with: runner resume {run_id}" in shown.stdout
+    assert shown.returncode == 0 and f"died: its process was killed after the last event\nresume with: runner resume {run_id}" in shown.stdout
     code, done = cli_json("resume", run_id, runs_dir=backend.runs, env=backend.env)
     assert code == 0 and done["status"] == "completed" and done["turns"] == 3
     code, listed = cli_json("runs", "--status", "completed", runs_dir=backend.runs, env=backend.env)

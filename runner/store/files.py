@@ -937,7 +937,9 @@ def _losses(run_id: str, replay: _Replay, state: RunState, trace: list[dict[str,
 def _describe(event: dict[str, Any]) -> str:
     kind = event.get("type", "?")
     if kind == "turn":
-        return f"turn {event.get('turn')} ({event.get('prompt_tokens')} + {event.get('completion_tokens')} tokens)"
+        prompt = event.get("promptTokens", event.get("prompt_tokens"))  # trace format 2, then 1
+        completion = event.get("completionTokens", event.get("completion_tokens"))
+        return f"turn {event.get('turn')} ({prompt} + {completion} tokens)"
     if kind in ("tool_start", "tool_result"):
         return f"{kind} {event.get('toolName')} (call {event.get('callId')})"
     if kind == "run_stopped":
