@@ -120,7 +120,7 @@ class Guard:
                 return PlainTextResponse("403: this view answers only to a loopback host name\n", 403)
             return None
         given = request.query_params.get("token")
-        if given is not None and _same(given, token):
+        if given is not None and _same(given, token) and request.method in ("GET", "HEAD"):
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
             target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
             response = RedirectResponse(target, 303)
