@@ -515,7 +515,7 @@ def _otel_live(runs: RunStore | None, endpoint: str | None, run_ids: list[str] |
 
 @app.command()
 def export(
-    run_ids: Annotated[list[str], typer.Argument(help="Runs to send (their child runs come along).", metavar="RUN_ID...")],
+    run_ids: Annotated[list[str], typer.Argument(help="Runs to send (their child runs come along).", metavar="RUN_ID")],
     otlp_endpoint: OtlpOpt = None,
     runs_dir: RunsDir = None, store_url: StoreOpt = None, as_json: JsonOut = False,
 ) -> None:

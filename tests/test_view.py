@@ -23,8 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from runner.endpoints import Endpoint
-from runner.state import RunConfig, new_run
+from runner.state import Endpoint, RunConfig, new_run
 from runner.store import FileStore
 from tests.conftest import Backend, cli, cli_json
 from tests.fakeprovider import FakeProvider, completion, tool_call
