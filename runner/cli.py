@@ -9,6 +9,7 @@ with `--debug` (accepted anywhere on the command line) for the traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -17,7 +18,6 @@ import shutil
 import signal
 import sys
 import textwrap
-import time
 import typing
 from pathlib import Path
 from types import ModuleType
@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     import asyncio
 
     from runner import render, store
-    from runner.scripted import ScriptedProcess
+    from runner.interactive import StopSignals
+    from runner.scripted import InProcessProvider, ScriptedProcess
     from runner.state import RunState, RunStatus
     from runner.store import Lease, RunStore
     from runner.tools import Tool
@@ -142,53 +143,16 @@ def _guard(fn: Callable[[], int]) -> None:
     raise typer.Exit(code)
 
 
-def _drive(state: RunState, runs: RunStore, lease: Lease, *, faults: str | None = None,
-           show_progress: bool = True, provider: ScriptedProcess | None = None, api_key: str | None = None,
-           tools: list[Tool] | None = None) -> RunState:
-    """Run `state` under `lease` with Ctrl-C wired to the Stop signal, starting its endpoint
-    (the scripted provider, or the local model it records) if needed; releases the lease at
-    the stop. A Ctrl-C outside the loop's own handler (while the endpoint starts, or a second
-    one) keeps the run resumable, prints its id and exits 3."""
-    code = EXIT_CODES["interrupted"]
-    try:
-        return _drive_run(state, runs, lease, faults=faults, show_progress=show_progress, provider=provider,
-                          api_key=api_key, tools=tools)
-    except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further Ctrl-C must not cut this short
-        from runner.state import CancelledInterruption
+def _drive(state: RunState, runs: RunStore, lease: Lease, signals: StopSignals, *, faults: str | None = None,
+           show_progress: bool = True, provider: ScriptedProcess | InProcessProvider | None = None,
+           api_key: str | None = None, tools: list[Tool] | None = None) -> RunState:
+    """`runner.interactive.drive_in_foreground` with the live turn line, tool progress and each
+    retry of a failed request (one line as it happens) on stderr. A Ctrl-C before the loop ran
+    prints the run's id and exits 3 at once."""
+    from runner import interactive
 
-        if state.status == "running":
-            state.status, state.reason = "interrupted", "cancelled: user pressed Stop before the run started"
-            state.interruption = CancelledInterruption(reason="user pressed Stop")
-            runs.save(state, (), lease)
-        typer.echo(f"interrupted: run {state.run_id} ({state.status}); continue it with: "
-                   f"runner resume {state.run_id}", err=True)
-        code = EXIT_CODES[state.status]
-    finally:
-        runs.release(lease)
-    # Saved, released and said: leave now. A normal exit after a KeyboardInterrupt was seen to
-    # die of SIGINT (exit -2) about 1 time in 15 during interpreter shutdown on this machine.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, faults: str | None,
-               show_progress: bool, provider: ScriptedProcess | None = None, api_key: str | None = None,
-               tools: list[Tool] | None = None) -> RunState:
-    """`provider`: a scripted provider already started for this run (stopped here), if any.
-    Each retry of a failed request is one line on stderr as it happens."""
-    from runner.cancel import CancelToken
-    from runner.endpoints import open_endpoint
-    from runner.harness import drive
-
-    cancel = CancelToken()
-    began = [time.perf_counter()]
-
-    def on_progress(tool: str, label: str) -> None:
-        if show_progress:
-            ms = (time.perf_counter() - began[0]) * 1000
-            typer.echo(f"  progress: {tool}: {label}  (t+{ms:,.0f} ms)", err=True)
+    def on_progress(tool: str, label: str, ms: float) -> None:
+        typer.echo(f"  progress: {tool}: {label}  (t+{ms:,.0f} ms)", err=True)
 
     turn_line = render.TurnLine()
 
@@ -197,27 +161,22 @@ def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, faults: str | N
         line = f"  retry {attempt}/{most} in {wait_s:.1f} s: {' '.join(error.split())}"
         typer.echo(render.fit(line, shutil.get_terminal_size((80, 24)).columns), err=True)
 
-    async def go(base_url: str, server_settings: dict[str, Any] | None) -> RunState:
-        began[0] = time.perf_counter()  # the run's clock, not the endpoint's start-up
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, cancel.cancel, "user pressed Stop")
-        try:
-            return await drive(state, base_url, runs, cancel=cancel, on_progress=on_progress, lease=lease,
-                               on_turn=turn_line if show_progress else None, server_settings=server_settings,
-                               api_key=api_key, tools=tools, on_retry=on_retry)
-        finally:
-            turn_line.close()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-            if cancel.is_cancelled:  # stopped and saved: a further Ctrl-C must not cut the report short
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    if provider is not None:
-        with provider as base_url:
-            return asyncio.run(go(base_url, None))
-    with open_endpoint(state.config.endpoint, faults=faults) as opened:
-        return asyncio.run(go(opened.base_url, opened.server_settings))
+    try:
+        return interactive.drive_in_foreground(
+            state, runs, lease, signals, faults=faults, provider=provider,
+            on_progress=on_progress if show_progress else None, on_turn=turn_line if show_progress else None,
+            api_key=api_key, tools=tools or (), on_retry=on_retry)
+    except interactive.StoppedEarly as stop:
+        turn_line.close()
+        typer.echo(f"interrupted: run {state.run_id} ({stop.state.status}); continue it with: "
+                   f"runner resume {state.run_id}", err=True)
+        # Saved, released and said: leave now. A normal exit after a KeyboardInterrupt was seen to
+        # die of SIGINT (exit -2) about 1 time in 15 during interpreter shutdown on this machine.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_CODES[stop.state.status])
+    finally:
+        turn_line.close()
 
 
 def _suite_prompt(task_id: str) -> str | None:
@@ -287,6 +246,7 @@ def run(
     def body() -> int:
         from runner import catalog
         from runner.config import Settings
+        from runner.interactive import StopSignals
         from runner.scripted import PROMPTS, SCENARIOS, parse_faults, scenario_name, scripted_provider
 
         if tool_errors not in ("text", "generic", "fatal"):
@@ -331,7 +291,8 @@ def run(
         own = [catalog.load(ref) for ref in refs.values()]  # a missing tool stops here: no run is made
         # Start the scripted provider now: it loads (~0.4 s) while this process builds the run.
         # _drive stops it; if anything fails before, it dies with this process.
-        provider = scripted_provider(latency_ms=latency_ms, faults=fault) if url is None and local is None and not detach else None
+        provider = (scripted_provider(latency_ms=latency_ms, faults=fault, in_process=True)
+                    if url is None and local is None and not detach else None)
         from runner.endpoints import Endpoint
         from runner.state import Limits, RunConfig, new_run
 
@@ -371,9 +332,10 @@ def run(
         if local is not None and not as_json:
             typer.echo(f"model: {local[0]}, first turn tool_choice={choice}\n"
                        f"  starting llama.cpp on {local[3].name} for this run", err=True)
+        signals = StopSignals.install()  # before the run exists: a Ctrl-C from here on keeps it resumable
         lease = runs.create(state, owner=store.default_owner())
         assert lease is not None
-        state = _drive(state, runs, lease, faults=fault, show_progress=not as_json, provider=provider,
+        state = _drive(state, runs, lease, signals, faults=fault, show_progress=not as_json, provider=provider,
                        api_key=key.value, tools=own)
         if not keep and _never_reached(state):
             runs.delete(runs.claim(state.run_id))
@@ -508,46 +470,24 @@ def resume(
 
     def body() -> int:
         from runner import catalog
-        from runner.harness import give_verdict
+        from runner.harness import Reopening, reopen
+        from runner.interactive import StopSignals
 
         own = [catalog.load(catalog.spec_to_ref(spec)) for spec in tool or []]
-        if approve and reject:
-            raise UsageError("give --approve or --reject, not both")
-        if reason and not reject:
-            raise UsageError("--reason goes with --reject CALL_ID")
         runs = store.open_store(store_url, runs=runs_dir, durability=durability)
-        lease = runs.claim(run_id)  # one driver at a time: a second one stops here (exit 2)
         try:
-            state = runs.load(run_id, force=force)
-            if state.status in ("completed", "failed"):
-                raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
-            if max_turns is not None:
-                state.config.limits.max_turns = max_turns or None
-            if max_budget is not None:
-                state.config.limits.max_budget_usd = max_budget
-            if latency_ms is not None and state.config.endpoint.kind == "scripted":
-                state.config.endpoint = state.config.endpoint.model_copy(update={"latency_ms": latency_ms})
-            _check_room(state)
-            catalog.build(state.config, own)  # a tool that cannot be found: one line, nothing changed
-            it = state.interruption
-            if (it is not None and it.type == "approval" and not (approve or reject) and not force
-                    and it.call_id not in state.approved):
-                raise UsageError(f"run {run_id} waits for a verdict on {it.tool_name} (call {it.call_id}); "
-                                 f"give --approve {it.call_id} or --reject {it.call_id} --reason TEXT")
-            if force:
-                runs.save(state, (), lease, force=True)
-            if approve or reject:  # saved with the new limits, if any
-                give_verdict(runs, lease, state, str(approve or reject), "approve" if approve else "reject",
-                             reason, empty=unsafe_empty_rejection)
-            elif (max_turns is not None or max_budget is not None or latency_ms is not None) and not force:
-                runs.save(state, (), lease)
-        except BaseException:
-            runs.release(lease)
-            raise
+            catalog.build(runs.load(run_id).config, own)  # a tool that cannot be found: one line, nothing changed
+        except store.RunNotFound:
+            pass  # reopen says so, after checking the options
+        signals = StopSignals.install() if not detach else None
+        state, lease = reopen(runs, run_id, Reopening(
+            approve=approve, reject=reject, reason=reason, empty_rejection=unsafe_empty_rejection,
+            max_turns=max_turns, max_budget_usd=max_budget, latency_ms=latency_ms, force=force))
         if detach:
             runs.release(lease, runnable=True)
             return _render_queued(state, as_json, runs)
-        state = _drive(state, runs, lease, show_progress=not as_json, api_key=api_key, tools=own)
+        assert signals is not None
+        state = _drive(state, runs, lease, signals, show_progress=not as_json, api_key=api_key, tools=own)
         return _render(state, as_json, runs)
 
     _guard(body)
@@ -577,16 +517,6 @@ def _render_queued(state: RunState, as_json: bool, runs: RunStore) -> int:
     else:
         typer.echo(f"queued run {state.run_id}; a worker drives it: runner worker --store {shlex.quote(str(runs.url))}")
     return 0
-
-
-def _check_room(state: RunState) -> None:
-    """A resume that would stop again at once, on the limit that stopped it, is a usage error."""
-    cfg = state.config.limits
-    if state.status == "max_turns_exceeded" and cfg.max_turns is not None and state.turns >= cfg.max_turns:
-        raise UsageError(f"run {state.run_id} stopped at its turn cap after {state.turns} turns; "
-                         f"give --max-turns larger than {state.turns}")
-    if cfg.max_budget_usd is not None and state.cost_usd >= cfg.max_budget_usd and state.status == "budget_exceeded":
-        raise UsageError(f"run {state.run_id} has spent ${state.cost_usd:.6f}; give --max-budget larger than that")
 
 
 @app.command("runs")
@@ -629,6 +559,8 @@ def list_runs(
         def reason(i: store.RunInfo) -> str:
             if i.shown_status == "died":
                 return "its process died; resume it with: runner resume " + i.state.run_id
+            if i.shown_status == "damaged":
+                return i.damage or "damaged; repair it with: runner repair " + i.state.run_id
             return f"driven by {i.driver}" if i.shown_status == "running" else i.state.reason or ""
 
         names = render.short_models(sorted({i.state.config.endpoint.model for i in infos}))
@@ -692,6 +624,8 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
     def body() -> int:
         runs = store.open_store(store_url, runs=runs_dir)
         events = runs.read_trace(run_id)
+        for problem in getattr(runs, "problems", []):
+            typer.echo(f"warning: {problem}", err=True)
         if as_json:
             for e in events:
                 typer.echo(e.model_dump_json(exclude_none=True))
@@ -743,6 +677,35 @@ def show(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar=
         else:
             width = shutil.get_terminal_size((80, 24)).columns
             typer.echo("\n".join(render.transcript_lines(state, events, width=width, full=full)))
+        return 0
+
+    _guard(body)
+
+
+@app.command()
+def repair(run_id: Annotated[str, typer.Argument(help="The damaged run.", metavar="RUN_ID")], runs_dir: RunsDir = None,
+           store_url: StoreOpt = None, as_json: JsonOut = False) -> None:
+    """Rebuild a run whose journal is damaged from its last good record and its trace, saying
+    which transitions are dropped and what may have happened after the last good record."""
+
+    def body() -> int:
+        report = store.open_store(store_url, runs=runs_dir).repair(run_id)
+        if as_json:
+            typer.echo(json.dumps(dataclasses.asdict(report)))
+            return 0
+        if report.kept_seq == report.new_seq:
+            typer.echo(f"run {run_id}: " + "; ".join(report.notes))
+            return 0
+        typer.echo(f"repaired run {run_id}: rebuilt from save {report.kept_seq} (now save {report.new_seq})")
+        typer.echo(f"dropped {len(report.dropped)}:" if report.dropped else "dropped: nothing committed after it")
+        for line in report.dropped:
+            typer.echo(f"  {line}")
+        typer.echo("may have happened outside the kept state:" if report.outside else "nothing started outside it")
+        for line in report.outside:
+            typer.echo(f"  {line}")
+        for line in report.notes:
+            typer.echo(f"note: {line}")
+        typer.echo(f"continue it with: runner resume {run_id}")
         return 0
 
     _guard(body)

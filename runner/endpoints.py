@@ -6,7 +6,8 @@ An endpoint is one of three kinds, decided by which field is set:
 - ``url``: `base_url` names an OpenAI-compatible endpoint that is already running;
 - ``local``: `local_model` names a GGUF (a manifest name or a path) that runner serves itself
   with its llama.cpp server (`runner.local.LocalServer`), started on open and stopped on close;
-- ``scripted``: neither is set: the scripted provider, started on a free loopback port.
+- ``scripted``: neither is set: the scripted provider, answering in this process
+  (`runner.scripted.InProcessProvider`: no second process, no socket).
 
 The spec is plain data: it is saved with every run (`RunConfig.endpoint`), so `resume`, a
 worker on another machine, or a Ray actor reaches the same model again. The CLI, the worker
@@ -65,7 +66,7 @@ def open_endpoint(endpoint: Endpoint, *, faults: str | None = None) -> Iterator[
     elif endpoint.kind == "scripted":
         from runner.scripted import scripted_provider
 
-        with scripted_provider(latency_ms=endpoint.latency_ms, faults=faults) as url:
+        with scripted_provider(latency_ms=endpoint.latency_ms, faults=faults, in_process=True) as url:
             yield Opened(url)
     else:
         from runner import local, models

@@ -13,8 +13,10 @@ with `--debug` for the traceback.
     │       └── ModelNotFound       (also a ModelError)
     ├── RunBusy (2)                 another process is driving the run
     ├── CorruptState (1)            a saved state or trace that cannot be read
-    │   └── StaleState              a state behind the stored one (an old copy)
+    │   ├── StaleState              a state behind the stored one (an old copy)
+    │   └── DamagedRun              a bad record mid-journal: `runner repair` rebuilds the run
     ├── StoreError (1)              the store itself (a database that cannot be reached)
+    │   ├── DiskFull                the disk holding the runs is full
     │   └── LeaseLost               another driver took the run over
     ├── ProviderError (1)           the endpoint gave no usable reply (its `kind` says why)
     ├── ModelError (1)              the model catalogue
@@ -84,6 +86,17 @@ class StoreError(RunnerError):
 class StaleState(CorruptState):
     """The state does not follow the stored one (its `seq` is behind): an old copy, or a
     writer that missed newer history. `--force` may override, and the override is traced."""
+
+
+class DamagedRun(CorruptState):
+    """A record in the middle of the run's journal is unreadable (fails its checksum, is not
+    JSON, or does not follow the one before it): the run is listed as `damaged` and refuses to
+    resume until `runner repair RUN_ID` rebuilds it from its last good record."""
+
+
+class DiskFull(StoreError):
+    """The disk holding the runs is full: the run stops `interrupted` (committed transitions
+    kept) and resumes once there is space."""
 
 
 class LeaseLost(StoreError):

@@ -9,6 +9,7 @@ import contextlib
 import shutil
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -17,6 +18,7 @@ from runner.cancel import CancelToken
 from runner.client import ChatClient, RetryCallback
 from runner.config import key_for
 from runner.endpoints import open_endpoint
+from runner.errors import UsageError
 from runner.resources import tasks_dir
 from runner.result import RunResult
 from runner.state import RunState
@@ -198,3 +200,81 @@ def give_verdict(store: RunStore, lease: Lease, state: RunState, call_id: str, v
         events.append(ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id, ms=0,
                                  ok=False, source="rejected", error=record.error))
     store.save(state, events, lease)
+
+
+@dataclass(frozen=True)
+class Reopening:
+    """What a resume asks for before the run continues: a verdict on its pending call, new
+    limits, the scripted provider's latency, or `force` (continue from an older copy)."""
+
+    approve: str | None = None
+    """A pending call id to approve."""
+    reject: str | None = None
+    """A pending call id to reject, with `reason` (the model reads it)."""
+    reason: str = ""
+    empty_rejection: bool = False
+    """Demonstration only: reject with an empty tool result."""
+    max_turns: int | None = None
+    """A new turn cap (0: no cap); None keeps the recorded one."""
+    max_budget_usd: float | None = None
+    latency_ms: float | None = None
+    force: bool = False
+
+    @property
+    def changes_limits(self) -> bool:
+        return self.max_turns is not None or self.max_budget_usd is not None or self.latency_ms is not None
+
+
+def reopen(store: RunStore, run_id: str, asked: Reopening) -> tuple[RunState, Lease]:
+    """Claim a stopped run and apply `asked` to it (committed), ready to be driven again under
+    the returned lease (the caller drives or releases it).
+
+    Raises:
+        UsageError: both a verdict and its opposite, a reason without a rejection, a final run,
+            a resume that would stop again at once on the limit that stopped it, or a run that
+            waits for a verdict none was given for. RunBusy: another process drives the run.
+    """
+    if asked.approve and asked.reject:
+        raise UsageError("give --approve or --reject, not both")
+    if asked.reason and not asked.reject:
+        raise UsageError("--reason goes with --reject CALL_ID")
+    lease = store.claim(run_id)  # one driver at a time: a second one stops here
+    try:
+        state = store.load(run_id, force=asked.force)
+        if state.status in ("completed", "failed"):
+            raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
+        _apply_limits(state, asked)
+        it = state.interruption
+        if (it is not None and it.type == "approval" and not (asked.approve or asked.reject) and not asked.force
+                and it.call_id not in state.approved):
+            raise UsageError(f"run {run_id} waits for a verdict on {it.tool_name} (call {it.call_id}); "
+                             f"give --approve {it.call_id} or --reject {it.call_id} --reason TEXT")
+        if asked.force:
+            store.save(state, (), lease, force=True)
+        if asked.approve or asked.reject:  # saved with the new limits, if any
+            give_verdict(store, lease, state, str(asked.approve or asked.reject),
+                         "approve" if asked.approve else "reject", asked.reason, empty=asked.empty_rejection)
+        elif asked.changes_limits and not asked.force:
+            store.save(state, (), lease)
+    except BaseException:
+        store.release(lease)
+        raise
+    return state, lease
+
+
+def _apply_limits(state: RunState, asked: Reopening) -> None:
+    """Raise the run's limits as asked; a resume that would stop again at once on the limit
+    that stopped it is a usage error."""
+    limits = state.config.limits
+    if asked.max_turns is not None:
+        limits.max_turns = asked.max_turns or None
+    if asked.max_budget_usd is not None:
+        limits.max_budget_usd = asked.max_budget_usd
+    if asked.latency_ms is not None and state.config.endpoint.kind == "scripted":
+        state.config.endpoint = state.config.endpoint.model_copy(update={"latency_ms": asked.latency_ms})
+    if state.status == "max_turns_exceeded" and limits.max_turns is not None and state.turns >= limits.max_turns:
+        raise UsageError(f"run {state.run_id} stopped at its turn cap after {state.turns} turns; "
+                         f"give --max-turns larger than {state.turns}")
+    if (limits.max_budget_usd is not None and state.cost_usd >= limits.max_budget_usd
+            and state.status == "budget_exceeded"):
+        raise UsageError(f"run {state.run_id} has spent ${state.cost_usd:.6f}; give --max-budget larger than that")

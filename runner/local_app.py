@@ -196,7 +196,9 @@ def build_app(backend: Backend, model_name: str) -> Callable[..., Any]:
                              "last_cancelled_tokens": stats.last_cancelled_tokens})
 
     async def stats(request: Request) -> Response:
-        return JSONResponse({"replies": list(backend.stats.recent)})
+        store = backend.engine.prefix_store if backend.engine is not None else None
+        return JSONResponse({"replies": list(backend.stats.recent),
+                             "prefix_cache": store.usage() if store is not None else None})
 
     async def list_models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [

@@ -13,7 +13,9 @@ a provider that stays unavailable through its retries leaves the run `interrupte
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -65,6 +67,7 @@ SLIPS = {
     "empty_tool_calls": 'finish_reason "tool_calls" with no tool calls',
     "blank_content": "no tool calls and blank content",
     "unparsed_tool_call": "a <tool_call> block the server could not parse",
+    "dropped_call": "a tool call the server dropped (cut off or unparseable)",
 }
 """The protocol slips, in words (see `ChatReply.slip`)."""
 
@@ -135,6 +138,12 @@ class Runtime:
             for event in events:
                 self.tracer.emit(event)
 
+    def before_effect(self) -> None:
+        """Called before something happens outside the run (a paid model request, a tool that
+        may write): what was committed must survive first (a store may flush here)."""
+        if self.run is not None:
+            self.run.sync()
+
     def defer(self, event: _Event) -> None:
         """Trace `event` with the next commit (it describes the transition being made)."""
         self._deferred.append(event)
@@ -174,12 +183,18 @@ async def run(state: RunState, rt: Runtime) -> RunState:
             if limit is not None:
                 _stop(state, *limit)
                 break
+            rt.before_effect()
             reply, max_tokens = await race(_ask_model(state, rt), rt.cancel)
             _record_reply(state, rt, reply, max_tokens)
     except Cancelled as exc:
         _stop(state, "interrupted", CancelledInterruption(reason=exc.reason), f"cancelled: {exc.reason}")
+    except asyncio.CancelledError:  # the task itself (asyncio.run's own Ctrl-C handling): saved, then passed on
+        _stop(state, "interrupted", CancelledInterruption(reason="task cancelled"), "cancelled: the run's task was cancelled")
+        raise
     except ProviderError as exc:
         _stop_for_provider(state, exc)
+    except store.DiskFull as exc:  # the stop below still commits: the store freed its reserve
+        _stop(state, "interrupted", CancelledInterruption(reason="disk full"), str(exc))
     finally:
         state.wall_ms += (time.perf_counter() - began) * 1000
         if state.status == "running":  # an unexpected exception is escaping: keep it resumable
@@ -269,10 +284,18 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     extra = {"tool_choice": choice} if state.turns == 0 and choice != "auto" else None
     meter = TurnMeter(state.turns + 1, rt.on_turn) if rt.on_turn else None  # live per-turn line
     reply = await rt.client.chat(cfg.endpoint.model, state.messages, rt.tool_schemas, max_tokens=max_tokens, extra=extra,
-                                 on_delta=meter.update if meter else None)
+                                 on_delta=meter.update if meter else None, call_ids=call_id_stem(state))
     if meter:
         meter.finish(reply.completion_tokens, reply.message.content or "")
     return reply, max_tokens
+
+
+def call_id_stem(state: RunState) -> str:
+    """The stem of the ids given to this turn's calls that came without one:
+    `call_<8 hex of sha256(run id)>_<turn>`, so the ids are the same on every resume and in
+    every run replayed under the same id."""
+    digest = hashlib.sha256(state.run_id.encode()).hexdigest()[:8]
+    return f"call_{digest}_{state.turns + 1}"
 
 
 def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: int | None) -> None:
@@ -359,9 +382,12 @@ async def _run_tool_calls(state: RunState, rt: Runtime, calls: list[ToolCall]) -
                 raise ToolError(f"unknown tool {call.function.name!r}; available tools: {names}")
             args = tool.parse(call.function.arguments)
         except ToolError as exc:
-            _answer(state, rt, call, rt.tool_error_text(exc), ToolRun(
-                call_id=call.id, tool_name=call.function.name, signature="invalid", ok=False, ms=0,
-                source="invalid", error=str(exc)))
+            record = ToolRun(call_id=call.id, tool_name=call.function.name, ok=False, ms=0, source="invalid",
+                             signature=_invalid_signature(call, known=tool is not None), error=str(exc))
+            _answer(state, rt, call, rt.tool_error_text(exc), record)
+            _fail_if_invalid_again(state, record, known=tool is not None)
+            if state.status != "running":
+                return
             continue
         signature = call_signature(tool.name, call.function.arguments)
         if _needs_verdict(state, tool, call, signature):
@@ -377,6 +403,28 @@ async def _run_tool_calls(state: RunState, rt: Runtime, calls: list[ToolCall]) -
             await _execute(state, rt, tool, call, args, signature)
         if state.status != "running":
             return
+
+
+def _invalid_signature(call: ToolCall, known: bool) -> str:
+    """The repeat key of a call that could not run: an unknown tool's name alone (whatever
+    its arguments, it fails the same way), else the tool and its arguments as sent."""
+    if not known:
+        return f"{call.function.name}:unknown"
+    return call_signature(call.function.name, call.function.arguments)
+
+
+def _fail_if_invalid_again(state: RunState, record: ToolRun, known: bool) -> None:
+    """Stop `failed` when the same invalid call (an unknown tool, or arguments that do not
+    parse or fit the tool's schema) came again: the identical-failure bound and the
+    repeated-call bound both count it, the smaller set one deciding (0 turns a bound off)."""
+    limits = state.config.limits
+    bounds = [n for n in (limits.max_identical_failures, limits.max_identical_calls) if n > 0]
+    streak = _streak(state, record)
+    if not bounds or streak < min(bounds):
+        return
+    what = (f"the model called the unknown tool {record.tool_name!r} {streak} times in a row" if not known
+            else f"{record.tool_name} was called with the same invalid arguments {streak} times in a row")
+    _fail(state, "repeated_failure", f"{what}: {record.error}", f"repeated invalid call: {what}")
 
 
 def _batch_limit(state: RunState, call: ToolCall) -> str | None:
@@ -430,6 +478,7 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
     if not tool.read_only:
         state.started[call.id] = signature  # from here until recorded, the call is in doubt
         rt.commit(state, start)
+        rt.before_effect()
     store.crash_point("tool_start")
     if tool.read_only:
         rt.tracer.emit(start)

@@ -1,12 +1,12 @@
 """The trace: append-only JSONL, one event per line, `runId` on every line.
 
 The vocabulary is small on purpose: `run_started`, `run_resumed`, `turn`, `tool_start`,
-`tool_progress`, `tool_result`, `tool_cancelled`, `approval_required`, `run_stopped`, and two
-operator events: `verdict` (an approval or rejection given from outside) and `state_forced`
-(`resume --force`). The event's `type` is snake_case; every other field name is camelCase
-(`runId`, `toolName`, `promptTokens`, `costUsd`), with units in the name where they are not
-tokens or counts (`ms`, `costUsd`). Each line also carries `ts` (Unix seconds) so a run
-spanning processes and days reads in order.
+`tool_progress`, `tool_result`, `tool_cancelled`, `approval_required`, `run_stopped`, and three
+operator events: `verdict` (an approval or rejection given from outside), `state_forced`
+(`resume --force`) and `run_repaired` (`runner repair`). The event's `type` is snake_case;
+every other field name is camelCase (`runId`, `toolName`, `promptTokens`, `costUsd`), with units
+in the name where they are not tokens or counts (`ms`, `costUsd`). Each line also carries `ts`
+(Unix seconds) so a run spanning processes and days reads in order.
 
 Format versions (`run_started.formatVersion`; `TRACE_FORMAT_VERSION` is written): 1, before the
 field was written, named the turn's token counts `prompt_tokens`, `completion_tokens` and
@@ -165,10 +165,24 @@ class StateForced(_Event):
     by: str
 
 
+class RunRepaired(_Event):
+    """`runner repair` rebuilt a run whose journal was damaged from its last good record."""
+
+    type: Literal["run_repaired"] = "run_repaired"
+    keptSeq: int
+    """The last good save the state was rebuilt from."""
+    dropped: list[str] = []
+    """One line per transition dropped."""
+    outside: list[str] = []
+    """One line per thing that may have happened after the last good record (a tool started,
+    a turn paid)."""
+    by: str
+
+
 TraceEvent = Annotated[
     Union[
         RunStarted, RunResumed, TurnEvent, ToolStart, ToolProgress, ToolResult, ToolCancelled,
-        ApprovalRequired, RunStopped, Verdict, StateForced,
+        ApprovalRequired, RunStopped, Verdict, StateForced, RunRepaired,
     ],
     Field(discriminator="type"),
 ]

@@ -270,7 +270,7 @@ def test_a_fresh_and_a_warm_server_give_the_same_reply(server: LocalServer) -> N
                       {"role": "user", "content": "Are you sure? Answer again in one sentence."}]
     warm = post(server, messages=second, tools=ALL_TOOLS, max_tokens=64)
     assert warm["runner"]["cached_prompt_tokens"] > 0
-    with LocalServer(models.resolve(SMOL), model_name="smollm2") as fresh_server:
+    with LocalServer(models.resolve(SMOL), model_name="smollm2", prefix_cache_mb=0) as fresh_server:
         fresh = post(fresh_server, messages=second, tools=ALL_TOOLS, max_tokens=64)
     assert fresh["runner"]["cached_prompt_tokens"] == 0
     assert fresh["choices"] == warm["choices"] and fresh["usage"] == warm["usage"]

@@ -75,7 +75,7 @@ lease = store.claim(sys.argv[2])
 state = store.load(sys.argv[2])
 state.messages.append(Message(role="assistant", content="late reply"))
 state.turns = 9
-store.save(state, [TurnEvent(runId=state.run_id, turn=9, prompt_tokens=1, completion_tokens=1, total_tokens=2,
+store.save(state, [TurnEvent(runId=state.run_id, turn=9, promptTokens=1, completionTokens=1, totalTokens=2,
                              costUsd=0.5, finish="stop", ms=1.0)], lease)
 store.release(lease)
 """
