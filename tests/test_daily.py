@@ -508,3 +508,10 @@ def test_suite_resume_finishes_a_cancelled_suite(tmp_path: Path) -> None:
         assert next(a for a in after["results"] if a["run_id"] == run_id)["cost_usd"] == r["cost_usd"]
     proc3 = runner("suite", "--resume", after["report_path"], "--runs-dir", "runs", cwd=tmp_path)
     assert proc3.returncode == 2 and "nothing to resume" in proc3.stderr
+
+
+def test_a_long_run_summary_keeps_the_per_turn_line_short(tmp_path: Path) -> None:
+    proc = runner("run", "--scenario", "runaway", "--max-turns", "30", "--runs-dir", "runs", cwd=tmp_path,
+                  env={"COLUMNS": "80"})
+    line = next(x for x in proc.stdout.splitlines() if "per-turn prompt tokens" in x)
+    assert "(30 turns)" in line and len(line) <= 80, line
