@@ -258,7 +258,8 @@ def run(
                              "max_budget_usd": max_budget, "timeout_s": timeout_s, "max_retries": max_retries,
                              "tool_choice": tool_choice, "tools": tool or None})
         if scenario is None:
-            settings.flags["base_url"] = base_url
+            if base_url is not None:
+                settings.flags["base_url"] = base_url
             url = settings.get("base_url")
         else:  # a scenario reaches a scripted provider: only one named here or in $RUNNER_BASE_URL
             url = base_url or os.environ.get("RUNNER_BASE_URL") or None
