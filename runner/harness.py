@@ -225,14 +225,17 @@ class Reopening:
         return self.max_turns is not None or self.max_budget_usd is not None or self.latency_ms is not None
 
 
-def reopen(store: RunStore, run_id: str, asked: Reopening) -> tuple[RunState, Lease]:
+def reopen(store: RunStore, run_id: str, asked: Reopening,
+           tools: Sequence[Tool] = ()) -> tuple[RunState, Lease]:
     """Claim a stopped run and apply `asked` to it (committed), ready to be driven again under
-    the returned lease (the caller drives or releases it).
+    the returned lease (the caller drives or releases it). `tools`: the tool objects the run
+    will be driven with, checked against the ones it recorded before anything changes.
 
     Raises:
         UsageError: both a verdict and its opposite, a reason without a rejection, a final run,
             a resume that would stop again at once on the limit that stopped it, or a run that
-            waits for a verdict none was given for. RunBusy: another process drives the run.
+            waits for a verdict none was given for; a tool the run offers that cannot be found.
+        RunBusy: another process drives the run.
     """
     if asked.approve and asked.reject:
         raise UsageError("give --approve or --reject, not both")
@@ -244,6 +247,7 @@ def reopen(store: RunStore, run_id: str, asked: Reopening) -> tuple[RunState, Le
         if state.status in ("completed", "failed"):
             raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
         _apply_limits(state, asked)
+        catalog.build(state.config, tools)  # a tool that cannot be found: one line, nothing changed
         it = state.interruption
         if (it is not None and it.type == "approval" and not (asked.approve or asked.reject) and not asked.force
                 and it.call_id not in state.approved):

@@ -20,13 +20,9 @@ from runner.harness import drive
 from runner.state import CancelledInterruption, RunState
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from runner.client import RetryCallback
     from runner.scripted import InProcessProvider, ScriptedProcess
     from runner.store import Lease, RunStore
     from runner.streaming import TurnProgress
-    from runner.tools import Tool
 
 OnToolProgress = Callable[[str, str, float], None]
 """Called with (tool name, label, ms since the run started in this process)."""
@@ -81,14 +77,13 @@ class StopSignals:
 def drive_in_foreground(state: RunState, runs: RunStore, lease: Lease, signals: StopSignals, *,
                         faults: str | None = None, provider: ScriptedProcess | InProcessProvider | None = None,
                         on_progress: OnToolProgress | None = None,
-                        on_turn: Callable[[TurnProgress], None] | None = None, api_key: str | None = None,
-                        tools: Sequence[Tool] = (), on_retry: RetryCallback | None = None) -> RunState:
+                        on_turn: Callable[[TurnProgress], None] | None = None, **options: Any) -> RunState:
     """Drive `state` under `lease` to its stop, starting its endpoint (or using `provider`, a
     scripted provider already starting for it, stopped here); releases the lease at the stop.
-    `api_key`, `tools` (your own tool objects the run names) and `on_retry` go to
-    `runner.harness.drive`.
     After it returns or raises, SIGINT and SIGTERM are ignored (the run is saved: nothing may
     cut the report short).
+
+    `options` go to `runner.harness.drive` (`tools`, `api_key`, `on_retry`).
 
     Raises:
         StoppedEarly: a press came before the loop ran (while the run was created or its
@@ -96,8 +91,7 @@ def drive_in_foreground(state: RunState, runs: RunStore, lease: Lease, signals: 
     """
     try:
         signals.arm()
-        return _drive(state, runs, lease, faults, provider, on_progress, on_turn, signals,
-                      {"api_key": api_key, "tools": list(tools) or None, "on_retry": on_retry})
+        return _drive(state, runs, lease, faults, provider, on_progress, on_turn, signals, options)
     except KeyboardInterrupt:
         raise stopped_early(state, runs, lease) from None
     finally:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from runner.chat_adapter import DEFAULT_MAX_TOKENS, HANDLER_NAME
-from runner.errors import LocalServerError, ModelError, UsageError
+from runner.errors import LocalServerError, ManifestError, ModelError, UsageError
 from runner.procs import die_with
 
 if TYPE_CHECKING:
@@ -104,6 +104,9 @@ class LocalSettings(BaseModel):
     prefix_cache_dir: Path | None = Field(default=None, description=(
         "Folder of the saved prefix KV states; default: kv-prefix in runner's cache "
         "($RUNNER_CACHE_DIR, else ~/.cache/runner)."))
+    untagged_calls: Literal["auto", "on", "off"] = Field(default="auto", description=(
+        "Read a reply that starts with a JSON object (bare, ```json, {{…}}) as a tool call, generated "
+        "under the call grammar (runner-hermes only); auto: as the model's manifest entry says."))
     omp_wait_policy: Literal["PASSIVE", "ACTIVE"] = Field(default="PASSIVE", description=(
         "OMP_WAIT_POLICY of the server process: PASSIVE threads sleep between decodes instead of spinning."))
     verbose: bool = Field(default=False, description="Let llama.cpp log to stderr.")
@@ -238,7 +241,7 @@ def serve(settings: LocalSettings) -> None:
     from runner.local_app import Backend, build_app
 
     backend = Backend(load_llama(settings), settings.chat_format, settings.max_tokens, settings.reuse_prefix,
-                      settings.jump_forward)
+                      settings.jump_forward, untagged_calls(settings))
     if backend.engine is not None:
         if settings.prefix_cache_mb and settings.reuse_prefix:
             backend.engine.prefix_store = prefix_store(settings)
@@ -257,6 +260,21 @@ def prefix_store(settings: LocalSettings) -> PrefixStore:
     directory = settings.prefix_cache_dir or kvprefix.default_directory()
     return kvprefix.PrefixStore(directory, kvprefix.file_sha256(settings.model, directory), settings.n_ctx,
                                 settings.prefix_cache_mb << 20)
+
+
+def untagged_calls(settings: LocalSettings) -> bool:
+    """Whether the server reads untagged calls: the setting when "on"/"off", else the
+    ``untagged_calls`` of the manifest entry whose file name is the served GGUF's (False for a
+    model the manifest does not know)."""
+    if settings.untagged_calls != "auto":
+        return settings.untagged_calls == "on"
+    from runner import models
+
+    try:
+        entry = models.entry_for("", settings.model)
+    except ManifestError:
+        return False
+    return entry is not None and entry.untagged_calls
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:

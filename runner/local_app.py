@@ -122,13 +122,14 @@ class Backend:
         default_max_tokens: reply cap when a request sets none, tokens.
         reuse_prefix: keep KV entries of leading messages shared with the previous request.
         jump_forward: evaluate text the call grammar forces as one batch.
+        untagged_calls: read a reply that opens with a JSON object as a call (`Engine`).
     """
 
     def __init__(self, llama: Llama, chat_format: str, default_max_tokens: int, reuse_prefix: bool = True,
-                 jump_forward: bool = True) -> None:
+                 jump_forward: bool = True, untagged_calls: bool = False) -> None:
         self.llama = llama
         self.chat_format = chat_format
-        self.engine = (Engine(llama, default_max_tokens, reuse_prefix, jump_forward)
+        self.engine = (Engine(llama, default_max_tokens, reuse_prefix, jump_forward, untagged_calls)
                        if chat_format == HANDLER_NAME else None)
         self.default_max_tokens = default_max_tokens
         self.stats = Stats()

@@ -118,6 +118,32 @@ class TurnLine:
             self.open = False
 
 
+class PullLine:
+    """Progress of a parts pull on stderr: one redrawn line on a terminal, else a line per part."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.label = ""
+        self.drawn_at = 0.0
+
+    def __call__(self, done_bytes: int, total_bytes: int, label: str) -> None:
+        line = f"  {done_bytes / 1e6:7.0f} of {total_bytes / 1e6:.0f} MB  {label}"
+        if not self.tty:
+            if not label.startswith("unpacking"):
+                print(line, file=sys.stderr, flush=True)
+            return
+        now = time.perf_counter()
+        if label != self.label or now - self.drawn_at >= 0.2:
+            self.label, self.drawn_at = label, now
+            sys.stderr.write("\r\x1b[2K" + line[: shutil.get_terminal_size((80, 24)).columns - 1])
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.tty and self.label:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
 def run_lines(state: RunState, trace_at: str) -> list[str]:
     """A stopped run for a person: the figures, the answer, where its trace is, and how to
     continue it when it can be continued (`trace_at`: a path or the command that prints it)."""

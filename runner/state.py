@@ -358,6 +358,15 @@ class RunConfig(BaseModel):
     dedupe_all: bool = False
     tool_errors: Literal["text", "generic", "fatal"] = "text"
     permanent_errors: bool = True
+    on_slip: Literal["corrective", "repeat", "fail"] = "corrective"
+    """What a protocol slip gets: ``corrective`` asks again with a short user message saying
+    what went wrong and what to do (kept in the transcript, named ``runner``); ``repeat`` sends
+    the same request again; ``fail`` fails the run at the first slip."""
+    answer_after_tool_turns: int | None = None
+    """After this many assistant turns of tool calls, the next request adds a user message
+    asking for the answer to the task (restated) and is sent with ``tool_choice: "none"``: the
+    model must answer from what it has read. None: never. The model manifest gives small local
+    models a value."""
     max_tool_result_chars: int | None = 20_000
     """Longer tool results are cut, with a marker the model reads (None: no cap)."""
     auto_approve: bool = False

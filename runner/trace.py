@@ -85,6 +85,10 @@ class TurnEvent(_Event):
     {"callId", "field": "id" | "arguments", "original", "sent"} each."""
     neutralised: int | None = None
     """Control-token look-alikes (`<|im_end|>`...) defused in this request's user/tool text."""
+    corrective: str | None = None
+    """With `slip` under ``on_slip: corrective``: the user message added before asking again."""
+    toolChoice: str | None = None
+    """The ``tool_choice`` this request sent, when runner set one (first turn, answer forcing)."""
 
 
 class ToolStart(_Event):

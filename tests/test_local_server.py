@@ -352,7 +352,7 @@ def wait_until(predicate: Any, timeout_s: float = 60) -> bool:
     return False
 
 
-@pytest.mark.parametrize("command", [["serve", "--port", "0"], ["suite", "--provider", "local", "--max-turns", "8"]])
+@pytest.mark.parametrize("command", [["serve", "--port", "0"], ["suite", "--provider", "local", "--model", SMOL, "--max-turns", "8"]])
 def test_sigkill_of_the_parent_leaves_no_server_behind(tmp_path: Path, command: list[str]) -> None:
     env = {**os.environ, "RUNNER_RUNS_DIR": str(tmp_path / "runs")}
     parent = subprocess.Popen([sys.executable, "-m", "runner", *command], stdout=subprocess.PIPE,
