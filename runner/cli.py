@@ -149,8 +149,9 @@ def _guard(fn: Callable[[], int]) -> None:
 def _drive(state: RunState, runs: RunStore, lease: Lease, signals: StopSignals, *, faults: str | None = None,
            show_progress: bool = True, provider: ScriptedProcess | InProcessProvider | None = None,
            api_key: str | None = None, tools: list[Tool] | None = None) -> RunState:
-    """`runner.interactive.drive_in_foreground` with the live turn line and tool progress on
-    stderr. A Ctrl-C before the loop ran prints the run's id and exits 3 at once."""
+    """`runner.interactive.drive_in_foreground` with the live turn line, tool progress and each
+    retry of a failed request (one line as it happens) on stderr. A Ctrl-C before the loop ran
+    prints the run's id and exits 3 at once."""
     from runner import interactive
 
     def on_progress(tool: str, label: str, ms: float) -> None:
@@ -340,6 +341,10 @@ def resume(
 
         own = [catalog.load(catalog.spec_to_ref(spec)) for spec in tool or []]
         runs = store.open_store(store_url, runs=runs_dir, durability=durability)
+        try:
+            catalog.build(runs.load(run_id).config, own)  # a tool that cannot be found: one line, nothing changed
+        except store.RunNotFound:
+            pass  # reopen says so, after checking the options
         signals = StopSignals.install() if not detach else None
         state, lease = reopen(runs, run_id, Reopening(
             approve=approve, reject=reject, reason=reason, empty_rejection=unsafe_empty_rejection,

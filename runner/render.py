@@ -158,7 +158,11 @@ def run_lines(state: RunState, trace_at: str) -> list[str]:
     if state.answer:
         echo(f"   answer: {json.dumps(state.answer, ensure_ascii=False)}")
     if state.per_turn:
-        echo("   per-turn prompt tokens: " + ", ".join(str(t.prompt_tokens) for t in state.per_turn))
+        counts = [str(t.prompt_tokens) for t in state.per_turn]
+        more = ""
+        if len(counts) > 8:  # one line: the first and last turns (`runner show` and --json have all)
+            counts, more = [*counts[:3], "…", *counts[-3:]], f" ({len(state.per_turn)} turns)"
+        echo("   per-turn prompt tokens: " + ", ".join(counts) + more)
     echo(f"   run id: {state.run_id}   trace: {trace_at}")
     if state.status not in ("completed",):
         echo(f"   stopped: {state.reason}")
