@@ -366,10 +366,12 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
         for task in suite.tasks:
             for repeat in range(1, repeats + 1):
                 # how `runner resume` reaches this endpoint again: a URL, or the local model to start
-                config = RunConfig(model=_model_for(column, task), max_turns=max_turns, max_tokens=max_tokens,
-                                   first_turn_tool_choice=column.first_turn_tool_choice,
-                                   base_url=column.base_url if column.kind == "url" else None,
-                                   local_model=column.model_path if column.kind == "local" else None, **harness)
+                config = RunConfig(**{"model": _model_for(column, task), "max_turns": max_turns,
+                                      "max_tokens": max_tokens,
+                                      "first_turn_tool_choice": column.first_turn_tool_choice,
+                                      "base_url": column.base_url if column.kind == "url" else None,
+                                      "local_model": column.model_path if column.kind == "local" else None,
+                                      **harness})
                 state = new_run(task.prompt, config, system=suite.system + addendum)
                 fanout.create(state, location)
                 jobs[state.run_id] = (column, task, repeat)
