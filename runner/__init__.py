@@ -16,15 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from runner.cancel import CancelToken
+    from runner.endpoints import Endpoint
     from runner.errors import RunnerError
     from runner.harness import execute
     from runner.loop import Runtime, approve, reject, run
     from runner.scripted import scripted_provider
-    from runner.state import Interruption, RunConfig, RunState, RunStatus, new_run, pending
+    from runner.state import Interruption, Limits, RunConfig, RunState, RunStatus, new_run, pending
     from runner.tools import PermanentToolError, Spawner, Tool, ToolContext, ToolError
 
 _EXPORTS = {
-    "CancelToken": "runner.cancel",
+    "CancelToken": "runner.cancel", "Endpoint": "runner.endpoints", "Limits": "runner.state",
     "execute": "runner.harness", "scripted_provider": "runner.scripted",
     "Runtime": "runner.loop", "approve": "runner.loop", "pending": "runner.state",
     "reject": "runner.loop", "run": "runner.loop",
@@ -36,7 +37,9 @@ _EXPORTS = {
 }
 __all__ = [
     "CancelToken",
+    "Endpoint",
     "Interruption",
+    "Limits",
     "PermanentToolError",
     "RunConfig",
     "RunState",

@@ -7,10 +7,12 @@ signal handler); async code awaits `wait()`, sync code polls `is_cancelled` or s
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
-from typing import Any, Callable, Coroutine, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, TypeVar
+
+if TYPE_CHECKING:
+    import asyncio  # imported where used: `from runner import run` stays ~14 ms lighter
 
 T = TypeVar("T")
 
@@ -45,6 +47,8 @@ class CancelToken:
 
     def _subscribe(self, callback: Callable[[], None]) -> tuple[asyncio.AbstractEventLoop, Callable[[], None]] | None:
         """Have `callback` called on the running loop once cancelled; None if already cancelled."""
+        import asyncio
+
         entry = (asyncio.get_running_loop(), callback)
         with self._lock:
             if self._event.is_set():
@@ -58,6 +62,8 @@ class CancelToken:
 
     async def wait(self) -> str:
         """Return the reason once cancelled (never returns if nobody cancels)."""
+        import asyncio
+
         event = asyncio.Event()
         entry = self._subscribe(event.set)
         if entry is None:
@@ -89,6 +95,8 @@ async def race(awaitable: Coroutine[Any, Any, T], token: CancelToken) -> T:
     cancellation it causes is turned into `Cancelled`. A cancellation from anywhere else
     propagates unchanged.
     """
+    import asyncio
+
     if token.is_cancelled:
         awaitable.close()
         raise Cancelled(token.reason or "cancelled")

@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from llama_cpp import Llama
 
+    from runner.kvprefix import PrefixStore
+
 HANDLER_NAME = "runner-hermes"
 DEFAULT_MAX_TOKENS = 512
 MAX_CALLS_PER_TURN = 8
@@ -76,7 +78,17 @@ class RequestError(ValueError):
 
 
 class ContextOverflow(RequestError):
-    """The rendered prompt does not fit the context window."""
+    """The rendered prompt does not fit the context window.
+
+    Attributes:
+        n_prompt_tokens: the prompt's tokens. n_ctx: the context window, tokens.
+    """
+
+    def __init__(self, n_prompt_tokens: int, n_ctx: int) -> None:
+        super().__init__(f"This model's maximum context length is {n_ctx} tokens; "
+                         f"the prompt has {n_prompt_tokens} tokens")
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
 
 
 @dataclass(frozen=True)
@@ -717,7 +729,16 @@ class Engine:
             fenced or in doubled braces) is a call (`untagged_start`): generation rewinds to the
             reply's start and writes it again under `untagged_call_grammar`. For models that
             write calls without the ``<tool_call>`` tag (Qwen2.5-Coder); the manifest says which.
+
+    `prefix_store`, when set, gives a cold engine the first segment's KV entries from disk
+    (`runner.kvprefix`): loaded when no segment is reused from memory, saved when it was
+    evaluated into an empty cache.
     """
+
+    prefix_store: PrefixStore | None = None
+    _disk_prefix: list[int] | None = None
+    """The first segment as loaded from disk, while its KV entries are in the cache."""
+    _disk_tokens = 0
 
     def __init__(self, llama: Llama, default_max_tokens: int = DEFAULT_MAX_TOKENS,
                  reuse_prefix: bool = True, jump_forward: bool = True, untagged_calls: bool = False) -> None:
@@ -772,8 +793,7 @@ class Engine:
         prompt_tokens = sum(len(s) for s in seg_tokens)
         room = llama.n_ctx() - prompt_tokens
         if room < 1:
-            raise ContextOverflow(f"This model's maximum context length is {llama.n_ctx()} tokens; "
-                                  f"the prompt has {prompt_tokens} tokens")
+            raise ContextOverflow(prompt_tokens, llama.n_ctx())
         max_tokens = min(request.max_tokens or self.default_max_tokens, room)
         cached = self._load_prompt(seg_tokens)
         prompt_done = time.perf_counter()
@@ -868,6 +888,7 @@ class Engine:
             "eval_tokens": generated,
             "eval_ms": round((done - prompt_done) * 1000, 3),
             "first_token_ms": round(first_token_ms, 3),
+            "prefix_disk_tokens": self._disk_tokens,
             "handler_ms": round((done - began) * 1000, 3),
             "dropped_call": splitter.dropped_call,
         })
@@ -879,13 +900,44 @@ class Engine:
         limit = min(len(self._segments), len(seg_tokens) - 1) if self.reuse_prefix else 0  # header: always
         while keep < limit and self._segments[keep] == seg_tokens[keep]:
             keep += 1
+        if keep == 0 and self.reuse_prefix and len(seg_tokens) > 1:
+            keep = self._restore_prefix(seg_tokens[0])
+        self._disk_tokens = len(seg_tokens[0]) if keep and seg_tokens[0] == self._disk_prefix else 0
         self._segments = seg_tokens[:keep]
         cached = sum(len(s) for s in self._segments)
         self.llama.n_tokens = cached  # eval() drops every KV entry from here on
         for segment in seg_tokens[keep:]:
             self.llama.eval(segment)
             self._segments.append(segment)
+            if len(self._segments) == 1 and len(seg_tokens) > 1:
+                self._disk_prefix = None
+                self._save_prefix(segment)
         return cached
+
+    def warm_up(self) -> None:
+        """Get a cold engine ready before its first request, as llama.cpp's own server does:
+        one throwaway decode (the model's weights are read in, buffers allocated), then an
+        empty cache again; then, with a prefix store, its most recently used saved prefix
+        is loaded as if the previous request had left it."""
+        self.llama.n_tokens = 0
+        self.llama.eval(self._tokenize("<|im_start|>"))
+        self.llama.n_tokens = 0
+        self.llama._ctx.kv_cache_seq_rm(-1, 0, -1)
+        self._segments = []
+        tokens = self.prefix_store.latest() if self.prefix_store is not None and self.reuse_prefix else None
+        if tokens and self._restore_prefix(tokens):
+            self._segments = [tokens]
+
+    def _restore_prefix(self, tokens: list[int]) -> int:
+        """1 if the prefix store loaded `tokens`' KV entries (the first segment), else 0."""
+        if self.prefix_store is None or not self.prefix_store.restore(self.llama, tokens):
+            return 0
+        self._disk_prefix = tokens
+        return 1
+
+    def _save_prefix(self, tokens: list[int]) -> None:
+        if self.prefix_store is not None and self.reuse_prefix:
+            self.prefix_store.save(self.llama, tokens)
 
     def _rewind_reply(self, header: list[int]) -> None:
         """Forget the tokens generated so far: drop their KV entries and evaluate the assistant

@@ -9,6 +9,7 @@ with `--debug` (accepted anywhere on the command line) for the traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -16,7 +17,7 @@ import shlex
 import shutil
 import signal
 import sys
-import time
+import textwrap
 import typing
 from pathlib import Path
 from types import ModuleType
@@ -43,13 +44,16 @@ def _lazy_module(name: str) -> ModuleType:
 if TYPE_CHECKING:
     import asyncio
 
-    from runner import store
-    from runner.scripted import ScriptedProcess
+    from runner import render, store
+    from runner.interactive import StopSignals
+    from runner.scripted import InProcessProvider, ScriptedProcess
     from runner.state import RunState, RunStatus
     from runner.store import Lease, RunStore
+    from runner.tools import Tool
 else:  # `runner --help` needs neither the event loop nor the store's pydantic models (~100 ms)
     asyncio = _lazy_module("asyncio")
     store = _lazy_module("runner.store")
+    render = _lazy_module("runner.render")
 
 DEFAULT_MAX_TURNS = 20
 """= runner.state.DEFAULT_MAX_TURNS, for the help text (tests/test_startup.py checks they agree):
@@ -64,12 +68,15 @@ USAGE = 2
 
 # Plain click help: rich's boxes cut long option names at 80 columns.
 app = typer.Typer(help="runner: drive, measure and govern an agent loop on your own machine.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None)
 scripted_app = typer.Typer(help="The scripted provider (replies are a pure function of the conversation).",
                            no_args_is_help=True, rich_markup_mode=None)
 models_app = typer.Typer(help="Local GGUF models: list and download.", no_args_is_help=True,
                          rich_markup_mode=None)
+config_app = typer.Typer(help="Settings: the config files, the environment, and where each value comes from.",
+                         no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(config_app, name="config")
 app.add_typer(scripted_app, name="scripted")
 app.add_typer(models_app, name="models")
 
@@ -85,6 +92,10 @@ DurabilityOpt = Annotated[Optional[str], typer.Option(
     help="What each committed transition survives: process (a kill of this process, SIGKILL included) "
          "or power (also an OS crash or power loss: one disk flush per transition).")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+OtlpOpt = Annotated[Optional[str], typer.Option(
+    "--otlp-endpoint", envvar="OTEL_EXPORTER_OTLP_ENDPOINT", metavar="URL",
+    help="Send the runs as OpenTelemetry traces (GenAI conventions) over OTLP/HTTP, live, e.g. "
+         "http://127.0.0.1:6006 (Phoenix); /v1/traces is added unless given. pip install 'runner[otel]'.")]
 MaxTurns = Annotated[Optional[int], typer.Option("--max-turns", min=0, help=(
     f"Stop before turn N+1 (a new run's default: {DEFAULT_MAX_TURNS}; 0: no turn cap)."))]
 MaxBudget = Annotated[Optional[float], typer.Option(
@@ -109,61 +120,6 @@ def _print_version(shown: bool) -> None:
 
         typer.echo(f"runner {__version__}")
         raise typer.Exit(0)
-
-
-def _console() -> Any:
-    """A rich console for stdout: the terminal's width, else $COLUMNS, else 80 when piped.
-    Tables shorten their text columns to fit and never wrap a number (`--json` has it all)."""
-    from rich.console import Console
-
-    return Console()
-
-
-def _print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
-    """Print a compact table that fits the console. Each column is (header, kind): "id" and
-    "num" cells are never cut or wrapped; "text" columns share the width that is left, cut at
-    the end with "…" ("path": cut at the start, where names differ least), and the rightmost
-    goes first when fewer than 8 characters would remain for each."""
-    import io
-
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
-    def build(keep: list[int], share: int) -> Table:
-        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0), collapse_padding=True)
-        for i in keep:
-            header, kind = columns[i]
-            fixed_width = share if kind in ("text", "path") else None
-            table.add_column(header, no_wrap=True, width=fixed_width, justify="right" if kind == "num" else "left")
-        for row in rows:
-            table.add_row(*(_cut(row[i], share, columns[i][1]) for i in keep))
-        return table
-
-    def width_of(table: Table) -> int:
-        probe = Console(file=io.StringIO(), width=10_000)
-        probe.print(table)
-        return max(len(line.rstrip()) for line in probe.file.getvalue().splitlines())  # type: ignore[attr-defined]
-
-    console = _console()
-    keep = list(range(len(columns)))
-    while True:
-        texts = [i for i in keep if columns[i][1] in ("text", "path")]
-        if not texts:
-            break
-        share = 1 + (console.width - width_of(build(keep, 1))) // len(texts)
-        if share >= 8:
-            break
-        keep.remove(texts[-1])
-    console.print(build(keep, share if texts else 0))
-
-
-def _cut(cell: str, share: int, kind: str) -> str:
-    if kind not in ("text", "path") or len(cell) <= share:
-        return cell
-    if share <= 1:
-        return "…"
-    return "…" + cell[-(share - 1):] if kind == "path" else cell[: share - 1] + "…"
 
 
 def _guard(fn: Callable[[], int]) -> None:
@@ -191,105 +147,39 @@ def _guard(fn: Callable[[], int]) -> None:
     raise typer.Exit(code)
 
 
-def _drive(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float = 0, faults: str | None = None,
-           show_progress: bool = True, provider: ScriptedProcess | None = None) -> RunState:
-    """Run `state` under `lease` with Ctrl-C wired to the Stop signal, starting its endpoint
-    (the scripted provider, or the local model it records) if needed; releases the lease at
-    the stop. A Ctrl-C outside the loop's own handler (while the endpoint starts, or a second
-    one) keeps the run resumable, prints its id and exits 3."""
-    code = EXIT_CODES["interrupted"]
+def _drive(state: RunState, runs: RunStore, lease: Lease, signals: StopSignals, *, faults: str | None = None,
+           show_progress: bool = True, provider: ScriptedProcess | InProcessProvider | None = None,
+           api_key: str | None = None, tools: list[Tool] | None = None) -> RunState:
+    """`runner.interactive.drive_in_foreground` with the live turn line and tool progress on
+    stderr. A Ctrl-C before the loop ran prints the run's id and exits 3 at once."""
+    from runner import interactive
+
+    def on_progress(tool: str, label: str, ms: float) -> None:
+        typer.echo(f"  progress: {tool}: {label}  (t+{ms:,.0f} ms)", err=True)
+
+    turn_line = render.TurnLine()
+
+    def on_retry(attempt: int, most: int, error: str, wait_s: float) -> None:
+        turn_line.close()
+        line = f"  retry {attempt}/{most} in {wait_s:.1f} s: {' '.join(error.split())}"
+        typer.echo(render.fit(line, shutil.get_terminal_size((80, 24)).columns), err=True)
+
     try:
-        return _drive_run(state, runs, lease, latency_ms=latency_ms, faults=faults, show_progress=show_progress,
-                          provider=provider)
-    except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further Ctrl-C must not cut this short
-        from runner.state import CancelledInterruption
-
-        if state.status == "running":
-            state.status, state.reason = "interrupted", "cancelled: user pressed Stop before the run started"
-            state.interruption = CancelledInterruption(reason="user pressed Stop")
-            runs.save(state, (), lease)
-        typer.echo(f"interrupted: run {state.run_id} ({state.status}); continue it with: "
+        return interactive.drive_in_foreground(
+            state, runs, lease, signals, faults=faults, provider=provider,
+            on_progress=on_progress if show_progress else None, on_turn=turn_line if show_progress else None,
+            on_retry=on_retry, api_key=api_key, tools=tools)
+    except interactive.StoppedEarly as stop:
+        turn_line.close()
+        typer.echo(f"interrupted: run {state.run_id} ({stop.state.status}); continue it with: "
                    f"runner resume {state.run_id}", err=True)
-        code = EXIT_CODES[state.status]
+        # Saved, released and said: leave now. A normal exit after a KeyboardInterrupt was seen to
+        # die of SIGINT (exit -2) about 1 time in 15 during interpreter shutdown on this machine.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_CODES[stop.state.status])
     finally:
-        runs.release(lease)
-    # Saved, released and said: leave now. A normal exit after a KeyboardInterrupt was seen to
-    # die of SIGINT (exit -2) about 1 time in 15 during interpreter shutdown on this machine.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def _drive_run(state: RunState, runs: RunStore, lease: Lease, *, latency_ms: float, faults: str | None,
-               show_progress: bool, provider: ScriptedProcess | None = None) -> RunState:
-    """`provider`: a scripted provider already started for this run (stopped here), if any."""
-    from runner.cancel import CancelToken
-    from runner.harness import endpoint, execute
-
-    cancel = CancelToken()
-    began = [time.perf_counter()]
-
-    def on_progress(tool: str, label: str) -> None:
-        if show_progress:
-            ms = (time.perf_counter() - began[0]) * 1000
-            typer.echo(f"  progress: {tool}: {label}  (t+{ms:,.0f} ms)", err=True)
-
-    turn_line = _TurnLine()
-
-    async def go(base_url: str) -> RunState:
-        began[0] = time.perf_counter()  # the run's clock, not the endpoint's start-up
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, cancel.cancel, "user pressed Stop")
-        try:
-            return await execute(state, base_url, runs, cancel=cancel, on_progress=on_progress, lease=lease,
-                                 on_turn=turn_line if show_progress else None)
-        finally:
-            turn_line.close()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-            if cancel.is_cancelled:  # stopped and saved: a further Ctrl-C must not cut the report short
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    with provider if provider is not None else endpoint(state.config, latency_ms=latency_ms, faults=faults) as base_url:
-        return asyncio.run(go(base_url))
-
-
-class _TurnLine:
-    """The live per-turn line on stderr (issue 12): turn N, elapsed, tokens so far and the
-    reply's tail, redrawn as chunks stream in on a terminal (one line, fitted to its width);
-    elsewhere one line per finished turn. `close()` ends a line left open by a turn that
-    failed or was interrupted, so what is printed next starts on a line of its own."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
-        self.width = shutil.get_terminal_size((80, 24)).columns
-        self.drawn_at = 0.0
-        self.open = False
-
-    def __call__(self, p: Any) -> None:
-        head = f"  turn {p.turn}  {p.elapsed_ms / 1000:5.1f} s  {p.tokens:>4} tokens"
-        room = self.width - len(head) - 5  # one line, or the \r redraw leaves wrapped rows behind
-        text = " ".join(p.text.split())
-        tail = ("…" + text[-(room - 1):] if len(text) > room else text) if room > 8 else ""
-        line = head + (f'  "{tail}"' if tail else "")
-        if not self.tty:
-            if p.done:
-                typer.echo(line, err=True)
-            return
-        now = time.perf_counter()
-        if p.done or now - self.drawn_at >= 0.1:
-            self.drawn_at = now
-            sys.stderr.write("\r\x1b[2K" + line + ("\n" if p.done else ""))
-            sys.stderr.flush()
-            self.open = not p.done
-
-    def close(self) -> None:
-        if self.open:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self.open = False
+        turn_line.close()
 
 
 def _suite_prompt(task_id: str) -> str | None:
@@ -299,68 +189,35 @@ def _suite_prompt(task_id: str) -> str | None:
     return next((t.prompt for t in load_suite().tasks if t.id == task_id), None)
 
 
-def _summary(state: RunState) -> dict[str, Any]:
-    """The JSON shape of `run`/`resume` (R12)."""
-    return {
-        "run_id": state.run_id,
-        "model": state.config.model,
-        "status": state.status,
-        "reason": state.reason,
-        "interruption": state.interruption.model_dump() if state.interruption else None,
-        "error": state.error.model_dump(exclude_none=True) if state.error else None,
-        "turns": state.turns,
-        "tool_runs": state.tool_run_count,
-        "prompt_tokens": state.prompt_tokens,
-        "completion_tokens": state.completion_tokens,
-        "cost_usd": round(state.cost_usd, 9),
-        "child_cost_usd": round(state.child_cost_usd, 9),
-        "wall_ms": round(state.wall_ms, 3),
-        "answer": state.answer,
-        "per_turn_prompt_tokens": [t.prompt_tokens for t in state.per_turn],
-    }
-
-
-def _render(state: RunState, as_json: bool, runs: RunStore) -> int:
-    if as_json:
-        typer.echo(json.dumps(_summary(state)))
-        return EXIT_CODES[state.status]
-    name = state.config.model.removeprefix("scripted/")
-    typer.echo(f"{name}  turns={state.turns}  tools={state.tool_run_count}  in={state.prompt_tokens:,}  "
-               f"out={state.completion_tokens:,}  cost=${state.cost_usd:.6f}  ms={state.wall_ms:,.0f}  "
-               f"status={state.status}")
-    if state.answer:
-        typer.echo(f"   answer: {json.dumps(state.answer, ensure_ascii=False)}")
-    if state.per_turn:
-        typer.echo("   per-turn prompt tokens: " + ", ".join(str(t.prompt_tokens) for t in state.per_turn))
-    where = runs.trace_path(state.run_id) if isinstance(runs, store.FileStore) else f"runner trace {state.run_id} --store URL"
-    typer.echo(f"   run id: {state.run_id}   trace: {where}")
-    if state.status not in ("completed",):
-        typer.echo(f"   stopped: {state.reason}")
-    it = state.interruption
-    if it is not None and it.type == "approval":
-        typer.echo(f"   waiting for approval: {it.tool_name}({json.dumps(it.args)})  call id {it.call_id}"
-                   + ("  [in doubt: it may already have run]" if it.in_doubt else ""))
-        typer.echo(f"   decide with: runner resume {state.run_id} --approve {it.call_id}"
-                   f"  |  --reject {it.call_id} --reason TEXT")
-    elif state.status == "max_turns_exceeded":
-        typer.echo(f"   resume with: runner resume {state.run_id} --max-turns N   (N > {state.turns}; 0: no cap)")
-    elif state.status == "budget_exceeded":
-        typer.echo(f"   resume with: runner resume {state.run_id} --max-budget USD   (more than ${state.cost_usd:.6f})")
-    elif state.status == "interrupted":
-        typer.echo(f"   resume with: runner resume {state.run_id}")
-    return EXIT_CODES[state.status]
-
-
 @app.command()
 def run(
-    prompt: Annotated[Optional[str], typer.Argument(help="The user's task (default: the scenario's own).")] = None,
+    prompt: Annotated[Optional[str], typer.Argument(help="The user's task (default: the scenario's own); - reads it from stdin.")] = None,
     scenario: Annotated[Optional[str], typer.Option(help=(
         "A scripted scenario: plan, runaway, stuck, recover, destructive, repeat, double_delete, denied, slow, "
         "research, quirks, or a suite task (timeout_file, count_files, read_notes, read_each, "
         "largest_file, rotate_logs)."))] = None,
     base_url: Annotated[Optional[str], typer.Option(
-        "--base-url", envvar="RUNNER_BASE_URL", help="Any OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1.")] = None,
-    model: Annotated[Optional[str], typer.Option(help="Model name sent to --base-url.")] = None,
+        "--base-url", help="Any OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 "
+                           "[env RUNNER_BASE_URL, OPENAI_BASE_URL; config base_url].")] = None,
+    model: Annotated[Optional[str], typer.Option(help=(
+        "Model name sent to --base-url; with no base URL, a local model (a name from `runner models list`, "
+        "a unique start of one, or a .gguf path) that runner serves with llama.cpp for this run "
+        "[env RUNNER_MODEL; config model]."))] = None,
+    prompt_file: Annotated[Optional[Path], typer.Option("--prompt-file", help="Read the prompt from this file.")] = None,
+    api_key: Annotated[Optional[str], typer.Option(
+        "--api-key", help="API key for --base-url (never saved; a resume needs it again). Prefer an environment "
+                          "variable: $RUNNER_API_KEY, the one the config's api_key_env names, or $OPENAI_API_KEY.")] = None,
+    api_key_env: Annotated[Optional[str], typer.Option(
+        "--api-key-env", help="NAME of the environment variable that holds the key (recorded, so resume finds it).")] = None,
+    tool: Annotated[Optional[list[str]], typer.Option(
+        "--tool", help="Offer a tool of your own (repeatable): MODULE:ATTRIBUTE (a runner.Tool subclass or "
+                       "instance; ./MODULE.py is found) or the name of an installed plugin (entry point group "
+                       "runner.tools) [config tools].")] = None,
+    no_builtin_tools: Annotated[bool, typer.Option(
+        "--no-builtin-tools", help="Offer only the --tool tools, not the built-in workspace tools.")] = False,
+    tool_choice: Annotated[Optional[str], typer.Option(
+        "--tool-choice", metavar="auto|required|none",
+        help="tool_choice of the first turn [default: the local model's manifest value, else auto].")] = None,
     max_turns: MaxTurns = None,
     max_budget: MaxBudget = None,
     dedupe: Annotated[bool, typer.Option(help="Answer a repeated read-only call from the cache.")] = False,
@@ -372,63 +229,94 @@ def run(
     on_slip: Annotated[str, typer.Option(help="A reply with no answer and no usable call: corrective (ask again with a message saying what went wrong), repeat (ask again as before) or fail.")] = "corrective",
     answer_after: Annotated[Optional[int], typer.Option(min=1, help="After this many turns of tool calls, ask for the answer (tool_choice none) [default: never].")] = None,
     cap_max_tokens: Annotated[bool, typer.Option(help="Also cap each reply's max_tokens from the budget left (after an estimate of the prompt), so spend stays under --max-budget as far as the estimate holds.")] = False,
-    price_in: Annotated[float, typer.Option(min=0.0, help="USD per million prompt tokens.")] = 2.0,
-    price_out: Annotated[float, typer.Option(min=0.0, help="USD per million completion tokens.")] = 12.0,
-    timeout_s: Annotated[float, typer.Option(min=0.001, help="Per-request timeout, seconds.")] = 600.0,
-    max_retries: Annotated[int, typer.Option(min=0, help="Retries for 429/5xx/timeouts.")] = 4,
+    price_in: Annotated[Optional[float], typer.Option(min=0.0, help="USD per million prompt tokens [default: 2.0; config price_in_usd_per_mtok].")] = None,
+    price_out: Annotated[Optional[float], typer.Option(min=0.0, help="USD per million completion tokens [default: 12.0; config price_out_usd_per_mtok].")] = None,
+    timeout_s: Annotated[Optional[float], typer.Option(min=0.001, help="Per-request timeout, seconds [default: 600].")] = None,
+    max_retries: Annotated[Optional[int], typer.Option(min=0, help="Retries for 429/5xx/timeouts/refused connections, each shown as it happens [default: 4].")] = None,
     research: Annotated[bool, typer.Option("--research", help="Also offer the research tool (a child agent); on by default for --scenario research.")] = False,
     research_max_turns: Annotated[int, typer.Option(min=1, help="Turn cap of each research child run.")] = 6,
     research_max_budget: Annotated[float, typer.Option(min=0.0, help="Budget of each research child run, USD.")] = 0.05,
     latency_ms: Annotated[float, typer.Option(min=0.0, help="Scripted provider: delay every reply by this many ms.")] = 0.0,
     fault: Annotated[Optional[str], typer.Option(help="Scripted provider: faults KIND@TURN,... (429, 500, 401, truncated, slow).")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="Queue the run for `runner worker` instead of driving it here.")] = False,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the run even if it never got a reply from its endpoint (by default such a run is not kept: nothing was paid, nothing to resume).")] = False,
     runs_dir: RunsDir = None,
     store_url: StoreOpt = None,
     durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None,
     as_json: JsonOut = False,
 ) -> None:
-    """Start a run: scripted (--scenario) or against any endpoint (--base-url + --model)."""
+    """Start a run: scripted (--scenario), against any endpoint (--base-url + --model), or on a
+    local model runner serves itself (--model NAME alone)."""
 
     def body() -> int:
+        from runner import catalog
+        from runner.config import Settings
+        from runner.interactive import StopSignals
         from runner.scripted import PROMPTS, SCENARIOS, parse_faults, scenario_name, scripted_provider
 
         if tool_errors not in ("text", "generic", "fatal"):
             raise UsageError("--tool-errors must be text, generic or fatal")
         if on_slip not in ("corrective", "repeat", "fail"):
             raise UsageError("--on-slip must be corrective, repeat or fail")
-        if scenario is None and base_url is None:
-            raise UsageError("give --scenario NAME (scripted), or --base-url URL --model NAME; "
-                             "both together run the scenario on a scripted provider already serving at URL")
+        if tool_choice is not None and tool_choice not in ("auto", "required", "none"):
+            raise UsageError(f"--tool-choice must be auto, required or none, got {tool_choice!r}")
+        settings = Settings({"model": model, "api_key_env": api_key_env, "price_in_usd_per_mtok": price_in,
+                             "price_out_usd_per_mtok": price_out, "max_turns": max_turns,
+                             "max_budget_usd": max_budget, "timeout_s": timeout_s, "max_retries": max_retries,
+                             "tool_choice": tool_choice, "tools": tool or None})
+        if scenario is None:
+            settings.flags["base_url"] = base_url
+            url = settings.get("base_url")
+        else:  # a scenario reaches a scripted provider: only one named here or in $RUNNER_BASE_URL
+            url = base_url or os.environ.get("RUNNER_BASE_URL") or None
+        chosen_model = model if scenario is not None else settings.get("model")
+        local = _local_choice(chosen_model) if scenario is None and url is None and chosen_model else None
+        if scenario is None and url is None and local is None:
+            raise UsageError("give --scenario NAME (scripted), --model NAME (a local model runner serves), or "
+                             "--base-url URL --model NAME; both --scenario and --base-url run the scenario on a "
+                             "scripted provider already serving at URL"
+                             + (f"; {chosen_model!r} is not a local model (runner models list)" if chosen_model else ""))
         if scenario is not None and scenario_name(scenario) not in SCENARIOS:
             shown = [s for s in SCENARIOS if s != "research_child"]  # the research tool's child, not a scenario to run
             raise UnknownScenario(f"unknown scenario {scenario!r}; known: {', '.join(shown)}")
         if scenario is not None and model:
             raise UsageError("--model goes with --base-url alone; a scenario names its own model")
-        if scenario is None and not model:
+        if scenario is None and not chosen_model:
             raise UsageError("--base-url needs --model")
-        if base_url is not None and (fault or latency_ms):
+        if (url is not None or local is not None) and (fault or latency_ms):
             raise UsageError("--fault and --latency-ms configure the scripted provider runner starts; with --base-url, "
                              "start that provider with `runner scripted serve --fault ...`")
-        if base_url is not None and not base_url.startswith(("http://", "https://")):
-            raise UsageError(f"--base-url must start with http:// or https://, got {base_url!r}")
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise UsageError(f"--base-url must start with http:// or https://, got {url!r}")
         parse_faults(fault)
         name = scenario_name(scenario) if scenario else ""
-        task = prompt or PROMPTS.get(name) or _suite_prompt(name)
+        task = _read_prompt(prompt, prompt_file) or PROMPTS.get(name) or _suite_prompt(name)
         if not task:
-            raise UsageError("give a PROMPT")
+            raise UsageError("give a PROMPT (or - to read it from stdin, or --prompt-file PATH)")
+        key = settings.key(api_key)
+        refs = {spec: catalog.spec_to_ref(spec) for spec in settings.get("tools")}
+        own = [catalog.load(ref) for ref in refs.values()]  # a missing tool stops here: no run is made
         # Start the scripted provider now: it loads (~0.4 s) while this process builds the run.
         # _drive stops it; if anything fails before, it dies with this process.
-        provider = scripted_provider(latency_ms=latency_ms, faults=fault) if base_url is None and not detach else None
-        from runner.state import RunConfig, new_run
+        provider = (scripted_provider(latency_ms=latency_ms, faults=fault, in_process=True)
+                    if url is None and local is None and not detach else None)
+        from runner.endpoints import Endpoint
+        from runner.state import Limits, RunConfig, new_run
 
+        turns_cap = settings.get("max_turns")
+        choice = settings.get("tool_choice") or (local[2] if local else "auto")
         config = RunConfig(
-            model=f"scripted/{name}" if scenario else str(model), base_url=base_url,
-            max_turns=DEFAULT_MAX_TURNS if max_turns is None else (max_turns or None),
-            max_budget_usd=max_budget, dedupe=dedupe, dedupe_all=dedupe_all,
+            endpoint=Endpoint(model=f"scripted/{name}" if scenario else (local[0] if local else str(chosen_model)),
+                              base_url=url, local_model=local[1] if local else None,
+                              first_turn_tool_choice=choice, timeout_s=settings.get("timeout_s"),  # type: ignore[arg-type]
+                              max_retries=settings.get("max_retries"), latency_ms=latency_ms, api_key_env=key.env),
+            limits=Limits(max_turns=turns_cap or None, max_budget_usd=settings.get("max_budget_usd"),
+                          cap_max_tokens=cap_max_tokens, max_identical_failures=max_identical_failures),
+            dedupe=dedupe, dedupe_all=dedupe_all,
             tool_errors=tool_errors, permanent_errors=permanent_errors,  # type: ignore[arg-type]
-            max_identical_failures=max_identical_failures, auto_approve=auto_approve,
-            cap_max_tokens=cap_max_tokens, price_in_usd_per_mtok=price_in, price_out_usd_per_mtok=price_out,
-            timeout_s=timeout_s, max_retries=max_retries,
+            auto_approve=auto_approve, price_in_usd_per_mtok=settings.get("price_in_usd_per_mtok"),
+            price_out_usd_per_mtok=settings.get("price_out_usd_per_mtok"),
             research_max_turns=research_max_turns, research_max_budget_usd=research_max_budget,
             on_slip=on_slip, answer_after_tool_turns=answer_after,  # type: ignore[arg-type]
         )
@@ -436,21 +324,131 @@ def run(
             config.tools = [*config.tools, "research"]
         if name == "research":
             config.research_model = "scripted/research_child"
+        if no_builtin_tools and not own:
+            raise UsageError("--no-builtin-tools leaves no tool: give --tool MODULE:ATTRIBUTE")
+        if own:
+            builtin = [] if no_builtin_tools else config.tools
+            catalog.offer(config, [*builtin, *own], {t.name: ref for t, ref in zip(own, refs.values())})
         if detach and (latency_ms or fault):
             raise UsageError("--latency-ms and --fault configure a scripted provider started here; "
                              "they do not go with --detach")
         runs = store.open_store(store_url, runs=runs_dir, durability=durability)
+        made_dir = _say_new_runs_dir(runs)
         state = new_run(task, config)
         if detach:
             runs.create(state)
             return _render_queued(state, as_json, runs)
+        if local is not None and not as_json:
+            typer.echo(f"model: {local[0]}, first turn tool_choice={choice}\n"
+                       f"  starting llama.cpp on {local[3].name} for this run", err=True)
+        signals = StopSignals.install()  # before the run exists: a Ctrl-C from here on keeps it resumable
         lease = runs.create(state, owner=store.default_owner())
         assert lease is not None
-        state = _drive(state, runs, lease, latency_ms=latency_ms, faults=fault, show_progress=not as_json,
-                       provider=provider)
+        with _otel_live(runs, otlp_endpoint, [state.run_id]):
+            state = _drive(state, runs, lease, signals, faults=fault, show_progress=not as_json, provider=provider,
+                           api_key=key.value, tools=own)
+        if not keep and _never_reached(state):
+            runs.delete(runs.claim(state.run_id))
+            if made_dir is not None:
+                _remove_if_empty(made_dir)
+            return _render_unkept(state, as_json)
         return _render(state, as_json, runs)
 
     _guard(body)
+
+
+def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str | None:
+    """The prompt: the argument, stdin for "-", or the file's text.
+
+    Raises:
+        UsageError: both an argument and --prompt-file, an unreadable file, or an empty stdin.
+    """
+    if prompt_file is not None:
+        if prompt is not None:
+            raise UsageError("give a PROMPT or --prompt-file, not both")
+        try:
+            return prompt_file.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--prompt-file {prompt_file}: {exc}") from None
+    if prompt == "-":
+        text = sys.stdin.read()
+        if not text.strip():
+            raise UsageError("the prompt read from stdin is empty")
+        return text
+    return prompt
+
+
+def _local_choice(model: str) -> tuple[str, str, str, Path] | None:
+    """A model runner can serve itself: (name, what `RunConfig.local_model` records, the
+    manifest's first-turn tool_choice, the GGUF), for a manifest name, a unique start of one
+    ("smollm2"), or a .gguf path; None for anything else (a model name for a base URL).
+
+    Raises:
+        ModelNotFound: a manifest model that is not on disk (the message says how to get it).
+    """
+    from runner import models
+
+    manifest = models.load_manifest()
+    names = [m.name for m in manifest.models]
+    if model.endswith(".gguf"):
+        path = Path(model).expanduser()
+        if not path.is_file():
+            raise UsageError(f"--model {model}: no such file")
+        entry = models.entry_for(path.stem, path, manifest)
+        return path.stem, str(path.resolve()), entry.first_turn_tool_choice if entry else "auto", path
+    name = _manifest_name(model)
+    if name not in names:
+        return None
+    path = models.resolve(name, manifest)
+    return name, name, manifest.entry(name).first_turn_tool_choice, path
+
+
+def _manifest_name(model: str) -> str:
+    """A manifest name for a unique start of one ("smollm2" -> "smollm2-135m-instruct"), else `model`."""
+    from runner import models
+
+    names = [m.name for m in models.load_manifest().models]
+    matches = [n for n in names if n == model] or [n for n in names if n.startswith(model.lower())]
+    return matches[0] if len(matches) == 1 else model
+
+
+def _say_new_runs_dir(runs: RunStore) -> Path | None:
+    """Say so when a command that writes is about to create the runs directory; returns it then."""
+    if isinstance(runs, store.FileStore) and not runs.root.exists():
+        typer.echo(f"creating runs directory {runs.root}", err=True)
+        return runs.root
+    return None
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def _never_reached(state: RunState) -> bool:
+    """A new run that got no reply from its endpoint: unreachable through every retry, or an
+    answer that was not a chat-completions reply at all (nothing paid, nothing to resume)."""
+    if state.turns or state.tool_runs or state.cost_usd:
+        return False
+    it = state.interruption
+    if it is not None and it.type == "provider_unavailable":
+        return True
+    return state.status == "failed" and state.error is not None and state.error.type in (
+        "auth", "not_found", "invalid_request", "bad_endpoint")
+
+
+def _render_unkept(state: RunState, as_json: bool) -> int:
+    """A run that never reached its endpoint and was not kept: why, and exit 1."""
+    if as_json:
+        typer.echo(json.dumps({**_summary(state), "kept": False}))
+    else:
+        width = shutil.get_terminal_size((80, 24)).columns
+        typer.echo("\n".join(textwrap.wrap(f"error: {state.reason}", width, subsequent_indent="  ",
+                                           break_on_hyphens=False, break_long_words=False)), err=True)
+        typer.echo(f"not kept: run {state.run_id} never got a reply; --keep keeps such runs", err=True)
+    return 1
 
 
 @app.command()
@@ -464,56 +462,61 @@ def resume(
              "report an agent gives when a refusal is not written down.", hidden=True)] = False,
     max_turns: MaxTurns = None,
     max_budget: MaxBudget = None,
-    latency_ms: Annotated[float, typer.Option(min=0.0, help="Scripted provider: delay every reply by this many ms.")] = 0.0,
+    latency_ms: Annotated[Optional[float], typer.Option(
+        min=0.0, help="Scripted provider: delay every reply by this many ms (default: as the run recorded).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Continue from the saved state even if it is an older copy than the run's history (recorded in the trace).")] = False,
+    api_key: Annotated[Optional[str], typer.Option(
+        "--api-key", help="API key (never saved) [default: from the variable the run recorded, $RUNNER_API_KEY, $OPENAI_API_KEY].")] = None,
+    tool: Annotated[Optional[list[str]], typer.Option(
+        "--tool", help="Where to find a tool of the run's own (repeatable): MODULE:ATTRIBUTE or a plugin name "
+                       "[default: where the run recorded each].")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="Record the verdict or limits and queue the run for `runner worker`.")] = False,
     runs_dir: RunsDir = None,
     store_url: StoreOpt = None,
     durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None,
     as_json: JsonOut = False,
 ) -> None:
     """Continue a stopped run: after a crash, a cap, a cancel, or with an approval verdict."""
 
     def body() -> int:
-        from runner.harness import give_verdict
+        from runner import catalog
+        from runner.harness import Reopening, reopen
+        from runner.interactive import StopSignals
 
-        if approve and reject:
-            raise UsageError("give --approve or --reject, not both")
-        if reason and not reject:
-            raise UsageError("--reason goes with --reject CALL_ID")
+        own = [catalog.load(catalog.spec_to_ref(spec)) for spec in tool or []]
         runs = store.open_store(store_url, runs=runs_dir, durability=durability)
-        lease = runs.claim(run_id)  # one driver at a time: a second one stops here (exit 2)
-        try:
-            state = runs.load(run_id, force=force)
-            if state.status in ("completed", "failed"):
-                raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
-            if max_turns is not None:
-                state.config.max_turns = max_turns or None
-            if max_budget is not None:
-                state.config.max_budget_usd = max_budget
-            _check_room(state)
-            it = state.interruption
-            if (it is not None and it.type == "approval" and not (approve or reject) and not force
-                    and it.call_id not in state.approved):
-                raise UsageError(f"run {run_id} waits for a verdict on {it.tool_name} (call {it.call_id}); "
-                                 f"give --approve {it.call_id} or --reject {it.call_id} --reason TEXT")
-            if force:
-                runs.save(state, (), lease, force=True)
-            if approve or reject:  # saved with the new limits, if any
-                give_verdict(runs, lease, state, str(approve or reject), "approve" if approve else "reject",
-                             reason, empty=unsafe_empty_rejection)
-            elif (max_turns is not None or max_budget is not None) and not force:
-                runs.save(state, (), lease)
-        except BaseException:
-            runs.release(lease)
-            raise
+        signals = StopSignals.install() if not detach else None
+        state, lease = reopen(runs, run_id, Reopening(
+            approve=approve, reject=reject, reason=reason, empty_rejection=unsafe_empty_rejection,
+            max_turns=max_turns, max_budget_usd=max_budget, latency_ms=latency_ms, force=force), tools=own)
         if detach:
             runs.release(lease, runnable=True)
             return _render_queued(state, as_json, runs)
-        state = _drive(state, runs, lease, latency_ms=latency_ms, show_progress=not as_json)
+        assert signals is not None
+        with _otel_live(runs, otlp_endpoint, [run_id]):
+            state = _drive(state, runs, lease, signals, show_progress=not as_json, api_key=api_key, tools=own)
         return _render(state, as_json, runs)
 
     _guard(body)
+
+
+def _summary(state: RunState) -> dict[str, Any]:
+    """The `--json` shape of a run: its `RunResult`."""
+    from runner.result import RunResult
+
+    return RunResult.of(state).model_dump(mode="json")
+
+
+def _render(state: RunState, as_json: bool, runs: RunStore) -> int:
+    if as_json:
+        typer.echo(json.dumps(_summary(state)))
+    else:
+        trace_at = (str(runs.trace_path(state.run_id)) if isinstance(runs, store.FileStore)
+                    else f"runner trace {state.run_id} --store URL")
+        for line in render.run_lines(state, trace_at):
+            typer.echo(line)
+    return EXIT_CODES[state.status]
 
 
 def _render_queued(state: RunState, as_json: bool, runs: RunStore) -> int:
@@ -524,16 +527,6 @@ def _render_queued(state: RunState, as_json: bool, runs: RunStore) -> int:
     return 0
 
 
-def _check_room(state: RunState) -> None:
-    """A resume that would stop again at once, on the limit that stopped it, is a usage error."""
-    cfg = state.config
-    if state.status == "max_turns_exceeded" and cfg.max_turns is not None and state.turns >= cfg.max_turns:
-        raise UsageError(f"run {state.run_id} stopped at its turn cap after {state.turns} turns; "
-                         f"give --max-turns larger than {state.turns}")
-    if cfg.max_budget_usd is not None and state.cost_usd >= cfg.max_budget_usd and state.status == "budget_exceeded":
-        raise UsageError(f"run {state.run_id} has spent ${state.cost_usd:.6f}; give --max-budget larger than that")
-
-
 @app.command("runs")
 def list_runs(
     status: Annotated[Optional[str], typer.Option(help="Only runs with this status (running, died, queued, completed, ...).")] = None,
@@ -541,6 +534,8 @@ def list_runs(
     offset: Annotated[int, typer.Option(min=0, help="Skip this many runs first (paging).")] = 0,
     prune: Annotated[bool, typer.Option("--prune", help="Delete the runs listed: by default the final ones (completed, failed); --status picks others. A run being driven is never deleted.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="With --prune: only list what would be deleted.")] = False,
+    totals: Annotated[bool, typer.Option("--totals", help="Sum runs, turns, tool runs, tokens and USD (of the runs --status/--limit select).")] = False,
+    by: Annotated[Optional[str], typer.Option("--by", metavar="model|day|status", help="With --totals: one row per model, day (UTC) or status, then TOTAL.")] = None,
     runs_dir: RunsDir = None, store_url: StoreOpt = None, as_json: JsonOut = False,
 ) -> None:
     """List runs, newest first, with status, turns and cost. A run saved as running whose
@@ -551,12 +546,16 @@ def list_runs(
             raise UsageError("--dry-run goes with --prune")
         if status is not None and status not in typing.get_args(store.ShownStatus):
             raise UsageError(f"--status must be one of {', '.join(typing.get_args(store.ShownStatus))}; got {status!r}")
+        if by is not None and (not totals or by not in ("model", "day", "status")):
+            raise UsageError("--by goes with --totals and is model, day or status")
         runs = store.open_store(store_url, runs=runs_dir)
         if prune:
             return _prune(runs, status, dry_run, as_json)
         infos = runs.list_runs(status=status, limit=limit, offset=offset)
         for problem in getattr(runs, "problems", []):
             typer.echo(f"warning: skipped an unreadable run: {problem}", err=True)
+        if totals:
+            return _totals(infos, by, as_json)
         if not infos and not as_json:
             typer.echo(f"no runs in {runs.url}" + (f" with status {status}" if status else ""))
             return 0
@@ -568,15 +567,35 @@ def list_runs(
         def reason(i: store.RunInfo) -> str:
             if i.shown_status == "died":
                 return "its process died; resume it with: runner resume " + i.state.run_id
+            if i.shown_status == "damaged":
+                return i.damage or "damaged; repair it with: runner repair " + i.state.run_id
             return f"driven by {i.driver}" if i.shown_status == "running" else i.state.reason or ""
 
-        _print_table([("run id", "id"), ("status", "id"), ("turns", "num"), ("tools", "num"),
-                      ("cost USD", "num"), ("reason", "text"), ("model", "path")],
-                     [[i.state.run_id, i.shown_status, str(i.state.turns), str(i.state.tool_run_count),
-                       f"{i.state.cost_usd:.6f}", reason(i), i.state.config.model] for i in infos])
+        names = render.short_models(sorted({i.state.config.endpoint.model for i in infos}))
+        wide = render.console().width >= 110  # the reason only where it gets room; `runner show` has it all
+        render.print_table([("run id", "id"), ("started", "id"), ("status", "id"), ("turns", "num"),
+                            ("cost USD", "num"), ("model", "text"), *([("reason", "text")] if wide else [])],
+                           [[i.state.run_id, render.when(i.state.created_at)[5:], i.shown_status, str(i.state.turns),
+                             f"{i.state.cost_usd:.6f}", names[i.state.config.endpoint.model],
+                             *([reason(i)] if wide else [])] for i in infos])
         return 0
 
     _guard(body)
+
+
+def _totals(infos: list[store.RunInfo], by: str | None, as_json: bool) -> int:
+    """Print the sums of `runner runs --totals`."""
+    rows = render.run_totals([(i.state, i.shown_status) for i in infos], by)
+    if as_json:
+        typer.echo(json.dumps([{"group": r.group, "runs": r.runs, "turns": r.turns, "tool_runs": r.tool_runs,
+                                "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+                                "cost_usd": round(r.cost_usd, 9)} for r in rows]))
+        return 0
+    render.print_table([(by or "runs", "text"), ("runs", "num"), ("turns", "num"), ("tools", "num"),
+                        ("in tokens", "num"), ("out tokens", "num"), ("cost USD", "num")],
+                       [[r.group, str(r.runs), str(r.turns), str(r.tool_runs), f"{r.prompt_tokens:,}",
+                         f"{r.completion_tokens:,}", f"{r.cost_usd:.6f}"] for r in rows])
+    return 0
 
 
 def _prune(runs: store.RunStore, status: str | None, dry_run: bool, as_json: bool) -> int:
@@ -613,29 +632,162 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
     def body() -> int:
         runs = store.open_store(store_url, runs=runs_dir)
         events = runs.read_trace(run_id)
+        for problem in getattr(runs, "problems", []):
+            typer.echo(f"warning: {problem}", err=True)
         if as_json:
             for e in events:
                 typer.echo(e.model_dump_json(exclude_none=True))
             return 0
+        width = shutil.get_terminal_size((80, 24)).columns  # each event one line: cut with … (--json has it all)
         t0 = events[0].ts if events else 0.0
         for e in events:
             fields = e.model_dump(exclude={"runId", "ts", "type"}, exclude_none=True, exclude_defaults=True)
             shown = "  ".join(f"{k}={json.dumps(v) if not isinstance(v, (int, float)) else v}" for k, v in fields.items())
-            typer.echo(f"+{(e.ts - t0) * 1000:9.0f} ms  {e.type:<17} {shown}")
+            typer.echo(render.fit(f"+{(e.ts - t0) * 1000:9.0f} ms  {e.type:<17} {shown}", width))
         stops = [e for e in events if e.type == "run_stopped"]
         processes = sum(1 for e in events if e.type in ("run_started", "run_resumed"))
         if stops:
             last = stops[-1]
-            typer.echo(f"stopped: {last.status} ({last.reason})  turns={last.turns}  cost=${last.costUsd:.6f}"
-                       f"  processes={processes}")
+            typer.echo(f"stopped: {last.status}  turns={last.turns}  cost=${last.costUsd:.6f}  processes={processes}")
+            typer.echo("\n".join(textwrap.wrap(f"reason: {last.reason}", width, subsequent_indent="  ",
+                                               break_on_hyphens=False, break_long_words=False)))
         if not events or events[-1].type != "run_stopped":
             info = runs.info(run_id)
             if info.shown_status == "died":
-                typer.echo(f"died: its process was killed after the last event; resume with: runner resume {run_id}")
+                typer.echo(f"died: its process was killed after the last event\nresume with: runner resume {run_id}")
             elif info.shown_status == "running":
                 typer.echo(f"running: driven by {info.driver}")
             elif info.shown_status == "queued":
                 typer.echo("queued: waiting for a worker")
+        return 0
+
+    _guard(body)
+
+
+@app.command()
+def view(
+    host: Annotated[str, typer.Option(help="Interface to bind (loopback by default; any other needs --token).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, help="Port (0: a free one).")] = 8700,
+    token: Annotated[Optional[str], typer.Option(
+        envvar="RUNNER_VIEW_TOKEN", help="Every request must carry it (?token= once, then a cookie; or Authorization: Bearer).")] = None,
+    runs_dir: RunsDir = None, store_url: StoreOpt = None,
+) -> None:
+    """Browse runs in a local web app: the runs list, transcripts, per-turn charts, approvals,
+    suite reports; a run being driven updates live. Prints its URL, serves until Ctrl-C."""
+
+    def body() -> int:
+        from runner import view as view_mod
+
+        view_mod.check_host(host, token)  # before the store opens: a refused bind says so at once
+        runs = store.open_store(store_url, runs=runs_dir)
+        view_mod.serve(runs, store.runs_dir(runs_dir), host=host, port=port, token=token,
+                       on_ready=lambda url: print(f"runner view: {url}  (store: {runs.url}; Ctrl-C stops)", flush=True))
+        return 0
+
+    _guard(body)
+
+
+def _otel() -> ModuleType:
+    """`runner.otel`, or a usage error naming the extra when OpenTelemetry is not installed."""
+    try:
+        from runner import otel
+    except ImportError as exc:
+        raise UsageError(f"--otlp-endpoint needs OpenTelemetry ({exc.name} is missing): "
+                         "pip install 'runner[otel]'") from None
+    return otel
+
+
+def _otel_live(runs: RunStore | None, endpoint: str | None, run_ids: list[str] | None) -> Any:
+    """A context that sends the runs (`run_ids`, or every run that changes) to `endpoint` as
+    OpenTelemetry traces while they run; nothing (and no OpenTelemetry import) without one."""
+    import contextlib
+
+    if not endpoint or runs is None:
+        return contextlib.nullcontext()
+    otel = _otel()
+    return otel.LiveExport(runs, otel.traces_url(endpoint), run_ids,
+                           on_problem=lambda line: typer.echo(f"warning: {line}", err=True))
+
+
+@app.command()
+def export(
+    run_ids: Annotated[list[str], typer.Argument(help="Runs to send (their child runs come along).", metavar="RUN_ID...")],
+    otlp_endpoint: OtlpOpt = None,
+    runs_dir: RunsDir = None, store_url: StoreOpt = None, as_json: JsonOut = False,
+) -> None:
+    """Send stored runs to an OpenTelemetry receiver as traces (GenAI semantic conventions).
+    Ids are derived from the run ids: exporting a run again adds nothing twice."""
+
+    def body() -> int:
+        if not otlp_endpoint:
+            raise UsageError("give --otlp-endpoint URL (or set OTEL_EXPORTER_OTLP_ENDPOINT)")
+        otel = _otel()
+        url = otel.traces_url(otlp_endpoint)
+        runs = store.open_store(store_url, runs=runs_dir)
+        sent, unfinished = otel.export_runs(runs, run_ids, url)
+        traces = {run_id: f"{otel.trace_id_of(otel.root_of(runs, run_id)):032x}" for run_id in run_ids}
+        if as_json:
+            typer.echo(json.dumps({"endpoint": url, "spans_sent": sent, "traces": traces, "unfinished": unfinished}))
+            return 0
+        for run_id, trace_id in traces.items():
+            typer.echo(f"{run_id}  trace {trace_id}" + ("  (not stopped: its invoke_agent span waits)"
+                                                       if run_id in unfinished else ""))
+        typer.echo(f"sent {sent} span(s) to {url}" + (" (all were sent before)" if not sent else ""))
+        return 0
+
+    _guard(body)
+
+
+@app.command()
+def repair(run_id: Annotated[str, typer.Argument(help="The damaged run.", metavar="RUN_ID")], runs_dir: RunsDir = None,
+           store_url: StoreOpt = None, as_json: JsonOut = False) -> None:
+    """Rebuild a run whose journal is damaged from its last good record and its trace, saying
+    which transitions are dropped and what may have happened after the last good record."""
+
+    def body() -> int:
+        report = store.open_store(store_url, runs=runs_dir).repair(run_id)
+        if as_json:
+            typer.echo(json.dumps(dataclasses.asdict(report)))
+            return 0
+        if report.kept_seq == report.new_seq:
+            typer.echo(f"run {run_id}: " + "; ".join(report.notes))
+            return 0
+        typer.echo(f"repaired run {run_id}: rebuilt from save {report.kept_seq} (now save {report.new_seq})")
+        typer.echo(f"dropped {len(report.dropped)}:" if report.dropped else "dropped: nothing committed after it")
+        for line in report.dropped:
+            typer.echo(f"  {line}")
+        typer.echo("may have happened outside the kept state:" if report.outside else "nothing started outside it")
+        for line in report.outside:
+            typer.echo(f"  {line}")
+        for line in report.notes:
+            typer.echo(f"note: {line}")
+        typer.echo(f"continue it with: runner resume {run_id}")
+        return 0
+
+    _guard(body)
+
+
+@app.command()
+def show(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar="RUN_ID")],
+         full: Annotated[bool, typer.Option("--full", help="Show tool results and prompts whole.")] = False,
+         fmt: Annotated[str, typer.Option("--format", metavar="text|md|json", help="text (fits the terminal), md (Markdown, nothing cut) or json.")] = "text",
+         runs_dir: RunsDir = None, store_url: StoreOpt = None) -> None:
+    """The transcript as a person reads it: the prompt, each turn's text and tool calls, the
+    results, approvals and verdicts, the answer, why it stopped and how to continue."""
+
+    def body() -> int:
+        if fmt not in ("text", "md", "json"):
+            raise UsageError(f"--format must be text, md or json, got {fmt!r}")
+        runs = store.open_store(store_url, runs=runs_dir)
+        state = runs.load(run_id)
+        events = runs.read_trace(run_id)
+        if fmt == "json":
+            typer.echo(json.dumps(render.transcript_json(state, events), ensure_ascii=False))
+        elif fmt == "md":
+            typer.echo(render.transcript_markdown(state, events), nl=False)
+        else:
+            width = shutil.get_terminal_size((80, 24)).columns
+            typer.echo("\n".join(render.transcript_lines(state, events, width=width, full=full)))
         return 0
 
     _guard(body)
@@ -648,6 +800,7 @@ def worker(
     idle_exit: Annotated[Optional[float], typer.Option(min=0.0, help="Exit once nothing was runnable for this many seconds [default: never].")] = None,
     poll: Annotated[float, typer.Option(min=0.01, help="Seconds between claims when nothing is runnable.")] = 0.5,
     runs_dir: RunsDir = None, store_url: StoreOpt = None, durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None,
 ) -> None:
     """Claim runnable runs from the store (queued, given a verdict, or whose driver died) and
     drive them; several workers on one store never drive one run at once. Ctrl-C stops."""
@@ -658,9 +811,36 @@ def worker(
         with store.open_store(store_url, runs=runs_dir, lease_s=lease_s, durability=durability) as runs:
             typer.echo(f"worker: claiming runs from {runs.url}, {concurrency} at a time"
                        + (f", until idle for {idle_exit:g} s" if idle_exit is not None else "; Ctrl-C stops"), err=True)
-            report = run_worker(runs, concurrency=concurrency, idle_exit_s=idle_exit, poll_s=poll)
+            with _otel_live(runs, otlp_endpoint, None):
+                report = run_worker(runs, concurrency=concurrency, idle_exit_s=idle_exit, poll_s=poll)
         typer.echo(f"worker: drove {len(report.driven)} runs, {len(report.errors)} errors", err=True)
         return 0 if not report.errors else 1
+
+    _guard(body)
+
+
+@config_app.command("show")
+def config_show(
+    api_key: Annotated[Optional[str], typer.Option("--api-key", help="Show what this key would be (masked).")] = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Print the effective settings and where each came from (command line, environment,
+    ./runner.toml, the user's config file, default); the API key masked."""
+
+    def body() -> int:
+        from runner.config import Settings, config_files, user_config_path
+
+        settings = Settings()
+        rows = settings.rows(api_key)
+        if as_json:
+            typer.echo(json.dumps({"files": [str(p) for p in config_files()],
+                                   "settings": [{"name": n, "value": v, "source": src} for n, v, src in rows]}))
+            return 0
+        read = config_files()
+        typer.echo("config files read: " + (", ".join(map(str, read)) if read else
+                                            f"none (./runner.toml or {user_config_path()})"))
+        render.print_table([("setting", "id"), ("value", "text"), ("source", "path")], [list(r) for r in rows])
+        return 0
 
     _guard(body)
 
@@ -703,7 +883,7 @@ def serve(
     def body() -> int:
         from runner import local, models
 
-        name, path = models.resolve_choice(model)
+        name, path = models.resolve_choice(_manifest_name(model) if model else None)
         entry = models.entry_for(name, path)
         options: dict[str, Any] = {"n_threads": threads, "n_batch": n_batch,
                                    "chat_format": entry.chat_format if entry else None}
@@ -714,11 +894,24 @@ def serve(
             print(server.base_url, flush=True)
             # Block only now: a child started with these signals blocked would ignore SIGTERM.
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+            _echo_requests(server.log_path)
             typer.echo("stopping the server", err=True)
         return 0
 
     _guard(body)
+
+
+def _echo_requests(log_path: Path | None) -> None:
+    """Until SIGINT or SIGTERM (blocked by the caller): show each request's log line from the
+    server's log as it is written (method, path, status, tokens, ms)."""
+    from runner.local_app import REQUEST_LOG_PREFIX
+
+    with open(log_path or os.devnull, errors="replace") as log:
+        log.seek(0, os.SEEK_END)
+        while signal.sigtimedwait({signal.SIGINT, signal.SIGTERM}, 0.2) is None:
+            for line in log.readlines():
+                if line.startswith(REQUEST_LOG_PREFIX):
+                    typer.echo("  " + line.removeprefix(REQUEST_LOG_PREFIX).rstrip(), err=True)
 
 
 @models_app.command("list")
@@ -732,7 +925,7 @@ def models_list(as_json: JsonOut = False) -> None:
         if as_json:
             typer.echo(json.dumps([r.model_dump(mode="json") for r in rows]))
             return 0
-        _print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "path")],
+        render.print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "path")],
                      [[r.name, "yes" if r.present else "no", r.source, f"{(r.size_bytes or 0) / 1e6:.0f}",
                        str(r.path or "")] for r in rows])
         return 0
@@ -747,7 +940,7 @@ def models_pull(name: Annotated[str, typer.Argument(help="A manifest name.")] = 
     def body() -> int:
         from runner import models
 
-        line = _PullLine()
+        line = render.PullLine()
         try:
             path = models.pull(name, on_progress=line)
         finally:
@@ -756,32 +949,6 @@ def models_pull(name: Annotated[str, typer.Argument(help="A manifest name.")] = 
         return 0
 
     _guard(body)
-
-
-class _PullLine:
-    """Progress of a parts pull on stderr: one redrawn line on a terminal, else a line per part."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
-        self.label = ""
-        self.drawn_at = 0.0
-
-    def __call__(self, done_bytes: int, total_bytes: int, label: str) -> None:
-        line = f"  {done_bytes / 1e6:7.0f} of {total_bytes / 1e6:.0f} MB  {label}"
-        if not self.tty:
-            if not label.startswith("unpacking"):
-                typer.echo(line, err=True)
-            return
-        now = time.perf_counter()
-        if label != self.label or now - self.drawn_at >= 0.2:
-            self.label, self.drawn_at = label, now
-            sys.stderr.write("\r\x1b[2K" + line[: shutil.get_terminal_size((80, 24)).columns - 1])
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.tty and self.label:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
 
 
 @app.command()
@@ -798,9 +965,13 @@ def suite(
     executor: Annotated[str, typer.Option(help="local (this process, one run at a time) or ray (Ray actors; pip install 'runner[ray]').")] = "local",
     address: Annotated[Optional[str], typer.Option(help="--executor ray: the cluster to join (auto or HOST:PORT) [default: start a local one].")] = None,
     actors: Annotated[Optional[int], typer.Option(min=1, help="--executor ray: actors per model column, each with its own endpoint [default: 2 per node].")] = None,
+    resume_report: Annotated[Optional[Path], typer.Option(
+        "--resume", metavar="REPORT", help="Finish a cancelled suite: drive the runs its report (suite-*.json) "
+                                           "lists as unfinished, then write a report of all of them.")] = None,
     runs_dir: RunsDir = None,
     store_url: StoreOpt = None,
     durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None,
     as_json: JsonOut = False,
 ) -> None:
     """Run the six-task suite on the scripted provider and local models, side by side, N times each."""
@@ -811,21 +982,35 @@ def suite(
 
         if executor == "local" and (address or actors):
             raise UsageError("--address and --actors need --executor ray")
-        if durability:  # the runs are opened by location in the executors (and Ray actors started here)
-            os.environ["RUNNER_DURABILITY"] = store.durability_of(durability)
-        report = suite_mod.run_suite(provider, runs_root=store.runs_dir(runs_dir), models=model or (),
-                                     base_url=base_url, max_turns=max_turns, max_tokens=max_tokens,
-                                     latency_ms=latency_ms, repeats=repeat, quiet=as_json, store_location=store_url,
-                                     executor=fanout.executor(executor, address=address, actors=actors))
+        say = None if as_json else (lambda line: typer.echo(line, err=True))
+        runs_root = store.runs_dir(runs_dir)
+        if not store_url:
+            _say_new_runs_dir(store.open_store(None, runs=runs_dir))
+        on_result = None if say is None else (lambda r: say(render.progress_line(r)))
+        suite_executor = fanout.executor(executor, address=address, actors=actors)
+        watched = store.open_store(store_url, runs=runs_dir) if otlp_endpoint else None
+        with _otel_live(watched, otlp_endpoint, None):
+            if resume_report is not None:
+                report = suite_mod.resume_suite(resume_report, runs_root, store_location=store_url,
+                                                durability=store.durability_of(durability), on_result=on_result,
+                                                executor=suite_executor)
+            else:
+                report = suite_mod.run_suite(provider, runs_root=runs_root, models=model or (),
+                                             base_url=base_url, max_turns=max_turns, max_tokens=max_tokens,
+                                             latency_ms=latency_ms, repeats=repeat, store_location=store_url,
+                                             durability=store.durability_of(durability), on_result=on_result,
+                                             on_note=say, executor=suite_executor)
+        render.write_suite_report(report, runs_root)
         if as_json:
             typer.echo(report.model_dump_json())
         else:
-            suite_mod.print_report(report)
-            if report.report_path:
-                typer.echo(f"report: {report.report_path} (.json, .png beside it)", err=True)
+            render.print_suite(report)
+            typer.echo(f"report: {report.report_path} (.json, .png beside it)", err=True)
         if report.cancelled:
             stopped = [r for r in report.results if r.status != "completed" and r.status != "failed"]
-            typer.echo(f"suite cancelled after {len(report.results)} run(s); the report above holds them"
+            finish = (f"; finish the suite with: runner suite --resume {Path(report.report_path).with_suffix('.json')}"
+                      if report.report_path else "")
+            typer.echo(f"suite cancelled after {len(report.results)} run(s); the report above holds them{finish}"
                        + "".join(f"; resume {r.task} with: runner resume {r.run_id}" for r in stopped)
                        + (f"; {len(report.unfinished)} run(s) not finished, each continues with runner resume ID: "
                           + " ".join(report.unfinished[:5]) + (" …" if len(report.unfinished) > 5 else "")
@@ -840,8 +1025,12 @@ def suite(
 def experiments(
     names: Annotated[Optional[list[str]], typer.Argument(help="Experiments to run (default: all).")] = None,
     skip_local: Annotated[bool, typer.Option(help="Leave out the six tasks on the local model (the slow one).")] = False,
+    list_names: Annotated[bool, typer.Option("--list", help="List the experiments and exit.")] = False,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Where reports go [default: experiments/ in the runs directory].")] = None,
+    runs_dir: RunsDir = None,
 ) -> None:
-    """Reproduce the chapter's measurements: tables and plot under runs/experiments/ (scripts/experiments.py)."""
+    """Reproduce the chapter's measurements: tables and a plot, written to experiments/ in the
+    runs directory (or --out), never into the checkout (scripts/experiments.py)."""
     import runpy
 
     from runner.resources import checkout_root
@@ -852,7 +1041,9 @@ def experiments(
         typer.echo(f"error: {script} not found (experiments run from a checkout)", err=True)
         raise typer.Exit(USAGE)
     main_fn = runpy.run_path(str(script), run_name="runner_experiments")["main"]
-    raise typer.Exit(main_fn([*(names or []), *(["--skip-local"] if skip_local else [])]))
+    raise typer.Exit(main_fn([*(names or []), *(["--skip-local"] if skip_local else []),
+                              *(["--list"] if list_names else []), *(["--out", str(out)] if out else []),
+                              *(["--runs-dir", str(runs_dir)] if runs_dir else [])]))
 
 
 def main(argv: list[str] | None = None) -> None:

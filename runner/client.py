@@ -3,8 +3,9 @@
 Talks to any OpenAI-compatible `POST {base_url}/chat/completions` with httpx, and triages
 what comes back (`classify`):
 
-- transient (429, 5xx, timeouts, unreachable, unreadable bodies, an error object in a 200
-  body that says so): retried with exponential back-off that honours `Retry-After`; when
+- transient (429, 5xx, timeouts, unreachable, unreadable bodies, a reply without a
+  `finish_reason` such as a stream cut short, an error object in a 200 body or in a stream
+  that says so): retried with exponential back-off that honours `Retry-After`; when
   the retries run out the error is `unavailable` (the loop makes that resumable);
 - deterministic (401/403 `auth`, 404 `not_found`, other 4xx `invalid_request`, a context
   overflow in any status, a 500 that only ever repeats, such as "Failed to parse tool call
@@ -14,31 +15,31 @@ It normalises what real servers get wrong in both directions: on the way out, to
 arguments that are not a JSON object are sent as "{}" and chat control tokens in user and
 tool text are neutralised (`_request_messages`); on the way in, ids and argument strings are
 repaired with the originals recorded (`_parse_message`), and missing usage is counted with
-the tokenizer and marked estimated.
+the tokenizer and marked estimated. Ids the provider left out are derived from the request
+(`call_ids`), so the same conversation always gets the same ids.
 """
 
 from __future__ import annotations
 
-import asyncio
+import hashlib
 import json
 import re
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 if TYPE_CHECKING:
     import httpx
 
-from runner.errors import RunnerError
+from runner import inprocess
+from runner.errors import ErrorKind, ProviderError
 from runner.state import FunctionCall, Message, ToolCall
-from runner.streaming import StreamError, StreamProgress, read_sse
+from runner.streaming import StreamedError, StreamError, StreamProgress, read_sse
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
-ErrorKind = Literal["unavailable", "auth", "not_found", "invalid_request", "context_overflow"]
-"""unavailable: transient, retried (after the last retry the loop stops `interrupted`);
-the others are deterministic and stop the run `failed`."""
+RetryCallback = Callable[[int, int, str, float], None]
+"""`on_retry(attempt, max_retries, error, wait_s)`: called before each back-off, attempt 1-based."""
 
 _CONTEXT_OVERFLOW = re.compile(
     r"context[_ ]length[_ ]exceeded|exceed_context_size|maximum context length|context window"
@@ -60,29 +61,6 @@ def neutralise(text: str) -> tuple[str, int]:
     return CONTROL_TOKEN.subn(r"<\\|\1\\|>", text)
 
 
-class ProviderError(RunnerError):
-    """The provider could not give a usable reply.
-
-    Attributes:
-        status: HTTP status, or None for transport and decoding errors.
-        retryable: whether another attempt could succeed (after all retries: False).
-        kind: the triage class (see `ErrorKind`).
-        retries: attempts made after the first before this error was raised.
-        details: numbers the provider sent with its error (e.g. n_ctx, n_prompt_tokens).
-        retry_after_s: the provider's Retry-After, seconds, if any.
-    """
-
-    def __init__(self, message: str, status: int | None = None, retryable: bool = False,
-                 kind: ErrorKind | None = None, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retryable = retryable
-        self.kind: ErrorKind = kind or ("unavailable" if retryable else "invalid_request")
-        self.retries = 0
-        self.details = details
-        self.retry_after_s: float | None = None
-
-
 def classify(status: int | None, message: str, error_type: str = "") -> tuple[ErrorKind, bool]:
     """Triage one failed attempt: (kind, retryable).
 
@@ -91,7 +69,9 @@ def classify(status: int | None, message: str, error_type: str = "") -> tuple[Er
         message: the provider's message. error_type: its `type`/`code` string, if any.
     """
     text = f"{error_type} {message}"
-    if _CONTEXT_OVERFLOW.search(text) or status == 413:
+    if "context_length_exceeded" in error_type.split() or status == 413:
+        return "context_overflow", False
+    if _CONTEXT_OVERFLOW.search(text):  # servers that send no code (say so in words)
         return "context_overflow", False
     if status in (401, 403):
         return "auth", False
@@ -110,7 +90,7 @@ def classify(status: int | None, message: str, error_type: str = "") -> tuple[Er
     return "invalid_request", False
 
 
-SlipKind = Literal["empty_tool_calls", "blank_content", "unparsed_tool_call"]
+SlipKind = Literal["empty_tool_calls", "blank_content", "unparsed_tool_call", "dropped_call"]
 
 
 @dataclass
@@ -127,6 +107,8 @@ class ChatReply:
         rewrites: what was changed in the provider's message, with the originals:
             {"callId", "field": "id" | "arguments", "original", "sent"} each.
         neutralised: control-token look-alikes defused in the request's user and tool text.
+        dropped_call: the server says it dropped a call it could not finish or parse (runner's
+            local server reports it as ``runner.dropped_call``).
     """
 
     message: Message
@@ -138,18 +120,22 @@ class ChatReply:
     usage_estimated: bool = False
     rewrites: list[dict[str, Any]] = field(default_factory=list)
     neutralised: int = 0
+    dropped_call: bool = False
 
     @property
     def slip(self) -> SlipKind | None:
         """A protocol slip: a reply that is neither an answer nor a usable call.
 
-        empty_tool_calls: finish_reason "tool_calls" with no calls; unparsed_tool_call: no calls
-        but a `<tool_call>` block in the text (the server could not parse it); blank_content:
-        no calls and no visible text.
+        empty_tool_calls: finish_reason "tool_calls" with no calls; dropped_call: no calls, and
+        the server says it dropped one (cut off by max_tokens, or unparseable), so any prose is
+        only the lead-in to a call; unparsed_tool_call: no calls but a `<tool_call>` block in
+        the text (the server could not parse it); blank_content: no calls and no visible text.
         """
         if self.message.tool_calls:
             return None
         content = self.message.content or ""
+        if self.dropped_call:
+            return "dropped_call"
         if self.finish_reason == "tool_calls":
             return "empty_tool_calls"
         if "<tool_call>" in content:
@@ -162,10 +148,15 @@ class ChatReply:
 def new_http_client(base_url: str = "") -> httpx.AsyncClient:
     """The `httpx.AsyncClient` runner sends with; pass one to `ChatClient(http=...)` (or
     `runner.harness.execute(http=...)`) to share its kept-alive connections between runs.
-    `base_url`'s scheme decides TLS: plain http skips building the default SSL context (~20 ms)."""
+    `base_url`'s scheme decides TLS: plain http skips building the default SSL context (~20 ms).
+    A client for an in-process scripted provider's URL, or for any URL (`base_url` ""),
+    reaches in-process providers too (`runner.inprocess`, e.g. `runner.scripted.InProcessProvider`)."""
     import httpx
 
-    return httpx.AsyncClient(verify=not base_url.startswith("http://"))
+    mounts: dict[str, httpx.AsyncBaseTransport | None] = {}
+    if not base_url or inprocess.is_in_process(base_url):
+        mounts[inprocess.HOSTS] = inprocess.transport()
+    return httpx.AsyncClient(verify=not base_url.startswith("http://"), mounts=mounts or None)
 
 
 class ChatClient:
@@ -185,6 +176,7 @@ class ChatClient:
     def __init__(
         self, base_url: str, *, timeout_s: float = 600.0, max_retries: int = 4,
         backoff_s: float = 0.5, api_key: str = "sk-local", http: httpx.AsyncClient | None = None,
+        on_retry: RetryCallback | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.max_retries = max_retries
@@ -195,6 +187,8 @@ class ChatClient:
         self._http = http or new_http_client(self.base_url)
         self._timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
         self._headers = {"Authorization": f"Bearer {api_key}"}
+        self._secret = api_key if api_key and api_key != "sk-local" else None
+        self.on_retry = on_retry
 
     async def aclose(self) -> None:
         if self._owned:
@@ -209,12 +203,19 @@ class ChatClient:
     async def chat(
         self, model: str, messages: list[Message], tools: list[dict[str, Any]] | None = None,
         *, max_tokens: int | None = None, extra: dict[str, Any] | None = None,
-        on_delta: Callable[[StreamProgress], None] | None = None,
+        on_delta: Callable[[StreamProgress], None] | None = None, call_ids: str | None = None,
     ) -> ChatReply:
         """Ask for one completion, retrying transient failures.
 
         With `on_delta`, the reply is requested streamed (usage included) and `on_delta` is
         called after every chunk; a provider that answers with plain JSON works the same.
+        A reply without a `finish_reason` (a stream cut short) is a transient failure, never
+        a reply.
+
+        Args:
+            call_ids: the stem of ids given to calls the provider sent without one (or with an
+                empty or repeated one): `{call_ids}_{index}`. None: a stem derived from the
+                request, so ids stay a function of the conversation.
 
         Raises:
             ProviderError: a deterministic failure at once (kind auth, not_found,
@@ -228,14 +229,17 @@ class ChatClient:
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         body.update(extra or {})
-        if on_delta is not None:  # local-model change (issue 12): stream when someone watches
+        if on_delta is not None:  # stream when someone watches
             body |= {"stream": True, "stream_options": {"include_usage": True}}
+        stem = call_ids or "call_" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:8]
         retries: list[dict[str, Any]] = []
         started = time.perf_counter()
         for attempt in range(self.max_retries + 1):
             try:
-                reply = _reply(await self._post(body, on_delta), body)
+                reply = _reply(await self._post(body, on_delta), body, stem)
             except ProviderError as exc:
+                if self._secret is not None:  # a provider may echo the key: it never leaves this object
+                    exc.args = (str(exc).replace(self._secret, "[api key]"),)
                 exc.retries = attempt
                 if not exc.retryable or attempt == self.max_retries:
                     exc.retryable = False
@@ -244,6 +248,10 @@ class ChatClient:
                 if wait_s is None:
                     wait_s = min(self.backoff_s * 2**attempt, 8.0)
                 retries.append({"error": str(exc), "status": exc.status, "waitMs": round(wait_s * 1000)})
+                if self.on_retry is not None:
+                    self.on_retry(attempt + 1, self.max_retries, str(exc), wait_s)
+                import asyncio  # here: `from runner import run` need not load it
+
                 await asyncio.sleep(wait_s)
                 continue
             reply.provider_ms = (time.perf_counter() - started) * 1000
@@ -259,14 +267,11 @@ class ChatClient:
             if on_delta is None:
                 response = await self._http.post(self.base_url + "/chat/completions", json=body,
                                                  headers=self._headers, timeout=self._timeout)
-            else:  # local-model change (issue 12): read a streamed reply as it comes
+            else:  # read a streamed reply as it comes
                 async with self._http.stream("POST", self.base_url + "/chat/completions", json=body,
                                              headers=self._headers, timeout=self._timeout) as response:
                     if response.status_code < 400 and "text/event-stream" in response.headers.get("content-type", ""):
-                        try:
-                            return await read_sse(response.aiter_lines(), on_delta)
-                        except StreamError as exc:
-                            raise ProviderError(f"unreadable stream: {exc}", retryable=True) from None
+                        return await _read_stream(response, on_delta)
                     await response.aread()
         except httpx.TimeoutException:
             raise ProviderError("the provider timed out", retryable=True) from None
@@ -276,6 +281,11 @@ class ChatClient:
             err = _error_from(response.status_code, _error_object(response))
             if response.status_code == 404 and not self.base_url.rstrip("/").endswith("/v1"):
                 err.args = (f"{err}; the base URL usually ends in /v1 (did you mean {self.base_url}/v1?)",)
+            elif response.status_code in (405, 501):  # no POST here (a plain web server): not a chat API
+                err.kind, err.retryable = "bad_endpoint", False
+                if "OpenAI-compatible" not in str(err):  # an HTML page says so already
+                    err.args = (f"{err}; {self.base_url}/chat/completions does not take POST: is "
+                                f"{self.base_url} an OpenAI-compatible endpoint? The base URL usually ends in /v1",)
             retry_after = response.headers.get("retry-after")
             if retry_after is not None:
                 try:
@@ -286,6 +296,9 @@ class ChatClient:
         try:
             data = response.json()
         except ValueError:
+            if response.content.lstrip()[:1] not in (b"{", b"["):  # not a cut JSON reply: not an API at all
+                raise ProviderError(f"HTTP {response.status_code} with {_not_an_api(response)}",
+                                    status=response.status_code, kind="bad_endpoint") from None
             raise ProviderError(
                 f"the provider answered with unreadable JSON ({len(response.content)} bytes)",
                 status=response.status_code, retryable=True,
@@ -294,10 +307,34 @@ class ChatClient:
             raise ProviderError("the provider answered with a non-object body", retryable=True)
         if data.get("error") and not data.get("choices"):
             # An error object in a 200 body (proxies and routers do this): the code inside wins.
-            error = data["error"] if isinstance(data["error"], dict) else {"message": str(data["error"])}
-            code = error.get("code") if isinstance(error.get("code"), int) else error.get("status")
-            raise _error_from(code if isinstance(code, int) else None, error, in_body=True)
+            raise _embedded_error(data["error"], "a 200 body")
         return data
+
+
+async def _read_stream(response: httpx.Response, on_delta: Callable[[StreamProgress], None]) -> dict[str, Any]:
+    """The streamed reply assembled (`read_sse`); a stream cut short, broken or unreadable is
+    a transient ProviderError, and an error chunk is that error, triaged as in a plain body.
+    A timeout is left to the caller (reported as one)."""
+    import httpx
+
+    try:
+        return await read_sse(response.aiter_lines(), on_delta)
+    except StreamError as exc:
+        raise ProviderError(f"incomplete stream: {exc}", retryable=True) from None
+    except StreamedError as exc:
+        raise _embedded_error(exc.error, "a stream") from None
+    except httpx.TimeoutException:
+        raise
+    except httpx.TransportError as exc:
+        raise ProviderError(f"the stream broke off: {exc or type(exc).__name__}", retryable=True) from None
+
+
+def _embedded_error(value: Any, where: str) -> ProviderError:
+    """The ProviderError for an error object sent where a reply was expected (`where`: "a 200
+    body", "a stream"); its numeric `code` (or `status`) is read as the HTTP status."""
+    error = value if isinstance(value, dict) else {"message": str(value)}
+    code = error.get("code") if isinstance(error.get("code"), int) else error.get("status")
+    return _error_from(code if isinstance(code, int) else None, error, where=where)
 
 
 def _error_object(response: httpx.Response) -> dict[str, Any]:
@@ -316,6 +353,15 @@ def _error_object(response: httpx.Response) -> dict[str, Any]:
     return {"message": str(err)}
 
 
+def _not_an_api(response: httpx.Response) -> str:
+    """A 200 body that is not JSON, described with a hint (an HTML page: its title)."""
+    text = _body_text(response)
+    if text.startswith("an HTML page"):
+        return text
+    return (f"a body that is not JSON ({text[:80]!r}): is {response.request.url.host} an OpenAI-compatible "
+            "endpoint? The base URL usually ends in /v1")
+
+
 def _body_text(response: httpx.Response) -> str:
     text = response.text
     if "html" in response.headers.get("content-type", "") or text.lstrip()[:1] == "<":
@@ -326,20 +372,21 @@ def _body_text(response: httpx.Response) -> str:
     return " ".join(text.split())[:300] or response.reason_phrase
 
 
-def _error_from(status: int | None, error: dict[str, Any], in_body: bool = False) -> ProviderError:
+def _error_from(status: int | None, error: dict[str, Any], where: str | None = None) -> ProviderError:
     """A ProviderError for one failed attempt, triaged by `classify`, with the provider's numbers.
 
     Args:
         status: the HTTP status, or the error object's numeric code when it came in a 200 body.
         error: the provider's error object ({"message", "type", "code", ...}).
+        where: for an error object inside a reply, where it came ("a 200 body", "a stream").
     """
     message = str(error.get("message") or error)
     error_type = " ".join(str(error[k]) for k in ("type", "code") if isinstance(error.get(k), str))
     kind, retryable = classify(status, message, error_type)
     details = {k: v for k, v in error.items()
                if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("code", "status")}
-    if in_body:
-        label = "error in a 200 body" + (f" (code {status})" if status is not None else "")
+    if where:
+        label = f"error in {where}" + (f" (code {status})" if status is not None else "")
     else:
         label = f"HTTP {status}"
     return ProviderError(f"{label}: {message}", status=status, retryable=retryable, kind=kind,
@@ -378,13 +425,13 @@ def _is_json_object(text: str) -> bool:
         return False
 
 
-def _reply(data: dict[str, Any], body: dict[str, Any]) -> ChatReply:
+def _reply(data: dict[str, Any], body: dict[str, Any], call_ids: str) -> ChatReply:
     """A ChatReply from a 200 body; usage the provider did not report is counted here.
 
     Raises:
-        ProviderError (retryable): the body has no usable choice.
+        ProviderError (retryable): the body has no usable choice, or no finish_reason.
     """
-    message, finish, rewrites = _parse_choice(data)
+    message, finish, rewrites = _parse_choice(data, call_ids)
     usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
     prompt_tokens = _int(usage.get("prompt_tokens"))
     completion_tokens = _int(usage.get("completion_tokens"))
@@ -397,8 +444,11 @@ def _reply(data: dict[str, Any], body: dict[str, Any]) -> ChatReply:
             prompt_tokens = tokens.count(tokens.render_request(body["messages"], body.get("tools")))
         if completion_tokens <= 0:
             completion_tokens = tokens.count(tokens.render_reply(message.to_api()))
+    extra = data.get("runner")
+    dropped = isinstance(extra, dict) and extra.get("dropped_call") is True
     return ChatReply(message=message, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                     finish_reason=finish, provider_ms=0.0, usage_estimated=estimated, rewrites=rewrites)
+                     finish_reason=finish, provider_ms=0.0, usage_estimated=estimated, rewrites=rewrites,
+                     dropped_call=dropped)
 
 
 def _int(value: Any) -> int:
@@ -408,11 +458,12 @@ def _int(value: Any) -> int:
         return 0
 
 
-def _parse_choice(data: dict[str, Any]) -> tuple[Message, str | None, list[dict[str, Any]]]:
-    """The first choice's message, normalised, with the rewrites made.
+def _parse_choice(data: dict[str, Any], call_ids: str) -> tuple[Message, str, list[dict[str, Any]]]:
+    """The first choice's message, normalised, with its finish_reason and the rewrites made.
 
     Raises:
-        ProviderError (retryable): the body has no usable choice.
+        ProviderError (retryable): the body has no usable choice, or the choice has no
+            finish_reason (the reply is incomplete, whatever it holds).
     """
     try:
         choice = data["choices"][0]
@@ -421,17 +472,21 @@ def _parse_choice(data: dict[str, Any]) -> tuple[Message, str | None, list[dict[
         raise ProviderError("the provider's reply has no choices[0].message", retryable=True) from None
     if not isinstance(raw, dict):
         raise ProviderError("the provider's choices[0].message is not an object", retryable=True)
-    message, rewrites = _parse_message(raw)
-    return message, choice.get("finish_reason"), rewrites
+    finish = choice.get("finish_reason") if isinstance(choice, dict) else None
+    if not finish or not isinstance(finish, str):
+        raise ProviderError("the provider's reply has no finish_reason: it is incomplete", retryable=True)
+    message, rewrites = _parse_message(raw, call_ids)
+    return message, finish, rewrites
 
 
-def _parse_message(raw: dict[str, Any]) -> tuple[Message, list[dict[str, Any]]]:
+def _parse_message(raw: dict[str, Any], call_ids: str) -> tuple[Message, list[dict[str, Any]]]:
     """Normalise a local server's assistant message; returns it and what was rewritten.
 
     - `arguments` sent as an object become a JSON string; surrounding whitespace is stripped;
       empty arguments become "{}". A string that is not a JSON object is kept as it is (the
       loop answers the call with an error; `_request_messages` sends "{}" in its place).
-    - missing, empty or duplicate call ids get fresh unique ones.
+    - missing, empty or duplicate call ids become `{call_ids}_{index}` (index: the call's
+      position in the message), so they are the same whenever the same reply is read.
     Each change is one rewrite: {"callId", "field", "original", "sent"}.
     """
     calls: list[ToolCall] = []
@@ -447,7 +502,9 @@ def _parse_message(raw: dict[str, Any]) -> tuple[Message, list[dict[str, Any]]]:
         raw_id = raw_call.get("id")
         call_id = str(raw_id or "").strip()
         if not call_id or call_id in seen:
-            call_id = f"call_{uuid.uuid4().hex[:12]}"
+            call_id = f"{call_ids}_{len(calls)}"
+            while call_id in seen:
+                call_id += "x"
             rewrites.append({"callId": call_id, "field": "id", "original": raw_id, "sent": call_id})
         seen.add(call_id)
         if args != original:

@@ -7,19 +7,30 @@ its message in one line. Any other exception is a bug: the CLI exits 1 with a hi
 with `--debug` for the traceback.
 
     RunnerError (1)
-    ├── UsageError (2)            bad options or arguments
-    │   └── NotFound (2)          a run, model, scenario, tool or call that does not exist
+    ├── UsageError (2)              bad options or arguments
+    │   └── NotFound (2)            a run, model, scenario, tool or call that does not exist
     │       ├── RunNotFound, UnknownTool, UnknownScenario, NotPending
-    ├── RunBusy (2)               another process is driving the run
-    ├── CorruptState (1)          a saved state or trace that cannot be read
-    ├── ProviderError (1)         runner.client: the endpoint gave no usable reply
-    ├── ModelError (1)            runner.models: manifest, download, checksum
-    └── ServiceError (1)          a helper server (scripted provider, llama.cpp) did not start
+    │       └── ModelNotFound       (also a ModelError)
+    ├── RunBusy (2)                 another process is driving the run
+    ├── CorruptState (1)            a saved state or trace that cannot be read
+    │   ├── StaleState              a state behind the stored one (an old copy)
+    │   └── DamagedRun              a bad record mid-journal: `runner repair` rebuilds the run
+    ├── StoreError (1)              the store itself (a database that cannot be reached)
+    │   ├── DiskFull                the disk holding the runs is full
+    │   └── LeaseLost               another driver took the run over
+    ├── ProviderError (1)           the endpoint gave no usable reply (its `kind` says why)
+    ├── ModelError (1)              the model catalogue
+    │   ├── ManifestError, PullError, HashMismatch, ModelNotFound
+    ├── TokenizerUnavailable (1)    o200k_base could not be found or seeded
+    └── ServiceError (1)            a helper server (scripted provider, llama.cpp) did not start
+        └── LocalServerError        the llama.cpp server, with its log tail
+
+Each class lives here; the modules that raise them re-export the ones callers catch.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar, Literal
 
 
 class RunnerError(Exception):
@@ -66,3 +77,101 @@ class CorruptState(RunnerError):
 
 class ServiceError(RunnerError, RuntimeError):
     """A helper server runner starts (the scripted provider, llama.cpp) failed to start or died."""
+
+
+class StoreError(RunnerError):
+    """A run store problem that is not about one run's data (e.g. the database is unreachable)."""
+
+
+class StaleState(CorruptState):
+    """The state does not follow the stored one (its `seq` is behind): an old copy, or a
+    writer that missed newer history. `--force` may override, and the override is traced."""
+
+
+class DamagedRun(CorruptState):
+    """A record in the middle of the run's journal is unreadable (fails its checksum, is not
+    JSON, or does not follow the one before it): the run is listed as `damaged` and refuses to
+    resume until `runner repair RUN_ID` rebuilds it from its last good record."""
+
+
+class DiskFull(StoreError):
+    """The disk holding the runs is full: the run stops `interrupted` (committed transitions
+    kept) and resumes once there is space."""
+
+
+class LeaseLost(StoreError):
+    """This process no longer holds the run's lease (another driver claimed it: a newer
+    epoch); it must stop writing."""
+
+
+ErrorKind = Literal["unavailable", "auth", "not_found", "invalid_request", "context_overflow", "bad_endpoint"]
+"""unavailable: transient, retried (after the last retry the loop stops `interrupted`);
+the others are deterministic and stop the run `failed`. bad_endpoint: the base URL answers,
+but not as a chat-completions API (an HTML page or other non-JSON body in a 200, HTTP 405/501):
+a misconfiguration, reported with a hint."""
+
+
+class ProviderError(RunnerError):
+    """The provider could not give a usable reply.
+
+    Attributes:
+        status: HTTP status, or None for transport and decoding errors.
+        retryable: whether another attempt could succeed (after all retries: False).
+        kind: the triage class (see `ErrorKind`).
+        retries: attempts made after the first before this error was raised.
+        details: numbers the provider sent with its error (e.g. n_ctx, n_prompt_tokens).
+        retry_after_s: the provider's Retry-After, seconds, if any.
+    """
+
+    def __init__(self, message: str, status: int | None = None, retryable: bool = False,
+                 kind: ErrorKind | None = None, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+        self.kind: ErrorKind = kind or ("unavailable" if retryable else "invalid_request")
+        self.retries = 0
+        self.details = details
+        self.retry_after_s: float | None = None
+
+
+class ModelError(RunnerError, RuntimeError):
+    """Base class for model catalogue errors; the message is one line a user can act on."""
+
+
+class ManifestError(ModelError):
+    """The manifest file is missing, unreadable or invalid."""
+
+
+class ModelNotFound(ModelError, NotFound):
+    """The model is unknown, or known but not on disk (the message says how to get it)."""
+
+
+class PullError(ModelError):
+    """A download failed; nothing partial is left under the model's final path."""
+
+
+class HashMismatch(ModelError):
+    """A file's sha256 differs from the pinned or recorded digest; a downloaded copy is deleted.
+
+    Attributes:
+        name: manifest name of the model.
+        expected: the digest from the manifest (or pulled.json), lowercase hex.
+        actual: the digest of the bytes received, lowercase hex.
+    """
+
+    def __init__(self, name: str, expected: str, actual: str, deleted: bool = True) -> None:
+        fate = "the downloaded file was deleted" if deleted else "reinstall the package"
+        super().__init__(
+            f"sha256 mismatch for model {name!r}: expected {expected}, got {actual}; {fate}"
+        )
+        self.name = name
+        self.expected = expected
+        self.actual = actual
+
+
+class TokenizerUnavailable(RunnerError):
+    """o200k_base could neither be found in tiktoken's cache nor seeded from a verified copy."""
+
+
+class LocalServerError(ServiceError):
+    """The local server could not start or stopped unexpectedly; the message has its log tail."""

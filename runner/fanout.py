@@ -1,7 +1,7 @@
 """Fan-out: drive many saved runs to their stops, in this process or on Ray actors.
 
 The suite creates every run in the store first, then hands an executor a list of `Batch`es:
-an `Endpoint` (how to reach one model) and the ids of the runs that talk to it. Executors
+a `runner.endpoints.Endpoint` (how to reach one model) and the ids of the runs that talk to it. Executors
 advance runs *by id*: each drive starts from the state saved in the store, so a drive that is
 retried after its process died resumes the run (no recorded turn is asked again, no recorded
 tool call runs again; see `runner.loop.run`).
@@ -13,7 +13,7 @@ tool call runs again; see `runner.loop.run`).
   retried when they die (`max_restarts`, `max_task_retries`).
 
 The store seam is the three functions `create`, `load` and `advance` at the top of this module:
-the only code here that touches `runner.store` and `runner.harness.execute`. A store location
+the only code here that touches `runner.store` and `runner.harness.drive`. A store location
 is a string: a runs directory today (so its runs are driven on the machine holding it).
 """
 
@@ -25,16 +25,14 @@ import os
 import signal
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Protocol
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from runner import store
 from runner.cancel import CancelToken
 from runner.client import new_http_client
+from runner.endpoints import Endpoint, Opened, open_endpoint
 from runner.errors import RunnerError, ServiceError, UsageError
-from runner.harness import execute, scripted_provider
+from runner.harness import drive
 from runner.local import physical_cores
 from runner.resources import checkout_root
 from runner.state import RunState
@@ -45,32 +43,32 @@ if TYPE_CHECKING:
 # --- the store seam -------------------------------------------------------------------------
 
 
-_STORES: dict[str, store.RunStore] = {}
+_STORES: dict[store.StoreAt, store.RunStore] = {}
 
 
-def _store(store_location: str) -> store.RunStore:
+def _store(where: store.StoreAt) -> store.RunStore:
     """One open store per location and process (a PostgresStore holds a connection pool)."""
-    if store_location not in _STORES:
-        _STORES[store_location] = store.open_store(store_location)
-    return _STORES[store_location]
+    if where not in _STORES:
+        _STORES[where] = where.open()
+    return _STORES[where]
 
 
-def create(state: RunState, store_location: str) -> None:
-    """Save a new run in the store at `store_location` (a runs directory or a postgresql://
-    URL), queued: `runner runs` shows it `queued` until a driver claims it."""
-    _store(store_location).create(state)
+def create(state: RunState, where: store.StoreAt) -> None:
+    """Save a new run in the store `where` (a runs directory or a postgresql:// URL), queued:
+    `runner runs` shows it `queued` until a driver claims it."""
+    _store(where).create(state)
 
 
-def load(run_id: str, store_location: str) -> RunState:
+def load(run_id: str, where: store.StoreAt) -> RunState:
     """The saved state of `run_id`.
 
     Raises:
         RunNotFound, CorruptState: as `RunStore.load`.
     """
-    return _store(store_location).load(run_id)
+    return _store(where).load(run_id)
 
 
-async def advance(run_id: str, store_location: str, base_url: str, cancel: CancelToken | None = None,
+async def advance(run_id: str, where: store.StoreAt, base_url: str, cancel: CancelToken | None = None,
                   server_settings: dict[str, Any] | None = None, http: httpx.AsyncClient | None = None) -> RunState:
     """Drive (or resume) the saved run `run_id` against `base_url` to its next stop; returns it.
     `server_settings` (the local server's, when this process started it) go on `run_started`.
@@ -81,81 +79,11 @@ async def advance(run_id: str, store_location: str, base_url: str, cancel: Cance
     Raises:
         RunNotFound, CorruptState: as `runner.store.load`.
     """
-    state = load(run_id, store_location)
+    state = load(run_id, where)
     if state.status != "running":
         return state
-    return await execute(state, base_url, _store(store_location), cancel=cancel, server_settings=server_settings,
+    return await drive(state, base_url, _store(where), cancel=cancel, server_settings=server_settings,
                          http=http)
-
-
-# --- endpoints ------------------------------------------------------------------------------
-
-
-class Endpoint(BaseModel, frozen=True):
-    """How runs reach one model column of the suite (plain data: it is shipped to Ray actors)."""
-
-    name: str
-    """The column's name: "scripted", a local model's name, or the model sent to `base_url`."""
-    kind: Literal["scripted", "local", "url"]
-    model_path: str | None = None
-    """kind "local": the GGUF file each holder serves with its own llama.cpp server."""
-    base_url: str | None = None
-    """An OpenAI-compatible endpoint already running (kind "url"; with kind "scripted", a
-    scripted provider to share instead of starting one per holder)."""
-    latency_ms: float = 0.0
-    """kind "scripted": delay added to every reply, ms."""
-    n_threads: int | None = None
-    """kind "local": llama.cpp threads per server (None: `runner.local.LocalSettings`' default)."""
-    chat_format: str | None = None
-    """kind "local": llama-cpp-python chat handler (None: runner's Hermes adapter)."""
-    first_turn_tool_choice: Literal["auto", "required", "none"] = "auto"
-    """tool_choice sent on each run's first turn (the model manifest's value; runs carry it)."""
-
-
-@dataclass(frozen=True)
-class Opened:
-    """An endpoint that is up: its base URL, and the settings of the local server this process
-    started for it (None when none was started; recorded on each run's `run_started`)."""
-
-    base_url: str
-    server_settings: dict[str, Any] | None = None
-
-    def server_turns(self) -> list[dict[str, float]]:
-        """The engine timings of every reply of the local server started here (GET /stats of
-        `runner.local_app`): prompt_tokens, cached_prompt_tokens (KV reused), prompt_eval_tokens,
-        eval_tokens, prompt_eval_ms, eval_ms, handler_ms. Empty when no server was started."""
-        if self.server_settings is None:
-            return []
-        import httpx
-
-        keys = ("prompt_tokens", "cached_prompt_tokens", "prompt_eval_tokens", "eval_tokens",
-                "prompt_eval_ms", "eval_ms", "handler_ms")
-        replies = httpx.get(self.base_url.removesuffix("/v1") + "/stats", timeout=10).json()["replies"]
-        return [{k: r[k] for k in keys if k in r} for r in replies]
-
-
-@contextlib.contextmanager
-def open_endpoint(endpoint: Endpoint) -> Iterator[Opened]:
-    """Start what `endpoint` needs and yield it up (base URL "http://127.0.0.1:PORT/v1").
-
-    Raises:
-        ServiceError: the scripted provider or llama.cpp server did not start.
-        UsageError: a local server setting llama.cpp's settings reject.
-    """
-    if endpoint.base_url:
-        yield Opened(endpoint.base_url)
-    elif endpoint.kind == "scripted":
-        with scripted_provider(latency_ms=endpoint.latency_ms) as url:
-            yield Opened(url)
-    else:
-        from runner import local
-
-        assert endpoint.model_path is not None
-        fields: dict[str, Any] = {"model": Path(endpoint.model_path), "port": 0}
-        fields |= {"n_threads": endpoint.n_threads} if endpoint.n_threads else {}
-        fields |= {"chat_format": endpoint.chat_format} if endpoint.chat_format else {}
-        with local.LocalServer(local.settings(**fields)) as server:
-            yield Opened(server.base_url, server.settings.model_dump(mode="json"))
 
 
 @dataclass(frozen=True)
@@ -172,7 +100,7 @@ driven: "local pid N" or "node <node id, 8 hex> pid N"."""
 
 
 class Executor(Protocol):
-    def drive(self, batches: list[Batch], store_location: str, on_done: OnDone) -> list[tuple[RunState, str]]:
+    def drive(self, batches: list[Batch], where: store.StoreAt, on_done: OnDone) -> list[tuple[RunState, str]]:
         """Advance every run of `batches` to its stop; returns (state, where it was driven)
         of the runs driven, in batch order. Fewer come back when the user stopped the suite
         (Ctrl-C)."""
@@ -212,20 +140,20 @@ class LocalExecutor:
     def server_turns(self) -> dict[str, list[dict[str, float]]]:
         return self._server_turns
 
-    def drive(self, batches: list[Batch], store_location: str, on_done: OnDone) -> list[tuple[RunState, str]]:
+    def drive(self, batches: list[Batch], where: store.StoreAt, on_done: OnDone) -> list[tuple[RunState, str]]:
         states: list[tuple[RunState, str]] = []
         try:
             for batch in batches:
                 if self.cancel.is_cancelled:
                     break
                 with open_endpoint(batch.endpoint) as opened:
-                    states += asyncio.run(self._drive_batch(batch.run_ids, store_location, opened, on_done))
-                    self._server_turns[batch.endpoint.name] = opened.server_turns()
+                    states += asyncio.run(self._drive_batch(batch.run_ids, where, opened, on_done))
+                    self._server_turns[batch.endpoint.label] = opened.server_turns()
         except KeyboardInterrupt:  # Ctrl-C while a server was starting: no run was in flight
             self.cancel.cancel("user pressed Stop")
         return states
 
-    async def _drive_batch(self, run_ids: list[str], store_location: str, opened: Opened,
+    async def _drive_batch(self, run_ids: list[str], where: store.StoreAt, opened: Opened,
                            on_done: OnDone) -> list[tuple[RunState, str]]:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -236,7 +164,7 @@ class LocalExecutor:
                 for run_id in run_ids:
                     if self.cancel.is_cancelled:
                         break
-                    state = await advance(run_id, store_location, opened.base_url, self.cancel,
+                    state = await advance(run_id, where, opened.base_url, self.cancel,
                                           opened.server_settings, http)
                     states.append((state, f"local pid {os.getpid()}"))
                     on_done(*states[-1])
@@ -263,7 +191,7 @@ class RunDriver:
         except RunnerError as exc:  # bad configuration: a restart would fail the same way
             self.error = exc
 
-    def advance(self, run_id: str, store_location: str) -> tuple[str, str]:
+    def advance(self, run_id: str, where: store.StoreAt) -> tuple[str, str]:
         """`advance` the run; returns its state as JSON (plain data across processes) and
         where it was driven ("node <id> pid N").
 
@@ -275,7 +203,7 @@ class RunDriver:
         if self.error is not None:
             raise self.error
 
-        state = asyncio.run(advance(run_id, store_location, self.opened.base_url,
+        state = asyncio.run(advance(run_id, where, self.opened.base_url,
                                     server_settings=self.opened.server_settings))
         return state.model_dump_json(), f"node {ray.get_runtime_context().get_node_id()[:8]} pid {os.getpid()}"
 
@@ -314,14 +242,14 @@ def ray_init(address: str | None = None, **kw: Any) -> None:
                  runtime_env=worker_runtime_env(), configure_logging=False, **kw)
 
 
-def _nodes_for(store_location: str) -> list[str]:
+def _nodes_for(where: store.StoreAt) -> list[str]:
     """Alive node ids that can reach the store: every node for a PostgreSQL store; with a runs
     directory, the nodes on this machine (the address of the node this driver is attached
     to), which share its filesystem."""
     import ray
 
     nodes: list[dict[str, Any]] = [n for n in ray.nodes() if n["Alive"]]  # type: ignore[no-untyped-call]
-    if store.is_postgres(store_location):
+    if where.is_postgres:
         return [n["NodeID"] for n in nodes]
     mine = ray.get_runtime_context().get_node_id()
     here = next((n["NodeManagerAddress"] for n in nodes if n["NodeID"] == mine), None)
@@ -379,12 +307,12 @@ class RayExecutor:
     def server_turns(self) -> dict[str, list[dict[str, float]]]:
         return self._server_turns
 
-    def drive(self, batches: list[Batch], store_location: str, on_done: OnDone) -> list[tuple[RunState, str]]:
+    def drive(self, batches: list[Batch], where: store.StoreAt, on_done: OnDone) -> list[tuple[RunState, str]]:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         ray_init(self.address)
-        nodes = _nodes_for(store_location)
+        nodes = _nodes_for(where)
         count = self.actors or max(2, 2 * len(nodes))
         if not nodes:
             raise UsageError("no Ray node on this machine can reach the runs directory")
@@ -403,17 +331,17 @@ class RayExecutor:
         self.handles = [[start(batch.endpoint, b * count + i) for i in range(count)] for b, batch in enumerate(batches)]
         self.assigned = {run_id: actors[i % count]
                          for batch, actors in zip(batches, self.handles) for i, run_id in enumerate(batch.run_ids)}
-        refs = [actor.advance.remote(run_id, store_location) for run_id, actor in self.assigned.items()]
+        refs = [actor.advance.remote(run_id, where) for run_id, actor in self.assigned.items()]
         done: dict[str, tuple[RunState, str]] = {}
         try:
             pending = refs
             with _stop_signals_interrupt():
                 while pending:
                     ready, pending = ray.wait(pending, num_returns=1)
-                    text, where = ray.get(ready[0])
+                    text, driven_at = ray.get(ready[0])
                     state = RunState.model_validate_json(text)
-                    done[state.run_id] = state, where
-                    on_done(state, where)
+                    done[state.run_id] = state, driven_at
+                    on_done(state, driven_at)
         except KeyboardInterrupt:
             # Runs being driven stay `running` in the store: `runner resume ID` continues them.
             self._cancelled = True
@@ -424,7 +352,7 @@ class RayExecutor:
             if not self._cancelled:
                 for batch, actors in zip(batches, self.handles):
                     per_actor = ray.get([a.server_turns.remote() for a in actors])
-                    self._server_turns[batch.endpoint.name] = [t for turns in per_actor for t in turns]
+                    self._server_turns[batch.endpoint.label] = [t for turns in per_actor for t in turns]
             self._stop_actors(graceful=not self._cancelled)
         return [done[r] for b in batches for r in b.run_ids if r in done]
 

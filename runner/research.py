@@ -49,10 +49,11 @@ class Research(Tool):
         assert isinstance(args, ResearchParams)
         if ctx.spawn is None:
             raise ToolError("the research helper is not available in this run")
-        config = self.parent.model_copy(update={
-            "model": self.parent.research_model or self.parent.model,
-            "max_turns": self.parent.research_max_turns,
-            "max_budget_usd": self.parent.research_max_budget_usd,
+        parent = self.parent
+        config = parent.model_copy(update={
+            "endpoint": parent.endpoint.model_copy(update={"model": parent.research_model or parent.endpoint.model}),
+            "limits": parent.limits.model_copy(update={"max_turns": parent.research_max_turns,
+                                                       "max_budget_usd": parent.research_max_budget_usd}),
             "tools": self.child_tools,
         })
         child = new_run(args.question, config, system=RESEARCH_SYSTEM,

@@ -7,14 +7,13 @@ function of (scenario, turn, tool text).
 
 It keeps no memory of conversations, so a run can be killed and resumed against a new
 server with the same result. Its only state is the set of request hashes it has already
-faulted (fault injection, R1.6). Usage is counted with tiktoken's o200k_base over the
+faulted (fault injection). Usage is counted with tiktoken's o200k_base over the
 rendering documented in `runner.tokens`.
 """
 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -22,9 +21,11 @@ import re
 import signal
 import threading
 import time
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Union
 
+from runner import inprocess
 from runner.errors import RunnerError, ServiceError, UsageError
 from runner.procs import die_with
 
@@ -161,6 +162,12 @@ def _quirks(t: int, tools: str) -> Reply:
     return f"Done; the tools said {len(tools.splitlines())} lines."
 
 
+def _bad_arguments(t: int, tools: str) -> Reply:
+    """read_file with arguments cut off mid-JSON, every turn (a new call id each time)."""
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"c{t + 1}", "type": "function", "function": {"name": "read_file", "arguments": '{"path": '}}]}
+
+
 SCENARIOS: dict[str, Script] = {
     "plan": _plan,
     "runaway": _runaway,
@@ -174,6 +181,8 @@ SCENARIOS: dict[str, Script] = {
     "research": _research,
     "research_child": _plan,
     "quirks": _quirks,
+    "unknown_tool": lambda t, tools: _call(f"c{t + 1}", "readFile", path="errors.log"),
+    "bad_arguments": _bad_arguments,
     # the six suite tasks
     "timeout_file": _plan,
     "count_files": _count_files,
@@ -197,6 +206,8 @@ PROMPTS: dict[str, str] = {
     "research": "Find out which log file mentions a timeout.",
     "research_child": "Which log file mentions a timeout?",
     "quirks": "List the files and read notes.txt.",
+    "unknown_tool": "What does errors.log say?",
+    "bad_arguments": "What does errors.log say?",
 }
 """The default user prompt of each scenario (the suite's tasks carry their own)."""
 
@@ -256,9 +267,9 @@ class ScriptedSettings:
     slow_fault_s: float = 5.0
 
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]  # status, JSON body, extra headers
 
 
@@ -277,12 +288,14 @@ class ScriptedApp:
 
     A plain ASGI callable rather than a web framework: three fixed routes need no router, and
     not importing FastAPI saves ~200 ms of start-up; requests per CPU-second are the same as
-    with FastAPI (scripts/bench_provider.py compares). The o200k tokenizer loads on a thread
-    from construction on; the first chat request waits for it, so the server listens while
-    it loads.
+    with FastAPI (scripts/bench_provider.py compares). Usage is counted with `tokens.count`,
+    which reads counts of texts seen before from its file. With `preload`, the o200k
+    tokenizer loads on a thread from construction on and the first chat request waits for
+    it, so a server listens while it loads; without, it loads on the first text never
+    counted before (what an in-process provider wants: most runs never need it).
     """
 
-    def __init__(self, settings: ScriptedSettings | None = None) -> None:
+    def __init__(self, settings: ScriptedSettings | None = None, preload: bool = True) -> None:
         from runner import tokens
 
         self.settings = settings or ScriptedSettings()
@@ -290,7 +303,7 @@ class ScriptedApp:
         """(scenario, 1-based turn) per answered chat request: observability only."""
         self._faulted: set[str] = set()
         self._lock = threading.Lock()
-        self._tokenizer = tokens.load_in_background()
+        self._tokenizer = tokens.load_in_background() if preload else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -330,6 +343,8 @@ class ScriptedApp:
         scenario = scenario_name(model)
         if scenario not in SCENARIOS:
             return _error(404, f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}", "model_not_found")
+        import asyncio  # here: importing this module (`runner.harness` does) need not load it
+
         turn = sum(1 for m in messages if m.get("role") == "assistant") + 1
         kind = self.settings.faults.get(turn)
         fire = False
@@ -348,31 +363,33 @@ class ScriptedApp:
                 await asyncio.sleep(self.settings.slow_fault_s)
         if self.settings.latency_ms:
             await asyncio.sleep(self.settings.latency_ms / 1000)
+        message = reply_for(scenario, messages)
         try:
-            enc = self._tokenizer.result(0) if self._tokenizer.done() else await asyncio.wrap_future(self._tokenizer)
+            if self._tokenizer is not None and not self._tokenizer.done():
+                await asyncio.wrap_future(self._tokenizer)
+            payload = _completion(raw, model, message, body)
         except Exception as exc:
             return _error(500, f"the scripted provider cannot count tokens: {exc}", "server_error")
-        message = reply_for(scenario, messages)
         self.requests.append((scenario, turn))
-        payload = _completion(enc, raw, model, message, body)
         text = json.dumps(payload)
         if kind == "truncated" and fire:
             text = text[: len(text) // 2]
         return 200, text.encode(), []
 
 
-def _completion(enc: Any, raw: bytes, model: str, message: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+def _completion(raw: bytes, model: str, message: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
     """The chat.completion object for `message`, honouring max_tokens like a real model does."""
     from runner import tokens
 
-    prompt_tokens = len(enc.encode(tokens.render_request(body["messages"], body.get("tools")), disallowed_special=()))
-    reply_ids = enc.encode(tokens.render_reply(message), disallowed_special=())
-    completion_tokens = len(reply_ids)
+    prompt_tokens = tokens.count(tokens.render_request(body["messages"], body.get("tools")))
+    reply_text = tokens.render_reply(message)
+    completion_tokens = tokens.count(reply_text)
     finish = "tool_calls" if message.get("tool_calls") else "stop"
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, int) and 0 < max_tokens < completion_tokens:
         # The reply is cut off and its calls are lost.
-        message = {"role": "assistant", "content": enc.decode(reply_ids[:max_tokens])}
+        enc = tokens.encoding()
+        message = {"role": "assistant", "content": enc.decode(enc.encode(reply_text, disallowed_special=())[:max_tokens])}
         completion_tokens, finish = max_tokens, "length"
     return {
         "id": "chatcmpl-" + hashlib.sha256(raw).hexdigest()[:12],
@@ -396,11 +413,6 @@ async def _body(receive: Receive) -> bytes:
         chunks.append(event.get("body", b""))
         if not event.get("more_body"):
             return b"".join(chunks)
-
-
-def create_app(settings: ScriptedSettings | None = None) -> ScriptedApp:
-    """The ASGI app (kept for callers of the FastAPI-era name)."""
-    return ScriptedApp(settings)
 
 
 def _listen(host: str, port: int) -> Any:
@@ -527,9 +539,51 @@ class ScriptedProcess:
         self.stop()
 
 
-def scripted_provider(latency_ms: float = 0, faults: str | None = None) -> ScriptedProcess:
-    """Start the scripted provider in a child process now; `with scripted_provider() as url:`
-    yields its base URL ("http://127.0.0.1:PORT/v1") and kills it on exit (see `ScriptedProcess`)."""
+class InProcessProvider:
+    """The scripted provider answering inside this process: its ASGI app behind
+    `httpx.ASGITransport`, reached through `runner.client.new_http_client` like any server.
+    Requests still go through runner's real client and httpx (request encoding, status and
+    header handling, JSON decoding); only the socket is left out. The replies are a pure
+    function of the request, so nothing is lost by not running a server: there is no second
+    process to start (~0.4 s of a cold `runner run --scenario`), and the o200k tokenizer loads
+    only for a text whose count is not on record (`runner.tokens.count`).
+
+    Use as a context manager, like `ScriptedProcess`: `with InProcessProvider() as url`. The
+    provider answers on "http://scripted-N.in-process/v1" (`runner.inprocess`) from
+    construction until `stop()`.
+
+    Raises:
+        UsageError: a bad `faults` spec (see `parse_faults`).
+        TokenizerUnavailable: no o200k_base source (see `runner.tokens.check_available`).
+    """
+
+    def __init__(self, latency_ms: float = 0, faults: str | None = None) -> None:
+        from runner import tokens
+
+        settings = ScriptedSettings(latency_ms=latency_ms, faults=parse_faults(faults))
+        tokens.check_available()
+        self.app = ScriptedApp(settings, preload=False)
+        self.base_url = inprocess.register(self.app, "scripted")
+
+    def stop(self) -> None:
+        """Stop answering (requests then fail as a provider that cannot be reached)."""
+        inprocess.unregister(self.base_url)
+
+    def __enter__(self) -> str:
+        return self.base_url
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def scripted_provider(latency_ms: float = 0, faults: str | None = None, *,
+                      in_process: bool = False) -> ScriptedProcess | InProcessProvider:
+    """Start the scripted provider now; `with scripted_provider() as url:` yields its base URL
+    and stops it on exit. By default a child process on a free loopback port
+    ("http://127.0.0.1:PORT/v1", see `ScriptedProcess`: what benchmarks and other processes
+    reach); `in_process`: answered inside this process (see `InProcessProvider`)."""
+    if in_process:
+        return InProcessProvider(latency_ms, faults)
     return ScriptedProcess(latency_ms, faults)
 
 

@@ -11,14 +11,19 @@ import hashlib
 import json
 import time
 import uuid
-from typing import Annotated, Any, Literal, Union
+from pathlib import Path
+from typing import Annotated, Any, Callable, Literal, NamedTuple, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
-FORMAT_VERSION = 2
-"""2 (issue 10): `error`, the `provider_unavailable` interruption, limits on the max_turns /
-max_budget interruptions, `usage_estimated`/`slip` on turn records, `skipped` tool runs.
-Every new field has a default, so version-1 files load unchanged."""
+FORMAT_VERSION = 3
+"""3: the config's endpoint fields in `RunConfig.endpoint`, its limits in `RunConfig.limits`
+(format-2 files, flat, are lifted on load). 2: `error`, the `provider_unavailable`
+interruption, limits on the max_turns / max_budget interruptions, `usage_estimated` / `slip` on
+turn records, `skipped` tool runs (every new field has a default, so version-1 files load)."""
+
+MIN_REPLY_TOKENS = 16
+"""With cap_max_tokens, a turn is bought only if the budget pays for at least this many reply tokens."""
 
 DEFAULT_MAX_TURNS = 20
 """The turn cap a run gets unless one is given (the chapter's runs use 20); None lifts it."""
@@ -119,6 +124,7 @@ ErrorType = Literal[
     "invalid_request",  # a 4xx (or a deterministic 5xx) the provider calls invalid
     "not_found",  # HTTP 404: unknown model or endpoint
     "context_overflow",  # the prompt does not fit the model's context
+    "bad_endpoint",  # the base URL answers, but not as a chat-completions API (HTML, non-JSON, 405, 501)
     "protocol_slip",  # the model kept replying with no answer and no usable call
     "tool_error",  # tool_errors="fatal" and a tool failed
     "permanent_tool_error",  # a tool failure no retry fixes (permission denied, ...)
@@ -178,26 +184,91 @@ class ToolRun(BaseModel):
     error: str | None = None
 
 
-class RunConfig(BaseModel):
-    """How the run talks to its model and which limits and policies apply.
+ToolChoice = Literal["auto", "required", "none"]
+EndpointKind = Literal["url", "local", "scripted"]
 
-    Persisted with the state so `resume` continues under the same rules unless told otherwise.
-    Prices default to $2.00 / $12.00 per million prompt / completion tokens (the chapter's
-    reference rates, read 2026-09-06).
+
+class Endpoint(BaseModel):
+    """Everything needed to reach one model: which, where, and how patiently.
+
+    Its kind follows from which field is set: `base_url` (``url``: an endpoint already
+    running), else `local_model` (``local``: a GGUF runner serves itself), else neither
+    (``scripted``: the scripted provider). Saved with every run, so a resume, a worker or a Ray
+    actor reaches the same model again; `runner.endpoints.open_endpoint` starts what it needs.
     """
 
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     model: str
+    """The model name sent with every request (a scripted run sends ``scripted/<scenario>``)."""
     base_url: str | None = None
-    """None means: start the scripted provider on a free loopback port (scripted runs)."""
+    """An OpenAI-compatible endpoint that is already running, e.g. ``http://127.0.0.1:8080/v1``."""
+    local_model: str | None = None
+    """A manifest name or GGUF path runner serves itself when `base_url` is None."""
+    chat_format: str | None = None
+    """The local server's chat format (None: the manifest's, else runner's Hermes adapter)."""
+    n_threads: int | None = Field(default=None, ge=1)
+    """llama.cpp threads of the local server (None: `runner.local.LocalSettings`' default)."""
+    first_turn_tool_choice: ToolChoice = "auto"
+    """``tool_choice`` sent on a run's first turn ("auto": none sent); the model manifest
+    gives each local model's value ("required" makes a small model's first turn a call)."""
+    timeout_s: float = Field(default=600.0, gt=0)
+    """Per-request timeout, seconds."""
+    max_retries: int = Field(default=4, ge=0)
+    """Retries of a request that failed transiently (connection refused, 429, 5xx, timeout)."""
+    api_key_env: str | None = None
+    """The NAME of the environment variable the run's API key came from (never the key):
+    resume and workers read the key from it again (`runner.config.key_for`). None: no key,
+    or one given on the command line (a resume then needs it again)."""
+    latency_ms: float = Field(default=0.0, ge=0)
+    """The scripted provider only: delay added to every reply, ms."""
+
+    @property
+    def kind(self) -> EndpointKind:
+        if self.base_url:
+            return "url"
+        return "local" if self.local_model else "scripted"
+
+    @property
+    def scripted(self) -> bool:
+        """The scripted provider, started here or already serving at `base_url`: its model
+        names are ``scripted`` (a suite column) and ``scripted/<scenario>`` (a run)."""
+        return self.model == "scripted" or self.model.startswith("scripted/")
+
+    @property
+    def label(self) -> str:
+        """A short name for tables: "scripted", the GGUF's file stem, or the model name."""
+        if self.scripted:
+            return "scripted"
+        if self.kind == "local":
+            assert self.local_model is not None
+            return Path(self.local_model).stem if self.local_model.endswith(".gguf") else self.local_model
+        return self.model
+
+    def key(self) -> tuple[str | None, ...]:
+        """What decides which server a run needs: runs with equal keys can share one."""
+        return (self.kind, self.base_url, self.local_model, self.chat_format,
+                str(self.n_threads), str(self.latency_ms) if self.kind == "scripted" else None)
+
+
+class Limits(BaseModel):
+    """When a run must stop before it spends more, and the checks that say so.
+
+    The loop asks `before_request` before each model call and `before_tool_call` before each
+    call of a batch; both return why the run must stop, or None. The budget is checked before
+    a turn is bought, so spend can pass the cap by at most one turn's cost (the price of a turn
+    is not known until it is over), unless `cap_max_tokens` caps the reply too.
+    """
+
     max_turns: int | None = DEFAULT_MAX_TURNS
     """Turn cap; None: no cap (version-1 files without one load as None, as they ran)."""
     max_budget_usd: float | None = None
-    price_in_usd_per_mtok: float = 2.0
-    price_out_usd_per_mtok: float = 12.0
-    dedupe: bool = False
-    dedupe_all: bool = False
-    tool_errors: Literal["text", "generic", "fatal"] = "text"
-    permanent_errors: bool = True
+    """Spend cap, USD; None: no cap."""
+    cap_max_tokens: bool = False
+    """Cap each request's max_tokens from the budget left after an (over-)estimate of the
+    next prompt, and stop when fewer than `MIN_REPLY_TOKENS` reply tokens fit: spend stays
+    under the cap as long as the estimate holds. A reply cut off by this cap stops the run
+    as budget_exceeded."""
     max_identical_failures: int = 2
     """A failing call repeated this many times in a row is treated as permanent (0: never)."""
     max_identical_calls: int = 3
@@ -205,6 +276,88 @@ class RunConfig(BaseModel):
     `failed` (0: never)."""
     max_protocol_retries: int = 2
     """A reply that is neither an answer nor a usable call is asked again this many times."""
+
+    def before_request(self, state: RunState, next_prompt_tokens: Callable[[], int],
+                       prices: tuple[float, float]) -> LimitStop | None:
+        """Why the next model call must not be made, or None.
+
+        Args:
+            next_prompt_tokens: an (over-)estimate of the next request's prompt tokens,
+                called only when `cap_max_tokens` needs it.
+            prices: USD per million prompt and completion tokens.
+        """
+        if self.max_turns is not None and state.turns >= self.max_turns:
+            return LimitStop("max_turns_exceeded", MaxTurnsInterruption(limit=self.max_turns, used=state.turns),
+                             f"reached the turn cap of {self.max_turns}")
+        if self.max_budget_usd is None:
+            return None
+        budget = MaxBudgetInterruption(limit_usd=self.max_budget_usd, used_usd=round(state.cost_usd, 9))
+        spent = f"spent ${state.cost_usd:.6f} of a ${self.max_budget_usd:.6f} budget"
+        if state.cost_usd >= self.max_budget_usd:
+            return LimitStop("budget_exceeded", budget, spent)
+        reply_tokens = self.reply_tokens(state, next_prompt_tokens, prices)
+        if reply_tokens is not None and reply_tokens < MIN_REPLY_TOKENS:
+            return LimitStop("budget_exceeded", budget, f"{spent}; the next prompt (~{next_prompt_tokens()} "
+                             "tokens) would leave too little for a reply")
+        return None
+
+    def reply_tokens(self, state: RunState, next_prompt_tokens: Callable[[], int],
+                     prices: tuple[float, float]) -> int | None:
+        """With `cap_max_tokens`, the completion tokens the budget still pays for once the
+        next prompt is paid; None when not capping."""
+        if not self.cap_max_tokens or self.max_budget_usd is None:
+            return None
+        price_in, price_out = prices
+        left_usd = self.max_budget_usd - state.cost_usd - next_prompt_tokens() * price_in / 1e6
+        return int(left_usd * 1e6 / price_out)
+
+    def before_tool_call(self, state: RunState) -> str | None:
+        """Why a call of the current batch must not run (the tool result the model reads),
+        or None. The turn that asked for the batch is already counted, so the cap stops a
+        batch only once the run is past it."""
+        if self.max_budget_usd is not None and state.cost_usd >= self.max_budget_usd:
+            return (f"Not run: the run's budget of ${self.max_budget_usd:.6f} was spent "
+                    f"(${state.cost_usd:.6f}) before this call could start.")
+        if self.max_turns is not None and state.turns > self.max_turns:
+            return f"Not run: the run is past its turn cap of {self.max_turns} turns."
+        return None
+
+
+class LimitStop(NamedTuple):
+    """A stop a limit calls for: the status, the interruption, the reason in words."""
+
+    status: RunStatus
+    interruption: Interruption
+    reason: str
+
+
+_ENDPOINT_KEYS = frozenset(Endpoint.model_fields)
+_LIMIT_KEYS = frozenset(Limits.model_fields)
+
+
+class RunConfig(BaseModel):
+    """How the run reaches its model (`endpoint`), when it must stop (`limits`), and which
+    policies apply.
+
+    Persisted with the state so `resume` continues under the same rules unless told otherwise.
+    Prices default to $2.00 / $12.00 per million prompt / completion tokens (the chapter's
+    reference rates, read 2026-09-06).
+
+    Format-2 files kept every field flat (``model``, ``base_url``, ``max_turns``, ...): such keys
+    are lifted into `endpoint` and `limits` on load, and keyword construction accepts them
+    the same way (``RunConfig(model="m", max_turns=3)``).
+    """
+
+    endpoint: Endpoint
+    limits: Limits = Field(default_factory=Limits)
+    max_tokens: int | None = None
+    """max_tokens sent with every request (None: the server's default)."""
+    price_in_usd_per_mtok: float = 2.0
+    price_out_usd_per_mtok: float = 12.0
+    dedupe: bool = False
+    dedupe_all: bool = False
+    tool_errors: Literal["text", "generic", "fatal"] = "text"
+    permanent_errors: bool = True
     on_slip: Literal["corrective", "repeat", "fail"] = "corrective"
     """What a protocol slip gets: ``corrective`` asks again with a short user message saying
     what went wrong and what to do (kept in the transcript, named ``runner``); ``repeat`` sends
@@ -218,26 +371,66 @@ class RunConfig(BaseModel):
     """Longer tool results are cut, with a marker the model reads (None: no cap)."""
     auto_approve: bool = False
     """Approve every needs_approval call without stopping (used by the double_delete demo)."""
-    cap_max_tokens: bool = False
-    """Cap each request's max_tokens from the budget left after an (over-)estimate of the
-    next prompt, and stop when fewer than 16 reply tokens fit: spend stays under the cap as
-    long as the estimate holds. A reply cut off by this cap stops the run as budget_exceeded."""
-    max_tokens: int | None = None
-    timeout_s: float = 600.0
-    max_retries: int = 4
     tools: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOLS))
-    """Names of the tools offered to the model (`research` adds a child-agent tool)."""
+    """Names of the tools offered to the model (`research` adds a child-agent tool). Given
+    tool objects (your own tools) instead of names, the config keeps their names, records
+    where each can be imported again in `tool_refs`, and hands the objects to the run that
+    starts from this config (they are never saved)."""
+    tool_refs: dict[str, str] = {}
+    """Tool name -> "module:attribute" for tools that are not built in: how a resume or a
+    worker finds them again (a tool class, or an instance, importable from there)."""
     research_model: str | None = None
     """Model for the `research` tool's child runs (default: the parent's model)."""
     research_max_turns: int = 6
     research_max_budget_usd: float = 0.05
-    # local-model change (issue 12): tool_choice for turn 1 only; later turns send none.
-    first_turn_tool_choice: Literal["auto", "required", "none"] = "auto"
-    """tool_choice sent on the first turn ("auto": none sent). "required" makes a small model's
-    first turn a (grammar-constrained) tool call; the model manifest gives each model's value."""
-    local_model: str | None = None
-    """How to reach the endpoint again when `base_url` is None and the model is local: the
-    manifest name or GGUF path `runner.local.LocalServer` serves (resume and workers start it)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_flat_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not (_ENDPOINT_KEYS | _LIMIT_KEYS) & data.keys():
+            return data
+        data = dict(data)
+        for group, keys in (("endpoint", _ENDPOINT_KEYS), ("limits", _LIMIT_KEYS)):
+            flat = {k: data.pop(k) for k in list(data) if k in keys}
+            if flat:
+                nested = data.get(group)
+                base = nested.model_dump() if isinstance(nested, BaseModel) else dict(nested or {})
+                data[group] = base | flat
+        return data
+
+    @property
+    def prices(self) -> tuple[float, float]:
+        """USD per million prompt and completion tokens."""
+        return self.price_in_usd_per_mtok, self.price_out_usd_per_mtok
+
+    _given_tools: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _take_tool_objects(cls, data: Any, handler: ModelWrapValidatorHandler[RunConfig]) -> RunConfig:
+        """`tools` may hold tool objects: keep their names (and import references) as data,
+        and the objects beside, unsaved, for `given_tools`."""
+        objects = [t for t in data.get("tools") or [] if not isinstance(t, str)] if isinstance(data, dict) else []
+        if objects:
+            refs = {t.name: ref for t in objects if (ref := tool_ref(t)) is not None}
+            data = {**data, "tools": [t if isinstance(t, str) else t.name for t in data["tools"]],
+                    "tool_refs": {**data.get("tool_refs", {}), **refs}}
+        config = handler(data)
+        config._given_tools.update({t.name: t for t in objects})
+        return config
+
+    def given_tools(self) -> dict[str, Any]:
+        """The tool objects this config was built with, by name (never saved; a loaded config has none)."""
+        return dict(self._given_tools)
+
+
+def tool_ref(tool: Any) -> str | None:
+    """Where a tool object can be imported again ("module:Class", built with no arguments), or
+    None for a tool defined in `__main__` or inside a function."""
+    cls = type(tool)
+    if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+        return None
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 class RunState(BaseModel):

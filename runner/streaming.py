@@ -4,6 +4,9 @@ per-turn progress the CLI shows while a turn is generated.
 `read_sse` turns the ``data:`` lines of a streamed ``chat.completion.chunk`` response into
 the dict a non-streamed call would have returned (content joined, tool-call deltas merged by
 index, usage from the last chunk), calling back with a `StreamProgress` after every chunk.
+A stream is a reply only once a chunk gives its ``finish_reason`` (OpenAI's format ends every
+choice with one): one that stops before, with or without ``[DONE]``, is incomplete
+(`StreamError`), and an error object sent as a chunk is that error (`StreamedError`).
 `TurnMeter` turns those into `TurnProgress` reports: one at the start of a turn, one per
 chunk, one at the end, whether or not the provider streams.
 """
@@ -18,7 +21,22 @@ from typing import Any
 
 
 class StreamError(ValueError):
-    """The event stream was not valid OpenAI chunks (bad JSON, no chunk, no [DONE])."""
+    """The event stream was not a complete reply: a chunk that is not JSON, no chunk at all, or
+    no ``finish_reason`` before the stream ended."""
+
+
+class StreamedError(Exception):
+    """The provider sent an error object as a chunk (``data: {"error": {...}}``).
+
+    Attributes:
+        error: the error object as sent ({"message", "type", "code", ...}, or a bare string).
+        chunks: content or tool-call chunks received before it.
+    """
+
+    def __init__(self, error: Any, chunks: int) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.chunks = chunks
 
 
 @dataclass(frozen=True)
@@ -53,10 +71,13 @@ async def read_sse(lines: AsyncIterator[str], on_delta: Callable[[StreamProgress
 
     Returns:
         {"id", "model", "choices": [{"index": 0, "message": {...}, "finish_reason"}], "usage"}
-        in the non-streamed shape; usage is {} when the stream carried none.
+        in the non-streamed shape; usage is {} when the stream carried none. A server's own
+        extra object (llama.cpp's ``timings``, runner's local server's ``runner``) is kept.
 
     Raises:
-        StreamError: a ``data:`` line that is not JSON, or a stream with no chunk.
+        StreamError: a ``data:`` line that is not JSON, a stream with no chunk, or one that
+            ended without a ``finish_reason``.
+        StreamedError: an error object came as a chunk.
     """
     content: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
@@ -74,7 +95,12 @@ async def read_sse(lines: AsyncIterator[str], on_delta: Callable[[StreamProgress
             chunk = json.loads(data)
         except ValueError:
             raise StreamError(f"a streamed chunk is not JSON: {data[:80]!r}") from None
+        if not isinstance(chunk, dict):
+            raise StreamError(f"a streamed chunk is not an object: {data[:80]!r}")
+        if chunk.get("error") and not chunk.get("choices"):
+            raise StreamedError(chunk["error"], chunks)
         head = head or {k: chunk.get(k) for k in ("id", "model", "created")}
+        head |= {k: chunk[k] for k in ("runner", "timings") if isinstance(chunk.get(k), dict)}
         usage = chunk.get("usage") or usage
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
@@ -88,6 +114,8 @@ async def read_sse(lines: AsyncIterator[str], on_delta: Callable[[StreamProgress
             finish = choice.get("finish_reason") or finish
     if not head:
         raise StreamError("the stream carried no chunk")
+    if finish is None:
+        raise StreamError(f"the stream ended without a finish_reason after {chunks} chunks")
     message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or None}
     if calls:
         message["tool_calls"] = [calls[i] for i in sorted(calls)]

@@ -16,20 +16,20 @@ import math
 import os
 import re
 import statistics
-import sys
-import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Literal, Sequence
 
 from pydantic import BaseModel
 
 from runner import fanout
 from runner.chat_adapter import HANDLER_NAME
+from runner.endpoints import Endpoint
 from runner.errors import UsageError
-from runner.fanout import Batch, Endpoint, Executor, LocalExecutor, RayExecutor
+from runner.fanout import Batch, Executor, LocalExecutor, RayExecutor
 from runner.resources import tasks_dir
-from runner.state import RunConfig, RunState, new_run
+from runner.state import Limits, RunConfig, RunState, new_run
+from runner.store import Durability, StoreAt
 
 Provider = Literal["scripted", "local"]
 ToolChoiceSetting = Literal["auto", "required", "none"]
@@ -95,10 +95,6 @@ class Task(BaseModel):
         if tool_runs < self.min_tool_runs:
             return Grade(correct=False, why=f"{tool_runs} tool runs, the task needs {self.min_tool_runs}")
         return Grade(correct=True)
-
-    def is_correct(self, answer: str, tool_runs: int, tool_results: list[str] = []) -> bool:  # noqa: B006
-        return self.grade(answer, tool_runs, tool_results).correct
-
 
 def lists_tools(text: str) -> bool:
     """True if `text` names three or more of runner's tools, or two or more with fewer than
@@ -242,17 +238,8 @@ def _result(provider: Provider, task: Task, state: RunState) -> TaskResult:
     )
 
 
-def _print_progress(result: TaskResult, quiet: bool) -> None:
-    if not quiet:
-        # at most ~76 characters: one line in an 80-column terminal
-        status = "" if result.status == "completed" else f" {result.status}"
-        print(f"  {result.model[:12]:<12} {result.task:<12} #{result.repeat:<2} turns={result.turns:<2} "
-              f"tools={result.tool_runs:<2} {result.wall_ms:>7,.0f} ms  ok={'yes' if result.correct else 'no'}{status}",
-              file=sys.stderr, flush=True)
-
-
 def model_columns(provider: str, models: Sequence[str] = (), base_url: str | None = None,
-                  latency_ms: float = 0.0, quiet: bool = True) -> list[Endpoint]:
+                  latency_ms: float = 0.0, on_note: Callable[[str], None] | None = None) -> list[Endpoint]:
     """The suite's model columns, in order, as endpoints.
 
     Without `models`, `provider` picks them: "scripted", "local" (the default local model) or
@@ -275,22 +262,22 @@ def model_columns(provider: str, models: Sequence[str] = (), base_url: str | Non
     scripted = provider != "local" or "scripted" in names
     if not names and provider != "scripted":
         local_names = [None]  # the default local model
-    columns = [Endpoint(name="scripted", kind="scripted", latency_ms=latency_ms)] if scripted else []
+    columns = [Endpoint(model="scripted", latency_ms=latency_ms)] if scripted else []
     from runner import models as models_mod
 
     for name in local_names:
         if base_url:
             entry = models_mod.entry_for(name) if name else None
-            columns.append(Endpoint(name=name or "default", kind="url", base_url=base_url,
+            columns.append(Endpoint(model=name or "default", base_url=base_url,
                                     first_turn_tool_choice=entry.first_turn_tool_choice if entry else "auto"))
             continue
         shown, path = models_mod.resolve_choice(name)
         entry = models_mod.entry_for(shown, path)
         choice: ToolChoiceSetting = entry.first_turn_tool_choice if entry else "auto"
-        if not quiet:
-            print(f"local model: {shown}, first turn tool_choice={choice}\n  file: {path}", file=sys.stderr, flush=True)
+        if on_note is not None:
+            on_note(f"local model: {shown}, first turn tool_choice={choice}\n  file: {path}")
         # Named as llama.cpp serves it (the file stem), as runs and reports always named it.
-        columns.append(Endpoint(name=path.stem, kind="local", model_path=str(path), first_turn_tool_choice=choice,
+        columns.append(Endpoint(model=path.stem, local_model=str(path), first_turn_tool_choice=choice,
                                 chat_format=entry.chat_format if entry else HANDLER_NAME))
     return columns
 
@@ -303,11 +290,11 @@ def harness_settings(column: Endpoint, run_settings: dict[str, Any] | None = Non
     A local model's manifest entry (found by name, or by the file name of its GGUF) gives
     ``answer_after_tool_turns`` and ``system_addendum``; `run_settings` and `system_addendum`
     take precedence."""
-    if column.kind == "scripted":
+    if column.scripted:
         return {}, ""
     from runner import models as models_mod
 
-    entry = models_mod.entry_for(column.name, Path(column.model_path) if column.model_path else None)
+    entry = models_mod.entry_for(column.model, Path(column.local_model) if column.local_model else None)
     settings: dict[str, Any] = {"answer_after_tool_turns": entry.answer_after_tool_turns} if entry else {}
     settings |= run_settings or {}
     addendum = system_addendum if system_addendum is not None else (entry.system_addendum if entry else "")
@@ -316,15 +303,17 @@ def harness_settings(column: Endpoint, run_settings: dict[str, Any] | None = Non
 
 def _model_for(column: Endpoint, task: Task) -> str:
     """The model name a run of `task` sends: scripted runs name their scenario (the task id)."""
-    return f"scripted/{task.id}" if column.kind == "scripted" else column.name
+    return f"scripted/{task.id}" if column.scripted else column.model
 
 
 def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), base_url: str | None = None,
               max_turns: int = 8, max_tokens: int | None = None, latency_ms: float = 0.0, repeats: int = 1,
               executor: Executor | None = None, columns: list[Endpoint] | None = None,
-              quiet: bool = False, store_location: str | None = None,
+              on_result: Callable[[TaskResult], None] | None = None, on_note: Callable[[str], None] | None = None,
+              store_location: str | None = None, durability: Durability = "process",
               run_settings: dict[str, Any] | None = None, system_addendum: str | None = None) -> SuiteReport:
-    """Run every task on every model column `repeats` times; write the reports.
+    """Run every task on every model column `repeats` times; returns the report (see
+    `runner.render.write_suite_report` to write it).
 
     Every (model, task, repeat) is saved as a run in the store before any is driven; then
     `executor` (default `LocalExecutor`: this process, one run after another) drives them.
@@ -339,7 +328,10 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
         columns: the model columns as endpoints, instead of `provider`, `models`, `base_url`
             and `latency_ms` (e.g. a scripted provider that is already running).
         store_location: where the runs live: a runs directory or a postgresql:// URL (default:
-            `runs_root`); the reports are written under `runs_root` either way.
+            `runs_root`).
+        durability: what each committed transition survives (see `runner.store.Durability`).
+        on_result: called with each task's result as its run stops.
+        on_note: called with a line about each local model column (which file, which settings).
         run_settings: `RunConfig` fields for every local column's runs, over the manifest's
             (`harness_settings`), e.g. ``{"on_slip": "repeat"}``.
         system_addendum: text added to the suite's system prompt for local columns, instead of
@@ -350,14 +342,14 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
         RuntimeError: a server failed to start.
     """
     suite = load_suite()
-    columns = columns or model_columns(provider, models, base_url, latency_ms, quiet)
+    columns = columns or model_columns(provider, models, base_url, latency_ms, on_note)
     executor = executor or LocalExecutor()
-    local = [c for c in columns if c.kind != "scripted"]
-    report = SuiteReport(model=local[0].name if local else None, model_path=local[0].model_path if local else None,
-                         base_url=base_url, max_turns=max_turns, results=[], models=[c.name for c in columns],
+    local = [c for c in columns if not c.scripted]
+    report = SuiteReport(model=local[0].label if local else None, model_path=local[0].local_model if local else None,
+                         base_url=base_url, max_turns=max_turns, results=[], models=[c.label for c in columns],
                          repeats=repeats, executor="ray" if isinstance(executor, RayExecutor) else "local",
                          first_turn_tool_choice=local[0].first_turn_tool_choice if local else "auto")
-    location = store_location or str(runs_root.resolve())  # runs: this store; reports: runs_root
+    location = StoreAt(store_location or str(runs_root.resolve()), durability)
     jobs: dict[str, tuple[Endpoint, Task, int]] = {}
     batches = []
     for column in columns:
@@ -366,12 +358,11 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
         for task in suite.tasks:
             for repeat in range(1, repeats + 1):
                 # how `runner resume` reaches this endpoint again: a URL, or the local model to start
-                config = RunConfig(**{"model": _model_for(column, task), "max_turns": max_turns,
-                                      "max_tokens": max_tokens,
-                                      "first_turn_tool_choice": column.first_turn_tool_choice,
-                                      "base_url": column.base_url if column.kind == "url" else None,
-                                      "local_model": column.model_path if column.kind == "local" else None,
-                                      **harness})
+                overrides = dict(harness)  # endpoint settings (e.g. first_turn_tool_choice) go on the endpoint
+                moved = {k: overrides.pop(k) for k in list(overrides) if k in Endpoint.model_fields}
+                endpoint = column.model_copy(update={"model": _model_for(column, task), **moved})
+                config = RunConfig(endpoint=endpoint, limits=Limits(max_turns=max_turns), max_tokens=max_tokens,
+                                   **overrides)
                 state = new_run(task.prompt, config, system=suite.system + addendum)
                 fanout.create(state, location)
                 jobs[state.run_id] = (column, task, repeat)
@@ -380,11 +371,15 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
 
     def result_of(state: RunState, where: str) -> TaskResult:
         column, task, repeat = jobs[state.run_id]
-        return _result("scripted" if column.kind == "scripted" else "local", task, state).model_copy(
-            update={"model": column.name, "repeat": repeat, "turn_ms": [round(t.ms, 1) for t in state.per_turn],
+        return _result("scripted" if column.scripted else "local", task, state).model_copy(
+            update={"model": column.label, "repeat": repeat, "turn_ms": [round(t.ms, 1) for t in state.per_turn],
                     "driven_by": where})
 
-    driven = executor.drive(batches, location, lambda state, where: _print_progress(result_of(state, where), quiet))
+    def done(state: RunState, where: str) -> None:
+        if on_result is not None:
+            on_result(result_of(state, where))
+
+    driven = executor.drive(batches, location, done)
     report.results = [result_of(state, where) for state, where in driven]
     finished = {r.run_id for r in report.results}
     report.unfinished = [run_id for batch in batches for run_id in batch.run_ids if run_id not in finished]
@@ -392,9 +387,83 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
     report.cancelled = executor.cancelled
     if local:
         report.load_average = [round(x, 2) for x in os.getloadavg()]
-        report.local_turns = executor.server_turns.get(local[0].name, [])
-    report.report_path = str(write_report(report, runs_root).with_suffix(".md"))
+        report.local_turns = executor.server_turns.get(local[0].label, [])
     return report
+
+
+def _cancelled(result: TaskResult) -> bool:
+    """A run Ctrl-C stopped before it finished (resumable, not a result)."""
+    return result.status == "interrupted" and (result.reason or "").startswith("cancelled")
+
+
+def resume_suite(report_file: Path, runs_root: Path, *, executor: Executor | None = None,
+                 on_result: Callable[[TaskResult], None] | None = None, store_location: str | None = None,
+                 durability: Durability = "process") -> SuiteReport:
+    """Finish a cancelled suite: drive the runs its report lists as unfinished or cancelled
+    (each resumed where it stopped, nothing paid twice); returns a report of every run.
+
+    Args:
+        report_file: the cancelled suite's JSON report (its .md path works too).
+        runs_root, executor, on_result, store_location, durability: as `run_suite` (the runs
+            must be in that store).
+
+    Raises:
+        UsageError: an unreadable report, or one with nothing left to run.
+        RunNotFound: a run of the report is not in the store.
+    """
+    path = report_file.with_suffix(".json")
+    try:
+        old = SuiteReport.model_validate_json(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read the suite report {path}: {exc}") from None
+    todo = [r.run_id for r in old.results if _cancelled(r)] + old.unfinished
+    if not todo:
+        raise UsageError(f"nothing to resume: every run of {path} finished")
+    tasks = load_suite().tasks
+    location = StoreAt(store_location or str(runs_root.resolve()), durability)
+    runs = fanout._store(location)
+    kept = [r for r in old.results if not _cancelled(r)]
+    known = {r.run_id: r for r in old.results}
+    columns: dict[str, Endpoint] = {}
+    jobs: dict[str, tuple[Endpoint, Task, int]] = {}
+    for run_id in todo:
+        state = runs.load(run_id)
+        if state.status == "interrupted":  # stopped by Ctrl-C: queue it again, as it was
+            lease = runs.claim(run_id)
+            state.status, state.interruption, state.reason = "running", None, None
+            runs.save(state, (), lease)
+            runs.release(lease, runnable=True)
+        endpoint = state.config.endpoint
+        column = columns.setdefault(endpoint.label, endpoint.model_copy(update={"model": "scripted"})
+                                    if endpoint.scripted else endpoint)
+        prompt = next(m.content for m in state.messages if m.role == "user")
+        task = next(t for t in tasks if t.prompt == prompt)
+        done = sum(1 for r in kept if (r.model, r.task) == (column.label, task.id))
+        repeat = known[run_id].repeat if run_id in known else done + 1 + sum(
+            1 for c, t, _ in jobs.values() if (c.label, t.id) == (column.label, task.id))
+        jobs[run_id] = (column, task, repeat)
+    executor = executor or LocalExecutor()
+    batches = [Batch(c, [rid for rid, job in jobs.items() if job[0].label == c.label]) for c in columns.values()]
+
+    def result_of(state: RunState, where: str) -> TaskResult:
+        column, task, repeat = jobs[state.run_id]
+        return _result("scripted" if column.scripted else "local", task, state).model_copy(
+            update={"model": column.label, "repeat": repeat, "turn_ms": [round(t.ms, 1) for t in state.per_turn],
+                    "driven_by": where})
+
+    def done_one(state: RunState, where: str) -> None:
+        if on_result is not None:
+            on_result(result_of(state, where))
+
+    driven = executor.drive(batches, location, done_one)
+    order = {m: i for i, m in enumerate(old.models)}
+    task_order = {t.id: i for i, t in enumerate(tasks)}
+    results = kept + [result_of(state, where) for state, where in driven]
+    results.sort(key=lambda r: (order.get(r.model, len(order)), task_order.get(r.task, 0), r.repeat))
+    finished = {r.run_id for r in results}
+    return old.model_copy(update={
+        "results": results, "cancelled": executor.cancelled, "summaries": summarize(results),
+        "unfinished": [rid for rid in todo if rid not in finished], "report_path": None})
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -413,7 +482,7 @@ def summarize(results: list[TaskResult]) -> list[TaskSummary]:
     is unfinished, not wrong: it counts in no pass rate or mean (the report lists it)."""
     groups: dict[tuple[str, str], list[TaskResult]] = {}
     for r in results:
-        if r.status == "interrupted" and (r.reason or "").startswith("cancelled"):
+        if _cancelled(r):
             continue
         groups.setdefault((r.model, r.task), []).append(r)
     out = []
@@ -453,184 +522,3 @@ def totals(results: list[TaskResult]) -> dict[str, float]:
     }
 
 
-def _column_title(report: SuiteReport, model: str) -> str:
-    return "scripted provider" if model == "scripted" else f"local model: {model}"
-
-
-def markdown(report: SuiteReport) -> str:
-    """The report as Markdown: per model column, the summary over repeats, then one line per run."""
-    lines = [f"Executor: {report.executor}; {report.repeats} repeat(s) per task and model; "
-             f"turn cap {report.max_turns}.", ""]
-    for model in report.models or list(dict.fromkeys(r.model for r in report.results)):
-        rows = [r for r in report.results if r.model == model]
-        if not rows:
-            continue
-        lines += [f"### {_column_title(report, model)}", ""]
-        if model != "scripted":
-            if model == report.model:
-                lines += [f"First turn sent with `tool_choice={report.first_turn_tool_choice}` (the model manifest's "
-                          "`first_turn_tool_choice`); later turns `auto`."]
-            if report.load_average:
-                lines += [f"Load average (1/5/15 min) when it finished: "
-                          f"{' / '.join(f'{x:.2f}' for x in report.load_average)}."]
-            lines += [""]
-        lines += ["| task | runs | pass rate | turns | tool runs | prompt tok | completion tok | cost USD | "
-                  "turn ms mean | p50 | p95 |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for s in (s for s in report.summaries if s.model == model):
-            lines.append(f"| {s.task} | {s.runs} | {s.passed}/{s.runs} ({s.pass_rate:.0%}) | {s.turns:g} | "
-                         f"{s.tool_runs:g} | {s.prompt_tokens:g} | {s.completion_tokens:g} | {s.cost_usd:.6f} | "
-                         f"{s.turn_ms_mean:,.1f} | {s.turn_ms_p50:,.1f} | {s.turn_ms_p95:,.1f} |")
-        lines += ["", "| task | repeat | status | turns | tool runs | prompt tok | completion tok | cost USD | "
-                      "wall ms | mean turn ms | correct | answer |",
-                  "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
-        for r in rows:
-            answer = _short(r.answer, 120).replace("|", "\\|")
-            lines.append(f"| {r.task} | {r.repeat} | {r.status} | {r.turns} | {r.tool_runs} | {r.prompt_tokens} | "
-                         f"{r.completion_tokens} | {r.cost_usd:.6f} | {r.wall_ms:,.0f} | {r.mean_turn_ms:,.0f} | "
-                         f"{'yes' if r.correct else 'no'} | {answer} |")
-        t = totals(rows)
-        wrong = [f"{r.task}{f' #{r.repeat}' if report.repeats > 1 else ''}: {r.why_wrong}"
-                 for r in rows if not r.correct and r.why_wrong]
-        lines += [f"| **total** | | | {t['turns']} | {t['tool_runs']} | {t['prompt_tokens']} | "
-                  f"{t['completion_tokens']} | {t['cost_usd']:.6f} | {t['wall_ms']:,.0f} | {t['mean_turn_ms']:,.0f} | "
-                  f"{t['correct']}/{len(rows)} | |", "",
-                  f"Tool calls: {t['calls']} in {t['tasks_with_a_call']}/{len(rows)} tasks, "
-                  f"{t['invalid_calls']} malformed or unknown.", ""]
-        if wrong:
-            lines += ["Why wrong: " + "; ".join(wrong) + ".", ""]
-        if model == report.model and report.local_turns:
-            turns = report.local_turns
-            per_turn = ", ".join(f"{t['prompt_eval_tokens']:.0f}/{t['cached_prompt_tokens']:.0f}" for t in turns)
-            evaluated = sum(t["prompt_eval_tokens"] for t in turns)
-            reused = sum(t["cached_prompt_tokens"] for t in turns)
-            lines += [f"Prompt tokens per turn, evaluated/reused from the KV cache: {per_turn} "
-                      f"(in all {evaluated:.0f} evaluated, {reused:.0f} reused, "
-                      f"{reused / max(1, evaluated + reused):.0%} reused).", ""]
-    return "\n".join(lines)
-
-
-def write_report(report: SuiteReport, runs_root: Path) -> Path:
-    """Write `suite-<timestamp>.json`, `.md` and (with matplotlib installed) the turn-time
-    plot `.png` under `runs_root`; returns the JSON path."""
-    runs_root.mkdir(parents=True, exist_ok=True)
-    stem = runs_root / time.strftime("suite-%Y%m%d-%H%M%S")
-    stem.with_suffix(".json").write_text(report.model_dump_json(indent=1))
-    text = markdown(report)
-    if report.summaries and plot_turn_ms(report, stem.with_suffix(".png")):
-        text += f"\n![turn time per task and model]({stem.with_suffix('.png').name})\n"
-    stem.with_suffix(".md").write_text(text)
-    return stem.with_suffix(".json")
-
-
-def plot_turn_ms(report: SuiteReport, path: Path) -> bool:
-    """Plot turn time per task and model: a bar at the p50, a whisker to the p95 and a dot at
-    the mean, over every turn of every repeat (ms, log scale). Returns False, writing nothing,
-    when matplotlib is not installed (it is in the `dev` extra)."""
-    try:
-        import matplotlib
-    except ImportError:
-        return False
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    models = list(dict.fromkeys(s.model for s in report.summaries))
-    tasks = list(dict.fromkeys(s.task for s in report.summaries))
-    by = {(s.model, s.task): s for s in report.summaries}
-    width = 0.8 / len(models)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(tasks) * max(1, len(models) / 2)), 4.2))
-    for k, model in enumerate(models):
-        xs = [i + (k - (len(models) - 1) / 2) * width for i, t in enumerate(tasks) if (model, t) in by]
-        rows = [by[(model, t)] for t in tasks if (model, t) in by]
-        p50 = [max(s.turn_ms_p50, 0.01) for s in rows]
-        ax.bar(xs, p50, width * 0.9, label=model,
-               yerr=[[0.0] * len(rows), [max(s.turn_ms_p95 - s.turn_ms_p50, 0.0) for s in rows]], capsize=3)
-        ax.plot(xs, [max(s.turn_ms_mean, 0.01) for s in rows], "k.", markersize=5)
-    ax.set_yscale("log")
-    ax.set_xticks(range(len(tasks)), tasks, rotation=20)
-    ax.set_ylabel("turn time, ms (bar p50, whisker p95, dot mean)")
-    ax.set_title(f"Turn time per task and model ({report.repeats} repeat(s), executor {report.executor})")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
-
-
-def _short(text: str, limit: int) -> str:
-    """One line, at most `limit` characters."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def print_report(report: SuiteReport) -> None:
-    """A compact rich table, one line per task, the model columns' figures side by side:
-    turns/tools and wall ms (means over repeats) and ok (yes/no for one run, passed/runs over
-    repeats; the status instead when a run did not complete); the mean turn time of each
-    column under the table. Two columns fit 80 characters and numbers are never cut: the
-    local answer (of the first repeat, when there is one local column) gets the width that is
-    left, shortened to fit, and is left out on a narrow terminal (the JSON and Markdown
-    reports keep it whole)."""
-    import io
-
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
-    summaries = report.summaries or summarize(report.results)
-    by: dict[tuple[str, str], TaskSummary] = {(s.model, s.task): s for s in summaries}
-    columns = list(dict.fromkeys(s.model for s in summaries))
-    locals_ = [m for m in columns if m != "scripted"]
-    tasks = list(dict.fromkeys(r.task for r in report.results))
-    first = {(r.model, r.task): r for r in reversed(report.results)}
-
-    def label(model: str) -> str:
-        return "scripted" if model == "scripted" else "local" if len(locals_) == 1 else _short(model, 14)
-
-    def build(answer_chars: int) -> Table:
-        title = "runner suite" + (f"  (local model: {', '.join(locals_)}, first turn tool_choice="
-                                  f"{report.first_turn_tool_choice})" if locals_ else "")
-        if report.repeats > 1 or report.executor != "local":
-            title += f"  [{report.repeats} repeat(s), executor {report.executor}]"
-        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                      caption="mean turn: " + "; ".join(
-                          f"{label(m)} {totals([r for r in report.results if r.model == m])['mean_turn_ms']:,.0f} ms"
-                          for m in columns), caption_justify="left")
-        table.add_column("task", no_wrap=True)
-        for m in columns:
-            for what in ("turns/tools", "wall ms", "ok"):
-                table.add_column(f"{label(m)}\n{what}", justify="left" if what == "ok" else "right", no_wrap=True)
-        if answer_chars:
-            table.add_column("local\nanswer", no_wrap=True)
-        for task in tasks:
-            row = [task]
-            for m in columns:
-                s = by.get((m, task))
-                if s is None:
-                    row += ["-"] * 3
-                    continue
-                ok = ("yes" if s.passed else "no") if s.runs == 1 else f"{s.passed}/{s.runs}"
-                if set(s.statuses) != {"completed"}:
-                    ok = next(iter(s.statuses)) if len(s.statuses) == 1 else f"{ok} mixed"
-                row += [f"{s.turns:g}/{s.tool_runs:g}", f"{s.wall_ms:,.0f}", ok]
-            if answer_chars:
-                local = first.get((locals_[0], task))
-                row.append(_short(local.answer or f"({local.reason})", answer_chars) if local else "")
-            table.add_row(*row)
-        total_row = ["TOTAL"]
-        for m in columns:
-            rows = [r for r in report.results if r.model == m]
-            t = totals(rows)
-            total_row += [f"{t['turns']}/{t['tool_runs']}", f"{t['wall_ms']:,.0f}", f"{t['correct']}/{len(rows)}"]
-        if answer_chars:
-            total_row.append("")
-        table.add_row(*total_row, style="bold")
-        return table
-
-    console = Console()  # the terminal's width, else $COLUMNS, else 80
-    probe = Console(file=io.StringIO(), width=1000)
-    probe.print(build(0))
-    numbers_width = max(len(line) for line in probe.file.getvalue().splitlines()[1:])  # type: ignore[attr-defined]
-    room = console.width - numbers_width - 3
-    answer_chars = room if len(locals_) == 1 and room >= 20 else 0
-    console.print(build(answer_chars))

@@ -8,7 +8,6 @@ its workspace: absolute paths, `..` and escaping symlinks are refused with a rea
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import os
@@ -152,6 +151,8 @@ class Tool:
     async def run(self, args: BaseModel, ctx: ToolContext) -> str:
         if not self.blocking:
             return self.run_sync(args, ctx)
+        import asyncio
+
         return await asyncio.to_thread(self.run_sync, args, ctx)
 
     def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:

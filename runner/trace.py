@@ -1,11 +1,16 @@
 """The trace: append-only JSONL, one event per line, `runId` on every line.
 
 The vocabulary is small on purpose: `run_started`, `run_resumed`, `turn`, `tool_start`,
-`tool_progress`, `tool_result`, `tool_cancelled`, `approval_required`, `run_stopped`, and two
-operator events: `verdict` (an approval or rejection given from outside) and `state_forced`
-(`resume --force`). Field names follow the chapter's wire format (`prompt_tokens`, `costUsd`,
-`toolName`, ...). Each line also carries `ts` (Unix seconds) so a run spanning processes and
-days reads in order.
+`tool_progress`, `tool_result`, `tool_cancelled`, `approval_required`, `run_stopped`, and three
+operator events: `verdict` (an approval or rejection given from outside), `state_forced`
+(`resume --force`) and `run_repaired` (`runner repair`). The event's `type` is snake_case;
+every other field name is camelCase (`runId`, `toolName`, `promptTokens`, `costUsd`), with units
+in the name where they are not tokens or counts (`ms`, `costUsd`). Each line also carries `ts`
+(Unix seconds) so a run spanning processes and days reads in order.
+
+Format versions (`run_started.formatVersion`; `TRACE_FORMAT_VERSION` is written): 1, before the
+field was written, named the turn's token counts `prompt_tokens`, `completion_tokens` and
+`total_tokens`; such traces still read, under the new names.
 
 A process killed mid-append leaves a torn last line; the next writer ends it with a newline
 before appending, and `read_trace` skips torn lines (a `{` that never closes).
@@ -18,18 +23,25 @@ import time
 from pathlib import Path
 from typing import IO, Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
 from runner.errors import CorruptState
 
+TRACE_FORMAT_VERSION = 2
+"""The trace format written by this version (see the module docstring)."""
+
 
 class _Event(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
     runId: str
     ts: float = Field(default_factory=time.time)
 
 
 class RunStarted(_Event):
     type: Literal["run_started"] = "run_started"
+    formatVersion: int = 1
+    """The trace format from this line on (1: a trace written before the field existed)."""
     model: str
     parentRunId: str | None = None
     prompt: str = ""
@@ -53,9 +65,9 @@ class RunResumed(_Event):
 class TurnEvent(_Event):
     type: Literal["turn"] = "turn"
     turn: int
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
+    promptTokens: int = Field(validation_alias=AliasChoices("promptTokens", "prompt_tokens"))
+    completionTokens: int = Field(validation_alias=AliasChoices("completionTokens", "completion_tokens"))
+    totalTokens: int = Field(validation_alias=AliasChoices("totalTokens", "total_tokens"))
     costUsd: float
     """Cumulative cost of the run after this turn, USD."""
     finish: str | None
@@ -157,10 +169,24 @@ class StateForced(_Event):
     by: str
 
 
+class RunRepaired(_Event):
+    """`runner repair` rebuilt a run whose journal was damaged from its last good record."""
+
+    type: Literal["run_repaired"] = "run_repaired"
+    keptSeq: int
+    """The last good save the state was rebuilt from."""
+    dropped: list[str] = []
+    """One line per transition dropped."""
+    outside: list[str] = []
+    """One line per thing that may have happened after the last good record (a tool started,
+    a turn paid)."""
+    by: str
+
+
 TraceEvent = Annotated[
     Union[
         RunStarted, RunResumed, TurnEvent, ToolStart, ToolProgress, ToolResult, ToolCancelled,
-        ApprovalRequired, RunStopped, Verdict, StateForced,
+        ApprovalRequired, RunStopped, Verdict, StateForced, RunRepaired,
     ],
     Field(discriminator="type"),
 ]

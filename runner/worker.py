@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Callable
 
 from runner.cancel import CancelToken
 from runner.client import new_http_client
+from runner.endpoints import Endpoint, Opened, open_endpoint
 from runner.errors import RunnerError
-from runner.harness import endpoint, execute
-from runner.state import RunConfig
+from runner.harness import drive
 from runner.store import Lease, RunStore, default_owner
 
 if TYPE_CHECKING:
@@ -38,20 +38,18 @@ class WorkerReport:
 
 
 class _Endpoints:
-    """Base URLs by how a run reaches its model, each started on first need and kept until
-    the worker stops."""
+    """The endpoints this worker's runs need, each opened on first need and kept open until
+    the worker stops (runs that reach the same model share one server)."""
 
     def __init__(self, stack: contextlib.ExitStack) -> None:
         self.stack = stack
-        self.urls: dict[tuple[str | None, str | None], str] = {}
+        self.opened: dict[tuple[str | None, ...], Opened] = {}
 
-    def url(self, config: RunConfig) -> str:
-        if config.base_url:
-            return config.base_url
-        key = (config.local_model, config.model if config.local_model else None)
-        if key not in self.urls:
-            self.urls[key] = self.stack.enter_context(endpoint(config))
-        return self.urls[key]
+    def open(self, endpoint: Endpoint) -> Opened:
+        key = endpoint.key()
+        if key not in self.opened:
+            self.opened[key] = self.stack.enter_context(open_endpoint(endpoint))
+        return self.opened[key]
 
 
 async def work(store: RunStore, *, concurrency: int = 1, idle_exit_s: float | None = None, poll_s: float = 0.5,
@@ -112,9 +110,10 @@ async def _drive_one(store: RunStore, lease: Lease, endpoints: _Endpoints, repor
     cancels.add(cancel)
     try:
         state = store.load(lease.run_id)
-        base_url = endpoints.url(state.config)
+        opened = endpoints.open(state.config.endpoint)
         began = time.perf_counter()
-        state = await execute(state, base_url, store, cancel=cancel, lease=lease, http=http)
+        state = await drive(state, opened.base_url, store, cancel=cancel, lease=lease, http=http,
+                              server_settings=opened.server_settings)
         report.driven[state.run_id] = state.status
         say(f"{lease.run_id}: {state.status} after {state.turns} turns  "
             f"(epoch {lease.epoch}, {(time.perf_counter() - began) * 1000:,.0f} ms)")

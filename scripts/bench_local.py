@@ -32,9 +32,10 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runner import models
-from runner.harness import execute
+from runner.endpoints import Endpoint
+from runner.harness import drive
 from runner.local import LocalServer, LocalSettings
-from runner.state import RunConfig, new_run
+from runner.state import Limits, RunConfig, new_run
 from runner.suite import load_suite
 
 SETTINGS: dict[str, dict[str, Any]] = {
@@ -50,9 +51,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
 
 async def run_task(base_url: str, name: str, prompt: str, system: str, choice: str, max_turns: int) -> list[float]:
     """One suite task through the real harness (in memory); returns its per-turn ms."""
-    config = RunConfig(model=name, max_turns=max_turns, tools=["list_files", "read_file", "delete_file", "scan_archive"],
-                       first_turn_tool_choice=choice)  # type: ignore[arg-type]
-    state = await execute(new_run(prompt, config, system=system), base_url, None)
+    config = RunConfig(endpoint=Endpoint(model=name, first_turn_tool_choice=choice),  # type: ignore[arg-type]
+                       limits=Limits(max_turns=max_turns), tools=["list_files", "read_file", "delete_file", "scan_archive"])
+    state = await drive(new_run(prompt, config, system=system), base_url, None)
     return [t.ms for t in state.per_turn]
 
 

@@ -1,4 +1,4 @@
-"""Benchmark (issue 13, target 1): the harness's own overhead per turn over a bare httpx loop,
+"""Benchmark: the harness's own overhead per turn over a bare httpx loop,
 at each durability setting, beside the in-memory figure.
 
 Workload: the 3-turn `plan` scenario (list_files -> read_file errors.log -> answer) against the
@@ -11,7 +11,7 @@ their neighbours, so harness_power and the client-per-run pair are timed apart):
                         making the same three POST /v1/chat/completions with the same messages
                         and tool schemas the harness sends; tool results are replayed.
     bare_fresh          the same loop with a new client (and connection) per run.
-    harness             `runner.harness.execute(state, url, FileStore(dir), http=shared)`: the
+    harness             `runner.harness.drive(state, url, FileStore(dir), http=shared)`: the
                         default durability, "process": every transition committed to the OS
                         before the next one starts (survives a kill of the process, SIGKILL
                         included), the trace line written with it. `shared` is one
@@ -27,7 +27,7 @@ their neighbours, so harness_power and the client-per-run pair are timed apart):
 Headline: per-turn overhead = (median harness - median bare) / 3, ms; target <= 0.7 ms. Every
 run is verified: the provider counted the same per-turn prompt tokens for every variant (the
 same messages and tools went over the wire), and each harness run completed in 3 turns.
-The provider runs as its own process by default (`runner.harness.scripted_provider()`), so its
+The provider runs as its own process by default (`runner.scripted.scripted_provider()`), so its
 CPU does not share the client's GIL; `--provider inprocess` serves it from a thread instead.
 After the timed loop, an instrumented pass (timing wrappers, never used for the headline)
 says where the harness's time goes, and micro-benchmarks time the pieces.
@@ -58,9 +58,10 @@ from typing import Any, Awaitable, Callable, Iterator
 import httpx
 
 import runner
-from runner import catalog, harness, tools
+from runner import catalog, harness, scripted, tools
 from runner import client as client_mod
 from runner.client import new_http_client
+from runner.endpoints import Endpoint
 from runner.scripted import PROMPTS, ScriptedServer
 from runner.state import RunConfig, RunState, new_run
 from runner.store import FileStore, RunStore
@@ -86,12 +87,12 @@ class Replay:
 
 
 def fresh_state(base_url: str) -> RunState:
-    return new_run(PROMPTS["plan"], RunConfig(model=SCENARIO, base_url=base_url))
+    return new_run(PROMPTS["plan"], RunConfig(endpoint=Endpoint(model=SCENARIO, base_url=base_url)))
 
 
 async def make_replay(base_url: str) -> Replay:
     """Run the harness once in memory and keep what the bare loop needs to send the same calls."""
-    state = await harness.execute(fresh_state(base_url), base_url, None)
+    state = await harness.drive(fresh_state(base_url), base_url, None)
     assert state.status == "completed" and state.turns == TURNS, (state.status, state.reason)
     first = [m.to_api() for m in state.messages[:1]]
     results = {m.tool_call_id or "": m.to_api() for m in state.messages if m.role == "tool"}
@@ -144,7 +145,7 @@ class Bench:
     async def _harness(self, store: RunStore | None, http: httpx.AsyncClient | None) -> float:
         state = fresh_state(self.base_url)
         began = time.perf_counter()
-        state = await harness.execute(state, self.base_url, store, http=http)
+        state = await harness.drive(state, self.base_url, store, http=http)
         ms = (time.perf_counter() - began) * 1000
         assert state.status == "completed" and state.turns == TURNS, (state.status, state.reason)
         assert [t.prompt_tokens for t in state.per_turn] == self.replay.prompt_tokens
@@ -346,7 +347,7 @@ async def micro(folder: Path, reps: int = 200) -> dict[str, float]:
 @contextlib.contextmanager
 def provider(kind: str) -> Iterator[str]:
     if kind == "subprocess":
-        with harness.scripted_provider() as url:
+        with scripted.scripted_provider() as url:
             yield url
     else:
         with ScriptedServer() as server:
@@ -385,7 +386,7 @@ async def measure(base_url: str, runs: int, warmup: int, scratch: Path, instrume
 def render(report: dict[str, Any]) -> str:
     first = report["modes"][report["headline_mode"]]
     lines = [
-        "# Harness overhead per turn (issue 13, target 1)", "",
+        "# Harness overhead per turn", "",
         f"- workload: `{SCENARIO}`, {TURNS} turns, scripted provider on loopback, zero latency; the same "
         f"messages and tools on the wire for every variant (per-turn prompt tokens, checked every run: "
         f"{first['prompt_tokens_per_turn']})",

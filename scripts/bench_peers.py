@@ -1,4 +1,4 @@
-"""Benchmark (issue 13, target 5): runner beside other agent harnesses on the same scripted server.
+"""Benchmark: runner beside other agent harnesses on the same scripted server.
 
 Every harness runs the `plan` scenario (list_files -> read_file errors.log -> answer) against ONE
 scripted provider (`runner scripted serve`, its own process, loopback, zero latency) with the
@@ -10,7 +10,7 @@ same two tools (list_files, read_file over a copy of tasks/workspace). Harnesses
     openai_agents    `agents.Runner.run` over `OpenAIChatCompletionsModel`, tracing disabled
     langgraph        `langgraph.prebuilt.create_react_agent` over `langchain_openai.ChatOpenAI`
     pydantic_ai      `pydantic_ai.Agent` over `OpenAIChatModel`
-    runner_durable   `runner.harness.execute(state, url, runs_root, http=client)`: every
+    runner_durable   `runner.harness.drive(state, url, runs_root, http=client)`: every
                      transition committed with its trace lines at the default durability
                      ("process": a kill of the process loses nothing), one client made once
                      as each peer makes its own
@@ -79,8 +79,8 @@ IMPORTS = {
     "langgraph": "from langgraph.prebuilt import create_react_agent; from langchain_openai import ChatOpenAI",
     "pydantic_ai": "from pydantic_ai import Agent; from pydantic_ai.models.openai import OpenAIChatModel; "
                    "from pydantic_ai.providers.openai import OpenAIProvider",
-    "runner_durable": "from runner import RunConfig, execute, new_run",
-    "runner_memory": "from runner import RunConfig, execute, new_run",
+    "runner_durable": "from runner import Endpoint, RunConfig, execute, new_run",
+    "runner_memory": "from runner import Endpoint, RunConfig, execute, new_run",
 }
 LABELS = {
     "bare": "bare httpx loop (floor)",
@@ -273,14 +273,15 @@ async def make_pydantic_ai(url: str, tools: Tools) -> Run:
 
 def _make_runner(durable: bool) -> Callable[[str, Tools, Path], Awaitable[Run]]:
     async def make(url: str, tools: Tools, runs_root: Path) -> Run:
-        from runner import RunConfig, execute, new_run
+        from runner import Endpoint, RunConfig, new_run
         from runner.client import new_http_client
+        from runner.harness import drive
 
         http = new_http_client(url)  # made once, as each peer makes its client once
 
         async def run() -> str:
-            state = new_run(PROMPT, RunConfig(model=SCENARIO, base_url=url))
-            state = await execute(state, url, runs_root if durable else None, http=http)
+            state = new_run(PROMPT, RunConfig(endpoint=Endpoint(model=SCENARIO, base_url=url)))
+            state = await drive(state, url, runs_root if durable else None, http=http)
             for m in state.messages:  # runner works on its own per-run workspace copy
                 for call in m.tool_calls or []:
                     tools.calls.append((call.function.name, json.loads(call.function.arguments or "{}")))
@@ -425,7 +426,8 @@ def import_times(python: Path, names: list[str], rounds: int, cwd: Path) -> dict
 
 
 def measure(python: Path, names: list[str], runs: int, warmup: int, import_rounds: int) -> dict[str, Any]:
-    from runner.harness import scripted_provider, workspace_template
+    from runner.harness import workspace_template
+    from runner.scripted import scripted_provider
 
     work = Path(tempfile.mkdtemp(prefix="runner-peers-"))
     try:
@@ -449,7 +451,7 @@ def render(r: dict[str, Any]) -> str:
     times, errors = r["times_ms"], r["errors"]
     floor = statistics.median(times["bare"]) if "bare" in times else None
     lines = [
-        "# runner beside other agent harnesses (issue 13)", "",
+        "# runner beside other agent harnesses", "",
         f"- {r['date']}; machine: {r['machine']}; load average (1 min) before / after the timed loop: "
         f"{r['loadavg_before_after'][0]:.2f} / {r['loadavg_before_after'][1]:.2f}",
         f"- workload: `{SCENARIO}` (3 model calls, 2 tool calls) against one scripted provider process on "

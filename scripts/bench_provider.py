@@ -1,4 +1,4 @@
-"""Benchmark (issue 13, target 4): requests per second the scripted provider serves.
+"""Benchmark: requests per second the scripted provider serves.
 
 The provider runs as `runner scripted serve --port 0` in its own process (one process, one
 event loop, uvicorn). Client processes (--client-procs, default 2) each keep --concurrency
@@ -42,12 +42,13 @@ TARGET_RPS = 1000.0
 def plan_requests() -> list[dict[str, Any]]:
     """The three request bodies runner sends for `plan` (taken from an in-memory run)."""
     from runner import catalog, harness
+    from runner.endpoints import Endpoint
     from runner.scripted import PROMPTS, ScriptedServer
     from runner.state import RunConfig, new_run
 
     with ScriptedServer() as server:
-        state = new_run(PROMPTS["plan"], RunConfig(model="scripted/plan", base_url=server.base_url))
-        state = asyncio.run(harness.execute(state, server.base_url, None))
+        state = new_run(PROMPTS["plan"], RunConfig(endpoint=Endpoint(model="scripted/plan", base_url=server.base_url)))
+        state = asyncio.run(harness.drive(state, server.base_url, None))
     assert state.status == "completed" and state.turns == 3, state.status
     schemas = [t.schema() for t in catalog.build(state.config)]
     bodies, upto = [], 1
@@ -176,7 +177,7 @@ def measure(tree: Path, bodies: list[dict[str, Any]], seconds: float, concurrenc
 def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     sizes = ", ".join(f"{len(json.dumps(b))} B" for b in args.bodies)
     lines = [
-        "# Scripted provider throughput (issue 13, target 4)", "",
+        "# Scripted provider throughput", "",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         f"- workload: the 3 `plan` requests runner sends ({sizes}), round-robin; {args.client_procs} client "
         f"processes x {args.concurrency} kept-alive connections; {args.seconds:.0f} s measured after "

@@ -1,4 +1,4 @@
-"""Benchmark (issue 14): the scripted suite, 6 tasks x 20 repeats, on the local executor and on
+"""Benchmark: the scripted suite, 6 tasks x 20 repeats, on the local executor and on
 Ray, wall time side by side.
 
 Cases, run in one process, round-robin (the order rotates every round), median over rounds:
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                 executor: Executor = cases[case]()
                 start = time.perf_counter()
                 report = run_suite("scripted", Path(tmp) / f"{case}-{latency}-{rnd}", repeats=opts.repeats,
-                                   latency_ms=latency, executor=executor, quiet=True)
+                                   latency_ms=latency, executor=executor)
                 wall = time.perf_counter() - start
                 correct = sum(r.correct for r in report.results)
                 if correct != runs:

@@ -1,4 +1,4 @@
-"""Benchmark (issue 13, target 2): what persistence costs at turn 100 of the runaway scenario.
+"""Benchmark: what persistence costs at turn 100 of the runaway scenario.
 
 `runaway` calls list_files every turn and never answers, so the transcript grows by two
 messages a turn. Each run goes to --turns (default 100) + 1 model calls against the scripted
@@ -43,8 +43,9 @@ from typing import Any, Callable, Iterator
 
 from runner import harness, store
 from runner.client import ChatClient
+from runner.endpoints import Endpoint
 from runner.scripted import PROMPTS, scripted_provider
-from runner.state import RunConfig, new_run
+from runner.state import Limits, RunConfig, new_run
 from runner.store import FileStore
 from runner.trace import Tracer
 
@@ -125,10 +126,10 @@ def per_turn(clock: Clock) -> list[dict[str, float]]:
 
 
 async def one_run(url: str, runs: Path | FileStore | None, turns: int) -> list[dict[str, float]]:
-    state = new_run(PROMPTS["runaway"], RunConfig(model="scripted/runaway", base_url=url, max_turns=turns + 1))
+    state = new_run(PROMPTS["runaway"], RunConfig(endpoint=Endpoint(model="scripted/runaway", base_url=url), limits=Limits(max_turns=turns + 1)))
     clock = Clock()
     with timed(clock):
-        state = await harness.execute(state, url, runs)
+        state = await harness.drive(state, url, runs)
     assert state.status == "max_turns_exceeded" and state.turns == turns + 1, (state.status, state.turns)
     return per_turn(clock)
 
@@ -177,7 +178,7 @@ def main() -> None:
     verdict = "meets" if d["share"] <= TARGET_SHARE else "MISSES"
     wrapped = ", ".join(f"{getattr(owner, '__name__', owner)}.{attr}" for owner, attr in persistence_targets())
     text = "\n".join([
-        "# Persistence at turn 100 of `runaway` (issue 13, target 2)", "",
+        "# Persistence at turn 100 of `runaway`", "",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; runner from "
         f"`{Path(harness.__file__).parent}`; load average (1 min) before / after: {load_before:.2f} / {load_after:.2f}",
         f"- {args.reps} durable and {args.reps} in-memory runs of {args.turns + 1} model calls, alternating; "

@@ -1,4 +1,4 @@
-"""Benchmark (issue 11): what a save costs with each run store, early and late in a run, and
+"""Benchmark: what a save costs with each run store, early and late in a run, and
 the harness's overhead per turn with each store.
 
 Part 1, save time per transition. One run of 100 turns, each turn two transitions as the loop
@@ -47,8 +47,10 @@ from typing import Any, Awaitable, Callable
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from runner import harness  # noqa: E402
 from runner.client import new_http_client  # noqa: E402
+from runner.endpoints import Endpoint  # noqa: E402
+from runner.harness import drive  # noqa: E402
+from runner.scripted import scripted_provider  # noqa: E402
 from runner.state import FunctionCall, Message, RunConfig, RunState, ToolCall, ToolRun, TurnRecord, new_run  # noqa: E402
 from runner.store import FileStore, RunStore  # noqa: E402
 from runner.store.base import event_line  # noqa: E402
@@ -69,7 +71,7 @@ def _bench_overhead() -> Any:
 
 
 class BeforeFiles:
-    """The FileStore's save as it was before issue 11 (full state, temp file, fsync, rename;
+    """The FileStore's save as it was before the journal (full state, temp file, fsync, rename;
     then one trace line appended and flushed), kept here as the baseline."""
 
     def __init__(self, root: Path) -> None:
@@ -102,8 +104,8 @@ def _reply(state: RunState, turn: int) -> list[_Event]:
     state.turns, state.prompt_tokens, state.completion_tokens = turn, state.prompt_tokens + prompt, state.completion_tokens + 20
     state.cost_usd += (prompt * 2 + 20 * 12) / 1e6
     state.per_turn.append(TurnRecord(turn=turn, prompt_tokens=prompt, completion_tokens=20, cost_usd=0.0007, ms=1.0))
-    return [TurnEvent(runId=state.run_id, turn=turn, prompt_tokens=prompt, completion_tokens=20,
-                      total_tokens=prompt + 20, costUsd=state.cost_usd, finish="tool_calls", ms=1.0)]
+    return [TurnEvent(runId=state.run_id, turn=turn, promptTokens=prompt, completionTokens=20,
+                      totalTokens=prompt + 20, costUsd=state.cost_usd, finish="tool_calls", ms=1.0)]
 
 
 def _result(state: RunState, turn: int) -> list[_Event]:
@@ -130,7 +132,7 @@ def one_run(kind: str, store: RunStore | BeforeFiles) -> dict[str, list[float]]:
     """Drive one 100-turn run of saves; returns ms per save at turn 1, at turn 100, and all,
     and the bytes each save at turn 1 and turn 100 added (the "before" store rewrites a whole
     file: its bytes are those of the new state file plus the trace line)."""
-    state = new_run("Read errors.log again and again.", RunConfig(model="scripted/bench"))
+    state = new_run("Read errors.log again and again.", RunConfig(endpoint=Endpoint(model="scripted/bench")))
     lease = None
     if isinstance(store, BeforeFiles):
         store.create(state)
@@ -179,7 +181,7 @@ async def overhead_bench(base_url: str, stores: dict[str, RunStore | None], runs
     async def harness_run(store: RunStore | None) -> float:
         state = bo.fresh_state(base_url)
         began = time.perf_counter()
-        state = await harness.execute(state, base_url, store, http=shared)
+        state = await drive(state, base_url, store, http=shared)
         ms = (time.perf_counter() - began) * 1000
         assert state.status == "completed" and [t.prompt_tokens for t in state.per_turn] == replay.prompt_tokens
         return ms
@@ -221,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         # apart: disk flushes slow every file operation near them
         saves |= save_bench({"files, power": FileStore(Path(tmp) / "files-power", durability="power"),
                              "postgres, power": pg_power}, args.reps)
-        with harness.scripted_provider() as base_url:
+        with scripted_provider() as base_url:
             pg_harness = PostgresStore(pg.new_database())
             overhead = asyncio.run(overhead_bench(base_url, {
                 "memory": None, "files": FileStore(Path(tmp) / "harness"), "postgres": pg_harness},
@@ -232,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
 
     med = statistics.median
-    lines = ["# Run store benchmark (issue 11)", "",
+    lines = ["# Run store benchmark", "",
              f"{platform.node()}, Python {platform.python_version()}, {os.cpu_count()} CPUs; "
              f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after (shared machine: noisy).",
              f"Command: `python scripts/bench_store.py --reps {args.reps} --runs {args.runs} --warmup {args.warmup}`", "",

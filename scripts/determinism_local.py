@@ -5,7 +5,10 @@ For each suite task: turn 1 is generated on a model instance, then turn 2 (turn 
 prompt and generates with llama-cpp-python's ``create_completion`` (its own prefix reuse: the
 longest common token prefix, including tokens it generated one at a time); "runner" uses
 `runner.chat_adapter.Engine` (whole prompt messages reused, the rest evaluated per message).
-Prints, per task, whether the warm and fresh turn-2 replies are identical.
+Prints, per task, whether the warm and fresh turn-2 replies are identical. A third column,
+"runner, prefix from disk", starts a cold engine from the system turn's saved KV entries
+(`runner.kvprefix`, saved by an earlier engine, loaded by `Engine.warm_up`) and compares its
+turn-1 and turn-2 replies with those of a fresh engine that evaluates everything.
 
 Usage: ``python scripts/determinism_local.py [--model NAME|PATH]``.
 """
@@ -16,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from runner import models
 from runner.chat_adapter import ChatRequest, Engine, complete, render_prompt
+from runner.kvprefix import PrefixStore, file_sha256
 from runner.suite import load_suite
 from runner.tools import BASIC_TOOLS
 
@@ -63,8 +68,19 @@ def main() -> int:
     def load() -> Any:
         return Llama(model_path=str(path), n_ctx=4096, n_threads=2, verbose=False)
 
-    print("| task | stock: warm == fresh | runner: warm == fresh |\n|---|---|---|")
-    totals = {"stock": 0, "runner": 0}
+    folder = Path(tempfile.mkdtemp(prefix="kv-prefix-"))
+    store = PrefixStore(folder, file_sha256(path, folder), 4096)
+
+    def from_disk() -> Engine:
+        engine = Engine(load())
+        engine.prefix_store = store
+        engine.warm_up()
+        return engine
+
+    ours(from_disk(), conversation(suite.system, suite.tasks[0].prompt))  # saves the system turn
+    print("| task | stock: warm == fresh | runner: warm == fresh | runner, prefix from disk: == fresh |\n"
+          "|---|---|---|---|")
+    totals = {"stock": 0, "runner": 0, "disk": 0}
     for task in suite.tasks:
         row = []
         for name in ("stock", "runner"):
@@ -76,8 +92,19 @@ def main() -> int:
             same = generate(warm, second) == generate(wrap(load()), second)
             totals[name] += same
             row.append("yes" if same else "**no**")
-        print(f"| {task.id} | {row[0]} | {row[1]} |", flush=True)
-    print(f"| **identical** | {totals['stock']}/{len(suite.tasks)} | {totals['runner']}/{len(suite.tasks)} |")
+        hits = store.hits
+        disk, fresh = from_disk(), Engine(load())
+        loaded = store.hits == hits + 1  # the saved system turn was loaded
+        first = ours(disk, conversation(suite.system, task.prompt))
+        same = loaded and first == ours(fresh, conversation(suite.system, task.prompt))
+        second = conversation(suite.system, task.prompt, first)
+        same = same and ours(disk, second) == ours(fresh, second)
+        totals["disk"] += same
+        row.append("yes" if same else "**no**")
+        print(f"| {task.id} | {row[0]} | {row[1]} | {row[2]} |", flush=True)
+    n = len(suite.tasks)
+    print(f"| **identical** | {totals['stock']}/{n} | {totals['runner']}/{n} | {totals['disk']}/{n} |")
+    print(f"\nprefix folder: {store.usage()}")
     return 0
 
 

@@ -1,8 +1,8 @@
-"""Reproduce the chapter's measurements (SPEC R11) with the real harness, one experiment each.
+"""Reproduce the chapter's measurements with the real harness, one experiment each.
 
 Every experiment drives runs through the library: the scripted provider is served in-process
 on loopback (`runner.scripted.ScriptedServer`), states come from `runner.state.new_run`, and
-`runner.harness.execute` runs them, saving every transition under a throw-away runs root
+`runner.harness.drive` runs them, saving every transition under a throw-away runs root
 (`runs/experiments/_runs/<name>/`, wiped when the experiment starts). Only `resume` uses the
 CLI, because its point is two separate processes.
 
@@ -41,7 +41,8 @@ from typing import Any, Callable
 
 from runner import store
 from runner.cancel import CancelToken
-from runner.harness import execute, give_verdict
+from runner.endpoints import Endpoint
+from runner.harness import drive, give_verdict
 from runner.scripted import PROMPTS, ScriptedServer, ScriptedSettings
 from runner.state import RunConfig, RunState, new_run
 from runner.store import FileStore, Lease
@@ -49,7 +50,9 @@ from runner.tools import deleted_files
 from runner.trace import read_trace
 
 REPO = Path(__file__).resolve().parents[1]
-OUT_DIR = REPO / "runs" / "experiments"
+OUT_DIR = store.runs_dir() / "experiments"
+"""Where reports go: `--out`, else `experiments/` in the runs directory (--runs-dir,
+$RUNNER_RUNS_DIR, else ./runs of the current folder); never the checkout unless run from it."""
 RUNS_DIR = OUT_DIR / "_runs"
 
 
@@ -96,12 +99,12 @@ class Lab:
 
     def run(self, scenario: str, *, base_url: str | None = None, **config: Any) -> RunState:
         """Start a scripted run of `scenario` with its default prompt and run it to a stop."""
-        state = new_run(PROMPTS[scenario], RunConfig(model=f"scripted/{scenario}", **config))
+        state = new_run(PROMPTS[scenario], RunConfig.model_validate({"model": f"scripted/{scenario}", **config}))
         return self.resume(state, base_url=base_url)
 
     def resume(self, state: RunState, *, base_url: str | None = None) -> RunState:
-        """Run (or resume) `state` through `runner.harness.execute`, saving under the runs root."""
-        return asyncio.run(execute(state, base_url or self.base_url, self.runs_root))
+        """Run (or resume) `state` through `runner.harness.drive`, saving under the runs root."""
+        return asyncio.run(drive(state, base_url or self.base_url, self.runs_root))
 
     def workspace(self, state: RunState) -> Path:
         return self.runs_root / state.run_id / "workspace"
@@ -137,7 +140,7 @@ def tool_labels(events: list[Any]) -> list[str]:
 def console() -> Any:
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() else 160)
+    return Console()  # the terminal's width, else $COLUMNS, else 80: tables wrap their cells to fit
 
 
 def print_outcome(name: str, outcome: Outcome) -> None:
@@ -536,13 +539,13 @@ class SlowRun:
 def _slow_run(lab: Lab, cancel_at_s: float | None, tools_see_cancel: bool = True) -> SlowRun:
     token = CancelToken()
     progress: list[tuple[float, str]] = []
-    state = new_run(PROMPTS["slow"], RunConfig(model="scripted/slow"))
+    state = new_run(PROMPTS["slow"], RunConfig(endpoint=Endpoint(model="scripted/slow")))
     began = time.perf_counter()
     if cancel_at_s is not None:
         threading.Timer(cancel_at_s, token.cancel, args=("user pressed Stop",)).start()
 
     async def until_execute_returns() -> tuple[RunState, float]:
-        done = await execute(state, lab.base_url, lab.runs_root, cancel=token, tools_see_cancel=tools_see_cancel,
+        done = await drive(state, lab.base_url, lab.runs_root, cancel=token, tools_see_cancel=tools_see_cancel,
                              on_progress=lambda tool, label: progress.append(((time.perf_counter() - began) * 1000, label)))
         return done, time.perf_counter()  # before asyncio.run's own teardown
 
@@ -602,7 +605,7 @@ def cancel(lab: Lab) -> Outcome:
 def _timed_plan(lab: Lab, base_url: str) -> dict[str, float]:
     """One plan run. wall_ms is measured around execute(); loop_ms is the state's own wall time
     (inside loop.run); provider_ms is summed over the turns' HTTP calls. All in ms."""
-    state = new_run(PROMPTS["plan"], RunConfig(model="scripted/plan"))
+    state = new_run(PROMPTS["plan"], RunConfig(endpoint=Endpoint(model="scripted/plan")))
     began = time.perf_counter()
     state = lab.resume(state, base_url=base_url)
     wall_ms = (time.perf_counter() - began) * 1000
@@ -660,9 +663,13 @@ def latency(lab: Lab) -> Outcome:
 def local_suite(lab: Lab) -> Outcome:
     """The six suite tasks on the local model (llama.cpp; Qwen if pulled, else the packaged SmolLM2)."""
     try:
-        from runner import suite
+        from runner import render, suite
 
-        report = suite.run_suite("local", runs_root=lab.runs_root, max_turns=8, quiet=False)
+        def say(line: str) -> None:
+            print(line, file=sys.stderr, flush=True)
+
+        report = suite.run_suite("local", runs_root=lab.runs_root, max_turns=8,
+                                 on_result=lambda r: say(render.progress_line(r)), on_note=say)
     except (ImportError, AttributeError) as exc:
         reason = f"{type(exc).__name__}: {exc}"
         return Outcome(title="the six tasks on the local model", summary=f"skipped: {reason}",
@@ -683,7 +690,7 @@ def local_suite(lab: Lab) -> Outcome:
         title=f"the six tasks on the local model ({report.model})",
         tables=[Table(["task", "status", "turns", "tool runs", "prompt tok", "completion tok", "wall ms",
                        "mean turn ms", "correct", "answer"], rows, in_markdown=False)],
-        extra_md=suite.markdown(report).strip(),
+        extra_md=render.markdown(report).strip(),
         summary=(f"{report.model} answered {t['correct']} of {len(results)} tasks correctly in "
                  f"{t['turns']} turns ({', '.join(map(str, turns))} per task) and {t['tool_runs']} tool runs; a "
                  f"turn took {t['mean_turn_ms']:,.0f} ms on average on this CPU. {len(cut_off)} answer(s) were cut "
@@ -702,14 +709,31 @@ EXPERIMENTS: dict[str, Callable[[Lab], Outcome]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    global OUT_DIR, RUNS_DIR
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"experiments to run (default: all): {', '.join(EXPERIMENTS)}")
     parser.add_argument("--skip-local", action="store_true", help="leave out local_suite (the slow one)")
+    parser.add_argument("--list", action="store_true", help="list the experiments and exit")
+    parser.add_argument("--out", type=Path, help="where reports go [default: experiments/ in the runs directory]")
+    parser.add_argument("--runs-dir", type=Path, help="the runs directory [default: $RUNNER_RUNS_DIR or ./runs]")
     args = parser.parse_args(argv)
+    if args.list:
+        for name, fn in EXPERIMENTS.items():
+            about = (fn.__doc__ or "").strip().splitlines()[0]
+            print(f"{name:<14} {about if len(about) <= 65 else about[:64] + '…'}")
+        return 0
     unknown = [n for n in args.names if n not in EXPERIMENTS]
     if unknown:
-        parser.error(f"unknown experiment(s) {', '.join(unknown)}; known: {', '.join(EXPERIMENTS)}")
+        print(f"error: unknown experiment(s) {', '.join(unknown)}; known: {', '.join(EXPERIMENTS)}", file=sys.stderr)
+        return 2
     names = [n for n in (args.names or EXPERIMENTS) if not (args.skip_local and n == "local_suite")]
+    if not names:
+        print("error: nothing to run: --skip-local leaves out local_suite, the only experiment named", file=sys.stderr)
+        return 2
+    OUT_DIR = args.out or store.runs_dir(args.runs_dir) / "experiments"
+    RUNS_DIR = OUT_DIR / "_runs"
+    if not OUT_DIR.exists():
+        print(f"creating {OUT_DIR}", file=sys.stderr)
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     failures: list[str] = []

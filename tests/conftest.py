@@ -14,10 +14,33 @@ from typing import Any, Iterator
 
 import pytest
 
-from runner.harness import execute
+from runner import harness
 from runner.scripted import PROMPTS, ScriptedServer, ScriptedSettings
 from runner.state import RunConfig, RunState, new_run
 from runner.store import FileStore, RunStore
+
+NEEDS = {
+    "llama": ("llama.cpp", {"test_local", "test_local_server", "test_suite_local", "test_store_local"}, {"server"}),
+    "postgres": ("PostgreSQL", set(), {"pg_cluster"}),
+    "ray": ("Ray", {"test_ray"}, {"ray_cluster"}),
+}
+"""Marker -> (what it needs, test modules that all need it, fixtures that need it)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for marker, (what, _, _) in NEEDS.items():
+        config.addinivalue_line("markers", f"{marker}: needs {what} (left out by ./scripts/test.sh --fast)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with what it needs, from its module and its fixtures, so that
+    `-m "not llama and not postgres and not ray and not slow"` is the fast subset."""
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""  # type: ignore[attr-defined]
+        fixtures = set(getattr(item, "fixturenames", ()))
+        for marker, (_, modules, needs) in NEEDS.items():
+            if module in modules or fixtures & needs:
+                item.add_marker(marker)
 
 
 @pytest.fixture(scope="session")
@@ -90,11 +113,11 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 def scripted_run(scenario: str, **config: Any) -> RunState:
     """A fresh run of a scripted scenario (base_url left empty, as the CLI does)."""
     prompt = config.pop("prompt", PROMPTS.get(scenario, "Go."))
-    return new_run(prompt, RunConfig(model=f"scripted/{scenario}", **config))
+    return new_run(prompt, RunConfig.model_validate({"model": f"scripted/{scenario}", **config}))
 
 
 def drive(state: RunState, base_url: str, runs_root: Path | RunStore | None, **kw: Any) -> RunState:
-    return asyncio.run(execute(state, base_url, runs_root, **kw))
+    return asyncio.run(harness.drive(state, base_url, runs_root, **kw))
 
 
 def cli(*args: str, runs_dir: Path, check_json: bool = False, timeout: float = 120,

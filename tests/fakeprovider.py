@@ -2,8 +2,9 @@
 answers come from a Python function.
 
 For replies no real server gives on demand: an outage that lasts until the test ends it,
-usage left out, protocol slips, error objects inside a 200 body, a context overflow, a server
-that answers 500 to any history holding invalid tool-call arguments. Everything goes over
+usage left out, protocol slips, error objects inside a 200 body or a stream, a context
+overflow, a server that answers 500 to any history holding invalid tool-call arguments, a
+stream cut off at any byte (`Answer.events` with `cut`). Everything goes over
 loopback HTTP through runner's real client; nothing in runner is patched.
 """
 
@@ -20,11 +21,61 @@ from runner.scripted import reply_for
 
 @dataclass
 class Answer:
-    """One HTTP answer: status, body (a dict is sent as JSON, a str as it is), headers."""
+    """One HTTP answer: status, body (a dict is sent as JSON, a str as it is), headers.
+
+    With `events`, the answer is a server-sent event stream instead: one ``data: <event>``
+    line per event (a dict is sent as JSON, a str as it is, e.g. "[DONE]"). `cut` sends only
+    the stream's first `cut` bytes and closes the connection; with `declared` the full
+    length was announced first (the client sees a broken transfer), without it the stream
+    simply ends there.
+    """
 
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    events: list[Any] | None = None
+    cut: int | None = None
+    declared: bool = False
+
+    def stream_bytes(self) -> bytes:
+        """The whole event stream, before any cut."""
+        return b"".join(f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n".encode()
+                        for e in self.events or [])
+
+
+def stream(message: dict[str, Any], *, finish: str | None = None, done: bool = True,
+           usage: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> list[Any]:
+    """The chunk events a streaming server sends for `message`: a role chunk, the content
+    in pieces of 6 characters, per tool call an opening chunk and an arguments chunk, the
+    finish chunk (finish_reason as in `completion`), a usage chunk, then "[DONE]".
+
+    Args:
+        finish: None picks "tool_calls" or "stop"; "" sends no finish chunk at all.
+        usage: the usage chunk's usage (default: 100 prompt + 10 completion tokens).
+        extra: merged into the last chunk (e.g. {"runner": {"dropped_call": True}}).
+    """
+    base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake"}
+
+    def chunk(delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
+        return base | {"choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}
+
+    events: list[Any] = [chunk({"role": "assistant", "content": ""})]
+    text = message.get("content") or ""
+    events += [chunk({"content": text[i:i + 6]}) for i in range(0, len(text), 6)]
+    for i, call in enumerate(message.get("tool_calls") or []):
+        events.append(chunk({"tool_calls": [{"index": i, "id": call.get("id"), "type": "function",
+                                             "function": {"name": call["function"]["name"], "arguments": ""}}]}))
+        events.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": call["function"]["arguments"]}}]}))
+    reason = ("tool_calls" if message.get("tool_calls") else "stop") if finish is None else finish
+    if reason:
+        events.append(chunk({}, reason))
+    events.append(base | {"choices": [], "usage": usage or {"prompt_tokens": 100, "completion_tokens": 10,
+                                                              "total_tokens": 110}})
+    if extra:
+        events[-1] = events[-1] | extra
+    if done:
+        events.append("[DONE]")
+    return events
 
 
 Handler = Callable[[dict[str, Any]], Answer]
@@ -106,6 +157,8 @@ class FakeProvider:
     def __init__(self, handler: Handler) -> None:
         self.handler = handler
         self.requests: list[dict[str, Any]] = []
+        self.auth: list[str] = []
+        """The Authorization header of each request, in order."""
         self._lock = threading.Lock()
         fake = self
 
@@ -115,16 +168,33 @@ class FakeProvider:
                 body = json.loads(raw)
                 with fake._lock:
                     fake.requests.append(body)
+                    fake.auth.append(self.headers.get("Authorization") or "")
                     answer = fake.handler(body)
+                if answer.events is not None:
+                    self._stream(answer)
+                    return
                 data = answer.body if isinstance(answer.body, str) else json.dumps(answer.body)
                 payload = data.encode()
                 self.send_response(answer.status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", answer.headers.get("Content-Type", "application/json"))
                 self.send_header("Content-Length", str(len(payload)))
                 for key, value in answer.headers.items():
-                    self.send_header(key, value)
+                    if key != "Content-Type":
+                        self.send_header(key, value)
                 self.end_headers()
                 self.wfile.write(payload)
+
+            def _stream(self, answer: Answer) -> None:
+                payload = answer.stream_bytes()
+                self.send_response(answer.status)
+                self.send_header("Content-Type", "text/event-stream")
+                if answer.declared:
+                    self.send_header("Content-Length", str(len(payload)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(payload if answer.cut is None else payload[:answer.cut])
+                self.wfile.flush()
+                self.close_connection = True
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -38,10 +38,12 @@ class Cluster:
     Args:
         fsync: keep PostgreSQL's fsync on (benchmarks, for a fair comparison with the
             FileStore's fsync); tests turn it off for speed.
+        encoding: initdb's `-E` (default UTF8); "SQL_ASCII" runs `initdb --no-locale` as a
+            C-locale machine's default cluster is made (encoding SQL_ASCII).
     """
 
-    def __init__(self, *, fsync: bool = False) -> None:
-        self.fsync = fsync
+    def __init__(self, *, fsync: bool = False, encoding: str = "UTF8") -> None:
+        self.fsync, self.encoding = fsync, encoding
         self.folder = Path(tempfile.mkdtemp(prefix="runner-pg-"))
         self.data = self.folder / "data"
         self._as_postgres = os.geteuid() == 0
@@ -58,11 +60,17 @@ class Cluster:
         if self._as_postgres:
             user = pwd.getpwnam("postgres")
             os.chown(self.folder, user.pw_uid, user.pw_gid)
-        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
+        encoding = ["--no-locale"] if self.encoding == "SQL_ASCII" else ["-E", self.encoding]
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync", *encoding)
+        self.server("start")
+        return self
+
+    def server(self, action: str, *args: str) -> None:
+        """`pg_ctl ACTION` on this cluster (start, stop, restart; e.g. `server("restart", "-m", "fast")`)."""
         options = f"-c listen_addresses='' -k {self.folder} -c fsync={'on' if self.fsync else 'off'} " \
                   "-c max_connections=200 -c shared_buffers=32MB"
-        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.folder / "log"), "-w", "start")
-        return self
+        extra = ["-o", options, "-l", str(self.folder / "log")] if action in ("start", "restart") else []
+        self._run("pg_ctl", "-D", str(self.data), *extra, "-w", action, *args)
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql:///{database}?host={self.folder}&user=postgres"

@@ -1,4 +1,4 @@
-"""Cancellation that reaches the tools, progress, provider faults, sub-agents (issue 4: R7, R3.5, R1.6)."""
+"""Cancellation that reaches the tools, progress, provider faults, sub-agents."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The durability setting (issue 13): "process" (the default) commits every transition to the
+"""The durability setting: "process" (the default) commits every transition to the
 OS, which a SIGKILL cannot undo; "power" also flushes each commit to the disk. What each
 setting does is checked where it happens: the flush calls a FileStore makes (counted by
 wrapping `os.fsync`/`os.fdatasync`, the OS calls, never runner's code), the session setting
@@ -8,6 +8,7 @@ The kill-anywhere cases of test_durable.py run at the default setting.
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -42,10 +43,63 @@ def test_process_durability_never_flushes_and_power_flushes_every_commit(
 
     done = drive(scripted_run("plan"), provider, FileStore(tmp_path / "power", durability="power"))
     assert done.status == "completed"
-    # 7 commits (the new run, 3 replies, 2 tool results, the stop): each journal line flushed;
-    # creating the run also flushes the run's folder and the runs directory (new names)
-    assert counts["fdatasync"] == 7 and counts["fsync"] == 2
+    # 7 commits (the new run, 3 replies, 2 tool results, the stop), flushed before each effect:
+    # before each of the 3 paid model requests, and when the run stops (its lease released):
+    # 4 flushes of the journal; the first also flushes the run's folder and the runs directory
+    # (new names). Read-only tools are no effect: a reply and its tool result share a flush.
+    assert counts["fdatasync"] == 4 and counts["fsync"] == 2
     assert done.seq == 7
+
+
+def test_power_flushes_every_commit_before_the_effect_that_follows_it(
+    provider_server: ScriptedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`destructive`, auto-approved: list, delete (a tool that writes), answer. Before each
+    model request and before the delete, every journal line written so far was flushed; one
+    flush covers all the commits since the one before (coalesced), never one per commit.
+    Flushes and the delete are seen by wrapping the OS calls (`os.fdatasync`, `os.unlink`)."""
+    runs = tmp_path / "runs"
+    flushes: list[tuple[int, int]] = []  # (journal bytes flushed, requests answered by then)
+    deletes: list[tuple[int, int]] = []  # (journal bytes written, bytes flushed) at the delete
+    real_fdatasync, real_unlink = os.fdatasync, os.unlink
+    before = len(provider_server.requests)
+
+    def fdatasync(fd: int) -> None:
+        real_fdatasync(fd)
+        flushes.append((os.fstat(fd).st_size, len(provider_server.requests) - before))
+
+    def unlink(path: Any, *args: Any, **kw: Any) -> None:
+        if str(path).endswith("access.log"):
+            deletes.append((_journal_bytes(runs), flushes[-1][0] if flushes else 0))
+        real_unlink(path, *args, **kw)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    monkeypatch.setattr(os, "unlink", unlink)
+    done = drive(scripted_run("destructive", auto_approve=True), provider_server.base_url,
+                 FileStore(runs, durability="power"))
+    assert done.status == "completed" and done.answer == "Deleted access.log to free space.", done.reason
+    assert len(provider_server.requests) - before == 3
+
+    journal = (runs / done.run_id / "journal.jsonl").read_bytes()
+    starts, pos = {}, 0  # turn number -> where the record of its reply starts (the bytes before the request)
+    for line in journal.splitlines(keepends=True):
+        record = json.loads(line.rsplit(b"\t", 1)[0])
+        for event in record.get("events", []):
+            if event["type"] == "turn":
+                starts[event["turn"]] = pos
+        pos += len(line)
+    for turn, offset in starts.items():
+        sent_after = [size for size, answered in flushes if answered == turn - 1]
+        assert sent_after and sent_after[-1] == offset, f"request {turn}: journal flushed to {sent_after}, written to {offset}"
+    assert len(deletes) == 1 and deletes[0][0] == deletes[0][1]  # the start mark was flushed before the delete
+    sizes = [size for size, _ in flushes]
+    assert sizes == sorted(set(sizes)) and sizes[-1] == len(journal)  # each flush had something new; the stop too
+    assert len(flushes) == 5 and done.seq == 8  # 8 commits, 5 flushes: 3 requests, the delete, the stop
+
+
+def _journal_bytes(runs: Path) -> int:
+    (journal,) = runs.glob("*/journal.jsonl")
+    return journal.stat().st_size
 
 
 def test_the_setting_comes_from_the_flag_or_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

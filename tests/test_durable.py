@@ -1,5 +1,5 @@
-"""Durable runs: SIGKILL after each kind of transition, resume in a new process (issue 3: R6.4-R6.5),
-on both run stores (issue 11: the FileStore and PostgreSQL).
+"""Durable runs: SIGKILL after each kind of transition, resume in a new process,
+on both run stores (the FileStore and PostgreSQL).
 
 Each case runs the real CLI against the in-process scripted provider (which counts the
 requests it answers), kills it with RUNNER_CRASH_AT, checks the run is readable, resumes in
@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import pytest
 
 from runner import loop, store
+from runner.endpoints import Endpoint
 from runner.harness import workspace_template
 from runner.scripted import ScriptedServer
 from runner.state import FunctionCall, Message, RunConfig, RunState, ToolCall, new_run
@@ -116,7 +117,7 @@ def test_a_write_in_doubt_without_a_key_stops_for_approval(provider: str, tmp_pa
     from runner.client import ChatClient
     from runner.tools import ReadFile
 
-    state = new_run("go", RunConfig(model="scripted/plan"))
+    state = new_run("go", RunConfig(endpoint=Endpoint(model="scripted/plan")))
     # as left by a process killed while the write was running
     state.messages.append(Message(role="assistant", tool_calls=[
         ToolCall(id="c1", function=FunctionCall(name="list_files", arguments="{}"))]))

@@ -1,4 +1,4 @@
-"""Tool errors as data, permanent errors, duplicate calls and approval (issue 3: R4, R5, R6.1-R6.3)."""
+"""Tool errors as data, permanent errors, duplicate calls and approval."""
 
 from __future__ import annotations
 

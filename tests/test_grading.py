@@ -1,4 +1,4 @@
-"""The suite's grading (issue 12): echoes of tool output and wrong answers are graded wrong,
+"""The suite's grading: echoes of tool output and wrong answers are graded wrong,
 the scripted provider's honest answers are graded right. Pure: the suite definition as checked
 in, tool results as the real tools produce them over the checked-in workspace."""
 

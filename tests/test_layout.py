@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import os
-import re
 import subprocess
 import sys
 import sysconfig
@@ -143,22 +142,26 @@ def test_wheel_installed_in_a_fresh_venv_runs_a_scenario_and_the_suite(tmp_path:
     assert (empty / "runs").is_dir()
 
 
-def _layout_order() -> list[str]:
-    """The modules as README's Layout lists them, top to bottom (a package as `runner/name/`)."""
-    readme = (ROOT / "README.md").read_text()
-    layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
-    return ["runner." + m.group(1) for m in re.finditer(r"^runner/(\w+)(?:\.py|/)", layout, re.M)]
+LAYOUT = [
+    "runner.__main__", "runner.cli", "runner.otel", "runner.view", "runner.render", "runner.suite", "runner.fanout",
+    "runner.worker", "runner.interactive",
+    "runner.harness", "runner.result", "runner.endpoints", "runner.local", "runner.local_app", "runner.chat_adapter",
+    "runner.kvprefix", "runner.models", "runner.scripted", "runner.catalog", "runner.research", "runner.loop", "runner.client",
+    "runner.streaming", "runner.inprocess", "runner.store", "runner.trace", "runner.tools", "runner.tokens", "runner.resources",
+    "runner.cancel", "runner.procs", "runner.config", "runner.state", "runner.errors",
+]
+"""runner's modules from the top layer down (a package by its name): each imports only
+modules below it. docs/architecture.md describes each layer."""
 
 
-def test_readme_layout_names_every_module() -> None:
-    listed = set(_layout_order())
-    missing = [m for m in MODULES if ".".join(m.split(".")[:2]) not in listed]
-    assert not missing, f"README's Layout does not name: {missing}"
+def test_the_layout_names_every_module() -> None:
+    missing = [m for m in MODULES if ".".join(m.split(".")[:2]) not in LAYOUT]
+    assert not missing, f"LAYOUT does not name: {missing}"
 
 
-def test_dependencies_point_down_the_readme_layout() -> None:
-    """A module imports only modules listed below it in README's Layout."""
-    order = {m: i for i, m in enumerate(_layout_order())}
+def test_dependencies_point_down_the_layout() -> None:
+    """A module imports only modules listed below it in `LAYOUT`."""
+    order = {m: i for i, m in enumerate(LAYOUT)}
     top = {m: ".".join(m.split(".")[:2]) for m in MODULES}
     upward = [f"{m} -> {d}" for m in MODULES for d in _runner_imports(_path(m))
               if top[d] != top[m] and order[top[d]] < order[top[m]]]

@@ -19,7 +19,8 @@ import pytest
 
 from runner import models
 from runner.chat_adapter import default_system_prompt, parse_reply, render_prompt
-from runner.local import LocalServer, LocalServerError
+from runner.errors import LocalServerError
+from runner.local import LocalServer
 
 TOOLS: list[dict[str, Any]] = [
     {

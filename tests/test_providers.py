@@ -1,4 +1,4 @@
-"""Runs that survive real providers (issue 10): resumable outages, deterministic rejections
+"""Runs that survive real providers: resumable outages, deterministic rejections
 that are not retried, fail-closed budgets, protocol slips that never become answers, runaway
 stops, capped and defused tool output, trace gaps, and why a run stopped as data.
 
@@ -21,6 +21,7 @@ from runner import store
 from runner.cancel import CancelToken
 from runner.cli import EXIT_CODES
 from runner.harness import execute, workspace_template
+from runner.result import RunResult
 from runner.scripted import PROMPTS
 from runner.state import RunState, RunStatus, pending
 from runner.tools import deleted_files
@@ -90,7 +91,7 @@ def test_unreachable_provider_is_interrupted_and_resumable(runs: Path) -> None:
         url = fake.base_url
     # the port is closed now: nothing listens
     code, out = cli_json("run", "hello", "--base-url", url, "--model", "scripted/plan", "--max-retries", "1",
-                         runs_dir=runs)
+                         "--keep", runs_dir=runs)  # kept on request: a new run that never got a reply is not kept
     assert code == 3 and out["interruption"]["type"] == "provider_unavailable"
     assert out["interruption"]["http_status"] is None and "cannot reach" in out["interruption"]["message"]
     assert out["error"] is None
@@ -124,8 +125,9 @@ def test_invalid_arguments_never_go_upstream_and_the_model_can_act_on_the_error(
     fake.handler = handler
     state = drive(_fake_run(fake, max_turns=1), fake.base_url, runs)
     assert state.status == "max_turns_exceeded"
-    resumed = drive(store.load(runs, state.run_id).model_copy(update={"config": state.config.model_copy(
-        update={"max_turns": 5})}), fake.base_url, runs)  # a resume sends the same history
+    loaded = store.load(runs, state.run_id)
+    loaded.config.limits.max_turns = 5
+    resumed = drive(loaded, fake.base_url, runs)  # a resume sends the same history
     assert resumed.status == "completed" and resumed.answer == "notes.txt says to rotate the logs."
     assert all(not transcript_problems(body["messages"]) for body in fake.requests)
     assert len(fake.requests) == 3  # nothing was refused, nothing retried
@@ -224,7 +226,7 @@ def test_a_spent_budget_runs_none_of_a_batch_and_the_run_resumes(fake: FakeProvi
     assert not any(e.type == "tool_start" for e in _events(runs, state.run_id))
 
     loaded = store.load(runs, state.run_id)
-    loaded.config.max_budget_usd = 1.0
+    loaded.config.limits.max_budget_usd = 1.0
     done = drive(loaded, fake.base_url, runs)
     assert done.status == "completed" and done.tool_run_count == 0 and done.turns == 2
     assert not transcript_problems(fake.requests[-1]["messages"])
@@ -446,7 +448,9 @@ def test_stop_during_a_tool_is_traced_as_tool_cancelled(provider: str, runs: Pat
 def test_run_started_records_the_endpoint_and_server_settings(provider: str, runs: Path) -> None:
     settings = {"n_ctx": 4096, "chat_format": "runner-hermes", "seed": 0, "n_threads": 2}
     state = scripted_run("plan")
-    asyncio.run(execute(state, provider, runs, server_settings=settings))
+    result = asyncio.run(execute(state, provider, runs, server_settings=settings))
+    assert isinstance(result, RunResult) and result.status == "completed" and result.run_id == state.run_id
+    assert result.answer == state.answer and result.turns == state.turns == len(result.per_turn_prompt_tokens)
     started = _events(runs, state.run_id)[0]
     assert started.type == "run_started" and started.endpoint == provider and started.server == settings
 

@@ -1,4 +1,4 @@
-"""The suite fanned out on a real local Ray cluster (issue 14): the same runs as the local
+"""The suite fanned out on a real local Ray cluster: the same runs as the local
 executor, and exactly-once runs when an actor is killed mid-suite.
 
 One Ray cluster serves the whole module (starting one costs 9-14 s and ~0.8 GiB). Runs are
@@ -18,10 +18,12 @@ import pytest
 import ray
 
 from runner import fanout, store
-from runner.fanout import Endpoint, RayExecutor
+from runner.endpoints import Endpoint
+from runner.fanout import RayExecutor
 from runner.local import physical_cores
+from runner.render import write_suite_report
 from runner.scripted import ScriptedServer, ScriptedSettings
-from runner.suite import SuiteReport, TaskResult, percentile, run_suite, summarize, write_report
+from runner.suite import SuiteReport, TaskResult, percentile, run_suite, summarize
 from tests.conftest import cli, cli_json
 
 REPEATS = 5
@@ -59,7 +61,7 @@ def _same_runs(report: SuiteReport, runs: Path, ref: SuiteReport, ref_runs: Path
 def local_reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[SuiteReport, Path]:
     """The scripted suite x 5 repeats on the default (local) executor."""
     runs = tmp_path_factory.mktemp("local") / "runs"
-    return run_suite("scripted", runs, repeats=REPEATS, quiet=True), runs
+    return run_suite("scripted", runs, repeats=REPEATS), runs
 
 
 def test_ray_executor_gives_the_local_executors_runs(
@@ -69,7 +71,7 @@ def test_ray_executor_gives_the_local_executors_runs(
     assert len(ref.results) == 6 * REPEATS and all(r.correct for r in ref.results)
     runs = tmp_path / "runs"
     executor = RayExecutor(actors=2)
-    report = run_suite("scripted", runs, repeats=REPEATS, executor=executor, quiet=True)
+    report = run_suite("scripted", runs, repeats=REPEATS, executor=executor)
     assert report.executor == "ray" and report.repeats == REPEATS and not report.cancelled
     _same_runs(report, runs, ref, ref_runs)
     # every run was saved before any was driven; both actors drove runs (run i -> actor i mod 2)
@@ -109,10 +111,10 @@ def test_an_actor_killed_mid_suite_leaves_every_run_done_exactly_once(
     # a run caught there is mid-turn (nothing of turn 2 recorded), and the retried request is
     # not stalled again. The kill lands while the victim waits for that reply.
     with ScriptedServer(ScriptedSettings(faults={2: "slow"}, slow_fault_s=2.0)) as server:
-        column = Endpoint(name="scripted", kind="scripted", base_url=server.base_url)
+        column = Endpoint(model="scripted", base_url=server.base_url)
         out: list[SuiteReport] = []
         suite = threading.Thread(target=lambda: out.append(run_suite(
-            "scripted", runs, repeats=REPEATS, executor=executor, columns=[column], quiet=True)))
+            "scripted", runs, repeats=REPEATS, executor=executor, columns=[column])))
         suite.start()
         deadline = time.monotonic() + 120
         victim = None
@@ -187,8 +189,8 @@ def test_the_report_files(tmp_path: Path) -> None:
     results = [_fake("a", 1, True, [10.0, 20.0]), _fake("a", 2, False, [30.0])]
     report = SuiteReport(model="m", max_turns=8, results=results, models=["m"], repeats=2,
                          summaries=summarize(results))
-    path = write_report(report, tmp_path)
-    assert SuiteReport.model_validate_json(path.read_text()) == report
+    path = write_suite_report(report, tmp_path)
+    assert SuiteReport.model_validate_json(path.read_text()) == report and report.report_path == str(path.with_suffix(".md"))
     md = path.with_suffix(".md").read_text()
     assert "| a | 2 | 1/2 (50%) | 1.5 | 1 | 100 | 10 | 0.001000 | 20.0 | 20.0 | 29.0 |" in md
     assert f"]({path.with_suffix('.png').name})" in md and path.with_suffix(".png").stat().st_size > 0
@@ -206,11 +208,11 @@ def test_suite_usage_errors(args: tuple[str, ...], message: str, tmp_path: Path)
 
 
 def test_an_endpoint_that_cannot_start_stops_the_suite_with_its_own_error(ray_cluster: None, tmp_path: Path) -> None:
-    from runner.local import LocalServerError
+    from runner.errors import LocalServerError
 
-    column = Endpoint(name="missing", kind="local", model_path=str(tmp_path / "missing.gguf"))
+    column = Endpoint(model="missing", local_model=str(tmp_path / "missing.gguf"))
     with pytest.raises(LocalServerError, match=r"missing\.gguf"):
-        run_suite("local", tmp_path / "runs", columns=[column], executor=RayExecutor(actors=1), quiet=True)
+        run_suite("local", tmp_path / "runs", columns=[column], executor=RayExecutor(actors=1))
     # the runs were created first, and stay saved for `runner resume`
     assert len(store.list_runs(tmp_path / "runs")) == 6
 
@@ -218,7 +220,7 @@ def test_an_endpoint_that_cannot_start_stops_the_suite_with_its_own_error(ray_cl
 def test_a_local_model_on_ray_actors_gives_the_local_executors_runs(ray_cluster: None, tmp_path: Path) -> None:
     """Each actor starts its own llama.cpp server on the packaged SmolLM2 (half the cores each);
     greedy decoding makes the runs equal to the local executor's (one server, default threads)."""
-    kw: dict[str, Any] = {"models": ["smollm2-135m-instruct"], "max_turns": 2, "max_tokens": 48, "quiet": True}
+    kw: dict[str, Any] = {"models": ["smollm2-135m-instruct"], "max_turns": 2, "max_tokens": 48}
     ref = run_suite("local", tmp_path / "local", **kw)
     report = run_suite("local", tmp_path / "ray", executor=RayExecutor(actors=2), **kw)
     _same_runs(report, tmp_path / "ray", ref, tmp_path / "local")

@@ -1,4 +1,4 @@
-"""Start-up and the scripted provider's serving path (issue 13): what loads when, the bare
+"""Start-up and the scripted provider's serving path: what loads when, the bare
 ASGI app's routes, the provider started with an inherited socket, and the cache of parsed
 o200k tables. Speeds live in scripts/bench_*.py; these tests check behaviour and order."""
 
@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from runner.scripted import ScriptedServer, scripted_provider
 
@@ -78,7 +79,8 @@ def test_provider_child_serves_on_the_inherited_socket_then_stops() -> None:
 
 def test_parsed_tables_cache_gives_the_same_counts_and_survives_corruption(tmp_path: Path) -> None:
     code = ("from runner import tokens\n"
-            "print(tokens.count('worker 7 timed out after 30000 ms; naïve café 東京'), tokens.ranks_cache_path())")
+            "print(len(tokens.encoding().encode('worker 7 timed out after 30000 ms; naïve café 東京')),"
+            " tokens.ranks_cache_path())")
     env = {**os.environ, "RUNNER_CACHE_DIR": str(tmp_path)}
 
     def count() -> tuple[str, Path]:
@@ -94,7 +96,97 @@ def test_parsed_tables_cache_gives_the_same_counts_and_survives_corruption(tmp_p
     assert cache.stat().st_size > 1_000_000
 
 
+def test_counts_are_recorded_and_read_back_without_the_tokenizer(tmp_path: Path) -> None:
+    code = ("import sys\nfrom runner import tokens\n"
+            "print(tokens.count(sys.argv[1]), 'tiktoken' in sys.modules)")
+    env = {**os.environ, "RUNNER_CACHE_DIR": str(tmp_path)}
+
+    def count(text: str) -> tuple[int, bool]:
+        out = subprocess.run([sys.executable, "-c", code, text], capture_output=True, text=True, check=True, env=env)
+        n, loaded = out.stdout.split()
+        return int(n), loaded == "True"
+
+    text = "worker 7 timed out after 30000 ms; naïve café 東京"
+    first = count(text)
+    assert first[1] and first[0] > 10  # counted with the encoding
+    assert count(text) == (first[0], False)  # read back: the encoding never loaded
+    from runner import tokens
+
+    path = tmp_path / tokens.counts_path().name
+    path.write_text(path.read_text() + "garbage line\n" + "0" * 32 + " x\n")
+    assert count(text) == (first[0], False)  # malformed lines are skipped
+    assert count(text + " ")[1]  # another text: counted
+    assert len(path.read_text().splitlines()) == 4
+
+
+def test_the_counts_file_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner import tokens
+
+    monkeypatch.setenv("RUNNER_CACHE_DIR", str(tmp_path))
+    path = tokens.counts_path()
+    n = tokens.COUNTS_MAX_ENTRIES + 10
+    path.write_text("".join(f"{i:032x} {i}\n" for i in range(n)))
+    counts = tokens._read_counts()
+    assert len(counts) == tokens.COUNTS_MAX_ENTRIES // 2 and counts[f"{n - 1:032x}"] == n - 1
+    assert len(path.read_text().splitlines()) == tokens.COUNTS_MAX_ENTRIES // 2
+
+
 def test_cli_help_default_turn_cap_is_the_state_default() -> None:
     from runner import cli, state
 
     assert cli.DEFAULT_MAX_TURNS == state.DEFAULT_MAX_TURNS
+
+
+def test_a_scenario_run_is_answered_in_process_like_the_served_provider(tmp_path: Path, provider: str) -> None:
+    from runner.trace import read_trace
+    from tests.conftest import cli_json, drive, scripted_run
+
+    runs = tmp_path / "runs"
+    code, out = cli_json("run", "--scenario", "plan", "--fault", "500@2", "--max-retries", "1", runs_dir=runs)
+    assert code == 0 and out["status"] == "completed"
+    events = read_trace(runs / out["run_id"] / "trace.jsonl")
+    started = next(e for e in events if e.type == "run_started")
+    assert started.endpoint is not None
+    assert started.endpoint.startswith("http://scripted-") and started.endpoint.endswith(".in-process/v1")
+    assert [len(e.retries or []) for e in events if e.type == "turn"] == [0, 1, 0]  # the fault fired in process
+    served = drive(scripted_run("plan"), provider, None)
+    assert out["per_turn_prompt_tokens"] == [t.prompt_tokens for t in served.per_turn]
+    assert out["completion_tokens"] == served.completion_tokens and out["answer"] == served.answer
+
+
+def test_a_stopped_in_process_provider_is_unreachable() -> None:
+    import asyncio
+
+    from runner.client import ChatClient
+    from runner.errors import ProviderError
+    from runner.scripted import InProcessProvider
+    from runner.state import Message
+
+    provider = InProcessProvider()
+    with provider as url:
+        pass
+
+    async def ask() -> None:
+        async with ChatClient(url, max_retries=0) as client:
+            await client.chat("scripted/plan", [Message(role="user", content="hi")])
+
+    with pytest.raises(ProviderError, match="no in-process provider answers"):
+        asyncio.run(ask())
+
+
+def test_resume_keeps_the_latency_the_run_was_started_with(tmp_path: Path) -> None:
+    from tests.conftest import cli_json
+
+    runs = tmp_path / "runs"
+    code, out = cli_json("run", "--scenario", "plan", "--latency-ms", "300", "--max-turns", "1", runs_dir=runs)
+    assert code == 3 and out["turns"] == 1
+    code, out = cli_json("resume", out["run_id"], "--max-turns", "5", runs_dir=runs)
+    assert code == 0 and out["status"] == "completed"
+    from runner.store import FileStore
+
+    state = FileStore(runs).load(out["run_id"])
+    assert [t.provider_ms >= 300 for t in state.per_turn] == [True, True, True]
+    code, out = cli_json("run", "--scenario", "plan", "--max-turns", "1", runs_dir=runs)
+    code, out = cli_json("resume", out["run_id"], "--max-turns", "5", "--latency-ms", "200", runs_dir=runs)
+    state = FileStore(runs).load(out["run_id"])
+    assert [t.provider_ms >= 200 for t in state.per_turn] == [False, True, True]

@@ -1,4 +1,4 @@
-"""One conformance suite for both run stores (issue 11): every test runs on the FileStore and
+"""One conformance suite for both run stores: every test runs on the FileStore and
 on PostgreSQL (`backend` fixture). Round trip; state and trace committed together; a second
 driver refused; a stale-epoch write refused; an old copy refused; approvals need their
 operator event; a killed run shows `died` and resumes; a child's cost counted once.
@@ -30,7 +30,7 @@ def _turn(state, n: int) -> TurnEvent:  # type: ignore[no-untyped-def]
     state.messages.append(Message(role="assistant", content=f"reply {n}"))
     state.per_turn.append(TurnRecord(turn=n, prompt_tokens=10, completion_tokens=2, cost_usd=0.001, ms=1.0))
     state.turns, state.cost_usd = n, state.cost_usd + 0.001
-    return TurnEvent(runId=state.run_id, turn=n, prompt_tokens=10, completion_tokens=2, total_tokens=12,
+    return TurnEvent(runId=state.run_id, turn=n, promptTokens=10, completionTokens=2, totalTokens=12,
                      costUsd=state.cost_usd, finish="stop", ms=1.0)
 
 
@@ -75,7 +75,7 @@ lease = store.claim(sys.argv[2])
 state = store.load(sys.argv[2])
 state.messages.append(Message(role="assistant", content="late reply"))
 state.turns = 9
-store.save(state, [TurnEvent(runId=state.run_id, turn=9, prompt_tokens=1, completion_tokens=1, total_tokens=2,
+store.save(state, [TurnEvent(runId=state.run_id, turn=9, promptTokens=1, completionTokens=1, totalTokens=2,
                              costUsd=0.5, finish="stop", ms=1.0)], lease)
 store.release(lease)
 """
@@ -163,7 +163,7 @@ def test_an_old_copy_is_refused_unless_forced(backend: Backend) -> None:
     s.save(state, [_turn(state, 2)], lease)
     old.status = "interrupted"
     with pytest.raises(StaleState, match="seq 2 but the store holds seq 3"):
-        s.save(old, [TurnEvent(runId=old.run_id, turn=2, prompt_tokens=1, completion_tokens=1, total_tokens=2,
+        s.save(old, [TurnEvent(runId=old.run_id, turn=2, promptTokens=1, completionTokens=1, totalTokens=2,
                                costUsd=0.1, finish="stop", ms=1.0)], lease)
     assert s.load(state.run_id) == state and _turns(s, state.run_id) == [1, 2]
     s.save(old, [], lease, force=True)
@@ -244,7 +244,7 @@ def test_a_killed_run_shows_died_and_resumes(backend: Backend) -> None:
     assert code == 0 and [r["status"] for r in listed] == ["died"]
     run_id = listed[0]["run_id"]
     shown = cli("trace", run_id, runs_dir=backend.runs, env=backend.env)
-    assert shown.returncode == 0 and f"died: its process was killed after the last event; resume with: runner resume {run_id}" in shown.stdout
+    assert shown.returncode == 0 and f"died: its process was killed after the last event\nresume with: runner resume {run_id}" in shown.stdout
     code, done = cli_json("resume", run_id, runs_dir=backend.runs, env=backend.env)
     assert code == 0 and done["status"] == "completed" and done["turns"] == 3
     code, listed = cli_json("runs", "--status", "completed", runs_dir=backend.runs, env=backend.env)

@@ -1,4 +1,4 @@
-"""A local-model suite run killed mid-run resumes against the same local model (issue 11): the
+"""A local-model suite run killed mid-run resumes against the same local model: the
 run records how to restart its endpoint (`config.local_model`), so `runner resume` starts the
 llama.cpp server again instead of sending the run to the scripted provider."""
 
@@ -21,8 +21,8 @@ def test_a_killed_local_suite_run_resumes_on_the_local_model(runs: Path) -> None
     assert code == 0 and sorted(r["status"] for r in listed) == ["died", *["queued"] * 5]
     run_id = next(r["run_id"] for r in listed if r["status"] == "died")
     saved = store.load(runs, run_id)
-    assert saved.config.base_url is None and saved.config.local_model is not None
-    assert saved.config.local_model.endswith(".gguf") and saved.turns == 1
+    assert saved.config.endpoint.base_url is None and saved.config.endpoint.local_model is not None
+    assert saved.config.endpoint.local_model.endswith(".gguf") and saved.turns == 1
     code, done = cli_json("resume", run_id, runs_dir=runs, timeout=900)
     assert done["status"] in FIVE and "unknown scenario" not in (done["reason"] or ""), done
     assert done["model"] == "SmolLM2-135M-Instruct.Q4_1" and done["turns"] >= 1

@@ -1,8 +1,8 @@
 """`runner suite --provider local --json` on the packaged SmolLM2 through the real llama.cpp
 server: whatever the model answers, every task ends in one of the five statuses with its
-turns, wall time and mean turn time recorded (issue 5); with the manifest's first-turn
+turns, wall time and mean turn time recorded; with the manifest's first-turn
 tool_choice (required for SmolLM2) every task makes a tool call and none is malformed, and the
-report carries the prompt tokens evaluated vs reused per turn (issue 12)."""
+report carries the prompt tokens evaluated vs reused per turn."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tools, workspace safety, sloppy tool calls, the client's normalisation (issue 2, R2, R9.5)."""
+"""Tools, workspace safety, sloppy tool calls, the client's normalisation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Workers (issue 11): several `runner worker` processes on one store drive every queued run
+"""Workers: several `runner worker` processes on one store drive every queued run
 exactly once (4 x 200 on PostgreSQL; a small queue on both stores), a worker killed with
 SIGKILL mid-run has its run finished by another once its lease expires, and a verdict given
 with `--detach` is carried out by a worker. Real processes, a real database, the real scripted provider

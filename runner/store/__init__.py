@@ -9,6 +9,7 @@ FileStore's, kept for scripts and tests that work on a runs directory directly.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from runner.state import RunState
@@ -16,9 +17,12 @@ from runner.store.base import (
     DEFAULT_DURABILITY,
     DURABILITIES,
     CorruptState,
+    DamagedRun,
+    DiskFull,
     Durability,
     Lease,
     LeaseLost,
+    RepairReport,
     RunBusy,
     RunHandle,
     RunInfo,
@@ -34,10 +38,10 @@ from runner.store.base import (
 from runner.store.files import FileStore
 
 __all__ = [
-    "DEFAULT_DURABILITY", "DURABILITIES", "CorruptState", "Durability", "FileStore", "Lease", "LeaseLost",
-    "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore", "ShownStatus", "StaleState", "StoreError",
-    "crash_point", "default_owner", "durability_of", "list_runs", "load", "open_store", "run_dir", "runs_dir",
-    "save", "trace_path", "workspace_path",
+    "DEFAULT_DURABILITY", "DURABILITIES", "CorruptState", "DamagedRun", "DiskFull", "Durability", "FileStore",
+    "Lease", "LeaseLost", "RepairReport", "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore", "ShownStatus",
+    "StaleState", "StoreAt", "StoreError", "crash_point", "default_owner", "durability_of", "list_runs", "load",
+    "open_store", "run_dir", "runs_dir", "save", "trace_path", "workspace_path",
 ]
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -77,6 +81,23 @@ def open_store(value: str | Path | None = None, *, runs: str | Path | None = Non
         pg: RunStore = PostgresStore(str(chosen), lease_s=lease_s or DEFAULT_LEASE_S, durability=level)
         return pg
     return FileStore(Path(chosen) if chosen else runs_dir(runs), durability=level)
+
+
+@dataclass(frozen=True)
+class StoreAt:
+    """Where a store is and what its commits survive, as plain data (it is shipped to Ray
+    actors): a runs directory or a postgresql:// URL, and a durability."""
+
+    location: str
+    durability: Durability = "process"
+
+    def open(self) -> RunStore:
+        """The store, opened (see `open_store`)."""
+        return open_store(self.location, durability=self.durability)
+
+    @property
+    def is_postgres(self) -> bool:
+        return is_postgres(self.location)
 
 
 def run_dir(root: Path, run_id: str) -> Path:

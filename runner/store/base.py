@@ -27,15 +27,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Sequence
 
-from runner.errors import CorruptState, RunBusy, RunnerError, RunNotFound, UsageError
+from runner.errors import (
+    CorruptState,
+    DamagedRun,
+    DiskFull,
+    LeaseLost,
+    RunBusy,
+    RunNotFound,
+    StaleState,
+    StoreError,
+    UsageError,
+)
 from runner.state import RunState
 from runner.trace import TraceEvent, Tracer, _Event
 
-__all__ = ["CorruptState", "Durability", "Lease", "LeaseLost", "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore",
-           "StaleState", "StoreError"]
+__all__ = ["CorruptState", "DamagedRun", "DiskFull", "Durability", "Lease", "LeaseLost", "RepairReport", "RunBusy", "RunHandle",
+           "RunInfo", "RunNotFound", "RunStore", "StaleState", "StoreError"]
 
 ShownStatus = Literal["running", "completed", "failed", "max_turns_exceeded", "budget_exceeded",
-                      "interrupted", "died", "queued"]
+                      "interrupted", "died", "queued", "damaged"]
 Durability = Literal["process", "power"]
 """What a committed transition survives, as databases let you choose:
 
@@ -55,18 +65,25 @@ APPEND_ONLY = ("messages", "per_turn", "tool_runs")
 """RunState lists that only grow during a run: a save writes their new items, not the lists."""
 
 
-class StoreError(RunnerError):
-    """A run store problem that is not about one run's data (e.g. the database is unreachable)."""
+@dataclass
+class RepairReport:
+    """What `RunStore.repair` did to one run.
 
+    Attributes:
+        kept_seq: the last good save the repaired state is rebuilt from.
+        new_seq: the repaired state's sequence number (after every save the trace witnessed).
+        dropped: one line per transition dropped (committed after the damage, now lost).
+        outside: one line per thing that may have happened outside the kept state (a tool
+            started, a turn paid after the last good record).
+        notes: other facts (where the damaged journal was kept, cost carried over).
+    """
 
-class StaleState(CorruptState):
-    """The state does not follow the stored one (its `seq` is behind): an old copy, or a
-    writer that missed newer history. `--force` may override, and the override is traced."""
-
-
-class LeaseLost(StoreError):
-    """This process no longer holds the run's lease (another driver claimed it: a newer
-    epoch); it must stop writing."""
+    run_id: str
+    kept_seq: int
+    new_seq: int
+    dropped: list[str] = field(default_factory=list)
+    outside: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def default_owner() -> str:
@@ -110,9 +127,12 @@ class RunInfo:
     state: RunState
     shown_status: ShownStatus
     """The state's status, or `died` (saved as running, no live driver: resumable), or
-    `queued` (waiting for a worker)."""
+    `queued` (waiting for a worker), or `damaged` (a bad journal record: the state shown is
+    the last good one; `runner repair` first)."""
     driver: str | None = None
     """`owner since ISO-time` when a live process drives it."""
+    damage: str | None = None
+    """With status `damaged`: where the journal is damaged, and how to repair it."""
 
 
 def durability_of(value: str | None) -> Durability:
@@ -291,6 +311,11 @@ class RunStore(ABC):
         """Claim the oldest runnable run (queued, given a verdict or a resume, or `running`
         with no live driver); None when there is none. Never hands one run to two owners."""
 
+    def sync(self, lease: Lease) -> None:  # noqa: B027 - a store that flushes every commit has nothing to do
+        """Make every commit of the run so far as durable as `durability` promises. A store may
+        coalesce flushes: the loop calls this before each effect outside the store (a model
+        request, which is paid; a tool that may write), and `release` calls it."""
+
     @abstractmethod
     def renew(self, lease: Lease) -> None:
         """Extend the lease. Raises LeaseLost if it was taken over."""
@@ -315,6 +340,15 @@ class RunStore(ABC):
         """Remove the claimed run: its state, trace and workspace. Claiming first is what keeps
         a run that some process is driving from being deleted under it (`claim` raises RunBusy)."""
 
+    def repair(self, run_id: str) -> RepairReport:
+        """Rebuild a damaged run from its last good record and its trace (see `RepairReport`).
+
+        Raises:
+            UsageError: this store has nothing to repair (PostgreSQL checks its own WAL).
+        """
+        raise UsageError(f"runner repair works on a runs directory's journals; {self.url} keeps its runs in a "
+                         "database, which checks and replays its own log")
+
     def close(self) -> None:  # noqa: B027 - optional for a store that holds nothing
         """Release connections and locks held by this object."""
 
@@ -338,6 +372,10 @@ class RunHandle:
     def commit(self, state: RunState, events: Iterable[_Event] = ()) -> None:
         """Save `state` and these events together (see `RunStore.save`)."""
         self.store.save(state, list(events), self.lease)
+
+    def sync(self) -> None:
+        """Before an effect: the commits so far are as durable as promised (`RunStore.sync`)."""
+        self.store.sync(self.lease)
 
     def tracer(self) -> Tracer:
         """A `Tracer` whose events go to this run's trace in the store."""

@@ -33,26 +33,31 @@ import os
 import shutil
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from runner.state import FORMAT_VERSION, RunState
+from runner.state import FORMAT_VERSION, RunState, call_signature
 from runner.store.base import (
     APPEND_ONLY,
     DEFAULT_DURABILITY,
     CorruptState,
+    DamagedRun,
     Delta,
+    DiskFull,
     Durability,
     Lease,
     LeaseLost,
+    RepairReport,
     RunBusy,
     RunInfo,
     RunNotFound,
     RunStore,
     StaleState,
+    StoreError,
     Written,
     crash_armed,
     crash_point,
@@ -60,8 +65,13 @@ from runner.store.base import (
     delta,
     event_line,
 )
-from runner.trace import StateForced, TraceEvent, _Event, read_trace
+from runner.trace import RunRepaired, StateForced, TraceEvent, _Event, read_trace
 
+_TRACE: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent)
+RESERVE_NAME = ".reserve"
+RESERVE_BYTES = 32 * 1024
+"""Space a driven run keeps aside in its folder (`.reserve`, allocated at claim, removed at
+release), freed when the disk is full so the run can still commit that it stopped."""
 COMPACT_MIN_BYTES = 256 * 1024
 """The journal is folded into a new snapshot once it is larger than this and the snapshot."""
 
@@ -82,8 +92,17 @@ class _Replay:
     """Where the trace ended after the last committed save's events (repair point)."""
     journal_seq: int = 0
     """The newest sequence number the journal knows (its base or its last record)."""
+    base: int = 0
+    """The save the journal starts after (its header; > 0 once it was folded into state.json)."""
     stale: str | None = None
     """Why the snapshot is an old copy, if it is."""
+    damage: str | None = None
+    """Where and why the journal is damaged (a whole record that fails its checksum, is not
+    JSON, or does not follow the one before it); the replay stops at the last good record."""
+    damaged_lines: list[bytes] = field(default_factory=list)
+    """The whole lines from the damaged record on (what a repair drops)."""
+    events: list[str] | None = None
+    """Every committed event the journal holds, oldest first (collected on request)."""
 
 
 @dataclass
@@ -99,6 +118,11 @@ class _Head:
     journal_bytes: int
     snapshot_bytes: int
     trace_bytes: int
+    unflushed: bool = False
+    """Durability "power": commits written since the last flush (made at the next `sync`)."""
+    new_names: bool = False
+    """Durability "power": the run's folder and files are new; their names are flushed with
+    the next `sync`."""
 
 
 def _write_atomic(path: Path, data: bytes, *, sync: bool) -> None:
@@ -159,8 +183,16 @@ class FileStore(RunStore):
 
     # --- reading -------------------------------------------------------------------------
 
-    def _replay(self, run_id: str) -> _Replay:
-        """Read snapshot + journal. Raises RunNotFound, CorruptState."""
+    def _replay(self, run_id: str, *, events: bool = False) -> _Replay:
+        """Read snapshot + journal, up to the last good record (see `_Replay.damage`).
+
+        Args:
+            events: also collect every committed event the journal holds (`_Replay.events`).
+
+        Raises:
+            RunNotFound: no such run. CorruptState: the snapshot is unreadable, or is missing
+            while the journal starts after it. DamagedRun: not even the first record is good.
+        """
         folder = self.run_dir(run_id)
         snapshot = folder / "state.json"
         missing = RunNotFound(f"no run {run_id!r} in {self.root}")
@@ -176,41 +208,38 @@ class FileStore(RunStore):
             except (ValueError, AssertionError):
                 raise CorruptState(f"{snapshot} is not a valid run state: not a JSON object") from None
         seq = int(data.get("seq", 0))
-        replay = _Replay(data, seq, len(raw or b""), 0, 0)
+        replay = _Replay(data, seq, len(raw or b""), 0, 0, events=[] if events else None)
+        path = folder / "journal.jsonl"
         try:
-            journal = (folder / "journal.jsonl").read_bytes()
+            journal = path.read_bytes()
         except FileNotFoundError:
             if raw is None:
                 raise missing from None
             return replay
         replay.journal_bytes = len(journal)
         pos = 0
-        for number, line in enumerate(journal.split(b"\n")):
+        lines = journal.split(b"\n")
+        for number, line in enumerate(lines):
             end = pos + len(line) + 1
             if end > len(journal):  # no newline: a torn last line, never committed
                 break
-            try:
-                record = json.loads(line)
-            except ValueError:
-                raise CorruptState(f"{folder / 'journal.jsonl'}:{number + 1}: not a journal record") from None
+            record, why = _parse_record(line)
+            if record is not None:
+                why = self._follow(replay, record, raw is not None, snapshot) or ""
+            if why:
+                replay.damage = f"{path}:{number + 1}: {why}"
+                replay.damaged_lines = [x for x in lines[number:-1]]
+                break
             pos = end
             replay.journal_valid_bytes = pos
-            replay.journal_seq = max(replay.journal_seq, record.get("base", record.get("seq", 0)))
-            if "base" in record:
-                if raw is None and record["base"] > 0:
-                    raise CorruptState(f"{snapshot} is missing: the run's journal starts after save {record['base']}")
-                if record["base"] > replay.seq:
-                    replay.stale = (f"{snapshot} is an older copy (seq {replay.seq}) than the run's journal "
-                                    f"(from seq {record['base']}): loading it would undo newer history")
-                continue
-            if replay.stale or record["seq"] <= replay.seq:
-                continue
-            self._apply(replay, record, folder)
-        if replay.seq == 0:  # created, but killed before its first line was whole: never committed
-            raise missing
+        if replay.seq == 0:
+            if replay.damage:  # not one good record: nothing to rebuild a state from
+                raise DamagedRun(f"run {run_id} is damaged beyond repair: {replay.damage}, and no earlier "
+                                 "record or snapshot holds the run")
+            raise missing  # created, but killed before its first line was whole: never committed
         traced = _trace_seq(folder / "trace.jsonl")
         replay.journal_seq = max(replay.journal_seq, traced)
-        if traced > replay.seq and not replay.stale:
+        if traced > replay.seq and not replay.stale and not replay.damage:
             replay.stale = (f"the trace records save {traced} but the saved state (journal.jsonl"
                             f"{' and state.json' if raw is not None else ''}) ends at save {replay.seq}: it is an "
                             "older copy (a restored backup, or its last lines were lost in an OS crash), and "
@@ -218,24 +247,51 @@ class FileStore(RunStore):
         return replay
 
     @staticmethod
-    def _apply(replay: _Replay, record: dict[str, Any], folder: Path) -> None:
-        if record["seq"] != replay.seq + 1:
-            raise CorruptState(f"{folder / 'journal.jsonl'}: seq {record['seq']} follows {replay.seq}")
-        if "full" in record:
-            replay.data = record["full"]
-        else:
-            for key in APPEND_ONLY:
-                items = replay.data.setdefault(key, [])
-                if len(items) != record["start"][key]:
-                    raise CorruptState(f"{folder / 'journal.jsonl'}: seq {record['seq']} appends {key} at "
-                                       f"{record['start'][key]}, the state has {len(items)}")
-                items.extend(record["added"][key])
-            lists = {k: replay.data[k] for k in APPEND_ONLY}
-            replay.data = {**record["rest"], **lists, "seq": record["seq"]}
-        replay.seq = record["seq"]
+    def _follow(replay: _Replay, record: dict[str, Any], has_snapshot: bool, snapshot: Path) -> str | None:
+        """Apply one parsed journal record; None, or why it does not follow the state so far
+        (the journal is then damaged at this record).
+
+        Raises:
+            CorruptState: the snapshot is missing though the journal starts after it.
+        """
+        if "base" in record:
+            base = record["base"]
+            if not isinstance(base, int):
+                return "a header without a sequence number"
+            replay.journal_seq, replay.base = max(replay.journal_seq, base), base
+            if not has_snapshot and base > 0:
+                raise CorruptState(f"{snapshot} is missing: the run's journal starts after save {base}")
+            if base > replay.seq:
+                replay.stale = (f"{snapshot} is an older copy (seq {replay.seq}) than the run's journal "
+                                f"(from seq {base}): loading it would undo newer history")
+            return None
+        seq = record.get("seq")
+        if not isinstance(seq, int):
+            return "a record without a sequence number"
+        replay.journal_seq = max(replay.journal_seq, seq)
+        if replay.stale or seq <= replay.seq:
+            return None
+        if seq != replay.seq + 1:
+            return f"save {seq} follows save {replay.seq}"
+        try:
+            if "full" in record:
+                data = record["full"]
+            else:
+                for key in APPEND_ONLY:
+                    have = len(replay.data.get(key, []))
+                    if have != record["start"][key]:
+                        return f"save {seq} appends {key} at {record['start'][key]}, the state has {have}"
+                lists = {k: [*replay.data.get(k, []), *record["added"][k]] for k in APPEND_ONLY}
+                data = {**record["rest"], **lists, "seq": seq}
+        except (KeyError, TypeError):
+            return f"save {seq} is not a journal record"
+        replay.data, replay.seq = data, seq
         replay.last_events = [json.dumps(e, separators=(",", ":")) for e in record.get("events", [])]
+        if replay.events is not None:
+            replay.events += replay.last_events
         replay.last_trace_at = record.get("trace_at")
         replay.last_trace_to = record.get("trace_to")
+        return None
 
     def _state(self, replay: _Replay, run_id: str) -> RunState:
         path = self.run_dir(run_id) / "state.json"
@@ -249,6 +305,8 @@ class FileStore(RunStore):
 
     def load(self, run_id: str, *, force: bool = False) -> RunState:
         replay = self._replay(run_id)
+        if replay.damage:
+            raise _damaged(run_id, replay)
         if replay.stale and not force:
             raise StaleState(f"run {run_id}: {replay.stale}. Resume with --force to continue from it "
                              "anyway (recorded in the trace).")
@@ -263,6 +321,11 @@ class FileStore(RunStore):
             if not _has_run(folder):
                 continue
             try:
+                replay = self._replay(folder.name)
+                if replay.damage:  # listed, never hidden: as of its last good record
+                    infos.append(RunInfo(self._state(replay, folder.name), "damaged",
+                                         damage=f"{replay.damage}; repair with: runner repair {folder.name}"))
+                    continue
                 state = self.load(folder.name)
             except RunNotFound:  # its creation was killed before the first line was whole: no run
                 continue
@@ -276,6 +339,10 @@ class FileStore(RunStore):
         return infos[offset: None if limit is None else offset + limit]
 
     def info(self, run_id: str) -> RunInfo:
+        replay = self._replay(run_id)
+        if replay.damage:
+            return RunInfo(self._state(replay, run_id), "damaged",
+                           damage=f"{replay.damage}; repair with: runner repair {run_id}")
         return self._info(self.load(run_id), self.run_dir(run_id))
 
     def _info(self, state: RunState, folder: Path) -> RunInfo:
@@ -305,12 +372,25 @@ class FileStore(RunStore):
             os.close(fd)
 
     def read_trace(self, run_id: str) -> list[TraceEvent]:
+        """The run's trace; when trace.jsonl is gone, the committed events its journal holds
+        (with a line in `problems` saying what such a rebuild lacks)."""
         folder = self.run_dir(run_id)
         path = folder / "trace.jsonl"
+        self.problems = []
         if not path.exists():
             if not _has_run(folder):
                 raise RunNotFound(f"no trace for run {run_id!r} in {self.root}")
-            return []
+            replay = self._replay(run_id, events=True)
+            lines = replay.events or []
+            base = replay.base
+            note = (f"{path} is missing: rebuilt from journal.jsonl ({len(lines)} committed events; events that "
+                    "commit nothing, such as run_started, tool_progress and read-only tool starts, are not in it")
+            self.problems.append(note + (f"; the journal was folded into state.json at save {base}, events before "
+                                         "it are gone)" if base else ")"))
+            try:
+                return [_TRACE.validate_json(line) for line in lines]
+            except ValidationError as exc:
+                raise CorruptState(f"{folder / 'journal.jsonl'}: an event is not valid: {exc.errors()[0]['msg']}") from None
         try:
             return read_trace(path)
         except ValueError as exc:  # a pydantic error from an unexpected line
@@ -331,6 +411,63 @@ class FileStore(RunStore):
             raise RunNotFound(f"no run {run_id!r} in {self.root}")
         return self._claim(folder, owner or default_owner())
 
+    # --- a full disk -----------------------------------------------------------------------
+
+    @staticmethod
+    def _keep_reserve(folder: Path) -> None:
+        """Set RESERVE_BYTES aside in the claimed run's folder (removed at release), freed when
+        a save finds the disk full so the run can still commit that it stopped."""
+        try:
+            fd = os.open(folder / RESERVE_NAME, os.O_WRONLY | os.O_CREAT, 0o644)
+        except OSError:
+            return
+        try:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        except OSError as exc:  # no room even for that (the next save says so), or not supported
+            if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+                try:
+                    os.pwrite(fd, bytes(RESERVE_BYTES), 0)
+                except OSError:
+                    pass
+        finally:
+            os.close(fd)
+
+    def _disk_full(self, exc: OSError, run_id: str) -> DiskFull:
+        """Free the run's reserve and say which disk is full."""
+        (self.run_dir(run_id) / RESERVE_NAME).unlink(missing_ok=True)
+        mount = _mount_point(self.root)
+        try:
+            free = f", {shutil.disk_usage(mount).free:,} bytes free"
+        except OSError:
+            free = ""
+        return DiskFull(f"the disk holding {self.root} (mounted at {mount}{free}) is full: {exc.strerror}; run {run_id} "
+                        "stopped with every committed transition kept; free space, then: runner resume " + run_id)
+
+    def _write(self, fd: int, data: bytes, at: int, run_id: str) -> None:
+        """Append `data` to the file `fd` (its size: `at`) whole, or not at all: on a full disk
+        (or another write error) the file is cut back to `at` and `DiskFull` (`StoreError`)
+        raised."""
+        try:
+            done = 0
+            while done < len(data):
+                done += os.write(fd, data[done:])
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, at)
+            except OSError:
+                pass
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise self._disk_full(exc, run_id) from None
+            raise StoreError(f"cannot write run {run_id} in {self.root}: {exc.strerror or exc}") from None
+
+    def _write_trace(self, head: _Head, data: bytes) -> None:
+        """Append trace lines; on a full disk, free the reserve and try once more."""
+        try:
+            self._write(head.trace_fd, data, head.trace_bytes, head.lease.run_id)
+        except DiskFull:
+            self._write(head.trace_fd, data, head.trace_bytes, head.lease.run_id)
+        head.trace_bytes += len(data)
+
     def _claim(self, folder: Path, owner: str, state: RunState | None = None) -> Lease:
         """Lock the run and open its head; with `state`, the run is being created: its files
         are written under the lock, the snapshot last."""
@@ -338,24 +475,10 @@ class FileStore(RunStore):
         if run_id in self._heads:
             head = self._heads[run_id]
             raise RunBusy(f"run {run_id} is being driven by {head.lease.owner} since {_iso(head.lease.since)}")
-        fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-        for attempt in range(5):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                info = _lock_info(fd)
-                if info.get("held") is not True and attempt < 4:  # a lister's brief probe: retry
-                    time.sleep(0.02)
-                    continue
-                os.close(fd)
-                raise RunBusy(f"run {run_id} is being driven by {info.get('owner', 'another process')} "
-                              f"since {_iso(info.get('since', 0))}") from None
+        fd, lease = _lock(folder, owner)
         try:
-            epoch = int(_lock_info(fd).get("epoch", 0)) + 1
-            lease = Lease(run_id=run_id, owner=owner, epoch=epoch)
-            _write_lock(fd, {"owner": owner, "pid": os.getpid(), "since": lease.since, "epoch": epoch, "held": True})
             (folder / "queued").unlink(missing_ok=True)
+            self._keep_reserve(folder)
             self._heads[run_id] = self._open_head(folder, lease, fd) if state is None else self._new_head(
                 folder, lease, fd, state)
         except BaseException:
@@ -372,28 +495,38 @@ class FileStore(RunStore):
                      written=Written.of(state), journal_bytes=0, snapshot_bytes=0,
                      trace_bytes=os.fstat(trace_fd).st_size)
         self._append_journal(head, _first_lines(state))
-        if self._sync:
-            _sync_dir(folder)  # the new files' names, then the run folder's own
-            _sync_dir(self.root)
+        head.new_names = self._sync  # flushed with the first commit, before the run's first effect
         return head
 
     def _open_head(self, folder: Path, lease: Lease, lock_fd: int) -> _Head:
         """Repair what a killed writer left (torn journal line, trace missing its last
         committed events or ending in a torn line), then open the files for appending."""
-        replay = self._replay(folder.name)
+        replay = self._replay(folder.name, events=True)
+        if replay.damage:
+            raise _damaged(folder.name, replay)
         journal = folder / "journal.jsonl"
         if replay.journal_valid_bytes < replay.journal_bytes:
             os.truncate(journal, replay.journal_valid_bytes)
         trace = folder / "trace.jsonl"
+        rebuilt = not trace.exists() and bool(replay.events)
+        if rebuilt:  # lost: write back what the journal committed
+            _write_atomic(trace, "".join(line + "\n" for line in replay.events or ()).encode(), sync=self._sync)
         trace_fd = os.open(trace, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         size = os.fstat(trace_fd).st_size
-        if (replay.last_trace_at is not None and replay.last_trace_to is not None
+        if rebuilt:
+            pass
+        elif (replay.last_trace_at is not None and replay.last_trace_to is not None
                 and replay.last_trace_at <= size < replay.last_trace_to):
             # killed between the commit and the trace append: write the committed events again
             os.ftruncate(trace_fd, replay.last_trace_at)
             os.write(trace_fd, "".join(line + "\n" for line in replay.last_events).encode())
-        elif size and os.pread(trace_fd, 1, size - 1) != b"\n":
-            os.write(trace_fd, b"\n")  # a torn event (a writer killed mid-line) stays, on its own line
+        else:
+            if size and os.pread(trace_fd, 1, size - 1) != b"\n":
+                os.write(trace_fd, b"\n")  # a torn event (a writer killed mid-line) stays, on its own line
+            traced = _trace_seq(trace)
+            if traced < replay.seq and replay.events:  # a full disk kept committed events out of it
+                missing = [e for e in replay.events if int(json.loads(e).get("seq", 0)) > traced]
+                os.write(trace_fd, "".join(e + "\n" for e in missing).encode())
         size = os.fstat(trace_fd).st_size
         journal_fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         state = None if replay.stale else self._state(replay, folder.name)
@@ -418,7 +551,9 @@ class FileStore(RunStore):
         head = self._heads.get(lease.run_id)
         if head is None or head.lease is not lease:
             return
+        self.sync(lease)  # the run stops being driven here: what it committed is flushed first
         del self._heads[lease.run_id]
+        (self.run_dir(lease.run_id) / RESERVE_NAME).unlink(missing_ok=True)
         if runnable:
             (self.run_dir(lease.run_id) / "queued").touch()
         _write_lock(head.lock_fd, {"owner": lease.owner, "pid": os.getpid(), "since": lease.since,
@@ -450,6 +585,9 @@ class FileStore(RunStore):
         except FileExistsError:
             if _has_run(folder):
                 raise StaleState(f"run {state.run_id} already exists in {self.root}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot keep runs in {self.root}: {exc.strerror or exc} (choose another folder with "
+                             "--runs-dir or $RUNNER_RUNS_DIR)") from None
         state.seq = 1
         if owner is not None:
             return self._claim(folder, owner, state)
@@ -506,10 +644,16 @@ class FileStore(RunStore):
         head.seq = state.seq
         head.written = head.written.advanced(change.added, state) if head.written else Written.of(state)
         if lines:
-            os.write(head.trace_fd, trace)
-            head.trace_bytes += len(trace)
+            try:
+                self._write_trace(head, trace)
+            except StoreError:  # committed in the journal: the next claim writes these events again
+                pass
         if force or head.journal_bytes > max(COMPACT_MIN_BYTES, head.snapshot_bytes):
-            self._compact(head, state)
+            try:
+                self._compact(head, state)
+            except OSError as exc:  # no room for the snapshot: the journal keeps growing until there is
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or force:
+                    raise
 
     def _append_journal(self, head: _Head, data: bytes) -> None:
         if crash_armed("save"):  # the kill tests: leave half a record on disk, then die
@@ -517,17 +661,30 @@ class FileStore(RunStore):
             crash_point("save")
             os.write(head.journal_fd, data[len(data) // 2:])
         else:
-            os.write(head.journal_fd, data)
-        if self._sync:
-            os.fdatasync(head.journal_fd)  # the data and the file size: what a replay needs
+            self._write(head.journal_fd, data, head.journal_bytes, head.lease.run_id)
+        head.unflushed = self._sync  # flushed by `sync`, before the next effect
         head.journal_bytes += len(data)
+
+    def sync(self, lease: Lease) -> None:
+        """Durability "power": flush the commits made since the last flush (one fdatasync of the
+        journal; for a new run, also its folder's and the runs directory's names), so they
+        survive power loss before the run does something outside (asks the model, runs a
+        tool that may write, returns). Nothing to do at "process" or when all is flushed."""
+        head = self._heads.get(lease.run_id)
+        if head is None or not head.unflushed:
+            return
+        os.fdatasync(head.journal_fd)  # the data and the file size: what a replay needs
+        if head.new_names:
+            _sync_dir(self.run_dir(lease.run_id))  # the new files' names, then the run folder's own
+            _sync_dir(self.root)
+        head.unflushed = head.new_names = False
 
     def _compact(self, head: _Head, state: RunState) -> None:
         """Fold the journal into a new snapshot; a kill in between leaves both readable."""
         folder = self.run_dir(state.run_id)
         snapshot = state.model_dump_json().encode()
         _write_atomic(folder / "state.json", snapshot, sync=self._sync)
-        header = json.dumps({"base": state.seq}).encode() + b"\n"
+        header = _seal(json.dumps({"base": state.seq}).encode())
         _write_atomic(folder / "journal.jsonl", header, sync=self._sync)
         os.close(head.journal_fd)
         head.journal_fd = os.open(folder / "journal.jsonl", os.O_WRONLY | os.O_APPEND)
@@ -537,8 +694,7 @@ class FileStore(RunStore):
         line = (event_line(event) + "\n").encode()
         head = self._heads.get(run_id)
         if head is not None:
-            os.write(head.trace_fd, line)
-            head.trace_bytes += len(line)
+            self._write_trace(head, line)
             return
         fd = os.open(self.trace_path(run_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
@@ -565,9 +721,96 @@ class FileStore(RunStore):
         ws = self.run_dir(run_id) / "workspace"
         return ws if ws.is_dir() else None
 
+    def repair(self, run_id: str) -> RepairReport:
+        """Rebuild a damaged run from its last good record and its trace, under the run's lock.
+
+        The damaged journal is kept beside it (`journal.jsonl.damaged-N`); the repaired state
+        is written as a snapshot with a sequence number past every save the trace witnessed,
+        and a `run_repaired` event records what was dropped. Write tools that started after
+        the last good record and are still pending are marked in doubt (a resume asks before
+        running them again); money the trace shows spent after it stays counted.
+
+        Raises:
+            RunNotFound, RunBusy; DamagedRun: not one good record to rebuild from.
+        """
+        folder = self.run_dir(run_id)
+        if not _has_run(folder):
+            raise RunNotFound(f"no run {run_id!r} in {self.root}")
+        owner = default_owner()
+        fd, _ = _lock(folder, owner)
+        try:
+            replay = self._replay(run_id, events=True)
+            trace = folder / "trace.jsonl"
+            if not replay.damage:
+                report = RepairReport(run_id, replay.seq, replay.seq, notes=["the journal is whole: nothing to repair"])
+                if not trace.exists() and replay.events:
+                    _write_atomic(trace, "".join(e + "\n" for e in replay.events).encode(), sync=True)
+                    report.notes.append(f"{trace} was missing: rebuilt from the journal")
+                return report
+            state = self._state(replay, run_id)
+            report = _losses(run_id, replay, state, _raw_trace(trace))
+            kept = folder / f"journal.jsonl.damaged-{replay.seq}"
+            shutil.copyfile(folder / "journal.jsonl", kept)
+            report.notes.insert(0, f"the damaged journal is kept as {kept}")
+            state.seq = report.new_seq = max(replay.seq, replay.journal_seq, _trace_seq(trace)) + 1
+            _write_atomic(folder / "state.json", state.model_dump_json().encode(), sync=True)
+            _write_atomic(folder / "journal.jsonl", _seal(json.dumps({"base": state.seq}).encode()), sync=True)
+            if not trace.exists() and replay.events:
+                _write_atomic(trace, "".join(e + "\n" for e in replay.events).encode(), sync=True)
+            event = event_line(RunRepaired(runId=run_id, keptSeq=report.kept_seq, dropped=report.dropped,
+                                           outside=report.outside, by=owner))
+            tfd = os.open(trace, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                size = os.fstat(tfd).st_size
+                torn = size and os.pread(tfd, 1, size - 1) != b"\n"
+                os.write(tfd, (b"\n" if torn else b"") + f'{event[:-1]},"seq":{state.seq}}}\n'.encode())
+                os.fsync(tfd)
+            finally:
+                os.close(tfd)
+            return report
+        finally:
+            os.close(fd)
+
     def close(self) -> None:
         for head in list(self._heads.values()):
             self.release(head.lease)
+
+
+def _lock(folder: Path, owner: str) -> tuple[int, Lease]:
+    """flock the run's lock file for `owner` (a new epoch); returns the open fd and the lease.
+
+    Raises:
+        RunBusy: a live process holds it.
+    """
+    run_id = folder.name
+    fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    for attempt in range(5):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            info = _lock_info(fd)
+            if info.get("held") is not True and attempt < 4:  # a lister's brief probe: retry
+                time.sleep(0.02)
+                continue
+            os.close(fd)
+            raise RunBusy(f"run {run_id} is being driven by {info.get('owner', 'another process')} "
+                          f"since {_iso(info.get('since', 0))}") from None
+    try:
+        epoch = int(_lock_info(fd).get("epoch", 0)) + 1
+        lease = Lease(run_id=run_id, owner=owner, epoch=epoch)
+        _write_lock(fd, {"owner": owner, "pid": os.getpid(), "since": lease.since, "epoch": epoch, "held": True})
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, lease
+
+
+def _mount_point(path: Path) -> Path:
+    path = path.resolve()
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
 
 
 def _has_run(folder: Path) -> bool:
@@ -577,20 +820,136 @@ def _has_run(folder: Path) -> bool:
 
 def _first_lines(state: RunState) -> bytes:
     """A new run's journal: the header, then the commit holding the whole state (seq 1)."""
-    return (b'{"base":0}\n{"seq":1,"trace_at":0,"trace_to":0,"full":' + state.model_dump_json().encode()
-            + b',"events":[]}\n')
+    return _seal(b'{"base":0}') + _seal(b'{"seq":1,"trace_at":0,"trace_to":0,"full":'
+                                       + state.model_dump_json().encode() + b',"events":[]}')
 
 
 def _record(state: RunState, change: Delta, trace_at: int, trace_len: int, events: list[str]) -> bytes:
     """One journal line: {"seq", "trace_at", "rest", "added", "start" (or "full": the whole
-    state), "trace_to", "events"}, put together from JSON pydantic already made."""
+    state), "trace_to", "events"}, put together from JSON pydantic already made, sealed."""
     head = f'{{"seq":{state.seq},"trace_at":{trace_at},'
     if change.added is None:
         body = f'"full":{state.model_dump_json()}'
     else:
         added = ",".join(f'"{k}":[{",".join(items)}]' for k, items in change.added.items())
         body = f'"rest":{change.rest},"added":{{{added}}},"start":{json.dumps(change.start, separators=(",", ":"))}'
-    return f'{head}{body},"trace_to":{trace_at + trace_len},"events":[{",".join(events)}]}}\n'.encode()
+    return _seal(f'{head}{body},"trace_to":{trace_at + trace_len},"events":[{",".join(events)}]}}'.encode())
+
+
+def _seal(body: bytes) -> bytes:
+    """A journal line: the record's JSON, a tab, its CRC-32 in 8 hex digits, a newline. JSON
+    text never holds a raw tab, so the tab marks the checksum; lines written before checksums
+    existed have none and are read as they are."""
+    return b"%s\t%08x\n" % (body, zlib.crc32(body))
+
+
+def _parse_record(line: bytes) -> tuple[dict[str, Any] | None, str]:
+    """A journal line (without its newline) as a record, or None and why it is not one."""
+    body = line
+    if len(line) > 9 and line[-9:-8] == b"\t":
+        body = line[:-9]
+        if b"%08x" % zlib.crc32(body) != line[-8:]:
+            return None, "the record fails its checksum"
+    try:
+        record = json.loads(body)
+    except ValueError:
+        return None, "not a journal record (not JSON)"
+    if not isinstance(record, dict):
+        return None, "not a journal record"
+    return record, ""
+
+
+def _raw_trace(path: Path) -> list[dict[str, Any]]:
+    """The trace's whole lines as dicts (with the `seq` of committed events); torn or
+    unreadable lines are skipped: a repair reads what it can."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    events = []
+    for line in data.split(b"\n"):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+def _losses(run_id: str, replay: _Replay, state: RunState, trace: list[dict[str, Any]]) -> RepairReport:
+    """What a repair back to `state` (save `replay.seq`) drops, and what may have happened
+    outside it, from the dropped journal lines and the trace; marks pending write calls that
+    started after it as in doubt, and keeps the money spent after it counted."""
+    kept = replay.seq
+    report = RepairReport(run_id, kept, kept)
+    after = 0  # the trace's events after the last one committed at or before the kept save
+    for i, event in enumerate(trace):
+        if isinstance(event.get("seq"), int) and event["seq"] <= kept:
+            after = i + 1
+    later = trace[after:]
+    by_seq: dict[int, list[dict[str, Any]]] = {}
+    for event in later:
+        if isinstance(event.get("seq"), int):
+            by_seq.setdefault(event["seq"], []).append(event)
+    journal_seqs = []
+    for line in replay.damaged_lines:
+        record, _ = _parse_record(line)
+        seq = record.get("seq") if record else None
+        journal_seqs.append(seq if isinstance(seq, int) and seq > kept else None)
+    seqs = sorted({*by_seq, *(s for s in journal_seqs if s is not None)})
+    for seq in seqs:
+        what = "; ".join(_describe(e) for e in by_seq.get(seq, [])) or "a state change with no event"
+        report.dropped.append(f"save {seq}: {what}")
+    unreadable = journal_seqs.count(None)
+    if unreadable:
+        report.notes.append(f"{unreadable} unreadable journal line(s) after save {kept}"
+                              + (" (their saves are listed above from the trace)" if seqs else ""))
+    answered = {m.tool_call_id for m in state.messages if m.role == "tool"}
+    pending = {c.id: c for m in state.messages[-1:] if m.role == "assistant" for c in m.tool_calls or ()}
+    spent = state.cost_usd
+    for event in later:
+        kind = event.get("type")
+        if kind == "turn":
+            spent = max(spent, float(event.get("costUsd", 0.0)))
+            report.outside.append(f"turn {event.get('turn')} was paid (the run had spent ${float(event.get('costUsd', 0)):.6f} "
+                                  "by then) and its reply is lost: a resume asks the model again")
+        elif kind == "tool_start" and event.get("callId") not in answered:
+            name, call_id = event.get("toolName", "?"), str(event.get("callId", "?"))
+            writes = isinstance(event.get("seq"), int)  # only a write tool's start is committed
+            said = f"{name} (call {call_id}) was started after save {kept} and may have run"
+            if writes and call_id in pending:
+                state.started[call_id] = call_signature(name, str(event.get("args", "")))
+                said += (": it may have changed the workspace; it is marked in doubt (a resume runs it again only "
+                         "if the tool is idempotent, else asks for approval first)")
+            elif writes:
+                said += ": it may have changed the workspace (the reply that asked for it is dropped)"
+            else:
+                said += " (read-only: nothing changed)"
+            report.outside.append(said)
+    if spent > state.cost_usd:
+        report.notes.append(f"cost kept: ${spent:.6f} as the trace records (the state at save {kept} had "
+                            f"${state.cost_usd:.6f}); money spent stays spent")
+        state.cost_usd = spent
+    return report
+
+
+def _describe(event: dict[str, Any]) -> str:
+    kind = event.get("type", "?")
+    if kind == "turn":
+        prompt = event.get("promptTokens", event.get("prompt_tokens"))  # trace format 2, then 1
+        completion = event.get("completionTokens", event.get("completion_tokens"))
+        return f"turn {event.get('turn')} ({prompt} + {completion} tokens)"
+    if kind in ("tool_start", "tool_result"):
+        return f"{kind} {event.get('toolName')} (call {event.get('callId')})"
+    if kind == "run_stopped":
+        return f"run_stopped {event.get('status')}"
+    return str(kind)
+
+
+def _damaged(run_id: str, replay: _Replay) -> DamagedRun:
+    return DamagedRun(f"run {run_id} is damaged: {replay.damage}; its last good record is save {replay.seq}. "
+                      f"Repair it with: runner repair {run_id} (it says which transitions are dropped)")
 
 
 def _trace_seq(path: Path) -> int:

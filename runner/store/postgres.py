@@ -8,12 +8,21 @@ Tables (created by the migrations below, recorded in `runner_migrations`):
     trace_events     the trace, one row per event (with the seq, epoch and owner that wrote it)
     workspace_files  the run's workspace, so a run that moves to another worker sees its files
 
-A save is one transaction: the runs row (only if its epoch and seq are the caller's: fencing
-and ordering in one `UPDATE ... WHERE`), the new list items, the trace events, and the
-workspace files changed since the last save. Claims take a run whose lease is free or expired
-(`SELECT ... FOR UPDATE SKIP LOCKED` for workers) and bump its epoch; a background thread
-renews the leases this process holds, and a lease that cannot be renewed is marked lost.
-psycopg 3 with a `psycopg_pool.ConnectionPool`.
+A save is one statement, so one round trip and one implicit transaction: the runs row (only
+if its epoch and seq are the caller's: fencing and ordering in one `UPDATE ... WHERE`), the new
+list items and the trace events, as data-modifying CTEs over arrays, prepared once per
+connection. A save that rewrites the lists, is forced, or carries workspace files changed since
+the last save takes a transaction of several statements instead. Claims take a run whose lease
+is free or expired (`SELECT ... FOR UPDATE SKIP LOCKED` for workers) and bump its epoch; a
+background thread renews every lease this process holds in one statement, off the saves' path,
+and a lease that cannot be renewed is marked lost.
+
+Any database works: connections set `client_encoding` to UTF8 (a SQL_ASCII database, the
+default of `initdb --no-locale`, would otherwise hand text parameters over as bytes). The server
+may restart or be unreachable for a while (`retry_s`, default 30 s): every operation is retried
+on a fresh connection, and a write that may have committed before its connection broke is
+recognised by the token it wrote (`runs.last_write`), so a retried commit is neither lost nor
+made twice. psycopg 3 with a `psycopg_pool.ConnectionPool` in autocommit mode.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -57,6 +66,9 @@ from runner.store.base import (
 from runner.trace import StateForced, TraceEvent, _Event
 
 DEFAULT_LEASE_S = 30.0
+DEFAULT_RETRY_S = 30.0
+"""How long an operation keeps trying to reach a database that restarts or is unreachable."""
+_T = TypeVar("_T")
 _MIGRATION_LOCK = 0x72756E6E  # pg_advisory_xact_lock key: one migrator at a time
 _EVENTS: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent)
 
@@ -98,6 +110,7 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             mode integer NOT NULL,
             PRIMARY KEY (run_id, path))""",
     ]),
+    (2, ["ALTER TABLE runs ADD COLUMN last_write text"]),  # the token of the last write (retries)
 ]
 
 _SHOWN = """CASE WHEN runnable AND (lease_expires_at IS NULL OR lease_expires_at < now()) THEN 'queued'
@@ -127,32 +140,35 @@ class PostgresStore(RunStore):
             commit when it returns, so any kill of this process keeps it; a server crash may
             lose the last fraction of a second of them) or "power" (`synchronous_commit = on`:
             the commit is on the server's disk first). See `runner.store.base.Durability`.
+        retry_s: how long an operation keeps retrying while the server restarts or cannot be
+            reached, seconds; past it, `StoreError`.
 
     Raises:
         StoreError: the database cannot be reached or migrated.
     """
 
     def __init__(self, url: str, *, lease_s: float = DEFAULT_LEASE_S, pool_max: int = 8,
-                 durability: Durability = DEFAULT_DURABILITY) -> None:
+                 durability: Durability = DEFAULT_DURABILITY, retry_s: float = DEFAULT_RETRY_S) -> None:
         import psycopg
-        from psycopg_pool import ConnectionPool
+        from psycopg_pool import ConnectionPool, PoolTimeout
 
-        self.url, self.lease_s, self.durability = url, lease_s, durability
+        self.url, self.lease_s, self.durability, self.retry_s = url, lease_s, durability, retry_s
         synchronous_commit = "on" if durability == "power" else "off"
+        settings = {"autocommit": True, "client_encoding": "UTF8"}
 
         def configure(conn: Any) -> None:
             conn.execute(f"SET synchronous_commit TO {synchronous_commit}")  # one of two literals
-            conn.commit()
 
         self._psycopg = psycopg
+        self._transient: tuple[type[BaseException], ...] = (psycopg.OperationalError, PoolTimeout)
         try:  # one plain connection first: a bad URL fails in seconds with the server's own words
-            psycopg.connect(url, connect_timeout=5).close()
+            psycopg.connect(url, connect_timeout=5, **settings).close()  # type: ignore[arg-type]
         except psycopg.Error as exc:
             cause = " ".join(str(exc).split()) or type(exc).__name__
             raise StoreError(f"cannot reach the run store at {url}: {cause}") from None
         try:
             self.pool = ConnectionPool(url, min_size=1, max_size=pool_max, open=True, timeout=30,
-                                       name="runner", configure=configure)
+                                       name="runner", configure=configure, kwargs=settings)
             self.pool.wait(timeout=30)
         except (psycopg.Error, Exception) as exc:  # PoolTimeout is not a psycopg.Error
             raise StoreError(f"cannot reach the run store at {url}: {exc}") from None
@@ -160,23 +176,49 @@ class PostgresStore(RunStore):
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
-        self._ws_root = Path(tempfile.gettempdir()) / f"runner-ws-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        _sweep_workspaces()
+        self._ws_root = Path(tempfile.gettempdir()) / f"{_WS_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._migrate()
+
+    # --- reaching the server -------------------------------------------------------------
+
+    def _retry(self, work: Callable[[Any, int], _T], *, patience_s: float | None = None) -> _T:
+        """`work(conn, attempt)` on a pooled connection; on a broken connection or a server
+        that is restarting or unreachable, again on a fresh one (attempt 1, 2, ...) until
+        `patience_s` (default `retry_s`) has passed. `work` must be safe to repeat: a write
+        checks, on attempt > 0, whether its earlier attempt committed (its token)."""
+        deadline = time.monotonic() + (self.retry_s if patience_s is None else patience_s)
+        attempt = 0
+        while True:
+            try:
+                with self.pool.connection(timeout=max(0.5, deadline - time.monotonic())) as conn:
+                    return work(conn, attempt)
+            except self._transient as exc:
+                if time.monotonic() >= deadline:
+                    cause = " ".join(str(exc).split()) or type(exc).__name__
+                    raise StoreError(f"lost the run store at {self.url} for {self.retry_s:.0f} s: {cause}") from None
+                if attempt == 0:
+                    self.pool.check()  # drop the idle connections the restart broke, reconnect
+                attempt += 1
+                time.sleep(min(0.05 * 2 ** attempt, 1.0))
 
     # --- schema --------------------------------------------------------------------------
 
     def _migrate(self) -> None:
-        with self.pool.connection() as conn, conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-            conn.execute("CREATE TABLE IF NOT EXISTS runner_migrations (version integer PRIMARY KEY, "
-                         "applied_at timestamptz NOT NULL DEFAULT now())")
-            done = {row[0] for row in conn.execute("SELECT version FROM runner_migrations")}
-            for version, statements in MIGRATIONS:
-                if version in done:
-                    continue
-                for sql in statements:
-                    conn.execute(sql)  # static SQL, no parameters
-                conn.execute("INSERT INTO runner_migrations (version) VALUES (%s)", (version,))
+        def work(conn: Any, attempt: int) -> None:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                conn.execute("CREATE TABLE IF NOT EXISTS runner_migrations (version integer PRIMARY KEY, "
+                             "applied_at timestamptz NOT NULL DEFAULT now())")
+                done = {row[0] for row in conn.execute("SELECT version FROM runner_migrations")}
+                for version, statements in MIGRATIONS:
+                    if version in done:
+                        continue
+                    for sql in statements:
+                        conn.execute(sql)  # static SQL, no parameters
+                    conn.execute("INSERT INTO runner_migrations (version) VALUES (%s)", (version,))
+
+        self._retry(work)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -185,11 +227,11 @@ class PostgresStore(RunStore):
         ids = [row[0] for row in rows]
         lists: dict[str, dict[str, list[str]]] = {i: {k: [] for k in APPEND_ONLY} for i in ids}
         if ids:
-            with self.pool.connection() as conn:
-                for run_id, kind, item in conn.execute(
-                        "SELECT run_id, kind, item::text FROM run_items WHERE run_id = ANY(%s) "
-                        "ORDER BY run_id, kind, idx", (ids,)):
-                    lists[run_id][kind].append(item)
+            found = self._retry(lambda conn, _: conn.execute(
+                "SELECT run_id, kind, item::text FROM run_items WHERE run_id = ANY(%s) "
+                "ORDER BY run_id, kind, idx", (ids,)).fetchall())
+            for run_id, kind, item in found:
+                lists[run_id][kind].append(item)
         states = {}
         for run_id, seq, rest in rows:
             parts = ",".join(f'"{k}":[{",".join(lists[run_id][k])}]' for k in APPEND_ONLY)
@@ -205,9 +247,12 @@ class PostgresStore(RunStore):
             states[run_id] = state
         return states
 
+    def _one(self, sql: str, params: Any) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = self._retry(lambda conn, _: conn.execute(sql, params).fetchone())
+        return row
+
     def load(self, run_id: str, *, force: bool = False) -> RunState:
-        with self.pool.connection() as conn:
-            row = conn.execute("SELECT run_id, seq, state::text FROM runs WHERE run_id = %s", (run_id,)).fetchone()
+        row = self._one("SELECT run_id, seq, state::text FROM runs WHERE run_id = %s", (run_id,))
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.url}")
         state = self._states([row])[run_id]
@@ -222,10 +267,9 @@ class PostgresStore(RunStore):
             where, page = "WHERE status = 'running'", (None, 0)
         elif status is not None:
             where, params = f"WHERE {_SHOWN} = %s", [status]
-        with self.pool.connection() as conn:
-            rows = conn.execute(
-                f"SELECT run_id, seq, state::text, {_SHOWN}, owner, leased_since FROM runs {where} "
-                "ORDER BY created_at DESC, run_id LIMIT %s OFFSET %s", (*params, *page)).fetchall()
+        rows = self._retry(lambda conn, _: conn.execute(
+            f"SELECT run_id, seq, state::text, {_SHOWN}, owner, leased_since FROM runs {where} "
+            "ORDER BY created_at DESC, run_id LIMIT %s OFFSET %s", (*params, *page)).fetchall())
         states = self._states([row[:3] for row in rows])
         infos = [self._info(states[r[0]], r) for r in rows]
         if status in ("running", "died"):
@@ -234,9 +278,8 @@ class PostgresStore(RunStore):
         return infos
 
     def info(self, run_id: str) -> RunInfo:
-        with self.pool.connection() as conn:
-            row = conn.execute(f"SELECT run_id, seq, state::text, {_SHOWN}, owner, leased_since FROM runs "
-                               "WHERE run_id = %s", (run_id,)).fetchone()
+        row = self._one(f"SELECT run_id, seq, state::text, {_SHOWN}, owner, leased_since FROM runs "
+                        "WHERE run_id = %s", (run_id,))
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.url}")
         return self._info(self._states([row[:3]])[run_id], row)
@@ -249,11 +292,15 @@ class PostgresStore(RunStore):
         return RunInfo(state, shown, f"{owner} since {_iso(since)}" if shown == "running" else None)
 
     def read_trace(self, run_id: str) -> list[TraceEvent]:
-        with self.pool.connection() as conn:
+        def work(conn: Any, attempt: int) -> tuple[list[Any], bool]:
             rows = conn.execute("SELECT event::text FROM trace_events WHERE run_id = %s ORDER BY id",
                                 (run_id,)).fetchall()
-            if not rows and conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (run_id,)).fetchone() is None:
-                raise RunNotFound(f"no trace for run {run_id!r} in {self.url}")
+            exists = bool(rows) or conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (run_id,)).fetchone() is not None
+            return rows, exists
+
+        rows, exists = self._retry(work)
+        if not exists:
+            raise RunNotFound(f"no trace for run {run_id!r} in {self.url}")
         try:
             return [_EVENTS.validate_json(row[0]) for row in rows]
         except ValidationError as exc:
@@ -261,14 +308,13 @@ class PostgresStore(RunStore):
 
     def trace_rows(self, run_id: str) -> list[tuple[int, int, str, dict[str, Any]]]:
         """(seq, epoch, owner, event) per trace row: who wrote each event (tests, audits)."""
-        with self.pool.connection() as conn:
-            return [(r[0], r[1], r[2], json.loads(r[3])) for r in conn.execute(
-                "SELECT seq, epoch, owner, event::text FROM trace_events WHERE run_id = %s ORDER BY id",
-                (run_id,))]
+        rows = self._retry(lambda conn, _: conn.execute(
+            "SELECT seq, epoch, owner, event::text FROM trace_events WHERE run_id = %s ORDER BY id",
+            (run_id,)).fetchall())
+        return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
 
     def has_events(self, run_id: str) -> bool:
-        with self.pool.connection() as conn:
-            row = conn.execute("SELECT EXISTS (SELECT 1 FROM trace_events WHERE run_id = %s)", (run_id,)).fetchone()
+        row = self._one("SELECT EXISTS (SELECT 1 FROM trace_events WHERE run_id = %s)", (run_id,))
         return bool(row and row[0])
 
     # --- claiming ------------------------------------------------------------------------
@@ -283,27 +329,34 @@ class PostgresStore(RunStore):
         return lease
 
     _CLAIM_SET = ("epoch = runs.epoch + 1, owner = %(owner)s, leased_since = now(), "
-                  "lease_expires_at = now() + make_interval(secs => %(lease_s)s), runnable = false, updated_at = now()")
+                  "lease_expires_at = now() + make_interval(secs => %(lease_s)s), runnable = false, "
+                  "updated_at = now(), last_write = %(token)s")
+    _CLAIMED = "SELECT epoch, extract(epoch FROM leased_since), run_id FROM runs WHERE last_write = %s"
 
     def claim(self, run_id: str, owner: str | None = None) -> Lease:
         owner = owner or default_owner()
-        args = {"owner": owner, "lease_s": self.lease_s, "run_id": run_id}
-        with self.pool.connection() as conn:
+        args = {"owner": owner, "lease_s": self.lease_s, "run_id": run_id, "token": uuid.uuid4().hex}
+
+        def work(conn: Any, attempt: int) -> tuple[Any, Any]:
+            if attempt and (done := conn.execute(self._CLAIMED, (args["token"],)).fetchone()) is not None:
+                return done, None  # the earlier attempt's claim committed
             row = conn.execute(
                 f"UPDATE runs SET {self._CLAIM_SET} WHERE run_id = %(run_id)s "
                 "AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
                 "RETURNING epoch, extract(epoch FROM leased_since)", args).fetchone()
-            if row is None:
-                busy = conn.execute("SELECT owner, leased_since, lease_expires_at FROM runs WHERE run_id = %s",
-                                    (run_id,)).fetchone()
+            busy = None if row is not None else conn.execute(
+                "SELECT owner, leased_since, lease_expires_at FROM runs WHERE run_id = %s", (run_id,)).fetchone()
+            return row, busy
+
+        row, busy = self._retry(work)
         if row is None:
             if busy is None:
                 raise RunNotFound(f"no run {run_id!r} in {self.url}")
             if _dead_here(busy[0]):  # its driver was on this machine and is gone: no need to wait
-                with self.pool.connection() as conn:
-                    row = conn.execute(
-                        f"UPDATE runs SET {self._CLAIM_SET} WHERE run_id = %(run_id)s AND owner = %(dead)s "
-                        "RETURNING epoch, extract(epoch FROM leased_since)", {**args, "dead": busy[0]}).fetchone()
+                row = self._retry(lambda conn, attempt: (
+                    attempt and conn.execute(self._CLAIMED, (args["token"],)).fetchone()) or conn.execute(
+                    f"UPDATE runs SET {self._CLAIM_SET} WHERE run_id = %(run_id)s AND owner = %(dead)s "
+                    "RETURNING epoch, extract(epoch FROM leased_since)", {**args, "dead": busy[0]}).fetchone())
                 if row is not None:
                     return self._held(Lease(run_id=run_id, owner=owner, epoch=0), row)
             raise RunBusy(f"run {run_id} is being driven by {busy[0]} since {_iso(busy[1])} "
@@ -313,26 +366,43 @@ class PostgresStore(RunStore):
     def claim_next(self, owner: str) -> Lease | None:
         """The oldest top-level run that is queued, or saved `running` with an expired lease
         (its driver died). Child runs are driven only through their parents."""
-        with self.pool.connection() as conn:
-            row = conn.execute(
+        token = uuid.uuid4().hex
+
+        def work(conn: Any, attempt: int) -> Any:
+            if attempt and (done := conn.execute(self._CLAIMED, (token,)).fetchone()) is not None:
+                return done
+            return conn.execute(
                 "WITH next AS (SELECT run_id FROM runs WHERE (runnable OR status = 'running') "
                 "AND parent_run_id IS NULL AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
                 "ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
                 f"UPDATE runs SET {self._CLAIM_SET} FROM next WHERE runs.run_id = next.run_id "
                 "RETURNING epoch, extract(epoch FROM leased_since), runs.run_id",
-                {"owner": owner, "lease_s": self.lease_s}).fetchone()
+                {"owner": owner, "lease_s": self.lease_s, "token": token}).fetchone()
+
+        row = self._retry(work)
         if row is None:
             return None
         return self._held(Lease(run_id=row[2], owner=owner, epoch=0), row)
 
     def renew(self, lease: Lease) -> None:
-        with self.pool.connection() as conn:
-            row = conn.execute(
-                "UPDATE runs SET lease_expires_at = now() + make_interval(secs => %s) "
-                "WHERE run_id = %s AND epoch = %s RETURNING 1", (self.lease_s, lease.run_id, lease.epoch)).fetchone()
-        if row is None:
-            raise LeaseLost(f"run {lease.run_id}: lease epoch {lease.epoch} of {lease.owner} was taken over")
-        lease.expires_at = time.time() + self.lease_s
+        self._renew([lease], patience_s=self.retry_s)
+
+    def _renew(self, leases: list[Lease], *, patience_s: float) -> None:
+        """Extend all of `leases` in one statement; those taken over raise (one) LeaseLost after
+        the others are renewed, and are marked lost."""
+        ids, epochs = [x.run_id for x in leases], [x.epoch for x in leases]
+        rows = self._retry(lambda conn, _: conn.execute(
+            "UPDATE runs SET lease_expires_at = now() + make_interval(secs => %s) "
+            "FROM unnest(%s::text[], %s::bigint[]) AS l(run_id, epoch) "
+            "WHERE runs.run_id = l.run_id AND runs.epoch = l.epoch RETURNING runs.run_id",
+            (self.lease_s, ids, epochs)).fetchall(), patience_s=patience_s)
+        kept = {row[0] for row in rows}
+        lost = [x for x in leases if x.run_id not in kept]
+        for lease in leases:
+            if lease.run_id in kept:
+                lease.expires_at = time.time() + self.lease_s
+        if lost:
+            raise _Lost(lost)
 
     def _start_renewer(self) -> None:
         if self._renewer is None or not self._renewer.is_alive():
@@ -343,34 +413,44 @@ class PostgresStore(RunStore):
         while not self._stop.wait(self.lease_s / 3):
             with self._lock:
                 leases = [h.lease for h in self._heads.values() if not h.lease.lost.is_set()]
-            for lease in leases:
-                try:
-                    self.renew(lease)
-                except LeaseLost:
+            if not leases:
+                continue
+            try:
+                self._renew(leases, patience_s=self.lease_s / 4)
+            except _Lost as exc:
+                for lease in exc.leases:
                     lease.lost.set()
                     if lease.on_lost is not None:
                         lease.on_lost()
-                except self._psycopg.Error:
-                    pass  # the database is unreachable for now: try again next round
+            except StoreError:
+                pass  # the database is unreachable for now: try again next round
 
     def release(self, lease: Lease, *, runnable: bool = False) -> None:
         with self._lock:
             head = self._heads.pop(lease.run_id, None)
         if head is not None and head.ws_dir is not None:
             shutil.rmtree(head.ws_dir, ignore_errors=True)
-        with self.pool.connection() as conn:
-            conn.execute("UPDATE runs SET lease_expires_at = NULL, runnable = %s, updated_at = now() "
-                         "WHERE run_id = %s AND epoch = %s", (runnable, lease.run_id, lease.epoch))
+            _rmdir_if_empty(self._ws_root)
+        self._retry(lambda conn, _: conn.execute(
+            "UPDATE runs SET lease_expires_at = NULL, runnable = %s, updated_at = now() "
+            "WHERE run_id = %s AND epoch = %s", (runnable, lease.run_id, lease.epoch)))
 
     def delete(self, lease: Lease) -> None:
         with self._lock:
             head = self._heads.pop(lease.run_id, None)
         if head is not None and head.ws_dir is not None:
             shutil.rmtree(head.ws_dir, ignore_errors=True)
-        with self.pool.connection() as conn:  # run_items, trace_events, workspace_files cascade
+            _rmdir_if_empty(self._ws_root)
+
+        def work(conn: Any, attempt: int) -> int:  # run_items, trace_events, workspace_files cascade
             deleted = conn.execute("DELETE FROM runs WHERE run_id = %s AND epoch = %s",
                                    (lease.run_id, lease.epoch)).rowcount
-        if deleted != 1:
+            if attempt and not deleted:  # the earlier attempt may have deleted it
+                gone = conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (lease.run_id,)).fetchone() is None
+                return 1 if gone else 0
+            return int(deleted)
+
+        if self._retry(work) != 1:
             raise LeaseLost(f"run {lease.run_id} was claimed by another process; not deleted")
 
     def _head(self, lease: Lease) -> _Head:
@@ -386,22 +466,32 @@ class PostgresStore(RunStore):
         rest = state.model_dump_json(exclude={*APPEND_ONLY, "seq"})
         items = [(state.run_id, key, i, item.model_dump_json())
                  for key in APPEND_ONLY for i, item in enumerate(getattr(state, key))]
-        try:
-            with self.pool.connection() as conn, conn.transaction():
+        token = uuid.uuid4().hex
+
+        def work(conn: Any, attempt: int) -> Any:
+            if attempt and (done := conn.execute(self._CLAIMED, (token,)).fetchone()) is not None:
+                return done
+            with conn.transaction():
                 row = conn.execute(
                     "INSERT INTO runs (run_id, parent_run_id, created_at, status, seq, state, epoch, owner, "
-                    "leased_since, lease_expires_at, runnable) VALUES (%(id)s, %(parent)s, %(created)s, %(status)s, 1, "
-                    "%(rest)s::jsonb, %(epoch)s, %(owner)s, CASE WHEN %(claimed)s THEN now() END, "
-                    "CASE WHEN %(claimed)s THEN now() + make_interval(secs => %(lease_s)s) END, %(queued)s) "
+                    "leased_since, lease_expires_at, runnable, last_write) VALUES (%(id)s, %(parent)s, %(created)s, "
+                    "%(status)s, 1, %(rest)s::jsonb, %(epoch)s, %(owner)s, CASE WHEN %(claimed)s THEN now() END, "
+                    "CASE WHEN %(claimed)s THEN now() + make_interval(secs => %(lease_s)s) END, %(queued)s, %(token)s) "
                     "ON CONFLICT (run_id) DO NOTHING RETURNING epoch, extract(epoch FROM coalesce(leased_since, now()))",
                     {"id": state.run_id, "parent": state.parent_run_id, "created": state.created_at,
                      "status": state.status, "rest": rest, "epoch": 1 if owner else 0, "owner": owner,
-                     "claimed": owner is not None, "lease_s": self.lease_s, "queued": owner is None}).fetchone()
+                     "claimed": owner is not None, "lease_s": self.lease_s, "queued": owner is None,
+                     "token": token}).fetchone()
                 if row is None:
                     raise StaleState(f"run {state.run_id} already exists in {self.url}")
                 with conn.cursor() as cur:
-                    cur.executemany("INSERT INTO run_items (run_id, kind, idx, item) VALUES (%s, %s, %s, %s::jsonb)", items)
+                    cur.executemany("INSERT INTO run_items (run_id, kind, idx, item) VALUES (%s, %s, %s, %s::jsonb)",
+                                    items)
                 crash_point("save")
+            return row
+
+        try:
+            row = self._retry(work)
         except BaseException:
             state.seq = 0
             raise
@@ -410,6 +500,16 @@ class PostgresStore(RunStore):
         lease = self._held(Lease(run_id=state.run_id, owner=owner, epoch=0), row)
         self._heads[state.run_id].written = Written.of(state)
         return lease
+
+    _SAVE = (  # one statement: fenced update, then the new items and events only if it matched
+        "WITH u AS (UPDATE runs SET seq = seq + 1, status = %(status)s, state = %(rest)s::jsonb, updated_at = now(), "
+        "last_write = %(token)s WHERE run_id = %(id)s AND epoch = %(epoch)s AND seq = %(seq)s RETURNING seq), "
+        "i AS (INSERT INTO run_items (run_id, kind, idx, item) SELECT %(id)s, t.kind, t.idx, t.item::jsonb "
+        "FROM u, unnest(%(kinds)s::text[], %(idxs)s::int[], %(items)s::text[]) AS t(kind, idx, item)), "
+        "e AS (INSERT INTO trace_events (run_id, seq, epoch, owner, event) "
+        "SELECT %(id)s, u.seq, %(epoch)s, %(owner)s, t.event::jsonb "
+        "FROM u, unnest(%(events)s::text[]) WITH ORDINALITY AS t(event, n) ORDER BY t.n) "
+        "SELECT seq FROM u")
 
     def save(self, state: RunState, events: Sequence[_Event] = (), lease: Lease | None = None,
              *, force: bool = False) -> None:
@@ -430,40 +530,97 @@ class PostgresStore(RunStore):
         head = self._head(lease)
         lines = [event_line(e) for e in events]
         change = delta(state, None if force else head.written)
-        rest = change.rest
-        added = change.added
-        items = [(state.run_id, key, change.start[key] + i, item)
-                 for key in APPEND_ONLY for i, item in enumerate(added[key])] if added is not None else \
-            [(state.run_id, key, i, item.model_dump_json()) for key in APPEND_ONLY
-             for i, item in enumerate(getattr(state, key))]
-        with self.pool.connection() as conn, conn.transaction():
-            row = conn.execute(
-                "UPDATE runs SET seq = seq + 1, status = %(status)s, state = %(rest)s::jsonb, updated_at = now() "
-                "WHERE run_id = %(id)s AND epoch = %(epoch)s AND (seq = %(seq)s OR %(force)s) RETURNING seq",
-                {"status": state.status, "rest": rest, "id": state.run_id, "epoch": lease.epoch, "seq": state.seq,
-                 "force": force}).fetchone()
+        ws = self._workspace_changes(head, state.run_id)
+        token = uuid.uuid4().hex
+        if change.added is not None and not force and ws is None:
+            new_seq = self._save_one(state, lease, change.added, change.start, change.rest, lines, token)
+        else:
+            new_seq = self._save_tx(state, lease, change.added, change.start, change.rest, lines, token, force, ws)
+        state.seq = new_seq
+        head.written = head.written.advanced(change.added, state) if head.written and not force else Written.of(state)
+        if ws is not None:
+            head.ws_seen = ws[2]
+
+    def _committed(self, conn: Any, state: RunState, token: str) -> int | None:
+        """On a retry: the new seq if the earlier attempt of this write committed, else None."""
+        row = conn.execute("SELECT seq, last_write FROM runs WHERE run_id = %s", (state.run_id,)).fetchone()
+        return int(row[0]) if row is not None and row[1] == token else None
+
+    def _save_one(self, state: RunState, lease: Lease, added: dict[str, list[str]], start: dict[str, int],
+                  rest: str, lines: list[str], token: str) -> int:
+        kinds, idxs, items = [], [], []
+        for key in APPEND_ONLY:
+            for i, item in enumerate(added[key]):
+                kinds.append(key)
+                idxs.append(start[key] + i)
+                items.append(item)
+        params = {"status": state.status, "rest": rest, "token": token, "id": state.run_id, "epoch": lease.epoch,
+                  "seq": state.seq, "kinds": kinds, "idxs": idxs, "items": items, "owner": lease.owner,
+                  "events": lines}
+
+        def work(conn: Any, attempt: int) -> int:
+            if attempt and (done := self._committed(conn, state, token)) is not None:
+                return done
+            crash_point("save")  # the kill tests: die with the commit not sent
+            row = conn.execute(self._SAVE, params, prepare=True).fetchone()
             if row is None:
                 self._refused(conn, state, lease)
-            new_seq = int(row[0])
-            if force and new_seq != state.seq + 1:
-                lines.append(event_line(StateForced(runId=state.run_id, fromSeq=state.seq, storedSeq=new_seq - 1,
-                                                    by=lease.owner)))
-            with conn.cursor() as cur:
-                if added is None:
-                    cur.execute("DELETE FROM run_items WHERE run_id = %s", (state.run_id,))
-                if items:
-                    cur.executemany("INSERT INTO run_items (run_id, kind, idx, item) VALUES (%s, %s, %s, %s::jsonb)",
-                                    items)
-                if lines:
-                    cur.executemany("INSERT INTO trace_events (run_id, seq, epoch, owner, event) "
-                                    "VALUES (%s, %s, %s, %s, %s::jsonb)",
-                                    [(state.run_id, new_seq, lease.epoch, lease.owner, line) for line in lines])
-                seen = self._sync_workspace(cur, head, state.run_id)
-            crash_point("save")
-        state.seq = new_seq
-        head.written = Written.of(state)
-        if seen is not None:
-            head.ws_seen = seen
+            return int(row[0])
+
+        return self._retry(work)
+
+    def _save_tx(self, state: RunState, lease: Lease, added: dict[str, list[str]] | None, start: dict[str, int],
+                 rest: str, lines: list[str], token: str, force: bool,
+                 ws: tuple[list[tuple[str, bytes, int]], list[str], dict[str, tuple[int, int]]] | None) -> int:
+        """A save of several statements in one transaction: the lists rewritten, a forced state,
+        or workspace files changed."""
+        if added is not None:
+            items = [(state.run_id, key, start[key] + i, item) for key in APPEND_ONLY for i, item in enumerate(added[key])]
+        else:
+            items = [(state.run_id, key, i, item.model_dump_json()) for key in APPEND_ONLY
+                     for i, item in enumerate(getattr(state, key))]
+
+        def work(conn: Any, attempt: int) -> int:
+            if attempt and (done := self._committed(conn, state, token)) is not None:
+                return done
+            events = list(lines)
+            with conn.transaction():
+                row = conn.execute(
+                    "UPDATE runs SET seq = seq + 1, status = %(status)s, state = %(rest)s::jsonb, updated_at = now(), "
+                    "last_write = %(token)s WHERE run_id = %(id)s AND epoch = %(epoch)s AND (seq = %(seq)s OR %(force)s) "
+                    "RETURNING seq",
+                    {"status": state.status, "rest": rest, "id": state.run_id, "epoch": lease.epoch, "seq": state.seq,
+                     "force": force, "token": token}).fetchone()
+                if row is None:
+                    self._refused(conn, state, lease)
+                new_seq = int(row[0])
+                if force and new_seq != state.seq + 1:
+                    events.append(event_line(StateForced(runId=state.run_id, fromSeq=state.seq, storedSeq=new_seq - 1,
+                                                         by=lease.owner)))
+                with conn.cursor() as cur:
+                    if added is None:
+                        cur.execute("DELETE FROM run_items WHERE run_id = %s", (state.run_id,))
+                    if items:
+                        cur.executemany("INSERT INTO run_items (run_id, kind, idx, item) VALUES (%s, %s, %s, %s::jsonb)",
+                                        items)
+                    if events:
+                        cur.executemany("INSERT INTO trace_events (run_id, seq, epoch, owner, event) "
+                                        "VALUES (%s, %s, %s, %s, %s::jsonb)",
+                                        [(state.run_id, new_seq, lease.epoch, lease.owner, line) for line in events])
+                    if ws is not None:
+                        changed, gone, _ = ws
+                        if gone:
+                            cur.execute("DELETE FROM workspace_files WHERE run_id = %s AND path = ANY(%s)",
+                                        (state.run_id, gone))
+                        if changed:
+                            cur.executemany(
+                                "INSERT INTO workspace_files (run_id, path, data, mode) VALUES (%s, %s, %s, %s) "
+                                "ON CONFLICT (run_id, path) DO UPDATE SET data = EXCLUDED.data, mode = EXCLUDED.mode",
+                                [(state.run_id, *c) for c in changed])
+                crash_point("save")  # the kill tests: die inside the transaction, before its commit
+            return new_seq
+
+        return self._retry(work)
 
     def _refused(self, conn: Any, state: RunState, lease: Lease) -> NoReturn:
         row = conn.execute("SELECT epoch, seq, owner FROM runs WHERE run_id = %s", (state.run_id,)).fetchone()
@@ -478,9 +635,19 @@ class PostgresStore(RunStore):
                          "Resume with --force to replace the stored state anyway.")
 
     def emit(self, run_id: str, event: _Event, lease: Lease | None = None) -> None:
-        with self.pool.connection() as conn:
-            conn.execute("INSERT INTO trace_events (run_id, epoch, owner, event) VALUES (%s, %s, %s, %s::jsonb)",
-                         (run_id, lease.epoch if lease else None, lease.owner if lease else None, event_line(event)))
+        line = event_line(event)
+        params = (run_id, lease.epoch if lease else None, lease.owner if lease else None, line)
+
+        def work(conn: Any, attempt: int) -> None:
+            if attempt:  # the earlier attempt may have committed: never the same event twice
+                conn.execute("INSERT INTO trace_events (run_id, epoch, owner, event) SELECT %s, %s, %s, %s::jsonb "
+                             "WHERE NOT EXISTS (SELECT 1 FROM trace_events WHERE run_id = %s AND event = %s::jsonb)",
+                             (*params, run_id, line))
+            else:
+                conn.execute("INSERT INTO trace_events (run_id, epoch, owner, event) VALUES (%s, %s, %s, %s::jsonb)",
+                             params)
+
+        self._retry(work)
 
     # --- workspace -----------------------------------------------------------------------
 
@@ -498,8 +665,8 @@ class PostgresStore(RunStore):
         head = self._heads.get(run_id) if lease is not None else None
         if head is not None and head.ws_dir is not None:
             return head.ws_dir
-        with self.pool.connection() as conn:
-            rows = conn.execute("SELECT path, data, mode FROM workspace_files WHERE run_id = %s", (run_id,)).fetchall()
+        rows = self._retry(lambda conn, _: conn.execute(
+            "SELECT path, data, mode FROM workspace_files WHERE run_id = %s", (run_id,)).fetchall())
         if not rows and template is None:
             return None
         folder = self._ws_root / f"{run_id}.{lease.epoch if lease else uuid.uuid4().hex[:6]}"
@@ -532,24 +699,22 @@ class PostgresStore(RunStore):
                 files[str(path.relative_to(folder))] = (st.st_size, st.st_mtime_ns)
         return files
 
-    def _sync_workspace(self, cur: Any, head: _Head, run_id: str) -> dict[str, tuple[int, int]] | None:
-        """Write the workspace files changed since the last save, in the save's transaction."""
+    def _workspace_changes(self, head: _Head, run_id: str
+                           ) -> tuple[list[tuple[str, bytes, int]], list[str], dict[str, tuple[int, int]]] | None:
+        """The workspace files changed since the last save ((path, data, mode) each), those
+        gone, and the new scan; None when there is no local copy or nothing changed."""
         if head.ws_dir is None:
             return None
         now = self._scan(head.ws_dir)
         changed = [p for p, sig in now.items() if head.ws_seen.get(p) != sig]
         gone = [p for p in head.ws_seen if p not in now]
-        if gone:
-            cur.execute("DELETE FROM workspace_files WHERE run_id = %s AND path = ANY(%s)", (run_id, gone))
-        if changed:
-            rows = []
-            for p in changed:
-                path = head.ws_dir / p
-                rows.append((run_id, p, path.read_bytes(), path.stat().st_mode & 0o7777))
-            cur.executemany("INSERT INTO workspace_files (run_id, path, data, mode) VALUES (%s, %s, %s, %s) "
-                            "ON CONFLICT (run_id, path) DO UPDATE SET data = EXCLUDED.data, mode = EXCLUDED.mode",
-                            rows)
-        return now
+        if not changed and not gone:
+            return None
+        rows = []
+        for p in changed:
+            path = head.ws_dir / p
+            rows.append((p, path.read_bytes(), path.stat().st_mode & 0o7777))
+        return rows, gone, now
 
     def close(self) -> None:
         self._stop.set()
@@ -558,10 +723,48 @@ class PostgresStore(RunStore):
         for lease in leases:
             try:
                 self.release(lease)
-            except self._psycopg.Error:
+            except (self._psycopg.Error, StoreError):
                 pass
         self.pool.close()
         shutil.rmtree(self._ws_root, ignore_errors=True)
+
+
+class _Lost(LeaseLost):
+    """Renewal found these leases taken over."""
+
+    def __init__(self, leases: list[Lease]) -> None:
+        super().__init__(", ".join(f"run {x.run_id}: lease epoch {x.epoch} of {x.owner} was taken over" for x in leases))
+        self.leases = leases
+
+
+_WS_PREFIX = "runner-ws-"
+
+
+def _sweep_workspaces() -> None:
+    """Remove the local workspace folders of PostgresStores in processes that are gone (a
+    process that exits without closing its store, e.g. `os._exit`, leaves its folder)."""
+    root = Path(tempfile.gettempdir())
+    try:
+        folders = [p for p in root.iterdir() if p.name.startswith(_WS_PREFIX)]
+    except OSError:
+        return
+    for folder in folders:
+        match = re.match(rf"{_WS_PREFIX}(\d+)-", folder.name)
+        if match is None:
+            continue
+        try:
+            os.kill(int(match.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:
+            pass
+
+
+def _rmdir_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
 
 
 def _dead_here(owner: str | None) -> bool:

@@ -1,0 +1,625 @@
+"""Everything runner shows a person: tables fitted to the terminal, a run at its stop, the live
+per-turn line, and the suite's reports (a terminal table, Markdown, a turn-time plot).
+
+The library never prints: it returns data or reports through callbacks, and the CLI hands what
+it gets to the functions here. One helper, `print_table`, fits every table to the terminal
+(80 columns when piped, or `$COLUMNS`): ids and numbers are never cut, text is, with "…".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import textwrap
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runner.state import Message, RunState, TurnRecord
+    from runner.suite import SuiteReport, TaskResult
+    from runner.trace import TraceEvent
+
+
+def console() -> Any:
+    """A rich console for stdout: the terminal's width, else $COLUMNS, else 80 when piped.
+    Tables shorten their text columns to fit and never wrap a number (`--json` has it all)."""
+    from rich.console import Console
+
+    return Console()
+
+
+def print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
+    """Print a compact table that fits the console. Each column is (header, kind): "id" and
+    "num" cells are never cut or wrapped; "text" columns share the width that is left, cut at
+    the end with "…" ("path": cut at the start, where names differ least), and the rightmost
+    goes first when fewer than 8 characters would remain for each."""
+    import io
+
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    def build(keep: list[int], share: int) -> Table:
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0), collapse_padding=True)
+        for i in keep:
+            header, kind = columns[i]
+            fixed_width = share if kind in ("text", "path") else None
+            table.add_column(header, no_wrap=True, width=fixed_width, justify="right" if kind == "num" else "left")
+        for row in rows:
+            table.add_row(*(cut(row[i], share, columns[i][1]) for i in keep))
+        return table
+
+    def width_of(table: Table) -> int:
+        probe = Console(file=io.StringIO(), width=10_000)
+        probe.print(table)
+        return max(len(line.rstrip()) for line in probe.file.getvalue().splitlines())  # type: ignore[attr-defined]
+
+    out = console()
+    keep = list(range(len(columns)))
+    while True:
+        texts = [i for i in keep if columns[i][1] in ("text", "path")]
+        if not texts:
+            break
+        share = 1 + (out.width - width_of(build(keep, 1))) // len(texts)
+        if share >= 8:
+            break
+        keep.remove(texts[-1])
+    out.print(build(keep, share if texts else 0))
+
+
+def cut(cell: str, share: int, kind: str = "text") -> str:
+    """`cell` in at most `share` characters: "text" cut at the end with "…", "path" at the
+    start (where names differ least); other kinds are never cut."""
+    if kind not in ("text", "path") or len(cell) <= share:
+        return cell
+    if share <= 1:
+        return "…"
+    return "…" + cell[-(share - 1):] if kind == "path" else cell[: share - 1] + "…"
+
+
+class TurnLine:
+    """The live per-turn line on stderr: turn N, elapsed, tokens so far and the
+    reply's tail, redrawn as chunks stream in on a terminal (one line, fitted to its width);
+    elsewhere one line per finished turn. `close()` ends a line left open by a turn that
+    failed or was interrupted, so what is printed next starts on a line of its own."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.width = shutil.get_terminal_size((80, 24)).columns
+        self.drawn_at = 0.0
+        self.open = False
+
+    def __call__(self, p: Any) -> None:
+        head = f"  turn {p.turn}  {p.elapsed_ms / 1000:5.1f} s  {p.tokens:>4} tokens"
+        room = self.width - len(head) - 5  # one line, or the \r redraw leaves wrapped rows behind
+        text = " ".join(p.text.split())
+        tail = ("…" + text[-(room - 1):] if len(text) > room else text) if room > 8 else ""
+        line = head + (f'  "{tail}"' if tail else "")
+        if not self.tty:
+            if p.done:
+                print(line, file=sys.stderr, flush=True)
+            return
+        now = time.perf_counter()
+        if p.done or now - self.drawn_at >= 0.1:
+            self.drawn_at = now
+            sys.stderr.write("\r\x1b[2K" + line + ("\n" if p.done else ""))
+            sys.stderr.flush()
+            self.open = not p.done
+
+    def close(self) -> None:
+        if self.open:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            self.open = False
+
+
+class PullLine:
+    """Progress of a parts pull on stderr: one redrawn line on a terminal, else a line per part."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.label = ""
+        self.drawn_at = 0.0
+
+    def __call__(self, done_bytes: int, total_bytes: int, label: str) -> None:
+        line = f"  {done_bytes / 1e6:7.0f} of {total_bytes / 1e6:.0f} MB  {label}"
+        if not self.tty:
+            if not label.startswith("unpacking"):
+                print(line, file=sys.stderr, flush=True)
+            return
+        now = time.perf_counter()
+        if label != self.label or now - self.drawn_at >= 0.2:
+            self.label, self.drawn_at = label, now
+            sys.stderr.write("\r\x1b[2K" + line[: shutil.get_terminal_size((80, 24)).columns - 1])
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.tty and self.label:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def run_lines(state: RunState, trace_at: str) -> list[str]:
+    """A stopped run for a person: the figures, the answer, where its trace is, and how to
+    continue it when it can be continued (`trace_at`: a path or the command that prints it)."""
+    lines: list[str] = []
+    echo = lines.append
+    name = state.config.endpoint.model.removeprefix("scripted/")
+    echo(f"{name}  turns={state.turns}  tools={state.tool_run_count}  in={state.prompt_tokens:,}  "
+               f"out={state.completion_tokens:,}  cost=${state.cost_usd:.6f}  ms={state.wall_ms:,.0f}  "
+               f"status={state.status}")
+    if state.answer:
+        echo(f"   answer: {json.dumps(state.answer, ensure_ascii=False)}")
+    if state.per_turn:
+        echo("   per-turn prompt tokens: " + ", ".join(str(t.prompt_tokens) for t in state.per_turn))
+    echo(f"   run id: {state.run_id}   trace: {trace_at}")
+    if state.status not in ("completed",):
+        echo(f"   stopped: {state.reason}")
+    it = state.interruption
+    if it is not None and it.type == "approval":
+        echo(f"   waiting for approval: {it.tool_name}({json.dumps(it.args)})  call id {it.call_id}"
+                   + ("  [in doubt: it may already have run]" if it.in_doubt else ""))
+        echo(f"   decide with: runner resume {state.run_id} --approve {it.call_id}"
+                   f"  |  --reject {it.call_id} --reason TEXT")
+    elif state.status == "max_turns_exceeded":
+        echo(f"   resume with: runner resume {state.run_id} --max-turns N   (N > {state.turns}; 0: no cap)")
+    elif state.status == "budget_exceeded":
+        echo(f"   resume with: runner resume {state.run_id} --max-budget USD   (more than ${state.cost_usd:.6f})")
+    elif state.status == "interrupted":
+        echo(f"   resume with: runner resume {state.run_id}")
+    return lines
+
+
+def progress_line(result: TaskResult) -> str:
+    """One finished suite task, at most ~76 characters: one line in an 80-column terminal."""
+    status = "" if result.status == "completed" else f" {result.status}"
+    return (f"  {result.model[:12]:<12} {result.task:<12} #{result.repeat:<2} turns={result.turns:<2} "
+            f"tools={result.tool_runs:<2} {result.wall_ms:>7,.0f} ms  ok={'yes' if result.correct else 'no'}{status}")
+
+
+def _column_title(report: SuiteReport, model: str) -> str:
+    return "scripted provider" if model == "scripted" else f"local model: {model}"
+
+
+def markdown(report: SuiteReport) -> str:
+    """The report as Markdown: a title, the date, the models and the settings; per model column,
+    the summary over repeats, then one line per run with its id."""
+    from runner.suite import totals
+
+    names = report.models or list(dict.fromkeys(r.model for r in report.results))
+    lines = [f"# Suite report: {', '.join(names)}", "",
+             f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+             + (" (cancelled: the runs finished before Ctrl-C)" if report.cancelled else "") + ". "
+             f"Executor: {report.executor}; {report.repeats} repeat(s) per task and model; "
+             f"turn cap {report.max_turns}. Each run shows with `runner show RUN_ID`.", ""]
+    if report.unfinished:
+        lines += [f"Not finished ({len(report.unfinished)}; `runner suite --resume` on the JSON report drives them): "
+                  + ", ".join(f"`{r}`" for r in report.unfinished) + ".", ""]
+    for model in report.models or list(dict.fromkeys(r.model for r in report.results)):
+        rows = [r for r in report.results if r.model == model]
+        if not rows:
+            continue
+        lines += [f"### {_column_title(report, model)}", ""]
+        if model != "scripted":
+            if model == report.model:
+                lines += [f"First turn sent with `tool_choice={report.first_turn_tool_choice}` (the model manifest's "
+                          "`first_turn_tool_choice`); later turns `auto`."]
+            if report.load_average:
+                lines += [f"Load average (1/5/15 min) when it finished: "
+                          f"{' / '.join(f'{x:.2f}' for x in report.load_average)}."]
+            lines += [""]
+        lines += ["| task | runs | pass rate | turns | tool runs | prompt tok | completion tok | cost USD | "
+                  "turn ms mean | p50 | p95 |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for s in (s for s in report.summaries if s.model == model):
+            lines.append(f"| {s.task} | {s.runs} | {s.passed}/{s.runs} ({s.pass_rate:.0%}) | {s.turns:g} | "
+                         f"{s.tool_runs:g} | {s.prompt_tokens:g} | {s.completion_tokens:g} | {s.cost_usd:.6f} | "
+                         f"{s.turn_ms_mean:,.1f} | {s.turn_ms_p50:,.1f} | {s.turn_ms_p95:,.1f} |")
+        lines += ["", "The rows above are means per run over the repeats. Below, one line per run; its **total** "
+                      "row sums the runs (turns, tool runs, tokens, cost, wall ms), the mean turn ms is over every "
+                      "turn, and correct counts the runs.",
+                  "", "| task | repeat | run id | status | turns | tool runs | prompt tok | completion tok | cost USD | "
+                      "wall ms | mean turn ms | correct | answer |",
+                  "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+        for r in rows:
+            answer = _short(r.answer, 120).replace("|", "\\|")
+            lines.append(f"| {r.task} | {r.repeat} | `{r.run_id}` | {r.status} | {r.turns} | {r.tool_runs} | "
+                         f"{r.prompt_tokens} | {r.completion_tokens} | {r.cost_usd:.6f} | {r.wall_ms:,.0f} | "
+                         f"{r.mean_turn_ms:,.0f} | {'yes' if r.correct else 'no'} | {answer} |")
+        t = totals(rows)
+        wrong = [f"{r.task}{f' #{r.repeat}' if report.repeats > 1 else ''}: {r.why_wrong}"
+                 for r in rows if not r.correct and r.why_wrong]
+        lines += [f"| **total** | | | | {t['turns']} | {t['tool_runs']} | {t['prompt_tokens']} | "
+                  f"{t['completion_tokens']} | {t['cost_usd']:.6f} | {t['wall_ms']:,.0f} | {t['mean_turn_ms']:,.0f} | "
+                  f"{t['correct']}/{len(rows)} | |", "",
+                  f"Tool calls: {t['calls']} in {t['tasks_with_a_call']}/{len(rows)} tasks, "
+                  f"{t['invalid_calls']} malformed or unknown.", ""]
+        if wrong:
+            lines += ["Why wrong: " + "; ".join(wrong) + ".", ""]
+        if model == report.model and report.local_turns:
+            turns = report.local_turns
+            per_turn = ", ".join(f"{t['prompt_eval_tokens']:.0f}/{t['cached_prompt_tokens']:.0f}" for t in turns)
+            evaluated = sum(t["prompt_eval_tokens"] for t in turns)
+            reused = sum(t["cached_prompt_tokens"] for t in turns)
+            lines += [f"Prompt tokens per turn, evaluated/reused from the KV cache: {per_turn} "
+                      f"(in all {evaluated:.0f} evaluated, {reused:.0f} reused, "
+                      f"{reused / max(1, evaluated + reused):.0%} reused).", ""]
+    return "\n".join(lines)
+
+
+def write_suite_report(report: SuiteReport, runs_root: Path) -> Path:
+    """Write `suite-<timestamp>.json`, `.md` and (with matplotlib installed) the turn-time
+    plot `.png` under `runs_root`; sets `report.report_path` (the Markdown file) and returns the
+    JSON path."""
+    runs_root.mkdir(parents=True, exist_ok=True)
+    stem = runs_root / time.strftime("suite-%Y%m%d-%H%M%S")
+    report.report_path = str(stem.with_suffix(".md"))
+    stem.with_suffix(".json").write_text(report.model_dump_json(indent=1))
+    text = markdown(report)
+    if report.summaries and plot_turn_ms(report, stem.with_suffix(".png")):
+        text += f"\n![turn time per task and model]({stem.with_suffix('.png').name})\n"
+    stem.with_suffix(".md").write_text(text)
+    return stem.with_suffix(".json")
+
+
+def plot_turn_ms(report: SuiteReport, path: Path) -> bool:
+    """Plot turn time per task and model: a bar at the p50, a whisker to the p95 and a dot at
+    the mean, over every turn of every repeat (ms, log scale). Returns False, writing nothing,
+    when matplotlib is not installed (it is in the `dev` extra)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(s.model for s in report.summaries))
+    tasks = list(dict.fromkeys(s.task for s in report.summaries))
+    by = {(s.model, s.task): s for s in report.summaries}
+    width = 0.8 / len(models)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(tasks) * max(1, len(models) / 2)), 4.2))
+    for k, model in enumerate(models):
+        xs = [i + (k - (len(models) - 1) / 2) * width for i, t in enumerate(tasks) if (model, t) in by]
+        rows = [by[(model, t)] for t in tasks if (model, t) in by]
+        p50 = [max(s.turn_ms_p50, 0.01) for s in rows]
+        ax.bar(xs, p50, width * 0.9, label=model,
+               yerr=[[0.0] * len(rows), [max(s.turn_ms_p95 - s.turn_ms_p50, 0.0) for s in rows]], capsize=3)
+        ax.plot(xs, [max(s.turn_ms_mean, 0.01) for s in rows], "k.", markersize=5)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(tasks)), tasks, rotation=20)
+    ax.set_ylabel("turn time, ms (bar p50, whisker p95, dot mean)")
+    ax.set_title(f"Turn time per task and model ({report.repeats} repeat(s), executor {report.executor})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _short(text: str, limit: int) -> str:
+    """One line, at most `limit` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def print_suite(report: SuiteReport) -> None:
+    """A compact rich table, one line per task, the model columns' figures side by side:
+    turns/tools and wall ms (means over repeats) and ok (yes/no for one run, passed/runs over
+    repeats; the status instead when a run did not complete); the mean turn time of each
+    column under the table. Two columns fit 80 characters and numbers are never cut: the
+    local answer (of the first repeat, when there is one local column) gets the width that is
+    left, shortened to fit, and is left out on a narrow terminal (the JSON and Markdown
+    reports keep it whole)."""
+    import io
+
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    from runner.suite import TaskSummary, summarize, totals
+
+    summaries = report.summaries or summarize(report.results)
+    by: dict[tuple[str, str], TaskSummary] = {(s.model, s.task): s for s in summaries}
+    columns = list(dict.fromkeys(s.model for s in summaries))
+    locals_ = [m for m in columns if m != "scripted"]
+    tasks = list(dict.fromkeys(r.task for r in report.results))
+    first = {(r.model, r.task): r for r in reversed(report.results)}
+
+    def label(model: str) -> str:
+        return "scripted" if model == "scripted" else "local" if len(locals_) == 1 else _short(model, 14)
+
+    def build(answer_chars: int) -> Table:
+        title = "runner suite" + (f"  (local model: {', '.join(locals_)}, first turn tool_choice="
+                                  f"{report.first_turn_tool_choice})" if locals_ else "")
+        if report.repeats > 1 or report.executor != "local":
+            title += f"  [{report.repeats} repeat(s), executor {report.executor}]"
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                      caption=(f"rows: means of {report.repeats} repeats (ok: passed/runs)\n"
+                               "TOTAL: the sum of the rows\n" if report.repeats > 1 else "")
+                      + "mean turn: " + "; ".join(
+                          f"{label(m)} {totals([r for r in report.results if r.model == m])['mean_turn_ms']:,.0f} ms"
+                          for m in columns), caption_justify="left")
+        table.add_column("task", no_wrap=True)
+        for m in columns:
+            for what in ("turns/tools", "wall ms", "ok"):
+                table.add_column(f"{label(m)}\n{what}", justify="left" if what == "ok" else "right", no_wrap=True)
+        if answer_chars:
+            table.add_column("local\nanswer", no_wrap=True)
+        for task in tasks:
+            row = [task]
+            for m in columns:
+                s = by.get((m, task))
+                if s is None:
+                    row += ["-"] * 3
+                    continue
+                ok = ("yes" if s.passed else "no") if s.runs == 1 else f"{s.passed}/{s.runs}"
+                if set(s.statuses) != {"completed"}:
+                    ok = next(iter(s.statuses)) if len(s.statuses) == 1 else f"{ok} mixed"
+                row += [f"{s.turns:g}/{s.tool_runs:g}", f"{s.wall_ms:,.0f}", ok]
+            if answer_chars:
+                local = first.get((locals_[0], task))
+                row.append(_short(local.answer or f"({local.reason})", answer_chars) if local else "")
+            table.add_row(*row)
+        total_row = ["TOTAL"]  # the sum of the rows above (means per run when repeated), so it adds up
+        for m in columns:
+            shown = [by[(m, task)] for task in tasks if (m, task) in by]
+            total_row += [f"{sum(s.turns for s in shown):g}/{sum(s.tool_runs for s in shown):g}",
+                          f"{sum(s.wall_ms for s in shown):,.0f}",
+                          f"{sum(s.passed for s in shown)}/{sum(s.runs for s in shown)}"]
+        if answer_chars:
+            total_row.append("")
+        table.add_row(*total_row, style="bold")
+        return table
+
+    out = Console()  # the terminal's width, else $COLUMNS, else 80
+    probe = Console(file=io.StringIO(), width=1000)
+    probe.print(build(0))
+    numbers_width = max(len(line) for line in probe.file.getvalue().splitlines()[1:])  # type: ignore[attr-defined]
+    room = out.width - numbers_width - 3
+    answer_chars = room if len(locals_) == 1 and room >= 20 else 0
+    out.print(build(answer_chars))
+
+
+# --- a run as a person reads it: `runner show`, the runs table's model names, `runs --totals` ---
+
+RESULT_LINES = 6
+"""Lines of a tool result (and of the system prompt) shown without --full."""
+
+
+def fit(line: str, width: int) -> str:
+    """`line` cut to `width` characters, ending in "…" when cut."""
+    return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
+
+
+def when(ts: float) -> str:
+    """A Unix time as "YYYY-MM-DD HH:MM" in UTC."""
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
+
+
+def next_steps(state: RunState) -> list[str]:
+    """What a person can do next with a stopped run, one line each (empty when it is final)."""
+    rid = state.run_id
+    it = state.interruption
+    if it is not None and it.type == "approval":
+        return [f"waiting for approval: {it.tool_name}({json.dumps(it.args)})  call id {it.call_id}"
+                + ("  [in doubt: it may already have run]" if it.in_doubt else ""),
+                f"approve with: runner resume {rid} --approve {it.call_id}",
+                f"reject with:  runner resume {rid} --reject {it.call_id} --reason TEXT"]
+    if state.status == "max_turns_exceeded":
+        return [f"resume with: runner resume {rid} --max-turns N   (N > {state.turns}; 0: no cap)"]
+    if state.status == "budget_exceeded":
+        return [f"resume with: runner resume {rid} --max-budget USD   (more than ${state.cost_usd:.6f})"]
+    if state.status in ("interrupted", "running"):
+        return [f"resume with: runner resume {rid}"]
+    return []
+
+
+def _turns(state: RunState) -> list[TurnRecord]:
+    """The turn record of each kept assistant message, in order (slipped replies were not kept)."""
+    return [t for t in state.per_turn if t.slip is None]
+
+
+def _verdicts(events: Sequence[TraceEvent]) -> dict[str, str]:
+    """call id -> the operator's verdict in words."""
+    out: dict[str, str] = {}
+    for e in events:
+        if e.type == "verdict":
+            out[e.callId] = (f"approved by {e.by}" if e.verdict == "approve"
+                             else f"rejected by {e.by}: {e.reason or 'no reason given'}")
+    return out
+
+
+def _args(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments or "{}"), ensure_ascii=False)
+    except json.JSONDecodeError:
+        return arguments
+
+
+def _body(text: str, width: int, full: bool, indent: str, *, wrap: bool = False, capped: bool = True) -> list[str]:
+    """`text` indented: wrapped to `width` (prose) or each line cut to it (tool output); at most
+    `RESULT_LINES` lines when `capped` and not `full`."""
+    lines = text.splitlines() or [""]
+    if wrap:
+        lines = [part for line in lines
+                 for part in (textwrap.wrap(line, max(width - len(indent), 20), break_on_hyphens=False) or [""])]
+    shown = lines if full or not capped else lines[:RESULT_LINES]
+    out = [indent + line if full else fit(indent + line, width) for line in shown]
+    if len(shown) < len(lines):
+        out.append(f"{indent}… {len(lines) - len(shown)} more lines (--full shows all)")
+    return out
+
+
+def run_header(state: RunState) -> list[str]:
+    """Three lines: the run, its model and status; when it started, turns, tool runs and wall
+    time; tokens and cost."""
+    tools = state.tool_run_count
+    return [f"run {state.run_id}  {state.config.endpoint.model}  {state.status}",
+            f"started {when(state.created_at)} UTC · {state.turns} turn{'s' * (state.turns != 1)} · "
+            f"{tools} tool run{'s' * (tools != 1)} · {state.wall_ms / 1000:.1f} s",
+            f"tokens {state.prompt_tokens:,} in / {state.completion_tokens:,} out · cost ${state.cost_usd:.6f}"]
+
+
+def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int = 80, full: bool = False) -> list[str]:
+    """The transcript as plain text lines of at most `width` characters (unless `full`)."""
+    out = [fit(line, width) for line in run_header(state)]
+    records = iter(_turns(state))
+    verdicts = _verdicts(events)
+    runs = {r.call_id: r for r in state.tool_runs}
+    for m in state.messages:
+        out.append("")
+        if m.role in ("system", "user"):
+            out.append(f"── {m.role} " + "─" * max(width - len(m.role) - 4, 0))
+            out += _body(m.content or "", width, full, "", wrap=True)
+        elif m.role == "assistant":
+            out += _assistant(m, next(records, None), width, full)
+        elif m.role == "tool":
+            record = runs.get(m.tool_call_id or "")
+            mark = "←" if record is None or record.ok else "✗"
+            label = f"  {mark} {m.name or 'tool'}"
+            if record is not None and record.source != "run":
+                label += f" ({record.source})"
+            if record is not None:
+                label += f"  {record.ms:,.0f} ms"
+            out.append(fit(label, width))
+            if m.tool_call_id in verdicts:
+                out.append(fit(f"    {verdicts[m.tool_call_id]}", width))
+            out += _body(m.content or "", width, full, "    ")
+        if out[-1] == "" and m.role != "assistant":
+            out.pop()
+    out.append("")
+    out += [fit(line, width) if not full else line for line in _ending(state)]
+    return out
+
+
+def _assistant(m: Message, record: TurnRecord | None, width: int, full: bool) -> list[str]:
+    head = f"── turn {record.turn}" if record else "── assistant"
+    if record is not None:
+        head += (f" · {record.prompt_tokens:,} in / {record.completion_tokens:,} out · "
+                 f"{record.ms / 1000:.1f} s ")
+    out = [fit(head + "─" * max(width - len(head), 0), width)]
+    if m.content and m.content.strip():
+        out += _body(m.content.strip(), width, full, "", wrap=True, capped=False)  # the model's words: all of them
+    for call in m.tool_calls or []:
+        out.append(fit(f"  → {call.function.name} {_args(call.function.arguments)}", width) if not full
+                   else f"  → {call.function.name} {_args(call.function.arguments)}")
+    return out
+
+
+def _ending(state: RunState) -> list[str]:
+    lines = []
+    if state.answer:
+        lines.append("answer: " + " ".join(state.answer.split()))
+    lines.append(f"stopped: {state.status}" + (f" ({state.reason})" if state.reason else ""))
+    if state.error is not None:
+        lines.append(f"error: {state.error.type}: {state.error.message}")
+    return lines + next_steps(state)
+
+
+def transcript_markdown(state: RunState, events: Sequence[TraceEvent]) -> str:
+    """The whole transcript as Markdown: nothing cut."""
+    head = run_header(state)
+    out = [f"# Run {state.run_id}", "", f"**{state.config.endpoint.model}** · {state.status}", "", head[1], "", head[2], ""]
+    records = iter(_turns(state))
+    verdicts = _verdicts(events)
+    fence = "```"
+    for m in state.messages:
+        if m.role in ("system", "user"):
+            out += [f"## {m.role.capitalize()}", "", fence, m.content or "", fence, ""]
+        elif m.role == "assistant":
+            record = next(records, None)
+            title = f"## Turn {record.turn}" if record else "## Assistant"
+            if record is not None:
+                title += f" ({record.prompt_tokens:,} in / {record.completion_tokens:,} out, ${record.cost_usd:.6f})"
+            out += [title, ""]
+            if m.content and m.content.strip():
+                out += [m.content.strip(), ""]
+            for call in m.tool_calls or []:
+                out += [f"- call `{call.function.name}` `{_args(call.function.arguments)}` (id `{call.id}`)"]
+            if m.tool_calls:
+                out.append("")
+        else:
+            out += [f"### Result of `{m.name}` (call `{m.tool_call_id}`)", ""]
+            if m.tool_call_id in verdicts:
+                out += [f"*{verdicts[m.tool_call_id]}*", ""]
+            out += [fence, m.content or "", fence, ""]
+    out += ["## Stop", ""] + [f"- {line}" for line in _ending(state)]
+    return "\n".join(out) + "\n"
+
+
+def transcript_json(state: RunState, events: Sequence[TraceEvent]) -> dict[str, Any]:
+    """The state and its trace events as one JSON-ready object."""
+    return {"state": state.model_dump(mode="json"),
+            "events": [e.model_dump(mode="json", exclude_none=True) for e in events]}
+
+
+_QUANT = re.compile(r"[.\-_](?:i?q\d[\w]*|f16|f32|bf16)$", re.IGNORECASE)
+_TUNE = re.compile(r"[.\-_](?:instruct|chat|it)$", re.IGNORECASE)
+
+
+def short_model(name: str) -> str:
+    """The part of a model name that tells models apart in a narrow column: no folder, no
+    ".gguf", no quantization or "-instruct" suffix ("…/SmolLM2-135M-Instruct.Q4_1.gguf" ->
+    "SmolLM2-135M"); a scripted scenario by its name ("scripted/plan" -> "plan")."""
+    if name.startswith("scripted/"):
+        return name.removeprefix("scripted/")
+    base = name.rsplit("/", 1)[-1].removesuffix(".gguf")
+    for pattern in (_QUANT, _TUNE):
+        base = pattern.sub("", base)
+    return base or name
+
+
+def short_models(names: Sequence[str]) -> dict[str, str]:
+    """`short_model` of each name, keeping a name whole where two would look the same."""
+    shorts = {n: short_model(n) for n in names}
+    taken: dict[str, int] = {}
+    for short in shorts.values():
+        taken[short] = taken.get(short, 0) + 1
+    return {n: s if taken[s] == 1 else n for n, s in shorts.items()}
+
+
+GROUPINGS = ("model", "day", "status")
+
+
+@dataclass
+class Total:
+    """Sums over a group of runs: counts, tokens, USD."""
+
+    group: str
+    runs: int = 0
+    turns: int = 0
+    tool_runs: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, state: RunState) -> None:
+        self.runs += 1
+        self.turns += state.turns
+        self.tool_runs += state.tool_run_count
+        self.prompt_tokens += state.prompt_tokens
+        self.completion_tokens += state.completion_tokens
+        self.cost_usd += state.cost_usd - state.child_cost_usd  # each child run is a row of its own
+
+
+def run_totals(states: Sequence[tuple[RunState, str]], by: str | None) -> list[Total]:
+    """Sums per group (`by`: "model", "day" (UTC, of the start) or "status" (as shown)), in
+    order of first appearance, then a TOTAL row; one "all runs" row when `by` is None.
+    `states` holds (state, shown status) pairs. Every run counts its own spend: a research
+    child's cost, which its parent's `cost_usd` includes, is counted once, with the child.
+    """
+    groups: dict[str, Total] = {}
+    overall = Total("TOTAL" if by else "all runs")
+    names = short_models(sorted({s.config.endpoint.model for s, _ in states}))
+    for state, shown in states:
+        key = {"model": names.get(state.config.endpoint.model, state.config.endpoint.model),
+               "day": time.strftime("%Y-%m-%d", time.gmtime(state.created_at)), "status": shown}.get(by or "", "")
+        if by:
+            groups.setdefault(key, Total(key)).add(state)
+        overall.add(state)
+    return [*groups.values(), overall]

@@ -1,0 +1,143 @@
+"""The FileStore journal under damage: every record carries a checksum; a torn tail is
+dropped, a bad record in the middle makes the run `damaged` (listed, refused by resume) until
+`runner repair` rebuilds it from the last good record and says what was dropped; journals
+written before checksums still load; `runner trace` rebuilds from the journal when the trace
+file is gone. Real CLI processes, the real scripted provider over loopback."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from runner.harness import workspace_template
+from runner.scripted import ScriptedServer
+from runner.store import DamagedRun, FileStore
+from runner.tools import deleted_files
+from tests.conftest import cli, cli_json
+
+
+def _killed_after_two_replies(server: ScriptedServer, runs: Path) -> str:
+    """A `plan` run SIGKILLed right after its second reply was committed: the journal holds
+    the header and saves 1 (new run), 2 (reply 1), 3 (result 1), 4 (reply 2)."""
+    killed = cli("run", "--scenario", "plan", "--base-url", server.base_url, runs_dir=runs,
+                 env={"RUNNER_CRASH_AT": "reply:2"})
+    assert killed.returncode == -9, killed.stderr
+    (run_id,) = [p.name for p in runs.iterdir()]
+    return run_id
+
+
+def _flip_a_byte(journal: Path, line_no: int) -> None:
+    lines = journal.read_bytes().split(b"\n")
+    line = bytearray(lines[line_no - 1])
+    line[len(line) // 2] ^= 0x01
+    lines[line_no - 1] = bytes(line)
+    journal.write_bytes(b"\n".join(lines))
+
+
+def test_every_record_carries_a_checksum(provider: str, runs: Path) -> None:
+    code, out = cli_json("run", "--scenario", "plan", "--base-url", provider, runs_dir=runs)
+    assert code == 0
+    lines = (runs / out["run_id"] / "journal.jsonl").read_bytes().splitlines()
+    assert len(lines) == 8  # the header and 7 saves
+    assert all(re.fullmatch(rb"\{.*\}\t[0-9a-f]{8}", line) for line in lines), lines[0]
+
+
+def test_a_flipped_byte_in_a_middle_record_is_listed_damaged_then_repaired(
+    provider_server: ScriptedServer, runs: Path,
+) -> None:
+    run_id = _killed_after_two_replies(provider_server, runs)
+    journal = runs / run_id / "journal.jsonl"
+    _flip_a_byte(journal, 4)  # save 3: the first tool result
+
+    code, listed = cli_json("runs", runs_dir=runs)
+    assert code == 0 and [(r["run_id"], r["status"]) for r in listed] == [(run_id, "damaged")]
+    assert listed[0]["turns"] == 1  # as of its last good record, save 2
+    table = cli("runs", runs_dir=runs)
+    assert table.returncode == 0 and "damaged" in table.stdout and "skipped" not in table.stderr
+
+    for args in (("resume", run_id), ("resume", run_id, "--force")):
+        refused = cli(*args, runs_dir=runs)
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stderr.startswith(f"error: run {run_id} is damaged: {journal}:4: the record fails its checksum")
+        assert f"runner repair {run_id}" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+
+    before = len(provider_server.requests)
+    repaired = cli("repair", run_id, runs_dir=runs)
+    assert repaired.returncode == 0, repaired.stderr
+    out = repaired.stdout
+    assert f"repaired run {run_id}: rebuilt from save 2" in out
+    assert "save 3: tool_result list_files (call c1)" in out and "save 4: turn 2" in out
+    assert "turn 2 was paid" in out and "list_files (call c1) was started after save 2" in out
+    assert len((runs / run_id / "journal.jsonl.damaged-2").read_bytes().splitlines()) == 5  # kept as found
+    code, listed = cli_json("runs", runs_dir=runs)
+    assert [r["status"] for r in listed] == ["died"]
+
+    code, done = cli_json("resume", run_id, runs_dir=runs)
+    assert code == 0 and done["status"] == "completed" and done["turns"] == 3
+    assert len(provider_server.requests) - before == 2  # turn 2 asked again (dropped), then turn 3
+    events = [json.loads(line) for line in (runs / run_id / "trace.jsonl").read_text().splitlines()]
+    (fix,) = [e for e in events if e["type"] == "run_repaired"]
+    assert fix["keptSeq"] == 2 and len(fix["dropped"]) == 2
+
+
+def test_a_damaged_write_call_is_in_doubt_after_repair(provider: str, runs: Path) -> None:
+    """destructive: approve the delete, die right after the write started; damage the
+    record that marked it started (the last whole one: damaged, never dropped silently): the
+    repair, reading the trace, still says it may have run and marks it in doubt; delete_file is
+    idempotent, so the resume runs it again under its key and the file is deleted once."""
+    code, out = cli_json("run", "--scenario", "destructive", "--base-url", provider, runs_dir=runs)
+    assert code == 3
+    run_id = out["run_id"]
+    killed = cli("resume", run_id, "--approve", "c2", runs_dir=runs, env={"RUNNER_CRASH_AT": "tool_start:1"})
+    assert killed.returncode == -9
+    journal = runs / run_id / "journal.jsonl"
+    _flip_a_byte(journal, len(journal.read_bytes().splitlines()))
+    store = FileStore(runs)
+    assert store.info(run_id).shown_status == "damaged"
+    report = store.repair(run_id)
+    assert any("delete_file (call c2) was started" in line and "in doubt" in line for line in report.outside)
+    assert list(store.load(run_id).started) == ["c2"]
+    code, out = cli_json("resume", run_id, runs_dir=runs)
+    assert code == 0 and out["answer"] == "Deleted access.log to free space."
+    assert deleted_files(store.workspace(run_id, workspace_template())) == ["access.log"]
+
+
+def test_a_torn_tail_is_dropped_and_old_journals_without_checksums_load(provider: str, runs: Path) -> None:
+    code, out = cli_json("run", "--scenario", "plan", "--base-url", provider, runs_dir=runs)
+    assert code == 0
+    run_id = out["run_id"]
+    store = FileStore(runs)
+    whole = store.load(run_id)
+    journal = runs / run_id / "journal.jsonl"
+    sealed = journal.read_bytes()
+    journal.write_bytes(b"".join(line[:-9] + b"\n" for line in sealed.splitlines()))  # as written before
+    assert store.load(run_id) == whole
+    journal.write_bytes(sealed + sealed.splitlines()[-1][:40])  # a torn last line: never committed
+    assert store.load(run_id) == whole and store.info(run_id).shown_status == "completed"
+
+
+def test_a_damaged_first_record_is_reported_not_hidden(provider: str, runs: Path) -> None:
+    code, out = cli_json("run", "--scenario", "plan", "--base-url", provider, runs_dir=runs)
+    assert code == 0
+    _flip_a_byte(runs / out["run_id"] / "journal.jsonl", 2)
+    proc = cli("runs", runs_dir=runs)
+    assert proc.returncode == 0 and "damaged beyond repair" in proc.stderr, proc.stderr
+    try:
+        FileStore(runs).repair(out["run_id"])
+    except DamagedRun as exc:
+        assert "no earlier record" in str(exc)
+    else:
+        raise AssertionError("a run with no good record was repaired")
+
+
+def test_trace_is_rebuilt_from_the_journal_when_its_file_is_gone(provider: str, runs: Path) -> None:
+    code, out = cli_json("run", "--scenario", "plan", "--base-url", provider, runs_dir=runs)
+    run_id = out["run_id"]
+    (runs / run_id / "trace.jsonl").unlink()
+    shown = cli("trace", run_id, runs_dir=runs)
+    assert shown.returncode == 0, shown.stderr
+    assert "rebuilt from journal.jsonl" in shown.stderr
+    assert shown.stdout.count(" turn ") == 3 and "stopped: completed" in shown.stdout
+    code, listed = cli_json("runs", runs_dir=runs)
+    assert code == 0 and listed[0]["status"] == "completed"

@@ -1,0 +1,55 @@
+"""Runs saved by earlier versions of runner: they list, resume and take verdicts.
+
+`fixtures/runs_v2/` holds a FileStore run written by runner with state format 2 (flat config
+fields): `runner run --scenario destructive`, stopped for approval of `delete_file`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from runner import store
+from runner.state import FORMAT_VERSION, RunConfig
+
+FIXTURES = Path(__file__).parent / "fixtures"
+V2_RUN = "20261201-151329-fdbd7e"
+
+
+def _runner(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_a_format_2_run_lists_resumes_and_takes_a_verdict(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    shutil.copytree(FIXTURES / "runs_v2", runs)
+    listed = _runner("runs", "--runs-dir", str(runs), "--json")
+    assert listed.returncode == 0, listed.stderr
+    [row] = json.loads(listed.stdout)
+    assert row["run_id"] == V2_RUN and row["status"] == "interrupted"
+
+    old = store.load(runs, V2_RUN)
+    assert old.config.endpoint.model == "scripted/destructive" and old.config.limits.max_turns == 20
+    assert old.interruption is not None and old.interruption.type == "approval"
+
+    resumed = _runner("resume", V2_RUN, "--approve", "c2", "--runs-dir", str(runs), "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["status"] == "completed"
+    new = store.load(runs, V2_RUN)
+    assert new.format_version == FORMAT_VERSION and new.status == "completed"
+    verdicts = [e for e in store.FileStore(runs).read_trace(V2_RUN) if e.type == "verdict"]
+    assert [(v.callId, v.verdict) for v in verdicts] == [("c2", "approve")]
+
+
+def test_flat_config_keys_are_lifted_into_endpoint_and_limits() -> None:
+    flat = {"model": "m", "base_url": "http://127.0.0.1:1/v1", "timeout_s": 5, "max_turns": 3,
+            "max_budget_usd": 0.5, "max_protocol_retries": 1, "dedupe": True}
+    config = RunConfig.model_validate(flat)
+    assert config.endpoint.model == "m" and config.endpoint.timeout_s == 5 and config.endpoint.kind == "url"
+    assert (config.limits.max_turns, config.limits.max_budget_usd, config.limits.max_protocol_retries) == (3, 0.5, 1)
+    assert config.dedupe
+    assert RunConfig.model_validate_json(config.model_dump_json()) == config
+    assert "model" not in config.model_dump() and "max_turns" not in config.model_dump()
