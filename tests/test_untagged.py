@@ -26,7 +26,7 @@ from runner.chat_adapter import (
 from runner.local import LocalServer
 from runner.state import DEFAULT_TOOLS
 from runner.tools import BASIC_TOOLS
-from tests.test_local import NAMES, TOOLS
+from tests.test_hermes_adapter import NAMES, TOOLS
 from tests.test_local_server import SMOL, grammar_allows
 
 CODER = "qwen2.5-coder-0.5b-instruct"
