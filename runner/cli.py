@@ -792,7 +792,7 @@ def suite(
 @app.command()
 def experiments(
     names: Annotated[Optional[list[str]], typer.Argument(help="Experiments to run (default: all).")] = None,
-    skip_local: Annotated[bool, typer.Option(help="Leave out the six tasks on the local model (the slow one).")] = False,
+    skip_local: Annotated[bool, typer.Option(help="Leave out the local-model experiments (local_suite, local_harness: the slow ones).")] = False,
     list_names: Annotated[bool, typer.Option("--list", help="List the experiments and exit.")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Where reports go [default: experiments/ in the runs directory].")] = None,
     runs_dir: RunsDir = None,
