@@ -21,11 +21,11 @@ import httpx
 import jsonschema
 import numpy as np
 import pytest
-from tests.test_hermes_adapter import TOOLS
 
 from runner import models
 from runner.chat_adapter import call_grammar
 from runner.local import LocalServer, LocalSettings, settings_table
+from tests.test_hermes_adapter import TOOLS
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 SMOL = "smollm2-135m-instruct"
