@@ -426,10 +426,10 @@ def untagged_call_grammar(tools: Sequence[Mapping[str, Any]], calls: int = MAX_C
     return _grammar_for(json.dumps(call_schema(tools)), calls, False, untagged=True)
 
 
-PROSE_GRAMMAR = 'root ::= [^{[`<| \\t\\r\\n] [^<]*'
-"""A reply that cannot be a tool call: it does not open with a JSON object or array, a code
-fence or a tag, and holds no ``<`` (so no ``<tool_call>``). For ``tool_choice: "none"`` on a
-model that writes untagged calls."""
+PROSE_GRAMMAR = 'root ::= [^{[`<>| \\t\\r\\n] [^<{]*'
+"""A reply that cannot be a tool call: it does not open with a JSON array, a code fence, a tag
+or a ``>``, and holds no ``{`` or ``<`` (so no JSON object and no ``<tool_call>``). For
+``tool_choice: "none"`` on a model that writes untagged calls."""
 _UNTAGGED_START = re.compile(r"(?:```(?:json)?[ \t]*\n\s*)?\{")
 _UNTAGGED_UNDECIDED = re.compile(r"`{0,3}|```j|```js|```jso|```(?:json)?[ \t]*(?:\n\s*)?")
 

@@ -158,7 +158,11 @@ def run_lines(state: RunState, trace_at: str) -> list[str]:
     if state.answer:
         echo(f"   answer: {json.dumps(state.answer, ensure_ascii=False)}")
     if state.per_turn:
-        echo("   per-turn prompt tokens: " + ", ".join(str(t.prompt_tokens) for t in state.per_turn))
+        counts = [str(t.prompt_tokens) for t in state.per_turn]
+        more = ""
+        if len(counts) > 8:  # one line: the first and last turns (`runner show` and --json have all)
+            counts, more = [*counts[:3], "…", *counts[-3:]], f" ({len(state.per_turn)} turns)"
+        echo("   per-turn prompt tokens: " + ", ".join(counts) + more)
     echo(f"   run id: {state.run_id}   trace: {trace_at}")
     if state.status not in ("completed",):
         echo(f"   stopped: {state.reason}")
@@ -658,7 +662,8 @@ def print_totals(rows: Sequence[Total], by: str | None) -> None:
 def trace_lines(events: Sequence[TraceEvent], info: RunInfo | None, width: int) -> list[str]:
     """A run's trace for `runner trace`: one line per event (cut to `width` with "…"; `--json`
     has it all), then why it stopped and what it cost; `info` (the run as listed) says what
-    a trace without a stop means: a process that died, a driver at work, or a queued run."""
+    a trace without a stop means (a process that died, a driver at work, a queued run), and
+    whether the run is damaged."""
     lines = []
     t0 = events[0].ts if events else 0.0
     for e in events:
@@ -672,11 +677,16 @@ def trace_lines(events: Sequence[TraceEvent], info: RunInfo | None, width: int) 
         lines.append(f"stopped: {last.status}  turns={last.turns}  cost=${last.costUsd:.6f}  processes={processes}")
         lines += textwrap.wrap(f"reason: {last.reason}", width, subsequent_indent="  ",
                                break_on_hyphens=False, break_long_words=False)
-    if info is not None and info.shown_status == "died":
+    stopped = bool(events) and events[-1].type == "run_stopped"
+    if info is not None and info.shown_status == "damaged":
+        lines.append(f"damaged: {info.damage}")
+    elif info is None or stopped:
+        pass
+    elif info.shown_status == "died":
         lines += ["died: its process was killed after the last event", f"resume with: runner resume {info.state.run_id}"]
-    elif info is not None and info.shown_status == "running":
+    elif info.shown_status == "running":
         lines.append(f"running: driven by {info.driver}")
-    elif info is not None and info.shown_status == "queued":
+    elif info.shown_status == "queued":
         lines.append("queued: waiting for a worker")
     return lines
 
