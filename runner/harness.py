@@ -21,7 +21,7 @@ from runner.endpoints import open_endpoint
 from runner.errors import UsageError
 from runner.resources import tasks_dir
 from runner.result import RunResult
-from runner.state import RunState
+from runner.state import RunState, pending
 from runner.store import FileStore, Lease, RunHandle, RunNotFound, RunStore, default_owner
 from runner.streaming import TurnProgress
 from runner.tools import Tool, Workspace
@@ -259,7 +259,7 @@ def reopen(store: RunStore, run_id: str, asked: Reopening,
         catalog.build(state.config, tools)  # a tool that cannot be found: one line, nothing changed
         it = state.interruption
         if (it is not None and it.type == "approval" and not (asked.approve or asked.reject) and not asked.force
-                and it.call_id not in state.approved):
+                and it.call_id not in state.approved and any(c.id == it.call_id for c in pending(state))):
             raise UsageError(f"run {run_id} waits for a verdict on {it.tool_name} (call {it.call_id}); "
                              f"give --approve {it.call_id} or --reject {it.call_id} --reason TEXT")
         if asked.force:
