@@ -149,8 +149,9 @@ def _guard(fn: Callable[[], int]) -> None:
 def _drive(state: RunState, runs: RunStore, lease: Lease, signals: StopSignals, *, faults: str | None = None,
            show_progress: bool = True, provider: ScriptedProcess | InProcessProvider | None = None,
            api_key: str | None = None, tools: list[Tool] | None = None) -> RunState:
-    """`runner.interactive.drive_in_foreground` with the live turn line and tool progress on
-    stderr. A Ctrl-C before the loop ran prints the run's id and exits 3 at once."""
+    """`runner.interactive.drive_in_foreground` with the live turn line, tool progress and each
+    retry of a failed request (one line as it happens) on stderr. A Ctrl-C before the loop ran
+    prints the run's id and exits 3 at once."""
     from runner import interactive
 
     def on_progress(tool: str, label: str, ms: float) -> None:
@@ -340,6 +341,10 @@ def resume(
 
         own = [catalog.load(catalog.spec_to_ref(spec)) for spec in tool or []]
         runs = store.open_store(store_url, runs=runs_dir, durability=durability)
+        try:
+            catalog.build(runs.load(run_id).config, own)  # a tool that cannot be found: one line, nothing changed
+        except store.RunNotFound:
+            pass  # reopen says so, after checking the options
         signals = StopSignals.install() if not detach else None
         state, lease = reopen(runs, run_id, Reopening(
             approve=approve, reject=reject, reason=reason, empty_rejection=unsafe_empty_rejection,
@@ -415,7 +420,8 @@ def list_runs(
             return 0
         if as_json:
             typer.echo(json.dumps([{**{k: v for k, v in _summary(i.state).items() if k != "per_turn_prompt_tokens"},
-                                    "status": i.shown_status, "driver": i.driver} for i in infos]))
+                                    "status": i.shown_status, "driver": i.driver,
+                                    **({"damage": i.damage} if i.damage else {})} for i in infos]))
         else:
             render.print_runs(infos)
         return 0
@@ -460,7 +466,7 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
             for e in events:
                 typer.echo(e.model_dump_json(exclude_none=True))
             return 0
-        info = runs.info(run_id) if not events or events[-1].type != "run_stopped" else None
+        info = runs.info(run_id)
         typer.echo("\n".join(render.trace_lines(events, info, shutil.get_terminal_size((80, 24)).columns)))
         return 0
 
@@ -484,7 +490,9 @@ def view(
         view_mod.check_host(host, token)  # before the store opens: a refused bind says so at once
         runs = store.open_store(store_url, runs=runs_dir)
         view_mod.serve(runs, store.runs_dir(runs_dir), host=host, port=port, token=token,
-                       on_ready=lambda url: print(f"runner view: {url}  (store: {runs.url}; Ctrl-C stops)", flush=True))
+                       on_ready=lambda url: print(f"runner view: {url}  (store: {runs.url}; Ctrl-C stops"
+                                                  + ("; open it once as URL?token=TOKEN" if token else "") + ")",
+                                                  flush=True))
         return 0
 
     _guard(body)
@@ -514,7 +522,7 @@ def _otel_live(runs: RunStore | None, endpoint: str | None, run_ids: list[str] |
 
 @app.command()
 def export(
-    run_ids: Annotated[list[str], typer.Argument(help="Runs to send (their child runs come along).", metavar="RUN_ID...")],
+    run_ids: Annotated[list[str], typer.Argument(help="Runs to send (their child runs come along).", metavar="RUN_ID")],
     otlp_endpoint: OtlpOpt = None,
     runs_dir: RunsDir = None, store_url: StoreOpt = None, as_json: JsonOut = False,
 ) -> None:

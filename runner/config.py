@@ -46,9 +46,9 @@ SETTINGS: dict[str, tuple[type, tuple[str, ...], Any, str]] = {
     "max_retries": (int, (), 4, "retries of 429/5xx/timeouts/refused connections"),
     "tool_choice": (str, (), None, "tool_choice of the first turn: auto, required, none"),
     "tools": (list, (), [], "tools offered besides the built-in ones: module:attribute or plugin names"),
-    "runs_dir": (str, ("RUNNER_RUNS_DIR",), "runs", "where runs are saved"),
 }
-"""Every setting a config file may hold, in the order `runner config show` prints them."""
+"""Every setting a config file may hold, in the order `runner config show` prints them; each
+applies to `runner run` (the runs directory is `--runs-dir` or `$RUNNER_RUNS_DIR`)."""
 
 _KEYISH = re.compile(r"(^|_)(api_?key|key|token|secret|password)$", re.IGNORECASE)
 

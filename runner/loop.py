@@ -13,9 +13,7 @@ a provider that stays unavailable through its retries leaves the run `interrupte
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -107,7 +105,6 @@ class Runtime:
         on_progress: called with (tool name, label) for every tool progress report.
         on_turn: called with the progress of each model call (see `runner.streaming.TurnMeter`).
         tool_error_text: formats a tool's exception for the model under the "text" policy.
-        tools_see_cancel: test switch; False delivers the Stop signal to the HTTP layer only.
         run_child: drives a child run (load-or-create by its id, run, save) and returns its
             final state; wired by `runner.harness`. None: tools cannot start child runs.
         server_settings: what the endpoint runs with, for `run_started` (the local llama.cpp
@@ -121,7 +118,6 @@ class Runtime:
     cancel: CancelToken = field(default_factory=CancelToken)
     on_progress: Callable[[str, str], None] | None = None
     tool_error_text: Callable[[Exception], str] = default_tool_error_text
-    tools_see_cancel: bool = True
     tracer: Tracer = field(default_factory=lambda: Tracer(None))
     run_child: Callable[[RunState, CancelToken], Awaitable[RunState]] | None = None
     server_settings: dict[str, Any] | None = None
@@ -171,6 +167,8 @@ async def run(state: RunState, rt: Runtime) -> RunState:
     Raises only for bugs and bad configuration; provider failures and cancellation are
     recorded as `failed` (with `error`) / `interrupted` with a reason.
     """
+    import asyncio  # here, not at the top: `from runner import run` need not load it (it runs under asyncio)
+
     if state.status in ("completed", "failed"):
         return state
     began = time.perf_counter()
@@ -311,6 +309,8 @@ def call_id_stem(state: RunState) -> str:
     """The stem of the ids given to this turn's calls that came without one:
     `call_<8 hex of sha256(run id)>_<turn>`, so the ids are the same on every resume and in
     every run replayed under the same id."""
+    import hashlib
+
     digest = hashlib.sha256(state.run_id.encode()).hexdigest()[:8]
     return f"call_{digest}_{state.turns + 1}"
 
@@ -553,7 +553,7 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
     store.crash_point("tool_start")
     if tool.read_only:
         rt.tracer.emit(start)
-    cancel = rt.cancel if rt.tools_see_cancel else CancelToken()
+    cancel = rt.cancel
     children: list[str] = []
 
     async def spawn(child: RunState) -> RunState:

@@ -143,7 +143,8 @@ def _endpoint_choice(req: RunRequest, settings: Settings) -> tuple[str | None, s
     """(base URL, model name, local model) of the run; a scenario reaches a scripted provider,
     the one named by --base-url or $RUNNER_BASE_URL if any."""
     if req.scenario is None:
-        settings.flags["base_url"] = req.base_url
+        if req.base_url is not None:
+            settings.flags["base_url"] = req.base_url
         url = settings.get("base_url")
         model = settings.get("model")
     else:

@@ -22,7 +22,7 @@ from runner.store import FileStore, RunStore
 NEEDS = {
     "llama": ("llama.cpp", {"test_hermes_adapter", "test_local_server", "test_suite_local", "test_local_run_resume",
                             "test_kvprefix", "test_untagged"}, {"smollm2_server"}),
-    "postgres": ("PostgreSQL", set(), {"pg_cluster"}),
+    "postgres": ("PostgreSQL", {"test_store_pg"}, {"pg_cluster"}),
     "ray": ("Ray", {"test_ray"}, {"ray_cluster"}),
 }
 """Marker -> (what it needs, test modules that all need it, fixtures that need it)."""
@@ -40,7 +40,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""  # type: ignore[attr-defined]
         fixtures = set(getattr(item, "fixturenames", ()))
         for marker, (_, modules, needs) in NEEDS.items():
-            if module in modules or fixtures & needs:
+            if module in modules or fixtures & needs or f"[{marker}" in item.name:  # a backend parameter
                 item.add_marker(marker)
 
 

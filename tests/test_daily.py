@@ -508,3 +508,23 @@ def test_suite_resume_finishes_a_cancelled_suite(tmp_path: Path) -> None:
         assert next(a for a in after["results"] if a["run_id"] == run_id)["cost_usd"] == r["cost_usd"]
     proc3 = runner("suite", "--resume", after["report_path"], "--runs-dir", "runs", cwd=tmp_path)
     assert proc3.returncode == 2 and "nothing to resume" in proc3.stderr
+
+
+def test_a_long_run_summary_keeps_the_per_turn_line_short(tmp_path: Path) -> None:
+    proc = runner("run", "--scenario", "runaway", "--max-turns", "30", "--runs-dir", "runs", cwd=tmp_path,
+                  env={"COLUMNS": "80"})
+    line = next(x for x in proc.stdout.splitlines() if "per-turn prompt tokens" in x)
+    assert "(30 turns)" in line and len(line) <= 80, line
+
+
+def test_config_file_tools_and_model_apply_to_a_run(tmp_path: Path) -> None:
+    (tmp_path / "mytools.py").write_text(WEATHER)
+    with FakeProvider(weather_handler) as fake:
+        (tmp_path / "runner.toml").write_text(f'base_url = "{fake.base_url}"\nmodel = "m-from-config"\n'
+                                              'tools = ["mytools:Weather"]\nmax_retries = 0\n')
+        proc = runner("run", "Weather in Lisbon?", "--runs-dir", "runs", "--json", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert fake.requests[0]["model"] == "m-from-config"
+        assert "get_weather" in [t["function"]["name"] for t in fake.requests[0]["tools"]]
+    state = FileStore(tmp_path / "runs").load(json.loads(proc.stdout)["run_id"])
+    assert state.config.endpoint.max_retries == 0 and state.config.tool_refs == {"get_weather": "mytools:Weather"}
