@@ -187,7 +187,7 @@ def run(
     prompt: Annotated[Optional[str], typer.Argument(help="The user's task (default: the scenario's own); - reads it from stdin.")] = None,
     scenario: Annotated[Optional[str], typer.Option(help=(
         "A scripted scenario: plan, runaway, stuck, recover, destructive, repeat, double_delete, denied, slow, "
-        "research, quirks, or a suite task (timeout_file, count_files, read_notes, read_each, "
+        "research, quirks, unknown_tool, bad_arguments, or a suite task (timeout_file, count_files, read_notes, read_each, "
         "largest_file, rotate_logs)."))] = None,
     base_url: Annotated[Optional[str], typer.Option(
         "--base-url", help="Any OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 "
@@ -203,7 +203,7 @@ def run(
     api_key_env: Annotated[Optional[str], typer.Option(
         "--api-key-env", help="NAME of the environment variable that holds the key (recorded, so resume finds it).")] = None,
     tool: Annotated[Optional[list[str]], typer.Option(
-        "--tool", help="Offer a tool of your own (repeatable): MODULE:ATTRIBUTE (a runner.Tool subclass or "
+        "--tool", metavar="MODULE:ATTRIBUTE", help="Offer a tool of your own (repeatable): MODULE:ATTRIBUTE (a runner.Tool subclass or "
                        "instance; ./MODULE.py is found) or the name of an installed plugin (entry point group "
                        "runner.tools) [config tools].")] = None,
     no_builtin_tools: Annotated[bool, typer.Option(
@@ -326,7 +326,7 @@ def resume(
     api_key: Annotated[Optional[str], typer.Option(
         "--api-key", help="API key (never saved) [default: from the variable the run recorded, $RUNNER_API_KEY, $OPENAI_API_KEY].")] = None,
     tool: Annotated[Optional[list[str]], typer.Option(
-        "--tool", help="Where to find a tool of the run's own (repeatable): MODULE:ATTRIBUTE or a plugin name "
+        "--tool", metavar="MODULE:ATTRIBUTE", help="Where to find a tool of the run's own (repeatable): MODULE:ATTRIBUTE or a plugin name "
                        "[default: where the run recorded each].")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="Record the verdict or limits and queue the run for `runner worker`.")] = False,
     runs_dir: RunsDir = None, store_url: StoreOpt = None, durability: DurabilityOpt = None,
@@ -341,10 +341,6 @@ def resume(
 
         own = [catalog.load(catalog.spec_to_ref(spec)) for spec in tool or []]
         runs = store.open_store(store_url, runs=runs_dir, durability=durability)
-        try:
-            catalog.build(runs.load(run_id).config, own)  # a tool that cannot be found: one line, nothing changed
-        except store.RunNotFound:
-            pass  # reopen says so, after checking the options
         signals = StopSignals.install() if not detach else None
         state, lease = reopen(runs, run_id, Reopening(
             approve=approve, reject=reject, reason=reason, empty_rejection=unsafe_empty_rejection,
@@ -373,7 +369,7 @@ def _render(state: RunState, as_json: bool, runs: RunStore) -> int:
     else:
         trace_at = (str(runs.trace_path(state.run_id)) if isinstance(runs, store.FileStore)
                     else f"runner trace {state.run_id} --store URL")
-        for line in render.run_lines(state, trace_at):
+        for line in render.run_lines(state, trace_at, shutil.get_terminal_size((80, 24)).columns):
             typer.echo(line)
     return EXIT_CODES[state.status]
 
@@ -476,7 +472,7 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
 @app.command()
 def view(
     host: Annotated[str, typer.Option(help="Interface to bind (loopback by default; any other needs --token).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, help="Port (0: a free one).")] = 8700,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: a free one).")] = 8700,
     token: Annotated[Optional[str], typer.Option(
         envvar="RUNNER_VIEW_TOKEN", help="Every request must carry it (?token= once, then a cookie; or Authorization: Bearer).")] = None,
     runs_dir: RunsDir = None, store_url: StoreOpt = None,
@@ -608,7 +604,7 @@ def worker(
             with _otel_live(runs, otlp_endpoint, None):
                 report = run_worker(runs, concurrency=concurrency, idle_exit_s=idle_exit, poll_s=poll,
                                     log=lambda line: typer.echo(f"worker: {line}", err=True))
-        typer.echo(f"worker: drove {len(report.driven)} runs, {len(report.errors)} errors", err=True)
+        typer.echo(f"worker: drove {len(report.driven)} run(s), {len(report.errors)} error(s)", err=True)
         return 0 if not report.errors else 1
 
     _guard(body)
@@ -643,7 +639,7 @@ def config_show(
 @scripted_app.command("serve")
 def scripted_serve(
     host: Annotated[str, typer.Option(help="Interface to bind (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port (0: a free one).")] = 8765,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: a free one).")] = 8765,
     latency_ms: Annotated[float, typer.Option(help="Delay every reply by this many ms.")] = 0.0,
     fault: Annotated[Optional[str], typer.Option(help="KIND@TURN,... with KIND in 429, 500, 401, truncated, slow.")] = None,
 ) -> None:
@@ -668,7 +664,7 @@ def scripted_serve(
 @app.command()
 def serve(
     model: Annotated[Optional[str], typer.Option(help="A name from `runner models list` or a .gguf path [default: Qwen if pulled, else SmolLM2].")] = None,
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: a free one).")] = 8080,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port on 127.0.0.1 (0: a free one).")] = 8080,
     n_ctx: Annotated[int, typer.Option(help="Context size, tokens.")] = 4096,
     threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads [default: min(2, physical cores)].")] = None,
     n_batch: Annotated[Optional[int], typer.Option(min=1, help="Prompt tokens per llama.cpp decode call [default: 512].")] = None,

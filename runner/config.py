@@ -50,6 +50,8 @@ SETTINGS: dict[str, tuple[type, tuple[str, ...], Any, str]] = {
 """Every setting a config file may hold, in the order `runner config show` prints them; each
 applies to `runner run` (the runs directory is `--runs-dir` or `$RUNNER_RUNS_DIR`)."""
 
+_KIND_WORDS: dict[type, str] = {str: "a string", int: "a whole number", float: "a number", list: "a list"}
+
 _KEYISH = re.compile(r"(^|_)(api_?key|key|token|secret|password)$", re.IGNORECASE)
 
 
@@ -116,7 +118,7 @@ def read_file(path: Path) -> dict[str, Any]:
         kind = SETTINGS[name][0]
         ok = isinstance(value, kind) or (kind is float and isinstance(value, int) and not isinstance(value, bool))
         if not ok or (kind is int and isinstance(value, bool)):
-            raise UsageError(f"config file {path}: {name} must be a {kind.__name__}, got {value!r}")
+            raise UsageError(f"config file {path}: {name} must be {_KIND_WORDS[kind]}, got {value!r}")
     return data
 
 
@@ -198,7 +200,7 @@ def _parse(kind: type, raw: str, env: str) -> Any:
     try:
         return kind(raw)
     except ValueError:
-        raise UsageError(f"${env} must be a {kind.__name__}, got {raw!r}") from None
+        raise UsageError(f"${env} must be {_KIND_WORDS[kind]}, got {raw!r}") from None
 
 
 def _show(value: Any) -> str:
