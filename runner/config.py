@@ -162,8 +162,8 @@ class Settings:
         named = self.value("api_key_env")
         order = [KEY_ENVS[0], *([named.value] if named.value else []), KEY_ENVS[1]]
         for env in order:
-            if os.environ.get(env):
-                return Key(os.environ[env], f"env {env}", env)
+            if key := os.environ.get(env):
+                return Key(key, f"env {env}", env)
         if named.value:
             raise UsageError(f"the API key variable {named.value} (api_key_env, from {named.source}) is not set")
         return Key(None, "none", None)
@@ -189,8 +189,8 @@ def key_for(api_key_env: str | None, flag_key: str | None = None) -> str:
     if flag_key:
         return flag_key
     for env in ([api_key_env] if api_key_env else []) + list(KEY_ENVS):
-        if os.environ.get(env):
-            return os.environ[env]
+        if key := os.environ.get(env):
+            return key
     return LOCAL_KEY
 
 

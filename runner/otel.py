@@ -63,10 +63,10 @@ def endpoint_from(value: str | None) -> str | None:
     as the OpenTelemetry spec says); None when none is set."""
     if value:
         return traces_url(value)
-    if os.environ.get(ENDPOINT_ENVS[0]):
-        return os.environ[ENDPOINT_ENVS[0]]
-    if os.environ.get(ENDPOINT_ENVS[1]):
-        return traces_url(os.environ[ENDPOINT_ENVS[1]])
+    if traces := os.environ.get(ENDPOINT_ENVS[0]):
+        return traces
+    if base := os.environ.get(ENDPOINT_ENVS[1]):
+        return traces_url(base)
     return None
 
 
