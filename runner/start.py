@@ -77,13 +77,17 @@ class LocalChoice:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A request made ready: the new run, the key in force, the tools of one's own, and the
-    local model it serves (None for a scripted or URL endpoint)."""
+    """A request made ready: the new run, the key in force, the tools of one's own, the local
+    model it serves (None for a scripted or URL endpoint), and how to start it."""
 
     state: RunState
     key: Key
     tools: list[Tool]
     local: LocalChoice | None
+    detach: bool = False
+    """Queue the run for a worker instead of driving it here."""
+    faults: str | None = None
+    """The scripted provider's faults (``KIND@TURN,...``), for a provider started here."""
 
 
 def prepare(req: RunRequest) -> Prepared:
@@ -124,7 +128,7 @@ def prepare(req: RunRequest) -> Prepared:
     if own:
         builtin = [] if req.no_builtin_tools else config.tools
         catalog.offer(config, [*builtin, *own], {t.name: ref for t, ref in zip(own, refs.values())})
-    return Prepared(new_run(task, config), key, own, local)
+    return Prepared(new_run(task, config), key, own, local, req.detach, req.fault)
 
 
 def _check_choices(req: RunRequest) -> None:
