@@ -24,7 +24,8 @@ named function put the whole turn under the grammar (exactly one call); ``none``
 The prompt is evaluated message by message and the KV cache is reused for whole messages only
 (see `Engine`), which makes a warm server's reply identical to a fresh one's.
 
-Output: text outside calls is content; each complete call becomes an OpenAI tool call (id
+Output (`Engine.stream`'s events; `runner.local_app` shapes them as OpenAI replies): text
+outside calls is content; each complete call becomes an OpenAI tool call (id
 ``call_<n>``, n counted over the whole conversation so ids never repeat). Untagged JSON is never
 a call, and a call cut short by ``max_tokens`` is dropped, never sent half-made.
 """
@@ -377,22 +378,30 @@ def call_schema(tools: Sequence[Mapping[str, Any]], only: str | None = None) -> 
 
 
 @functools.lru_cache(maxsize=32)
-def _grammar_for(schema_json: str, calls: int, after_open: bool) -> str:
+def _grammar_for(schema_json: str, calls: int, after_open: bool, untagged: bool = False) -> str:
     from llama_cpp.llama_grammar import SchemaConverter
 
     converter: Any = SchemaConverter(  # type: ignore[no-untyped-call]
         prop_order={"name": 0, "arguments": 1}, allow_fetch=False, dotall=False, raw_pattern=False)
     schema = converter.resolve_refs(json.loads(schema_json), "")
     converter.visit(schema, "call")
-    first = 'call-body' if after_open else 'call-block'
-    more = f' ("\\n"? call-block){{0,{calls - 1}}}' if calls > 1 else ""
-    rules = [
-        f"root ::= {first}{more}",
-        'call-block ::= "<tool_call>" call-body',
-        'call-body ::= "\\n"? call "\\n"? "</tool_call>"',
-        converter.format_grammar(),
-    ]
-    return "\n".join(rules)
+    if untagged:
+        more = f' ("\\n" call){{0,{calls - 1}}}' if calls > 1 else ""
+        rules = [
+            'root ::= fenced | bare | doubled',
+            'fenced ::= "```" "json"? "\\n" bare "\\n"? "```"',
+            f"bare ::= call{more}",
+            'doubled ::= "{" call "}"',
+        ]
+    else:
+        first = 'call-body' if after_open else 'call-block'
+        more = f' ("\\n"? call-block){{0,{calls - 1}}}' if calls > 1 else ""
+        rules = [
+            f"root ::= {first}{more}",
+            'call-block ::= "<tool_call>" call-body',
+            'call-body ::= "\\n"? call "\\n"? "</tool_call>"',
+        ]
+    return "\n".join([*rules, converter.format_grammar()])
 
 
 def call_grammar(tools: Sequence[Mapping[str, Any]], only: str | None = None,
@@ -405,6 +414,73 @@ def call_grammar(tools: Sequence[Mapping[str, Any]], only: str | None = None,
     after the first ``<tool_call>`` (the model has written the tag itself).
     """
     return _grammar_for(json.dumps(call_schema(tools, only)), calls, after_open)
+
+
+def untagged_call_grammar(tools: Sequence[Mapping[str, Any]], calls: int = MAX_CALLS_PER_TURN) -> str:
+    """A GBNF grammar for a whole reply that is an untagged call: 1..`calls` call objects (one
+    per line), bare, in a ```json fence, or one call in doubled braces (``{{…}}``).
+
+    Each object is the same ``{"name": N, "arguments": A}`` as in `call_grammar` (an offered
+    tool, arguments valid for its schema, no extra keys at any depth).
+    """
+    return _grammar_for(json.dumps(call_schema(tools)), calls, False, untagged=True)
+
+
+PROSE_GRAMMAR = 'root ::= [^{[`<>| \\t\\r\\n] [^<{]*'
+"""A reply that cannot be a tool call: it does not open with a JSON array, a code fence, a tag
+or a ``>``, and holds no ``{`` or ``<`` (so no JSON object and no ``<tool_call>``). For
+``tool_choice: "none"`` on a model that writes untagged calls."""
+_UNTAGGED_START = re.compile(r"(?:```(?:json)?[ \t]*\n\s*)?\{")
+_UNTAGGED_UNDECIDED = re.compile(r"`{0,3}|```j|```js|```jso|```(?:json)?[ \t]*(?:\n\s*)?")
+
+
+def untagged_start(text: str) -> Literal["call", "text", "undecided"]:
+    """Whether a reply that begins with `text` is an untagged call.
+
+    A reply whose first non-blank character opens a JSON object, directly or after a ```json
+    (or bare ```) fence line, is a call ("call"); one that cannot become that any more is text
+    ("text"); blank text or a partial fence is "undecided". This is the lazy trigger of
+    llama.cpp's Hermes/Qwen2.5 handler, anchored at the start of the reply like its, and fired
+    at the first brace rather than after ``"name": "<tool>"``: once a reply opens an object the
+    grammar makes it a call of an offered tool (a pasted tool schema included).
+    """
+    stripped = text.lstrip()
+    if _UNTAGGED_START.match(stripped):
+        return "call"
+    return "undecided" if _UNTAGGED_UNDECIDED.fullmatch(stripped) else "text"
+
+
+def parse_untagged(text: str, tool_names: Sequence[str]) -> list[tuple[str, JsonObject]] | None:
+    """The calls in a reply that is wholly an untagged call block, or None if it is not one.
+
+    Accepts one or more call objects (``{"name": …, "arguments": …}``, separated by blanks),
+    bare, inside one ```json / ``` fence, or a single call in doubled braces ``{{…}}``; surplus
+    closing brackets are forgiven as for tagged calls. Every object must name one of
+    `tool_names` with object arguments, and nothing else may follow.
+    """
+    body = text.strip()
+    fence = re.fullmatch(r"```(?:json)?[ \t]*\n(.*?)\n?\s*```", body, re.DOTALL)
+    if fence:
+        body = fence.group(1).strip()
+    elif body.startswith("{{") and body.endswith("}}"):
+        inner = body[1:-1].strip()
+        if _parse_call(inner, tool_names) is not None:
+            body = inner
+    calls: list[tuple[str, JsonObject]] = []
+    decoder = json.JSONDecoder()
+    rest = body
+    while rest:
+        try:
+            _, end = decoder.raw_decode(rest)
+        except json.JSONDecodeError:
+            return None
+        surplus = len(rest[end:]) - len(rest[end:].lstrip(" \t\r\n}]"))
+        call = _parse_call(rest[: end + surplus], tool_names)
+        if call is None:
+            return None
+        calls.append(call)
+        rest = rest[end + surplus:].strip()
+    return calls or None
 
 
 # --- from generated text to OpenAI message parts -------------------------------------------------
@@ -470,8 +546,17 @@ class ReplySplitter:
         self._in_call = False
         self._started = False
         self._pending_space = ""
+        self._untagged: str | None = None
+
+    def start_untagged(self) -> None:
+        """From now on the reply is one untagged call block (`parse_untagged`): text fed is
+        held, never content, and becomes calls at `finish`. Call it before any content."""
+        self._untagged = ""
 
     def feed(self, text: str) -> list[Event]:
+        if self._untagged is not None:
+            self._untagged += text
+            return []
         self._buffer += text
         events: list[Event] = []
         while not self.stopped:
@@ -499,6 +584,8 @@ class ReplySplitter:
 
     def finish(self) -> list[Event]:
         """Flush held text at the end of generation; an unfinished call is dropped."""
+        if self._untagged is not None:
+            return self._close_untagged(self._untagged)
         if self._in_call:
             self.dropped_call = True
             return []
@@ -516,6 +603,19 @@ class ReplySplitter:
                 "function": {"name": parsed[0], "arguments": _dumps(parsed[1])}}
         self.calls.append(call)
         return [CallDelta(len(self.calls) - 1, call)]
+
+    def _close_untagged(self, text: str) -> list[Event]:
+        parsed = parse_untagged(text, self.tool_names)
+        if parsed is None:
+            self.dropped_call = True
+            return []
+        events: list[Event] = []
+        for name, arguments in parsed:
+            call = {"id": f"call_{self.first_index + len(self.calls)}", "type": "function",
+                    "function": {"name": name, "arguments": _dumps(arguments)}}
+            self.calls.append(call)
+            events.append(CallDelta(len(self.calls) - 1, call))
+        return events
 
     def _text(self, text: str) -> list[Event]:
         if not self._started:
@@ -626,6 +726,10 @@ class Engine:
         reuse_prefix: False evaluates every prompt in full (for measuring what reuse saves).
         jump_forward: evaluate text the call grammar forces as one batch (`CallForcer`);
             False samples it token by token (for measuring what that saves).
+        untagged_calls: with ``tool_choice`` auto, a reply that starts with a JSON object (bare,
+            fenced or in doubled braces) is a call (`untagged_start`): generation rewinds to the
+            reply's start and writes it again under `untagged_call_grammar`. For models that
+            write calls without the ``<tool_call>`` tag (Qwen2.5-Coder); the manifest says which.
 
     `prefix_store`, when set, gives a cold engine the first segment's KV entries from disk
     (`runner.kvprefix`): loaded when no segment is reused from memory, saved when it was
@@ -638,13 +742,14 @@ class Engine:
     _disk_tokens = 0
 
     def __init__(self, llama: Llama, default_max_tokens: int = DEFAULT_MAX_TOKENS,
-                 reuse_prefix: bool = True, jump_forward: bool = True) -> None:
+                 reuse_prefix: bool = True, jump_forward: bool = True, untagged_calls: bool = False) -> None:
         import llama_cpp
 
         self.llama = llama
         self.default_max_tokens = default_max_tokens
         self.reuse_prefix = reuse_prefix
         self.jump_forward = jump_forward
+        self.untagged_calls = untagged_calls
         self._lock = threading.Lock()
         self._segments: list[list[int]] = []
         self._default_system = default_system_prompt(llama.metadata.get("tokenizer.chat_template"))
@@ -673,12 +778,15 @@ class Engine:
         names = _tool_names(request.tools)
         choice = parse_tool_choice(request.tool_choice, names)
         tools = request.tools if choice.mode != "none" else []
+        # A model that writes untagged calls would write one as text: under "none" a grammar
+        # holds it to prose. (Its tools stay hidden: in view, they made its answers worse.)
+        prose_only = choice.mode == "none" and self.untagged_calls and bool(request.tools)
         segments = render_segments(request.messages, tools, self._default_system)
         with self._lock:
-            yield from self._generate(request, choice, tools, segments, cancel)
+            yield from self._generate(request, choice, tools, segments, cancel, prose_only)
 
     def _generate(self, request: ChatRequest, choice: ToolChoice, tools: list[JsonObject],
-                  segments: list[str], cancel: threading.Event) -> Iterator[Event]:
+                  segments: list[str], cancel: threading.Event, prose_only: bool = False) -> Iterator[Event]:
         began = time.perf_counter()
         llama = self.llama
         seg_tokens = [llama.tokenize(s.encode("utf-8"), add_bos=self._add_bos and i == 0, special=True)
@@ -695,11 +803,13 @@ class Engine:
         # auto: free text, watched for the opening tag; required/named: the grammar from token 1.
         watching = bool(tools) and choice.mode == "auto"
         constrained = bool(tools) and choice.mode in ("required", "named")
-        sampler = self._sampler(tools, choice if constrained else None)
+        sampler = self._prose_sampler() if prose_only else self._sampler(tools, choice if constrained else None)
         forcer = CallForcer(tools if self.jump_forward else [], choice.name)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         text, tail, generated, finish, first_token_ms = "", "", 0, "length", 0.0
         inject = CALL_OPEN if constrained else ""
+        # Untagged calls: the reply's opening is held back until `untagged_start` decides.
+        held: str | None = "" if watching and self.untagged_calls else None
         while generated < max_tokens:
             if cancel.is_set():
                 finish = "cancelled"
@@ -724,6 +834,25 @@ class Engine:
                 break
             first_token_ms = first_token_ms or (time.perf_counter() - began) * 1000
             piece = decoder.decode(llama.detokenize([token], special=True))
+            if held is not None:
+                verdict = untagged_start(held + piece)
+                generated += 1
+                if verdict == "undecided":
+                    held += piece
+                    llama.eval([token])
+                    continue
+                if verdict == "call":
+                    self._rewind_reply(seg_tokens[-1])
+                    decoder.reset()
+                    sampler = self._untagged_sampler(tools)
+                    splitter.start_untagged()
+                    held, watching = None, False
+                    continue
+                generated -= 1  # counted below with the text it starts
+                earlier, held = held, None
+                if earlier:  # already evaluated: only shown now
+                    text, tail = text + earlier, (tail + earlier)[-len(CALL_OPEN):]
+                    yield from splitter.feed(earlier)
             opened = (tail + piece).find(CALL_OPEN) if watching else -1
             if opened < 0:
                 tail = (tail + piece)[-len(CALL_OPEN):]
@@ -745,6 +874,9 @@ class Engine:
             llama.eval(replacement)
             watching, tail = False, ""
             sampler = self._sampler(tools, choice, after_open=True)
+        if held:  # the reply ended (or hit max_tokens) while still undecided: it is text
+            text += held
+            yield from splitter.feed(held)
         yield from splitter.finish()
         done = time.perf_counter()
         if finish == "stop" and splitter.calls:
@@ -808,6 +940,33 @@ class Engine:
         if self.prefix_store is not None and self.reuse_prefix:
             self.prefix_store.save(self.llama, tokens)
 
+    def _rewind_reply(self, header: list[int]) -> None:
+        """Forget the tokens generated so far: drop their KV entries and evaluate the assistant
+        header again as its own batch, as `_load_prompt` does, so the next token is sampled from
+        the very logits the reply's first token was (the reply is rewritten under a grammar)."""
+        self.llama.n_tokens = sum(len(s) for s in self._segments) - len(header)
+        self.llama.eval(header)
+
+    def _prose_sampler(self) -> Any:
+        """Greedy sampling under `PROSE_GRAMMAR`: a reply that cannot be a call."""
+        from llama_cpp._internals import LlamaSampler
+        from llama_cpp.llama_grammar import LlamaGrammar
+
+        sampler: Any = LlamaSampler()  # type: ignore[no-untyped-call]
+        sampler.add_grammar(self.llama._model, LlamaGrammar.from_string(PROSE_GRAMMAR, verbose=False))
+        sampler.add_greedy()
+        return sampler
+
+    def _untagged_sampler(self, tools: list[JsonObject]) -> Any:
+        """Greedy sampling under `untagged_call_grammar` from the reply's first token."""
+        from llama_cpp._internals import LlamaSampler
+        from llama_cpp.llama_grammar import LlamaGrammar
+
+        sampler: Any = LlamaSampler()  # type: ignore[no-untyped-call]
+        sampler.add_grammar(self.llama._model, LlamaGrammar.from_string(untagged_call_grammar(tools), verbose=False))
+        sampler.add_greedy()
+        return sampler
+
     def _tokenize(self, text: str) -> list[int]:
         return self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
 
@@ -823,67 +982,3 @@ class Engine:
             sampler.add_grammar(self.llama._model, LlamaGrammar.from_string(text, verbose=False))
         sampler.add_greedy()
         return sampler
-
-
-def complete(events: Iterator[Event], model: str, created: int, completion_id: str) -> JsonObject:
-    """Collect `Engine.stream` events into an OpenAI ``chat.completion`` dict.
-
-    The extra ``runner`` object carries the engine's timings.
-    """
-    content: list[str] = []
-    calls: list[JsonObject] = []
-    finished: Finished | None = None
-    for event in events:
-        if isinstance(event, TextDelta):
-            content.append(event.text)
-        elif isinstance(event, CallDelta):
-            calls.append(event.call)
-        else:
-            finished = event
-    assert finished is not None, "the engine always ends with Finished"
-    message: JsonObject = {"role": "assistant", "content": "".join(content) or None}
-    if calls:
-        message["tool_calls"] = calls
-    return {
-        "id": completion_id, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finished.finish_reason}],
-        "usage": usage(finished),
-        "runner": finished.timings,
-    }
-
-
-def usage(finished: Finished) -> JsonObject:
-    """OpenAI ``usage`` for a finished reply."""
-    return {"prompt_tokens": finished.prompt_tokens, "completion_tokens": finished.completion_tokens,
-            "total_tokens": finished.prompt_tokens + finished.completion_tokens}
-
-
-def chunks(events: Iterator[Event], model: str, created: int, completion_id: str,
-           include_usage: bool) -> Iterator[JsonObject]:
-    """`Engine.stream` events as OpenAI ``chat.completion.chunk`` dicts, as they come.
-
-    First a role chunk; one chunk per content delta; per tool call, a chunk opening it (id,
-    type, name, empty arguments) and one carrying its arguments; a finish chunk; then, when
-    `include_usage`, a chunk with ``choices: []`` and the usage. The last chunk carries the
-    engine's timings as ``runner``.
-    """
-    base = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model}
-
-    def chunk(delta: JsonObject, finish: str | None = None) -> JsonObject:
-        return base | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-
-    yield chunk({"role": "assistant", "content": ""})
-    for event in events:
-        if isinstance(event, TextDelta):
-            yield chunk({"content": event.text})
-        elif isinstance(event, CallDelta):
-            function = event.call["function"]
-            yield chunk({"tool_calls": [{"index": event.index, "id": event.call["id"], "type": "function",
-                                         "function": {"name": function["name"], "arguments": ""}}]})
-            yield chunk({"tool_calls": [{"index": event.index, "function": {"arguments": function["arguments"]}}]})
-        else:
-            last = chunk({}, event.finish_reason)
-            if include_usage:
-                yield last
-                last = base | {"choices": [], "usage": usage(event)}
-            yield last | {"runner": event.timings}

@@ -21,7 +21,6 @@ the tokenizer and marked estimated. Ids the provider left out are derived from t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
@@ -37,6 +36,9 @@ from runner.state import FunctionCall, Message, ToolCall
 from runner.streaming import StreamedError, StreamError, StreamProgress, read_sse
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+RetryCallback = Callable[[int, int, str, float], None]
+"""`on_retry(attempt, max_retries, error, wait_s)`: called before each back-off, attempt 1-based."""
 
 _CONTEXT_OVERFLOW = re.compile(
     r"context[_ ]length[_ ]exceeded|exceed_context_size|maximum context length|context window"
@@ -173,6 +175,7 @@ class ChatClient:
     def __init__(
         self, base_url: str, *, timeout_s: float = 600.0, max_retries: int = 4,
         backoff_s: float = 0.5, api_key: str = "sk-local", http: httpx.AsyncClient | None = None,
+        on_retry: RetryCallback | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.max_retries = max_retries
@@ -183,6 +186,8 @@ class ChatClient:
         self._http = http or new_http_client(self.base_url)
         self._timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
         self._headers = {"Authorization": f"Bearer {api_key}"}
+        self._secret = api_key if api_key and api_key != "sk-local" else None
+        self.on_retry = on_retry
 
     async def aclose(self) -> None:
         if self._owned:
@@ -225,13 +230,19 @@ class ChatClient:
         body.update(extra or {})
         if on_delta is not None:  # stream when someone watches
             body |= {"stream": True, "stream_options": {"include_usage": True}}
-        stem = call_ids or "call_" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:8]
+        if call_ids is None:
+            import hashlib
+
+            call_ids = "call_" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:8]
+        stem = call_ids
         retries: list[dict[str, Any]] = []
         started = time.perf_counter()
         for attempt in range(self.max_retries + 1):
             try:
                 reply = _reply(await self._post(body, on_delta), body, stem)
             except ProviderError as exc:
+                if self._secret is not None:  # a provider may echo the key: it never leaves this object
+                    exc.args = (str(exc).replace(self._secret, "[api key]"),)
                 exc.retries = attempt
                 if not exc.retryable or attempt == self.max_retries:
                     exc.retryable = False
@@ -240,6 +251,8 @@ class ChatClient:
                 if wait_s is None:
                     wait_s = min(self.backoff_s * 2**attempt, 8.0)
                 retries.append({"error": str(exc), "status": exc.status, "waitMs": round(wait_s * 1000)})
+                if self.on_retry is not None:
+                    self.on_retry(attempt + 1, self.max_retries, str(exc), wait_s)
                 import asyncio  # here: `from runner import run` need not load it
 
                 await asyncio.sleep(wait_s)
@@ -271,6 +284,11 @@ class ChatClient:
             err = _error_from(response.status_code, _error_object(response))
             if response.status_code == 404 and not self.base_url.rstrip("/").endswith("/v1"):
                 err.args = (f"{err}; the base URL usually ends in /v1 (did you mean {self.base_url}/v1?)",)
+            elif response.status_code in (405, 501):  # no POST here (a plain web server): not a chat API
+                err.kind, err.retryable = "bad_endpoint", False
+                if "OpenAI-compatible" not in str(err):  # an HTML page says so already
+                    err.args = (f"{err}; {self.base_url}/chat/completions does not take POST: is "
+                                f"{self.base_url} an OpenAI-compatible endpoint? The base URL usually ends in /v1",)
             retry_after = response.headers.get("retry-after")
             if retry_after is not None:
                 try:
@@ -281,6 +299,9 @@ class ChatClient:
         try:
             data = response.json()
         except ValueError:
+            if response.content.lstrip()[:1] not in (b"{", b"["):  # not a cut JSON reply: not an API at all
+                raise ProviderError(f"HTTP {response.status_code} with {_not_an_api(response)}",
+                                    status=response.status_code, kind="bad_endpoint") from None
             raise ProviderError(
                 f"the provider answered with unreadable JSON ({len(response.content)} bytes)",
                 status=response.status_code, retryable=True,
@@ -333,6 +354,15 @@ def _error_object(response: httpx.Response) -> dict[str, Any]:
             err = {**err, "message": err["detail"]}
         return err
     return {"message": str(err)}
+
+
+def _not_an_api(response: httpx.Response) -> str:
+    """A 200 body that is not JSON, described with a hint (an HTML page: its title)."""
+    text = _body_text(response)
+    if text.startswith("an HTML page"):
+        return text
+    return (f"a body that is not JSON ({text[:80]!r}): is {response.request.url.host} an OpenAI-compatible "
+            "endpoint? The base URL usually ends in /v1")
 
 
 def _body_text(response: httpx.Response) -> str:

@@ -104,9 +104,11 @@ class LeaseLost(StoreError):
     epoch); it must stop writing."""
 
 
-ErrorKind = Literal["unavailable", "auth", "not_found", "invalid_request", "context_overflow"]
+ErrorKind = Literal["unavailable", "auth", "not_found", "invalid_request", "context_overflow", "bad_endpoint"]
 """unavailable: transient, retried (after the last retry the loop stops `interrupted`);
-the others are deterministic and stop the run `failed`."""
+the others are deterministic and stop the run `failed`. bad_endpoint: the base URL answers,
+but not as a chat-completions API (an HTML page or other non-JSON body in a 200, HTTP 405/501):
+a misconfiguration, reported with a hint."""
 
 
 class ProviderError(RunnerError):

@@ -8,13 +8,15 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from runner import catalog, loop
 from runner.cancel import CancelToken
-from runner.client import ChatClient
+from runner.client import ChatClient, RetryCallback
+from runner.config import key_for
 from runner.endpoints import open_endpoint
 from runner.errors import UsageError
 from runner.resources import tasks_dir
@@ -22,7 +24,7 @@ from runner.result import RunResult
 from runner.state import RunState
 from runner.store import FileStore, Lease, RunHandle, RunNotFound, RunStore, default_owner
 from runner.streaming import TurnProgress
-from runner.tools import Workspace
+from runner.tools import Tool, Workspace
 from runner.trace import Tracer, _Event
 
 if TYPE_CHECKING:
@@ -42,6 +44,8 @@ async def drive(
     server_settings: dict[str, Any] | None = None,
     on_turn: Callable[[TurnProgress], None] | None = None,
     lease: Lease | None = None, http: httpx.AsyncClient | None = None,
+    tools: Sequence[Tool | str] | None = None, api_key: str | None = None,
+    on_retry: RetryCallback | None = None,
 ) -> RunState:
     """Run (or resume) `state` against `base_url`, committing every transition to `runs`;
     returns the same state, stopped (`execute` returns its `RunResult`).
@@ -56,14 +60,28 @@ async def drive(
             released at the stop.
         http: an `httpx.AsyncClient` shared by the runs this process drives (see
             `runner.client.new_http_client`), left open; None: one for this run alone.
+        tools: your own tool objects and built-in names. For a new run (never saved) they
+            are the catalog it offers (recorded by name, with where each object can be
+            imported again); for a saved run they supply the objects its recorded names need.
+            None: the config's tools.
+        api_key: the key sent as `Authorization: Bearer`; None: read from the environment
+            variable the run recorded (`config.endpoint.api_key_env`), else $RUNNER_API_KEY,
+            $OPENAI_API_KEY, else "sk-local" (`runner.config.key_for`). Never saved or traced.
+        on_retry: called before each back-off of a failed request (see `ChatClient`).
 
     Raises:
+        UnknownTool: a tool the run names cannot be found; raised before the run is created
+            or claimed, so a failed start leaves nothing in the store.
         RunBusy: another process drives the run. StaleState: `state` is behind the stored one.
         LeaseLost: another driver took the run over (its lease expired).
 
     `server_settings` (what the endpoint runs with, e.g. the local server's n_ctx, chat_format,
     seed, n_threads) is recorded on `run_started`.
     """
+    given = [t for t in tools or [] if not isinstance(t, str)]
+    if tools is not None and state.seq == 0:
+        catalog.offer(state.config, tools)
+    catalog_tools = catalog.build(state.config, given)
     with contextlib.ExitStack() as cleanup:
         store = FileStore(runs) if isinstance(runs, Path) else runs
         cancel = cancel or CancelToken()
@@ -87,8 +105,9 @@ async def drive(
         if base_url is None:  # open the run's own endpoint for this run alone
             opened = cleanup.enter_context(open_endpoint(cfg.endpoint))
             base_url, server_settings = opened.base_url, server_settings or opened.server_settings
+        key = key_for(cfg.endpoint.api_key_env, api_key)
         async with ChatClient(base_url, timeout_s=cfg.endpoint.timeout_s, max_retries=cfg.endpoint.max_retries,
-                              http=http) as client:
+                              http=http, api_key=key, on_retry=on_retry) as client:
 
             async def run_child(child: RunState, child_cancel: CancelToken) -> RunState:
                 """A child run shares the client and workspace; it is a run of its own in the
@@ -105,7 +124,7 @@ async def drive(
                         tracer=child_handle.tracer() if child_handle else Tracer(None), run_child=run_child))
 
             rt = loop.Runtime(
-                client=client, tools=catalog.build(state.config), workspace=workspace, run=handle,
+                client=client, tools=catalog_tools, workspace=workspace, run=handle,
                 cancel=cancel, on_progress=on_progress, tracer=tracer,
                 tools_see_cancel=tools_see_cancel, run_child=run_child, server_settings=server_settings,
                 on_turn=on_turn,
@@ -206,14 +225,17 @@ class Reopening:
         return self.max_turns is not None or self.max_budget_usd is not None or self.latency_ms is not None
 
 
-def reopen(store: RunStore, run_id: str, asked: Reopening) -> tuple[RunState, Lease]:
+def reopen(store: RunStore, run_id: str, asked: Reopening,
+           tools: Sequence[Tool] = ()) -> tuple[RunState, Lease]:
     """Claim a stopped run and apply `asked` to it (committed), ready to be driven again under
-    the returned lease (the caller drives or releases it).
+    the returned lease (the caller drives or releases it). `tools`: the tool objects the run
+    will be driven with, checked against the ones it recorded before anything changes.
 
     Raises:
         UsageError: both a verdict and its opposite, a reason without a rejection, a final run,
             a resume that would stop again at once on the limit that stopped it, or a run that
-            waits for a verdict none was given for. RunBusy: another process drives the run.
+            waits for a verdict none was given for; a tool the run offers that cannot be found.
+        RunBusy: another process drives the run.
     """
     if asked.approve and asked.reject:
         raise UsageError("give --approve or --reject, not both")
@@ -225,6 +247,7 @@ def reopen(store: RunStore, run_id: str, asked: Reopening) -> tuple[RunState, Le
         if state.status in ("completed", "failed"):
             raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
         _apply_limits(state, asked)
+        catalog.build(state.config, tools)  # a tool that cannot be found: one line, nothing changed
         it = state.interruption
         if (it is not None and it.type == "approval" and not (asked.approve or asked.reject) and not asked.force
                 and it.call_id not in state.approved):

@@ -77,11 +77,13 @@ class StopSignals:
 def drive_in_foreground(state: RunState, runs: RunStore, lease: Lease, signals: StopSignals, *,
                         faults: str | None = None, provider: ScriptedProcess | InProcessProvider | None = None,
                         on_progress: OnToolProgress | None = None,
-                        on_turn: Callable[[TurnProgress], None] | None = None) -> RunState:
+                        on_turn: Callable[[TurnProgress], None] | None = None, **options: Any) -> RunState:
     """Drive `state` under `lease` to its stop, starting its endpoint (or using `provider`, a
     scripted provider already starting for it, stopped here); releases the lease at the stop.
     After it returns or raises, SIGINT and SIGTERM are ignored (the run is saved: nothing may
     cut the report short).
+
+    `options` go to `runner.harness.drive` (`tools`, `api_key`, `on_retry`).
 
     Raises:
         StoppedEarly: a press came before the loop ran (while the run was created or its
@@ -89,7 +91,7 @@ def drive_in_foreground(state: RunState, runs: RunStore, lease: Lease, signals: 
     """
     try:
         signals.arm()
-        return _drive(state, runs, lease, faults, provider, on_progress, on_turn, signals)
+        return _drive(state, runs, lease, faults, provider, on_progress, on_turn, signals, options)
     except KeyboardInterrupt:
         raise stopped_early(state, runs, lease) from None
     finally:
@@ -115,7 +117,7 @@ def _ignore_stop_signals() -> None:
 
 def _drive(state: RunState, runs: RunStore, lease: Lease, faults: str | None, provider: ScriptedProcess | InProcessProvider | None,
            on_progress: OnToolProgress | None, on_turn: Callable[[TurnProgress], None] | None,
-           signals: StopSignals) -> RunState:
+           signals: StopSignals, options: dict[str, Any]) -> RunState:
     began = time.perf_counter()
 
     def progress(tool: str, label: str) -> None:
@@ -127,7 +129,7 @@ def _drive(state: RunState, runs: RunStore, lease: Lease, faults: str | None, pr
         began = time.perf_counter()  # the run's clock, not the endpoint's start-up
         signals.loop = asyncio.get_running_loop()
         return await drive(state, base_url, runs, cancel=signals.cancel, on_progress=progress, lease=lease,
-                           on_turn=on_turn, server_settings=server_settings)
+                           on_turn=on_turn, server_settings=server_settings, **options)
 
     if provider is not None:
         with provider as base_url:

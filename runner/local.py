@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from runner.chat_adapter import DEFAULT_MAX_TOKENS, HANDLER_NAME
-from runner.errors import LocalServerError, ModelError, UsageError
+from runner.errors import LocalServerError, ManifestError, ModelError, UsageError
 from runner.procs import die_with
 
 if TYPE_CHECKING:
@@ -104,6 +105,9 @@ class LocalSettings(BaseModel):
     prefix_cache_dir: Path | None = Field(default=None, description=(
         "Folder of the saved prefix KV states; default: kv-prefix in runner's cache "
         "($RUNNER_CACHE_DIR, else ~/.cache/runner)."))
+    untagged_calls: Literal["auto", "on", "off"] = Field(default="auto", description=(
+        "Read a reply that starts with a JSON object (bare, ```json, {{…}}) as a tool call, generated "
+        "under the call grammar (runner-hermes only); auto: as the model's manifest entry says."))
     omp_wait_policy: Literal["PASSIVE", "ACTIVE"] = Field(default="PASSIVE", description=(
         "OMP_WAIT_POLICY of the server process: PASSIVE threads sleep between decodes instead of spinning."))
     verbose: bool = Field(default=False, description="Let llama.cpp log to stderr.")
@@ -238,7 +242,7 @@ def serve(settings: LocalSettings) -> None:
     from runner.local_app import Backend, build_app
 
     backend = Backend(load_llama(settings), settings.chat_format, settings.max_tokens, settings.reuse_prefix,
-                      settings.jump_forward)
+                      settings.jump_forward, untagged_calls(settings))
     if backend.engine is not None:
         if settings.prefix_cache_mb and settings.reuse_prefix:
             backend.engine.prefix_store = prefix_store(settings)
@@ -257,6 +261,21 @@ def prefix_store(settings: LocalSettings) -> PrefixStore:
     directory = settings.prefix_cache_dir or kvprefix.default_directory()
     return kvprefix.PrefixStore(directory, kvprefix.file_sha256(settings.model, directory), settings.n_ctx,
                                 settings.prefix_cache_mb << 20)
+
+
+def untagged_calls(settings: LocalSettings) -> bool:
+    """Whether the server reads untagged calls: the setting when "on"/"off", else the
+    ``untagged_calls`` of the manifest entry whose file name is the served GGUF's (False for a
+    model the manifest does not know)."""
+    if settings.untagged_calls != "auto":
+        return settings.untagged_calls == "on"
+    from runner import models
+
+    try:
+        entry = models.entry_for("", settings.model)
+    except ManifestError:
+        return False
+    return entry is not None and entry.untagged_calls
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:
@@ -420,3 +439,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def follow_requests(log_path: Path | None, say: Callable[[str], None]) -> None:
+    """Until SIGINT or SIGTERM (blocked by the caller): pass each request's line of the
+    server's log to `say` as it is written (method, path, status, tokens, ms)."""
+    from runner.local_app import REQUEST_LOG_PREFIX
+
+    with open(log_path or os.devnull, errors="replace") as log:
+        log.seek(0, os.SEEK_END)
+        while signal.sigtimedwait({signal.SIGINT, signal.SIGTERM}, 0.2) is None:
+            for line in log.readlines():
+                if line.startswith(REQUEST_LOG_PREFIX):
+                    say(line.removeprefix(REQUEST_LOG_PREFIX).rstrip())

@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -36,14 +36,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runner.chat_adapter import (
     HANDLER_NAME,
+    CallDelta,
     ChatRequest,
     ContextOverflow,
     Engine,
     Event,
     Finished,
+    JsonObject,
     RequestError,
-    chunks,
-    complete,
+    TextDelta,
 )
 
 if TYPE_CHECKING:
@@ -122,13 +123,14 @@ class Backend:
         default_max_tokens: reply cap when a request sets none, tokens.
         reuse_prefix: keep KV entries of leading messages shared with the previous request.
         jump_forward: evaluate text the call grammar forces as one batch.
+        untagged_calls: read a reply that opens with a JSON object as a call (`Engine`).
     """
 
     def __init__(self, llama: Llama, chat_format: str, default_max_tokens: int, reuse_prefix: bool = True,
-                 jump_forward: bool = True) -> None:
+                 jump_forward: bool = True, untagged_calls: bool = False) -> None:
         self.llama = llama
         self.chat_format = chat_format
-        self.engine = (Engine(llama, default_max_tokens, reuse_prefix, jump_forward)
+        self.engine = (Engine(llama, default_max_tokens, reuse_prefix, jump_forward, untagged_calls)
                        if chat_format == HANDLER_NAME else None)
         self.default_max_tokens = default_max_tokens
         self.stats = Stats()
@@ -157,7 +159,6 @@ class Backend:
     def _stock(self, request: ChatRequest, cancel: threading.Event) -> Iterator[Event]:
         """Another chat format: llama-cpp-python renders, generates and parses, in one call. Its
         usage is real; the reply comes as one chunk and cannot be stopped half-way."""
-        from runner.chat_adapter import CallDelta, TextDelta
 
         with self._lock:
             if cancel.is_set():
@@ -179,8 +180,9 @@ class Backend:
                            {"handler_ms": round((time.perf_counter() - began) * 1000, 3)})
 
 
-def build_app(backend: Backend, model_name: str) -> Starlette:
-    """The ASGI app over `backend` (see the module docstring for the routes)."""
+def build_app(backend: Backend, model_name: str) -> Callable[..., Any]:
+    """The ASGI app over `backend` (see the module docstring for the routes), logging each
+    request (`_logged`)."""
     import os
 
     from starlette.applications import Starlette
@@ -213,13 +215,46 @@ def build_app(backend: Backend, model_name: str) -> Starlette:
     async def chat(request: Request) -> Response:
         return await _chat(request, backend, model_name)
 
-    return Starlette(routes=[
+    app = Starlette(routes=[
         Route(CHAT_PATH, chat, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/extras/tokenize/count", count_tokens, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/stats", stats, methods=["GET"]),
     ])
+    return _logged(app, backend)
+
+
+REQUEST_LOG_PREFIX = "request: "
+"""How each request's log line on stderr begins (`runner serve` shows these lines)."""
+
+
+def _logged(app: Starlette, backend: Backend) -> Callable[..., Any]:
+    """`app`, logging one line per request to stderr when its response ends: method, path,
+    status, the reply's prompt/completion tokens (chat), and ms. /health polls are not logged."""
+    import sys
+
+    async def logged(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] == "/health":
+            await app(scope, receive, send)
+            return
+        began, status = time.perf_counter(), [0]
+        before = backend.stats.recent[-1] if backend.stats.recent else None
+
+        async def watched(message: MutableMapping[str, Any]) -> None:
+            await send(message)
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                last = backend.stats.recent[-1] if backend.stats.recent else None
+                tokens = (f"  in={last.get('prompt_tokens', 0)} out={last.get('eval_tokens', 0)}"
+                          if last is not None and last is not before else "")
+                print(f"{REQUEST_LOG_PREFIX}{scope['method']} {scope['path']} {status[0]}{tokens}  "
+                      f"{(time.perf_counter() - began) * 1000:,.0f} ms", file=sys.stderr, flush=True)
+
+        await app(scope, receive, watched)
+
+    return logged
 
 
 async def _json_body(request: Request) -> dict[str, Any] | Response:
@@ -334,3 +369,70 @@ def _error(status: int, message: str, param: str | None = None, code: str | None
     kind = "invalid_request_error" if status < 500 else "internal_server_error"
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code, **numbers}},
                         status_code=status)
+
+
+# --- OpenAI response shapes --------------------------------------------------------------
+
+
+def complete(events: Iterator[Event], model: str, created: int, completion_id: str) -> JsonObject:
+    """Collect `Engine.stream` events into an OpenAI ``chat.completion`` dict.
+
+    The extra ``runner`` object carries the engine's timings.
+    """
+    content: list[str] = []
+    calls: list[JsonObject] = []
+    finished: Finished | None = None
+    for event in events:
+        if isinstance(event, TextDelta):
+            content.append(event.text)
+        elif isinstance(event, CallDelta):
+            calls.append(event.call)
+        else:
+            finished = event
+    assert finished is not None, "the engine always ends with Finished"
+    message: JsonObject = {"role": "assistant", "content": "".join(content) or None}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": completion_id, "object": "chat.completion", "created": created, "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finished.finish_reason}],
+        "usage": usage(finished),
+        "runner": finished.timings,
+    }
+
+
+def usage(finished: Finished) -> JsonObject:
+    """OpenAI ``usage`` for a finished reply."""
+    return {"prompt_tokens": finished.prompt_tokens, "completion_tokens": finished.completion_tokens,
+            "total_tokens": finished.prompt_tokens + finished.completion_tokens}
+
+
+def chunks(events: Iterator[Event], model: str, created: int, completion_id: str,
+           include_usage: bool) -> Iterator[JsonObject]:
+    """`Engine.stream` events as OpenAI ``chat.completion.chunk`` dicts, as they come.
+
+    First a role chunk; one chunk per content delta; per tool call, a chunk opening it (id,
+    type, name, empty arguments) and one carrying its arguments; a finish chunk; then, when
+    `include_usage`, a chunk with ``choices: []`` and the usage. The last chunk carries the
+    engine's timings as ``runner``.
+    """
+    base = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model}
+
+    def chunk(delta: JsonObject, finish: str | None = None) -> JsonObject:
+        return base | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    yield chunk({"role": "assistant", "content": ""})
+    for event in events:
+        if isinstance(event, TextDelta):
+            yield chunk({"content": event.text})
+        elif isinstance(event, CallDelta):
+            function = event.call["function"]
+            yield chunk({"tool_calls": [{"index": event.index, "id": event.call["id"], "type": "function",
+                                         "function": {"name": function["name"], "arguments": ""}}]})
+            yield chunk({"tool_calls": [{"index": event.index, "function": {"arguments": function["arguments"]}}]})
+        else:
+            last = chunk({}, event.finish_reason)
+            if include_usage:
+                yield last
+                last = base | {"choices": [], "usage": usage(event)}
+            yield last | {"runner": event.timings}

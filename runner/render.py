@@ -9,15 +9,22 @@ it gets to the functions here. One helper, `print_table`, fits every table to th
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
+import textwrap
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runner.state import RunState
+    from runner.models import ModelStatus
+    from runner.state import Message, RunState, TurnRecord
+    from runner.store import RepairReport, RunInfo
     from runner.suite import SuiteReport, TaskResult
+    from runner.trace import TraceEvent
 
 
 def console() -> Any:
@@ -113,6 +120,32 @@ class TurnLine:
             self.open = False
 
 
+class PullLine:
+    """Progress of a parts pull on stderr: one redrawn line on a terminal, else a line per part."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.label = ""
+        self.drawn_at = 0.0
+
+    def __call__(self, done_bytes: int, total_bytes: int, label: str) -> None:
+        line = f"  {done_bytes / 1e6:7.0f} of {total_bytes / 1e6:.0f} MB  {label}"
+        if not self.tty:
+            if not label.startswith("unpacking"):
+                print(line, file=sys.stderr, flush=True)
+            return
+        now = time.perf_counter()
+        if label != self.label or now - self.drawn_at >= 0.2:
+            self.label, self.drawn_at = label, now
+            sys.stderr.write("\r\x1b[2K" + line[: shutil.get_terminal_size((80, 24)).columns - 1])
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.tty and self.label:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
 def run_lines(state: RunState, trace_at: str) -> list[str]:
     """A stopped run for a person: the figures, the answer, where its trace is, and how to
     continue it when it can be continued (`trace_at`: a path or the command that prints it)."""
@@ -125,7 +158,11 @@ def run_lines(state: RunState, trace_at: str) -> list[str]:
     if state.answer:
         echo(f"   answer: {json.dumps(state.answer, ensure_ascii=False)}")
     if state.per_turn:
-        echo("   per-turn prompt tokens: " + ", ".join(str(t.prompt_tokens) for t in state.per_turn))
+        counts = [str(t.prompt_tokens) for t in state.per_turn]
+        more = ""
+        if len(counts) > 8:  # one line: the first and last turns (`runner show` and --json have all)
+            counts, more = [*counts[:3], "…", *counts[-3:]], f" ({len(state.per_turn)} turns)"
+        echo("   per-turn prompt tokens: " + ", ".join(counts) + more)
     echo(f"   run id: {state.run_id}   trace: {trace_at}")
     if state.status not in ("completed",):
         echo(f"   stopped: {state.reason}")
@@ -156,11 +193,19 @@ def _column_title(report: SuiteReport, model: str) -> str:
 
 
 def markdown(report: SuiteReport) -> str:
-    """The report as Markdown: per model column, the summary over repeats, then one line per run."""
+    """The report as Markdown: a title, the date, the models and the settings; per model column,
+    the summary over repeats, then one line per run with its id."""
     from runner.suite import totals
 
-    lines = [f"Executor: {report.executor}; {report.repeats} repeat(s) per task and model; "
-             f"turn cap {report.max_turns}.", ""]
+    names = report.models or list(dict.fromkeys(r.model for r in report.results))
+    lines = [f"# Suite report: {', '.join(names)}", "",
+             f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+             + (" (cancelled: the runs finished before Ctrl-C)" if report.cancelled else "") + ". "
+             f"Executor: {report.executor}; {report.repeats} repeat(s) per task and model; "
+             f"turn cap {report.max_turns}. Each run shows with `runner show RUN_ID`.", ""]
+    if report.unfinished:
+        lines += [f"Not finished ({len(report.unfinished)}; `runner suite --resume` on the JSON report drives them): "
+                  + ", ".join(f"`{r}`" for r in report.unfinished) + ".", ""]
     for model in report.models or list(dict.fromkeys(r.model for r in report.results)):
         rows = [r for r in report.results if r.model == model]
         if not rows:
@@ -181,18 +226,21 @@ def markdown(report: SuiteReport) -> str:
             lines.append(f"| {s.task} | {s.runs} | {s.passed}/{s.runs} ({s.pass_rate:.0%}) | {s.turns:g} | "
                          f"{s.tool_runs:g} | {s.prompt_tokens:g} | {s.completion_tokens:g} | {s.cost_usd:.6f} | "
                          f"{s.turn_ms_mean:,.1f} | {s.turn_ms_p50:,.1f} | {s.turn_ms_p95:,.1f} |")
-        lines += ["", "| task | repeat | status | turns | tool runs | prompt tok | completion tok | cost USD | "
+        lines += ["", "The rows above are means per run over the repeats. Below, one line per run; its **total** "
+                      "row sums the runs (turns, tool runs, tokens, cost, wall ms), the mean turn ms is over every "
+                      "turn, and correct counts the runs.",
+                  "", "| task | repeat | run id | status | turns | tool runs | prompt tok | completion tok | cost USD | "
                       "wall ms | mean turn ms | correct | answer |",
-                  "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+                  "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
         for r in rows:
             answer = _short(r.answer, 120).replace("|", "\\|")
-            lines.append(f"| {r.task} | {r.repeat} | {r.status} | {r.turns} | {r.tool_runs} | {r.prompt_tokens} | "
-                         f"{r.completion_tokens} | {r.cost_usd:.6f} | {r.wall_ms:,.0f} | {r.mean_turn_ms:,.0f} | "
-                         f"{'yes' if r.correct else 'no'} | {answer} |")
+            lines.append(f"| {r.task} | {r.repeat} | `{r.run_id}` | {r.status} | {r.turns} | {r.tool_runs} | "
+                         f"{r.prompt_tokens} | {r.completion_tokens} | {r.cost_usd:.6f} | {r.wall_ms:,.0f} | "
+                         f"{r.mean_turn_ms:,.0f} | {'yes' if r.correct else 'no'} | {answer} |")
         t = totals(rows)
         wrong = [f"{r.task}{f' #{r.repeat}' if report.repeats > 1 else ''}: {r.why_wrong}"
                  for r in rows if not r.correct and r.why_wrong]
-        lines += [f"| **total** | | | {t['turns']} | {t['tool_runs']} | {t['prompt_tokens']} | "
+        lines += [f"| **total** | | | | {t['turns']} | {t['tool_runs']} | {t['prompt_tokens']} | "
                   f"{t['completion_tokens']} | {t['cost_usd']:.6f} | {t['wall_ms']:,.0f} | {t['mean_turn_ms']:,.0f} | "
                   f"{t['correct']}/{len(rows)} | |", "",
                   f"Tool calls: {t['calls']} in {t['tasks_with_a_call']}/{len(rows)} tasks, "
@@ -297,7 +345,9 @@ def print_suite(report: SuiteReport) -> None:
         if report.repeats > 1 or report.executor != "local":
             title += f"  [{report.repeats} repeat(s), executor {report.executor}]"
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                      caption="mean turn: " + "; ".join(
+                      caption=(f"rows: means of {report.repeats} repeats (ok: passed/runs)\n"
+                               "TOTAL: the sum of the rows\n" if report.repeats > 1 else "")
+                      + "mean turn: " + "; ".join(
                           f"{label(m)} {totals([r for r in report.results if r.model == m])['mean_turn_ms']:,.0f} ms"
                           for m in columns), caption_justify="left")
         table.add_column("task", no_wrap=True)
@@ -321,11 +371,12 @@ def print_suite(report: SuiteReport) -> None:
                 local = first.get((locals_[0], task))
                 row.append(_short(local.answer or f"({local.reason})", answer_chars) if local else "")
             table.add_row(*row)
-        total_row = ["TOTAL"]
+        total_row = ["TOTAL"]  # the sum of the rows above (means per run when repeated), so it adds up
         for m in columns:
-            rows = [r for r in report.results if r.model == m]
-            t = totals(rows)
-            total_row += [f"{t['turns']}/{t['tool_runs']}", f"{t['wall_ms']:,.0f}", f"{t['correct']}/{len(rows)}"]
+            shown = [by[(m, task)] for task in tasks if (m, task) in by]
+            total_row += [f"{sum(s.turns for s in shown):g}/{sum(s.tool_runs for s in shown):g}",
+                          f"{sum(s.wall_ms for s in shown):,.0f}",
+                          f"{sum(s.passed for s in shown)}/{sum(s.runs for s in shown)}"]
         if answer_chars:
             total_row.append("")
         table.add_row(*total_row, style="bold")
@@ -338,3 +389,354 @@ def print_suite(report: SuiteReport) -> None:
     room = out.width - numbers_width - 3
     answer_chars = room if len(locals_) == 1 and room >= 20 else 0
     out.print(build(answer_chars))
+
+
+# --- a run as a person reads it: `runner show`, the runs table's model names, `runs --totals` ---
+
+RESULT_LINES = 6
+"""Lines of a tool result (and of the system prompt) shown without --full."""
+
+
+def fit(line: str, width: int) -> str:
+    """`line` cut to `width` characters, ending in "…" when cut."""
+    return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
+
+
+def when(ts: float) -> str:
+    """A Unix time as "YYYY-MM-DD HH:MM" in UTC."""
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
+
+
+def next_steps(state: RunState) -> list[str]:
+    """What a person can do next with a stopped run, one line each (empty when it is final)."""
+    rid = state.run_id
+    it = state.interruption
+    if it is not None and it.type == "approval":
+        return [f"waiting for approval: {it.tool_name}({json.dumps(it.args)})  call id {it.call_id}"
+                + ("  [in doubt: it may already have run]" if it.in_doubt else ""),
+                f"approve with: runner resume {rid} --approve {it.call_id}",
+                f"reject with:  runner resume {rid} --reject {it.call_id} --reason TEXT"]
+    if state.status == "max_turns_exceeded":
+        return [f"resume with: runner resume {rid} --max-turns N   (N > {state.turns}; 0: no cap)"]
+    if state.status == "budget_exceeded":
+        return [f"resume with: runner resume {rid} --max-budget USD   (more than ${state.cost_usd:.6f})"]
+    if state.status in ("interrupted", "running"):
+        return [f"resume with: runner resume {rid}"]
+    return []
+
+
+def _turns(state: RunState) -> list[TurnRecord]:
+    """The turn record of each kept assistant message, in order (slipped replies were not kept)."""
+    return [t for t in state.per_turn if t.slip is None]
+
+
+def _verdicts(events: Sequence[TraceEvent]) -> dict[str, str]:
+    """call id -> the operator's verdict in words."""
+    out: dict[str, str] = {}
+    for e in events:
+        if e.type == "verdict":
+            out[e.callId] = (f"approved by {e.by}" if e.verdict == "approve"
+                             else f"rejected by {e.by}: {e.reason or 'no reason given'}")
+    return out
+
+
+def _args(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments or "{}"), ensure_ascii=False)
+    except json.JSONDecodeError:
+        return arguments
+
+
+def _body(text: str, width: int, full: bool, indent: str, *, wrap: bool = False, capped: bool = True) -> list[str]:
+    """`text` indented: wrapped to `width` (prose) or each line cut to it (tool output); at most
+    `RESULT_LINES` lines when `capped` and not `full`."""
+    lines = text.splitlines() or [""]
+    if wrap:
+        lines = [part for line in lines
+                 for part in (textwrap.wrap(line, max(width - len(indent), 20), break_on_hyphens=False) or [""])]
+    shown = lines if full or not capped else lines[:RESULT_LINES]
+    out = [indent + line if full else fit(indent + line, width) for line in shown]
+    if len(shown) < len(lines):
+        out.append(f"{indent}… {len(lines) - len(shown)} more lines (--full shows all)")
+    return out
+
+
+def run_header(state: RunState) -> list[str]:
+    """Three lines: the run, its model and status; when it started, turns, tool runs and wall
+    time; tokens and cost."""
+    tools = state.tool_run_count
+    return [f"run {state.run_id}  {state.config.endpoint.model}  {state.status}",
+            f"started {when(state.created_at)} UTC · {state.turns} turn{'s' * (state.turns != 1)} · "
+            f"{tools} tool run{'s' * (tools != 1)} · {state.wall_ms / 1000:.1f} s",
+            f"tokens {state.prompt_tokens:,} in / {state.completion_tokens:,} out · cost ${state.cost_usd:.6f}"]
+
+
+def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int = 80, full: bool = False) -> list[str]:
+    """The transcript as plain text lines of at most `width` characters (unless `full`)."""
+    out = [fit(line, width) for line in run_header(state)]
+    records = iter(_turns(state))
+    verdicts = _verdicts(events)
+    runs = {r.call_id: r for r in state.tool_runs}
+    for m in state.messages:
+        out.append("")
+        if m.role in ("system", "user"):
+            out.append(f"── {m.role} " + "─" * max(width - len(m.role) - 4, 0))
+            out += _body(m.content or "", width, full, "", wrap=True)
+        elif m.role == "assistant":
+            out += _assistant(m, next(records, None), width, full)
+        elif m.role == "tool":
+            record = runs.get(m.tool_call_id or "")
+            mark = "←" if record is None or record.ok else "✗"
+            label = f"  {mark} {m.name or 'tool'}"
+            if record is not None and record.source != "run":
+                label += f" ({record.source})"
+            if record is not None:
+                label += f"  {record.ms:,.0f} ms"
+            out.append(fit(label, width))
+            if m.tool_call_id in verdicts:
+                out.append(fit(f"    {verdicts[m.tool_call_id]}", width))
+            out += _body(m.content or "", width, full, "    ")
+        if out[-1] == "" and m.role != "assistant":
+            out.pop()
+    out.append("")
+    out += [fit(line, width) if not full else line for line in _ending(state)]
+    return out
+
+
+def _assistant(m: Message, record: TurnRecord | None, width: int, full: bool) -> list[str]:
+    head = f"── turn {record.turn}" if record else "── assistant"
+    if record is not None:
+        head += (f" · {record.prompt_tokens:,} in / {record.completion_tokens:,} out · "
+                 f"{record.ms / 1000:.1f} s ")
+    out = [fit(head + "─" * max(width - len(head), 0), width)]
+    if m.content and m.content.strip():
+        out += _body(m.content.strip(), width, full, "", wrap=True, capped=False)  # the model's words: all of them
+    for call in m.tool_calls or []:
+        out.append(fit(f"  → {call.function.name} {_args(call.function.arguments)}", width) if not full
+                   else f"  → {call.function.name} {_args(call.function.arguments)}")
+    return out
+
+
+def _ending(state: RunState) -> list[str]:
+    lines = []
+    if state.answer:
+        lines.append("answer: " + " ".join(state.answer.split()))
+    lines.append(f"stopped: {state.status}" + (f" ({state.reason})" if state.reason else ""))
+    if state.error is not None:
+        lines.append(f"error: {state.error.type}: {state.error.message}")
+    return lines + next_steps(state)
+
+
+def transcript_markdown(state: RunState, events: Sequence[TraceEvent]) -> str:
+    """The whole transcript as Markdown: nothing cut."""
+    head = run_header(state)
+    out = [f"# Run {state.run_id}", "", f"**{state.config.endpoint.model}** · {state.status}", "", head[1], "", head[2], ""]
+    records = iter(_turns(state))
+    verdicts = _verdicts(events)
+    fence = "```"
+    for m in state.messages:
+        if m.role in ("system", "user"):
+            out += [f"## {m.role.capitalize()}", "", fence, m.content or "", fence, ""]
+        elif m.role == "assistant":
+            record = next(records, None)
+            title = f"## Turn {record.turn}" if record else "## Assistant"
+            if record is not None:
+                title += f" ({record.prompt_tokens:,} in / {record.completion_tokens:,} out, ${record.cost_usd:.6f})"
+            out += [title, ""]
+            if m.content and m.content.strip():
+                out += [m.content.strip(), ""]
+            for call in m.tool_calls or []:
+                out += [f"- call `{call.function.name}` `{_args(call.function.arguments)}` (id `{call.id}`)"]
+            if m.tool_calls:
+                out.append("")
+        else:
+            out += [f"### Result of `{m.name}` (call `{m.tool_call_id}`)", ""]
+            if m.tool_call_id in verdicts:
+                out += [f"*{verdicts[m.tool_call_id]}*", ""]
+            out += [fence, m.content or "", fence, ""]
+    out += ["## Stop", ""] + [f"- {line}" for line in _ending(state)]
+    return "\n".join(out) + "\n"
+
+
+def transcript_json(state: RunState, events: Sequence[TraceEvent]) -> dict[str, Any]:
+    """The state and its trace events as one JSON-ready object."""
+    return {"state": state.model_dump(mode="json"),
+            "events": [e.model_dump(mode="json", exclude_none=True) for e in events]}
+
+
+_QUANT = re.compile(r"[.\-_](?:i?q\d[\w]*|f16|f32|bf16)$", re.IGNORECASE)
+_TUNE = re.compile(r"[.\-_](?:instruct|chat|it)$", re.IGNORECASE)
+
+
+def short_model(name: str) -> str:
+    """The part of a model name that tells models apart in a narrow column: no folder, no
+    ".gguf", no quantization or "-instruct" suffix ("…/SmolLM2-135M-Instruct.Q4_1.gguf" ->
+    "SmolLM2-135M"); a scripted scenario by its name ("scripted/plan" -> "plan")."""
+    if name.startswith("scripted/"):
+        return name.removeprefix("scripted/")
+    base = name.rsplit("/", 1)[-1].removesuffix(".gguf")
+    for pattern in (_QUANT, _TUNE):
+        base = pattern.sub("", base)
+    return base or name
+
+
+def short_models(names: Sequence[str]) -> dict[str, str]:
+    """`short_model` of each name, keeping a name whole where two would look the same."""
+    shorts = {n: short_model(n) for n in names}
+    taken: dict[str, int] = {}
+    for short in shorts.values():
+        taken[short] = taken.get(short, 0) + 1
+    return {n: s if taken[s] == 1 else n for n, s in shorts.items()}
+
+
+GROUPINGS = ("model", "day", "status")
+
+
+@dataclass
+class Total:
+    """Sums over a group of runs: counts, tokens, USD."""
+
+    group: str
+    runs: int = 0
+    turns: int = 0
+    tool_runs: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, state: RunState) -> None:
+        self.runs += 1
+        self.turns += state.turns
+        self.tool_runs += state.tool_run_count
+        self.prompt_tokens += state.prompt_tokens
+        self.completion_tokens += state.completion_tokens
+        self.cost_usd += state.cost_usd - state.child_cost_usd  # each child run is a row of its own
+
+
+def run_totals(states: Sequence[tuple[RunState, str]], by: str | None) -> list[Total]:
+    """Sums per group (`by`: "model", "day" (UTC, of the start) or "status" (as shown)), in
+    order of first appearance, then a TOTAL row; one "all runs" row when `by` is None.
+    `states` holds (state, shown status) pairs. Every run counts its own spend: a research
+    child's cost, which its parent's `cost_usd` includes, is counted once, with the child.
+    """
+    groups: dict[str, Total] = {}
+    overall = Total("TOTAL" if by else "all runs")
+    names = short_models(sorted({s.config.endpoint.model for s, _ in states}))
+    for state, shown in states:
+        key = {"model": names.get(state.config.endpoint.model, state.config.endpoint.model),
+               "day": time.strftime("%Y-%m-%d", time.gmtime(state.created_at)), "status": shown}.get(by or "", "")
+        if by:
+            groups.setdefault(key, Total(key)).add(state)
+        overall.add(state)
+    return [*groups.values(), overall]
+
+
+def print_runs(infos: Sequence[RunInfo]) -> None:
+    """The `runner runs` table: id, start, status, turns, cost, the model's distinguishing
+    name, and, where the terminal has room for it, the reason (`runner show` has it all)."""
+
+    def reason(i: RunInfo) -> str:
+        if i.shown_status == "died":
+            return "its process died; resume it with: runner resume " + i.state.run_id
+        if i.shown_status == "damaged":
+            return i.damage or "damaged; repair it with: runner repair " + i.state.run_id
+        return f"driven by {i.driver}" if i.shown_status == "running" else i.state.reason or ""
+
+    names = short_models(sorted({i.state.config.endpoint.model for i in infos}))
+    wide = console().width >= 110
+    print_table([("run id", "id"), ("started", "id"), ("status", "id"), ("turns", "num"),
+                 ("cost USD", "num"), ("model", "text"), *([("reason", "text")] if wide else [])],
+                [[i.state.run_id, when(i.state.created_at)[5:], i.shown_status, str(i.state.turns),
+                  f"{i.state.cost_usd:.6f}", names[i.state.config.endpoint.model],
+                  *([reason(i)] if wide else [])] for i in infos])
+
+
+def print_totals(rows: Sequence[Total], by: str | None) -> None:
+    """The `runner runs --totals` table."""
+    print_table([(by or "runs", "text"), ("runs", "num"), ("turns", "num"), ("tools", "num"),
+                 ("in tokens", "num"), ("out tokens", "num"), ("cost USD", "num")],
+                [[r.group, str(r.runs), str(r.turns), str(r.tool_runs), f"{r.prompt_tokens:,}",
+                  f"{r.completion_tokens:,}", f"{r.cost_usd:.6f}"] for r in rows])
+
+
+def trace_lines(events: Sequence[TraceEvent], info: RunInfo | None, width: int) -> list[str]:
+    """A run's trace for `runner trace`: one line per event (cut to `width` with "…"; `--json`
+    has it all), then why it stopped and what it cost; `info` (the run as listed) says what
+    a trace without a stop means (a process that died, a driver at work, a queued run), and
+    whether the run is damaged."""
+    lines = []
+    t0 = events[0].ts if events else 0.0
+    for e in events:
+        fields = e.model_dump(exclude={"runId", "ts", "type"}, exclude_none=True, exclude_defaults=True)
+        shown = "  ".join(f"{k}={json.dumps(v) if not isinstance(v, (int, float)) else v}" for k, v in fields.items())
+        lines.append(fit(f"+{(e.ts - t0) * 1000:9.0f} ms  {e.type:<17} {shown}", width))
+    stops = [e for e in events if e.type == "run_stopped"]
+    processes = sum(1 for e in events if e.type in ("run_started", "run_resumed"))
+    if stops:
+        last = stops[-1]
+        lines.append(f"stopped: {last.status}  turns={last.turns}  cost=${last.costUsd:.6f}  processes={processes}")
+        lines += textwrap.wrap(f"reason: {last.reason}", width, subsequent_indent="  ",
+                               break_on_hyphens=False, break_long_words=False)
+    stopped = bool(events) and events[-1].type == "run_stopped"
+    if info is not None and info.shown_status == "damaged":
+        lines.append(f"damaged: {info.damage}")
+    elif info is None or stopped:
+        pass
+    elif info.shown_status == "died":
+        lines += ["died: its process was killed after the last event", f"resume with: runner resume {info.state.run_id}"]
+    elif info.shown_status == "running":
+        lines.append(f"running: driven by {info.driver}")
+    elif info.shown_status == "queued":
+        lines.append("queued: waiting for a worker")
+    return lines
+
+
+def repair_lines(report: RepairReport) -> list[str]:
+    """What `runner repair` did: the save it rebuilt from, what it dropped, what may have
+    happened outside the kept state, and how to continue."""
+    if report.kept_seq == report.new_seq:
+        return [f"run {report.run_id}: " + "; ".join(report.notes)]
+    return [f"repaired run {report.run_id}: rebuilt from save {report.kept_seq} (now save {report.new_seq})",
+            f"dropped {len(report.dropped)}:" if report.dropped else "dropped: nothing committed after it",
+            *(f"  {line}" for line in report.dropped),
+            "may have happened outside the kept state:" if report.outside else "nothing started outside it",
+            *(f"  {line}" for line in report.outside),
+            *(f"note: {line}" for line in report.notes),
+            f"continue it with: runner resume {report.run_id}"]
+
+
+def transcript(state: RunState, events: Sequence[TraceEvent], fmt: str, width: int, full: bool) -> str:
+    """`runner show`: the transcript as text fitted to `width` (`full`: nothing cut), Markdown
+    (`fmt` "md") or JSON, ending with a newline."""
+    if fmt == "json":
+        return json.dumps(transcript_json(state, events), ensure_ascii=False) + "\n"
+    if fmt == "md":
+        return transcript_markdown(state, events)
+    return "\n".join(transcript_lines(state, events, width=width, full=full)) + "\n"
+
+
+def suite_cancelled(report: SuiteReport) -> str:
+    """What a cancelled suite says: how many runs it finished and how to finish the rest."""
+    stopped = [r for r in report.results if r.status != "completed" and r.status != "failed"]
+    finish = (f"; finish the suite with: runner suite --resume {Path(report.report_path).with_suffix('.json')}"
+              if report.report_path else "")
+    unfinished = report.unfinished
+    return (f"suite cancelled after {len(report.results)} run(s); the report above holds them{finish}"
+            + "".join(f"; resume {r.task} with: runner resume {r.run_id}" for r in stopped)
+            + (f"; {len(unfinished)} run(s) not finished, each continues with runner resume ID: "
+               + " ".join(unfinished[:5]) + (" …" if len(unfinished) > 5 else "")
+               + " (all in the JSON report)" if unfinished else ""))
+
+
+def print_models(rows: Sequence[ModelStatus]) -> None:
+    """The `runner models list` table."""
+    print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "path")],
+                [[r.name, "yes" if r.present else "no", r.source, f"{(r.size_bytes or 0) / 1e6:.0f}",
+                  str(r.path or "")] for r in rows])
+
+
+def unkept_lines(state: RunState, width: int) -> list[str]:
+    """Why a new run that never got a reply from its endpoint was not kept."""
+    return [*textwrap.wrap(f"error: {state.reason}", width, subsequent_indent="  ", break_on_hyphens=False,
+                           break_long_words=False),
+            f"not kept: run {state.run_id} never got a reply; --keep keeps such runs"]

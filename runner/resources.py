@@ -1,9 +1,9 @@
 """Where runner's files are: the task suite and model manifest it ships, and where models go.
 
 In a checkout (an editable install) the data is the checkout's own `tasks/` and
-`models/manifest.json`, and downloaded models go to `models/`. In an installed wheel the same
-files ship inside the package (`runner/_data/`, read with `importlib.resources`) and models go
-to a user cache folder. Environment variables override each: `RUNNER_TASKS_DIR`,
+`models/manifest.json`. In an installed wheel the same files ship inside the package
+(`runner/_data/`, read with `importlib.resources`). Downloaded models always go to a user cache
+folder, shared by every checkout on the machine. Environment variables override each: `RUNNER_TASKS_DIR`,
 `RUNNER_MANIFEST`, `RUNNER_MODELS_DIR`.
 """
 
@@ -48,13 +48,13 @@ def manifest_path() -> Path:
 
 
 def models_dir() -> Path:
-    """Where downloaded models live: $RUNNER_MODELS_DIR, the checkout's `models/`, or
-    `$XDG_CACHE_HOME/runner/models` (default `~/.cache/runner/models`)."""
+    """Where downloaded models live: $RUNNER_MODELS_DIR, else the user cache
+    `$XDG_CACHE_HOME/runner/models` (default `~/.cache/runner/models`).
+
+    Outside any checkout on purpose: a model of 1 GB is pulled once per machine and shared by
+    every checkout, test run and CI job on it."""
     override = os.environ.get("RUNNER_MODELS_DIR")
     if override:
         return Path(override).expanduser()
-    root = checkout_root()
-    if root:
-        return root / "models"
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(cache) / "runner" / "models"

@@ -7,14 +7,12 @@ Messages use the OpenAI chat-completions shapes so they can be sent as they are.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
-import uuid
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, NamedTuple, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
 FORMAT_VERSION = 3
 """3: the config's endpoint fields in `RunConfig.endpoint`, its limits in `RunConfig.limits`
@@ -42,19 +40,19 @@ DEFAULT_TOOLS: tuple[str, ...] = ("list_files", "read_file", "delete_file", "sca
 """The tool names a run offers unless told otherwise (resolved by `runner.catalog`)."""
 
 
-class FunctionCall(BaseModel):
+class FunctionCall(BaseModel, defer_build=True):
     name: str
     arguments: str = "{}"
     """The arguments as a JSON string, exactly as the model sent them."""
 
 
-class ToolCall(BaseModel):
+class ToolCall(BaseModel, defer_build=True):
     id: str
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
-class Message(BaseModel):
+class Message(BaseModel, defer_build=True):
     """One chat message in the OpenAI shape (`system`, `user`, `assistant`, `tool`)."""
 
     model_config = ConfigDict(extra="ignore")
@@ -70,7 +68,7 @@ class Message(BaseModel):
         return self.model_dump(exclude_none=True)
 
 
-class ApprovalInterruption(BaseModel):
+class ApprovalInterruption(BaseModel, defer_build=True):
     type: Literal["approval"] = "approval"
     call_id: str
     tool_name: str
@@ -79,7 +77,7 @@ class ApprovalInterruption(BaseModel):
     """True when the call was started in an earlier process and its outcome is unknown."""
 
 
-class MaxTurnsInterruption(BaseModel):
+class MaxTurnsInterruption(BaseModel, defer_build=True):
     type: Literal["max_turns"] = "max_turns"
     limit: int | None = None
     """The turn cap in force (None in version-1 files)."""
@@ -87,7 +85,7 @@ class MaxTurnsInterruption(BaseModel):
     """Turns taken when the run stopped."""
 
 
-class MaxBudgetInterruption(BaseModel):
+class MaxBudgetInterruption(BaseModel, defer_build=True):
     type: Literal["max_budget"] = "max_budget"
     limit_usd: float | None = None
     """The budget in force, USD (None in version-1 files)."""
@@ -95,7 +93,7 @@ class MaxBudgetInterruption(BaseModel):
     """Spend when the run stopped, USD (may pass the limit by at most one turn's cost)."""
 
 
-class ProviderUnavailableInterruption(BaseModel):
+class ProviderUnavailableInterruption(BaseModel, defer_build=True):
     """The provider could not be reached, or kept failing, through every retry: a plain
     resume asks again. Not a verdict on the run."""
 
@@ -108,7 +106,7 @@ class ProviderUnavailableInterruption(BaseModel):
     """Attempts made after the first."""
 
 
-class CancelledInterruption(BaseModel):
+class CancelledInterruption(BaseModel, defer_build=True):
     type: Literal["cancelled"] = "cancelled"
     reason: str
 
@@ -124,6 +122,7 @@ ErrorType = Literal[
     "invalid_request",  # a 4xx (or a deterministic 5xx) the provider calls invalid
     "not_found",  # HTTP 404: unknown model or endpoint
     "context_overflow",  # the prompt does not fit the model's context
+    "bad_endpoint",  # the base URL answers, but not as a chat-completions API (HTML, non-JSON, 405, 501)
     "protocol_slip",  # the model kept replying with no answer and no usable call
     "tool_error",  # tool_errors="fatal" and a tool failed
     "permanent_tool_error",  # a tool failure no retry fixes (permission denied, ...)
@@ -133,7 +132,7 @@ ErrorType = Literal[
 """Why a `failed` run failed, as a closed set."""
 
 
-class RunError(BaseModel):
+class RunError(BaseModel, defer_build=True):
     """What stopped a `failed` run, as data."""
 
     type: ErrorType
@@ -145,7 +144,7 @@ class RunError(BaseModel):
     """Numbers the provider gave with the error, e.g. {"n_prompt_tokens": 5000, "n_ctx": 4096}."""
 
 
-class TurnRecord(BaseModel):
+class TurnRecord(BaseModel, defer_build=True):
     """One answered model call: usage in tokens, cost in USD, wall time in ms."""
 
     turn: int
@@ -169,7 +168,7 @@ class TurnRecord(BaseModel):
     was billed but not kept, and the turn was asked again."""
 
 
-class ToolRun(BaseModel):
+class ToolRun(BaseModel, defer_build=True):
     """One tool call that produced a result (really run, served from cache, or refused)."""
 
     call_id: str
@@ -187,7 +186,7 @@ ToolChoice = Literal["auto", "required", "none"]
 EndpointKind = Literal["url", "local", "scripted"]
 
 
-class Endpoint(BaseModel):
+class Endpoint(BaseModel, defer_build=True):
     """Everything needed to reach one model: which, where, and how patiently.
 
     Its kind follows from which field is set: `base_url` (``url``: an endpoint already
@@ -215,6 +214,10 @@ class Endpoint(BaseModel):
     """Per-request timeout, seconds."""
     max_retries: int = Field(default=4, ge=0)
     """Retries of a request that failed transiently (connection refused, 429, 5xx, timeout)."""
+    api_key_env: str | None = None
+    """The NAME of the environment variable the run's API key came from (never the key):
+    resume and workers read the key from it again (`runner.config.key_for`). None: no key,
+    or one given on the command line (a resume then needs it again)."""
     latency_ms: float = Field(default=0.0, ge=0)
     """The scripted provider only: delay added to every reply, ms."""
 
@@ -246,7 +249,7 @@ class Endpoint(BaseModel):
                 str(self.n_threads), str(self.latency_ms) if self.kind == "scripted" else None)
 
 
-class Limits(BaseModel):
+class Limits(BaseModel, defer_build=True):
     """When a run must stop before it spends more, and the checks that say so.
 
     The loop asks `before_request` before each model call and `before_tool_call` before each
@@ -330,7 +333,7 @@ _ENDPOINT_KEYS = frozenset(Endpoint.model_fields)
 _LIMIT_KEYS = frozenset(Limits.model_fields)
 
 
-class RunConfig(BaseModel):
+class RunConfig(BaseModel, defer_build=True):
     """How the run reaches its model (`endpoint`), when it must stop (`limits`), and which
     policies apply.
 
@@ -353,12 +356,27 @@ class RunConfig(BaseModel):
     dedupe_all: bool = False
     tool_errors: Literal["text", "generic", "fatal"] = "text"
     permanent_errors: bool = True
+    on_slip: Literal["corrective", "repeat", "fail"] = "corrective"
+    """What a protocol slip gets: ``corrective`` asks again with a short user message saying
+    what went wrong and what to do (kept in the transcript, named ``runner``); ``repeat`` sends
+    the same request again; ``fail`` fails the run at the first slip."""
+    answer_after_tool_turns: int | None = None
+    """After this many assistant turns of tool calls, the next request adds a user message
+    asking for the answer to the task (restated) and is sent with ``tool_choice: "none"``: the
+    model must answer from what it has read. None: never. The model manifest gives small local
+    models a value."""
     max_tool_result_chars: int | None = 20_000
     """Longer tool results are cut, with a marker the model reads (None: no cap)."""
     auto_approve: bool = False
     """Approve every needs_approval call without stopping (used by the double_delete demo)."""
     tools: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOLS))
-    """Names of the tools offered to the model (`research` adds a child-agent tool)."""
+    """Names of the tools offered to the model (`research` adds a child-agent tool). Given
+    tool objects (your own tools) instead of names, the config keeps their names, records
+    where each can be imported again in `tool_refs`, and hands the objects to the run that
+    starts from this config (they are never saved)."""
+    tool_refs: dict[str, str] = {}
+    """Tool name -> "module:attribute" for tools that are not built in: how a resume or a
+    worker finds them again (a tool class, or an instance, importable from there)."""
     research_model: str | None = None
     """Model for the `research` tool's child runs (default: the parent's model)."""
     research_max_turns: int = 6
@@ -383,8 +401,37 @@ class RunConfig(BaseModel):
         """USD per million prompt and completion tokens."""
         return self.price_in_usd_per_mtok, self.price_out_usd_per_mtok
 
+    _given_tools: dict[str, Any] = PrivateAttr(default_factory=dict)
 
-class RunState(BaseModel):
+    @model_validator(mode="wrap")
+    @classmethod
+    def _take_tool_objects(cls, data: Any, handler: ModelWrapValidatorHandler[RunConfig]) -> RunConfig:
+        """`tools` may hold tool objects: keep their names (and import references) as data,
+        and the objects beside, unsaved, for `given_tools`."""
+        objects = [t for t in data.get("tools") or [] if not isinstance(t, str)] if isinstance(data, dict) else []
+        if objects:
+            refs = {t.name: ref for t in objects if (ref := tool_ref(t)) is not None}
+            data = {**data, "tools": [t if isinstance(t, str) else t.name for t in data["tools"]],
+                    "tool_refs": {**data.get("tool_refs", {}), **refs}}
+        config = handler(data)
+        config._given_tools.update({t.name: t for t in objects})
+        return config
+
+    def given_tools(self) -> dict[str, Any]:
+        """The tool objects this config was built with, by name (never saved; a loaded config has none)."""
+        return dict(self._given_tools)
+
+
+def tool_ref(tool: Any) -> str | None:
+    """Where a tool object can be imported again ("module:Class", built with no arguments), or
+    None for a tool defined in `__main__` or inside a function."""
+    cls = type(tool)
+    if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+        return None
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+class RunState(BaseModel, defer_build=True):
     """Everything about one run. Counts are in tokens, money in USD, times in ms."""
 
     format_version: int = FORMAT_VERSION
@@ -437,6 +484,8 @@ class RunState(BaseModel):
 
 
 def new_run_id() -> str:
+    import uuid  # imported where used, as hashlib below: `from runner import RunState` stays light
+
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
@@ -463,6 +512,8 @@ def call_signature(tool_name: str, arguments: str) -> str:
                                ensure_ascii=False)
     except json.JSONDecodeError:
         canonical = arguments
+    import hashlib
+
     return tool_name + ":" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 

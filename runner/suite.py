@@ -18,7 +18,7 @@ import re
 import statistics
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Literal, Sequence
 
 from pydantic import BaseModel
 
@@ -38,6 +38,11 @@ PROTOCOL_TEXT = re.compile(r"</?tool_(?:call|response)>|<\|im_(?:start|end)\|>")
 """Chat-protocol markup: an answer containing it pasted the transcript, it did not answer."""
 ECHO_LINE_CHARS = 40
 """A tool-result line at least this long, found verbatim in an answer, makes the answer an echo."""
+TOOL_JSON = re.compile(r'"(?:name|arguments|parameters|properties|function|type)"\s*:')
+"""A JSON key of a tool call or a tool schema: an answer containing one wrote a call or pasted
+the tools as text, it did not answer."""
+TOOL_LIST_MAX_OTHER_WORDS = 6
+"""An answer naming two or more tools with fewer other words than this is a list of tools."""
 
 
 class Check(BaseModel):
@@ -61,9 +66,11 @@ class Task(BaseModel):
     """The answer only counts if at least this many tools really ran (e.g. 'read each one')."""
 
     def grade(self, answer: str, tool_runs: int, tool_results: list[str] = []) -> Grade:  # noqa: B006
-        """Grade an answer. Before the task's own patterns, two rules hold for every task: an
-        answer containing chat-protocol text (`PROTOCOL_TEXT`) is wrong, and so is one that
-        reproduces a tool result verbatim (`echoes`): pasting the evidence back is not an answer.
+        """Grade an answer. Before the task's own patterns, these rules hold for every task: an
+        answer containing chat-protocol text (`PROTOCOL_TEXT`) is wrong, so is one that
+        reproduces a tool result verbatim (`echoes`): pasting the evidence back is not an
+        answer, one holding tool-call or tool-schema JSON (`TOOL_JSON`), and one that is a
+        list of tool names (`lists_tools`).
 
         Args:
             tool_results: the text of every tool result the run saw.
@@ -75,6 +82,10 @@ class Task(BaseModel):
             return Grade(correct=False, why="contains tool-protocol text")
         if echoes(answer, tool_results):
             return Grade(correct=False, why="reproduces a tool result verbatim")
+        if TOOL_JSON.search(text):
+            return Grade(correct=False, why="is a tool call or tool schema written as JSON")
+        if lists_tools(text):
+            return Grade(correct=False, why="lists tool names")
         missing = [p for p in self.check.all if not re.search(p, text)]
         if missing:
             return Grade(correct=False, why=f"does not match {missing[0]!r}")
@@ -84,6 +95,18 @@ class Task(BaseModel):
         if tool_runs < self.min_tool_runs:
             return Grade(correct=False, why=f"{tool_runs} tool runs, the task needs {self.min_tool_runs}")
         return Grade(correct=True)
+
+def lists_tools(text: str) -> bool:
+    """True if `text` names three or more of runner's tools, or two or more with fewer than
+    `TOOL_LIST_MAX_OTHER_WORDS` other words: a list of tools, not an answer."""
+    from runner.catalog import NAMES
+
+    named = {name for name in NAMES if re.search(rf"\b{re.escape(name)}\b", text)}
+    if len(named) >= 3:
+        return True
+    other = [w for w in re.findall(r"[a-z0-9_.]+", text) if w not in named]
+    return len(named) >= 2 and len(other) < TOOL_LIST_MAX_OTHER_WORDS
+
 
 def echoes(answer: str, tool_results: list[str]) -> bool:
     """True if `answer` reproduces a tool result: one of its lines of `ECHO_LINE_CHARS`+
@@ -259,6 +282,25 @@ def model_columns(provider: str, models: Sequence[str] = (), base_url: str | Non
     return columns
 
 
+def harness_settings(column: Endpoint, run_settings: dict[str, Any] | None = None,
+                     system_addendum: str | None = None) -> tuple[dict[str, Any], str]:
+    """The harness settings a column's runs get, from the model manifest unless overridden:
+    (`RunConfig` fields, text added to the system prompt). The scripted column gets none.
+
+    A local model's manifest entry (found by name, or by the file name of its GGUF) gives
+    ``answer_after_tool_turns`` and ``system_addendum``; `run_settings` and `system_addendum`
+    take precedence."""
+    if column.scripted:
+        return {}, ""
+    from runner import models as models_mod
+
+    entry = models_mod.entry_for(column.model, Path(column.local_model) if column.local_model else None)
+    settings: dict[str, Any] = {"answer_after_tool_turns": entry.answer_after_tool_turns} if entry else {}
+    settings |= run_settings or {}
+    addendum = system_addendum if system_addendum is not None else (entry.system_addendum if entry else "")
+    return settings, addendum
+
+
 def _model_for(column: Endpoint, task: Task) -> str:
     """The model name a run of `task` sends: scripted runs name their scenario (the task id)."""
     return f"scripted/{task.id}" if column.scripted else column.model
@@ -268,7 +310,8 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
               max_turns: int = 8, max_tokens: int | None = None, latency_ms: float = 0.0, repeats: int = 1,
               executor: Executor | None = None, columns: list[Endpoint] | None = None,
               on_result: Callable[[TaskResult], None] | None = None, on_note: Callable[[str], None] | None = None,
-              store_location: str | None = None, durability: Durability = "process") -> SuiteReport:
+              store_location: str | None = None, durability: Durability = "process",
+              run_settings: dict[str, Any] | None = None, system_addendum: str | None = None) -> SuiteReport:
     """Run every task on every model column `repeats` times; returns the report (see
     `runner.render.write_suite_report` to write it).
 
@@ -289,6 +332,10 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
         durability: what each committed transition survives (see `runner.store.Durability`).
         on_result: called with each task's result as its run stops.
         on_note: called with a line about each local model column (which file, which settings).
+        run_settings: `RunConfig` fields for every local column's runs, over the manifest's
+            (`harness_settings`), e.g. ``{"on_slip": "repeat"}``.
+        system_addendum: text added to the suite's system prompt for local columns, instead of
+            the manifest's ``system_addendum`` (None: the manifest's; "": none).
 
     Raises:
         UsageError, models.ModelNotFound: as `model_columns`.
@@ -307,12 +354,16 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
     batches = []
     for column in columns:
         run_ids = []
+        harness, addendum = harness_settings(column, run_settings, system_addendum)
         for task in suite.tasks:
             for repeat in range(1, repeats + 1):
                 # how `runner resume` reaches this endpoint again: a URL, or the local model to start
-                endpoint = column.model_copy(update={"model": _model_for(column, task)})
-                config = RunConfig(endpoint=endpoint, limits=Limits(max_turns=max_turns), max_tokens=max_tokens)
-                state = new_run(task.prompt, config, system=suite.system)
+                overrides = dict(harness)  # endpoint settings (e.g. first_turn_tool_choice) go on the endpoint
+                moved = {k: overrides.pop(k) for k in list(overrides) if k in Endpoint.model_fields}
+                endpoint = column.model_copy(update={"model": _model_for(column, task), **moved})
+                config = RunConfig(endpoint=endpoint, limits=Limits(max_turns=max_turns), max_tokens=max_tokens,
+                                   **overrides)
+                state = new_run(task.prompt, config, system=suite.system + addendum)
                 fanout.create(state, location)
                 jobs[state.run_id] = (column, task, repeat)
                 run_ids.append(state.run_id)
@@ -340,6 +391,81 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
     return report
 
 
+def _cancelled(result: TaskResult) -> bool:
+    """A run Ctrl-C stopped before it finished (resumable, not a result)."""
+    return result.status == "interrupted" and (result.reason or "").startswith("cancelled")
+
+
+def resume_suite(report_file: Path, runs_root: Path, *, executor: Executor | None = None,
+                 on_result: Callable[[TaskResult], None] | None = None, store_location: str | None = None,
+                 durability: Durability = "process") -> SuiteReport:
+    """Finish a cancelled suite: drive the runs its report lists as unfinished or cancelled
+    (each resumed where it stopped, nothing paid twice); returns a report of every run.
+
+    Args:
+        report_file: the cancelled suite's JSON report (its .md path works too).
+        runs_root, executor, on_result, store_location, durability: as `run_suite` (the runs
+            must be in that store).
+
+    Raises:
+        UsageError: an unreadable report, or one with nothing left to run.
+        RunNotFound: a run of the report is not in the store.
+    """
+    path = report_file.with_suffix(".json")
+    try:
+        old = SuiteReport.model_validate_json(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read the suite report {path}: {exc}") from None
+    todo = [r.run_id for r in old.results if _cancelled(r)] + old.unfinished
+    if not todo:
+        raise UsageError(f"nothing to resume: every run of {path} finished")
+    tasks = load_suite().tasks
+    location = StoreAt(store_location or str(runs_root.resolve()), durability)
+    runs = fanout._store(location)
+    kept = [r for r in old.results if not _cancelled(r)]
+    known = {r.run_id: r for r in old.results}
+    columns: dict[str, Endpoint] = {}
+    jobs: dict[str, tuple[Endpoint, Task, int]] = {}
+    for run_id in todo:
+        state = runs.load(run_id)
+        if state.status == "interrupted":  # stopped by Ctrl-C: queue it again, as it was
+            lease = runs.claim(run_id)
+            state.status, state.interruption, state.reason = "running", None, None
+            runs.save(state, (), lease)
+            runs.release(lease, runnable=True)
+        endpoint = state.config.endpoint
+        column = columns.setdefault(endpoint.label, endpoint.model_copy(update={"model": "scripted"})
+                                    if endpoint.scripted else endpoint)
+        prompt = next(m.content for m in state.messages if m.role == "user")
+        task = next(t for t in tasks if t.prompt == prompt)
+        done = sum(1 for r in kept if (r.model, r.task) == (column.label, task.id))
+        repeat = known[run_id].repeat if run_id in known else done + 1 + sum(
+            1 for c, t, _ in jobs.values() if (c.label, t.id) == (column.label, task.id))
+        jobs[run_id] = (column, task, repeat)
+    executor = executor or LocalExecutor()
+    batches = [Batch(c, [rid for rid, job in jobs.items() if job[0].label == c.label]) for c in columns.values()]
+
+    def result_of(state: RunState, where: str) -> TaskResult:
+        column, task, repeat = jobs[state.run_id]
+        return _result("scripted" if column.scripted else "local", task, state).model_copy(
+            update={"model": column.label, "repeat": repeat, "turn_ms": [round(t.ms, 1) for t in state.per_turn],
+                    "driven_by": where})
+
+    def done_one(state: RunState, where: str) -> None:
+        if on_result is not None:
+            on_result(result_of(state, where))
+
+    driven = executor.drive(batches, location, done_one)
+    order = {m: i for i, m in enumerate(old.models)}
+    task_order = {t.id: i for i, t in enumerate(tasks)}
+    results = kept + [result_of(state, where) for state, where in driven]
+    results.sort(key=lambda r: (order.get(r.model, len(order)), task_order.get(r.task, 0), r.repeat))
+    finished = {r.run_id for r in results}
+    return old.model_copy(update={
+        "results": results, "cancelled": executor.cancelled, "summaries": summarize(results),
+        "unfinished": [rid for rid in todo if rid not in finished], "report_path": None})
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0-100) with linear interpolation between closest ranks (numpy's
     default); 0.0 for no values."""
@@ -356,7 +482,7 @@ def summarize(results: list[TaskResult]) -> list[TaskSummary]:
     is unfinished, not wrong: it counts in no pass rate or mean (the report lists it)."""
     groups: dict[tuple[str, str], list[TaskResult]] = {}
     for r in results:
-        if r.status == "interrupted" and (r.reason or "").startswith("cancelled"):
+        if _cancelled(r):
             continue
         groups.setdefault((r.model, r.task), []).append(r)
     out = []

@@ -32,7 +32,7 @@ TRACE_FORMAT_VERSION = 2
 
 
 class _Event(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, defer_build=True)
 
     runId: str
     ts: float = Field(default_factory=time.time)
@@ -85,6 +85,10 @@ class TurnEvent(_Event):
     {"callId", "field": "id" | "arguments", "original", "sent"} each."""
     neutralised: int | None = None
     """Control-token look-alikes (`<|im_end|>`...) defused in this request's user/tool text."""
+    corrective: str | None = None
+    """With `slip` under ``on_slip: corrective``: the user message added before asking again."""
+    toolChoice: str | None = None
+    """The ``tool_choice`` this request sent, when runner set one (first turn, answer forcing)."""
 
 
 class ToolStart(_Event):
@@ -186,7 +190,7 @@ TraceEvent = Annotated[
     ],
     Field(discriminator="type"),
 ]
-_adapter: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent)
+_adapter: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent, config=ConfigDict(defer_build=True))
 
 
 class Tracer:

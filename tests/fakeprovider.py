@@ -157,6 +157,8 @@ class FakeProvider:
     def __init__(self, handler: Handler) -> None:
         self.handler = handler
         self.requests: list[dict[str, Any]] = []
+        self.auth: list[str] = []
+        """The Authorization header of each request, in order."""
         self._lock = threading.Lock()
         fake = self
 
@@ -166,6 +168,7 @@ class FakeProvider:
                 body = json.loads(raw)
                 with fake._lock:
                     fake.requests.append(body)
+                    fake.auth.append(self.headers.get("Authorization") or "")
                     answer = fake.handler(body)
                 if answer.events is not None:
                     self._stream(answer)
@@ -173,10 +176,11 @@ class FakeProvider:
                 data = answer.body if isinstance(answer.body, str) else json.dumps(answer.body)
                 payload = data.encode()
                 self.send_response(answer.status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", answer.headers.get("Content-Type", "application/json"))
                 self.send_header("Content-Length", str(len(payload)))
                 for key, value in answer.headers.items():
-                    self.send_header(key, value)
+                    if key != "Content-Type":
+                        self.send_header(key, value)
                 self.end_headers()
                 self.wfile.write(payload)
 

@@ -110,7 +110,7 @@ def test_trace_command_answers_why_and_cost(runs: Path) -> None:
     _code, out = cli_json("run", "--scenario", "runaway", "--max-turns", "4", runs_dir=runs)
     proc = cli("trace", out["run_id"], runs_dir=runs)
     assert proc.returncode == 0
-    last = proc.stdout.splitlines()[-1]
+    last = " ".join(proc.stdout.splitlines()[-2:])  # stopped: status, turns, cost; then the reason
     assert "max_turns_exceeded" in last and "turn cap of 4" in last and f"{out['cost_usd']:.6f}" in last
     proc = cli("trace", out["run_id"], "--json", runs_dir=runs)
     assert all(json.loads(line)["runId"] == out["run_id"] for line in proc.stdout.splitlines())
@@ -175,7 +175,7 @@ def test_corrupt_state_file_is_a_clear_error(runs: Path) -> None:
 
 def test_unreachable_endpoint_is_resumable_with_message(runs: Path) -> None:
     code, out = cli_json("run", "hello", "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
-                         "--max-retries", "0", runs_dir=runs)
+                         "--max-retries", "0", "--keep", runs_dir=runs)
     assert code == 3 and out["status"] == "interrupted" and "cannot reach" in out["reason"]
     assert out["interruption"]["type"] == "provider_unavailable" and out["interruption"]["http_status"] is None
 

@@ -86,3 +86,30 @@ def test_too_few_tool_runs_is_wrong() -> None:
 
 def test_task_model_is_the_checked_in_one() -> None:
     assert isinstance(TASKS["read_each"], Task) and TASKS["read_each"].min_tool_runs == 4
+
+
+@pytest.mark.parametrize("answer", [
+    '{"name": "read_file", "arguments": {"path": "errors.log"}}',
+    '```json\n{"name": "list_files", "arguments": {}}\n```',
+    'The file is errors.log. {"name": "read_file", "arguments": {"path": "errors.log"}}',
+    '[{"type": "function", "function": {"name": "read_file", "description": "Read errors.log"}}]',
+    '{"properties": {"path": {"type": "string"}}} errors.log',
+])
+def test_tool_call_or_schema_json_is_wrong(answer: str) -> None:
+    grade = TASKS["timeout_file"].grade(answer, 2, [LISTING, ERRORS])
+    assert not grade.correct and grade.why == "is a tool call or tool schema written as JSON"
+
+
+@pytest.mark.parametrize("answer", [
+    "list_files, read_file, delete_file",
+    "list_files and read_file: errors.log",
+    "I can use list_files, read_file, delete_file and scan_archive to find out; errors.log.",
+])
+def test_a_list_of_tool_names_is_wrong(answer: str) -> None:
+    grade = TASKS["timeout_file"].grade(answer, 2, [LISTING, ERRORS])
+    assert not grade.correct and grade.why == "lists tool names"
+
+
+def test_naming_a_tool_in_a_real_answer_is_fine() -> None:
+    answer = "I used list_files and then read_file on each log: errors.log mentions the timeout of worker 7."
+    assert TASKS["timeout_file"].grade(answer, 2, [LISTING, ERRORS]).correct

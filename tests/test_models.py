@@ -73,7 +73,7 @@ def hub() -> Iterator[HubStub]:
 
 def test_checked_in_manifest_is_valid() -> None:
     manifest = models.load_manifest()
-    assert manifest.default == "qwen2.5-0.5b-instruct"
+    assert manifest.default == "qwen2.5-coder-1.5b-instruct"
     qwen = manifest.entry("qwen2.5-0.5b-instruct")
     assert (qwen.repo_id, qwen.filename, qwen.quantization) == (REPO, FILENAME, "Q4_K_M")
     smol = manifest.entry(manifest.fallback)
@@ -113,8 +113,11 @@ def test_resolve_accepts_a_gguf_path(tmp_path: Path) -> None:
 def test_default_is_qwen_when_present_else_packaged_smollm2(tmp_path: Path) -> None:
     name, path = models.default_local_model(directory=tmp_path)
     assert name == "smollm2-135m-instruct" and path.is_file()
-    (tmp_path / FILENAME).write_bytes(b"GGUF")
-    assert models.default_local_model(directory=tmp_path) == (QWEN, tmp_path / FILENAME)
+    (tmp_path / FILENAME).write_bytes(b"GGUF")  # the hub Qwen is not the default
+    assert models.default_local_model(directory=tmp_path)[0] == "smollm2-135m-instruct"
+    coder = models.load_manifest().entry("qwen2.5-coder-1.5b-instruct")
+    (tmp_path / coder.filename).write_bytes(b"GGUF")
+    assert models.default_local_model(directory=tmp_path) == (coder.name, tmp_path / coder.filename)
 
 
 def test_list_models_reports_presence(tmp_path: Path) -> None:

@@ -91,7 +91,7 @@ def test_unreachable_provider_is_interrupted_and_resumable(runs: Path) -> None:
         url = fake.base_url
     # the port is closed now: nothing listens
     code, out = cli_json("run", "hello", "--base-url", url, "--model", "scripted/plan", "--max-retries", "1",
-                         runs_dir=runs)
+                         "--keep", runs_dir=runs)  # kept on request: a new run that never got a reply is not kept
     assert code == 3 and out["interruption"]["type"] == "provider_unavailable"
     assert out["interruption"]["http_status"] is None and "cannot reach" in out["interruption"]["message"]
     assert out["error"] is None
@@ -238,7 +238,7 @@ def test_the_prompt_estimate_is_conservative_for_any_script() -> None:
     from runner import models, tokens
 
     llama_cpp = pytest.importorskip("llama_cpp")
-    _, path = models.resolve_choice(None)
+    path = models.resolve("smollm2-135m-instruct")
     vocab = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
     samples = {
         "english": "Which log file mentions a timeout, and what does it say? Remember to rotate your logs.",
@@ -269,7 +269,7 @@ SLIPS = {
 @pytest.mark.parametrize("slip", sorted(SLIPS))
 def test_a_protocol_slip_is_retried_then_fails_naming_it(fake: FakeProvider, runs: Path, slip: str) -> None:
     fake.handler = lambda body: SLIPS[slip]
-    state = drive(_fake_run(fake), fake.base_url, runs)
+    state = drive(_fake_run(fake, on_slip="repeat"), fake.base_url, runs)
     assert state.status == "failed" and state.answer == ""
     assert state.error is not None and state.error.type == "protocol_slip" and slip in (state.reason or "")
     assert state.turns == 3 and len(fake.requests) == 3  # the first try and max_protocol_retries=2
@@ -277,6 +277,54 @@ def test_a_protocol_slip_is_retried_then_fails_naming_it(fake: FakeProvider, run
     assert [m.role for m in state.messages] == ["user"]  # no slip is kept in the transcript
     turns = [e for e in _events(runs, state.run_id) if e.type == "turn"]
     assert [e.slip for e in turns] == [slip] * 3
+
+
+@pytest.mark.parametrize("slip", sorted(SLIPS))
+def test_a_corrective_retry_says_what_went_wrong_and_is_in_transcript_and_trace(
+        fake: FakeProvider, runs: Path, slip: str) -> None:
+    replies = iter([SLIPS[slip], SLIPS[slip], completion({"role": "assistant", "content": "All good."})])
+    fake.handler = lambda body: next(replies)
+    state = drive(_fake_run(fake), fake.base_url, runs)
+    assert state.status == "completed" and state.answer == "All good." and state.turns == 3
+    assert state.cost_usd == pytest.approx(3 * FIXED_TURN_USD)  # each retry is a billed turn
+    first, second, third = (r["messages"] for r in fake.requests)
+    assert second != first and second[:-1] == first  # not the identical request: one message more
+    correction = second[-1]
+    assert correction["role"] == "user" and correction["name"] == "runner"
+    assert {"empty_tool_calls": "held none", "blank_content": "was empty",
+            "unparsed_tool_call": "could not be read"}[slip] in correction["content"]
+    assert "list_files" in correction["content"]  # what to do: the tools it may call
+    assert third == second  # a second slip replaces the correction instead of piling up
+    assert [(m.role, m.name) for m in state.messages] == [("user", None), ("user", "runner"), ("assistant", None)]
+    turns = [e for e in _events(runs, state.run_id) if e.type == "turn"]
+    assert [e.slip for e in turns] == [slip, slip, None]
+    assert turns[0].corrective == correction["content"] and turns[2].corrective is None
+
+
+def test_on_slip_fail_fails_at_the_first_slip(fake: FakeProvider) -> None:
+    fake.handler = lambda body: SLIPS["blank_content"]
+    state = drive(_fake_run(fake, on_slip="fail"), fake.base_url, None)
+    assert state.status == "failed" and state.turns == 1 and state.error is not None
+    assert state.error.type == "protocol_slip"
+
+
+def test_answer_forcing_sends_tool_choice_none_after_n_tool_turns(fake: FakeProvider, runs: Path) -> None:
+    def handler(body: dict[str, Any]) -> Answer:
+        if body.get("tool_choice") == "none":
+            return completion({"role": "assistant", "content": "There are 3 files."})
+        turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        return completion({"role": "assistant", "content": None,
+                           "tool_calls": [tool_call(f"c{turn}", "list_files", "{}")]})
+
+    fake.handler = handler
+    state = drive(_fake_run(fake, answer_after_tool_turns=2), fake.base_url, runs)
+    assert state.status == "completed" and state.answer == "There are 3 files." and state.turns == 3
+    assert [r.get("tool_choice") for r in fake.requests] == [None, None, "none"]
+    asked = fake.requests[2]["messages"][-1]
+    assert asked["role"] == "user" and asked["name"] == "runner" and asked["content"].endswith(": Go.")
+    assert [m.role for m in state.messages] == ["user", "assistant", "tool", "assistant", "tool", "user", "assistant"]
+    turns = [e for e in _events(runs, state.run_id) if e.type == "turn"]
+    assert [e.toolChoice for e in turns] == [None, None, "none"]
 
 
 def test_a_slip_then_an_answer_completes(fake: FakeProvider) -> None:
@@ -349,7 +397,7 @@ def test_defused_text_is_no_control_token_for_the_local_tokenizer() -> None:
     from runner.client import neutralise
 
     llama_cpp = pytest.importorskip("llama_cpp")
-    _, path = models.resolve_choice(None)
+    path = models.resolve("smollm2-135m-instruct")
     vocab = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
     special = vocab.tokenize(b"<|im_end|>", add_bos=False, special=True)
     assert len(special) == 1  # the real control token

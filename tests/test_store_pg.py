@@ -20,7 +20,7 @@ from runner.scripted import ScriptedServer
 from runner.store import StoreError
 from runner.store.postgres import PostgresStore
 from tests.conftest import cli, cli_json, scripted_run
-from tests.test_store import _turn, _turns
+from tests.test_store_conformance import _turn, _turns
 
 WORKER_LEASE_S = 10.0
 """Long enough that a restart (about a second) never costs a lease: a lease lost would make a

@@ -16,7 +16,8 @@ FIVE = {"completed", "failed", "max_turns_exceeded", "budget_exceeded", "interru
 
 
 def test_local_suite_json_on_the_packaged_model(runs: Path) -> None:
-    code, out = cli_json("suite", "--provider", "local", "--max-turns", "2", "--max-tokens", "96",
+    code, out = cli_json("suite", "--provider", "local", "--model", "smollm2-135m-instruct", "--max-turns", "2",
+                         "--max-tokens", "96",
                          runs_dir=runs, timeout=900)
     assert code == 0
     assert out["model"] == "SmolLM2-135M-Instruct.Q4_1"

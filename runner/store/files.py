@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from runner.state import FORMAT_VERSION, RunState, call_signature
 from runner.store.base import (
@@ -67,7 +67,7 @@ from runner.store.base import (
 )
 from runner.trace import RunRepaired, StateForced, TraceEvent, _Event, read_trace
 
-_TRACE: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent)
+_TRACE: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent, config=ConfigDict(defer_build=True))  # built on first use
 RESERVE_NAME = ".reserve"
 RESERVE_BYTES = 32 * 1024
 """Space a driven run keeps aside in its folder (`.reserve`, allocated at claim, removed at

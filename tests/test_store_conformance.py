@@ -2,7 +2,7 @@
 on PostgreSQL (`backend` fixture). Round trip; state and trace committed together; a second
 driver refused; a stale-epoch write refused; an old copy refused; approvals need their
 operator event; a killed run shows `died` and resumes; a child's cost counted once.
-The kill-anywhere tests on both stores are in test_durable.py.
+The kill-anywhere tests on both stores are in test_sigkill_resume.py.
 """
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ def test_a_killed_run_shows_died_and_resumes(backend: Backend) -> None:
     assert code == 0 and [r["status"] for r in listed] == ["died"]
     run_id = listed[0]["run_id"]
     shown = cli("trace", run_id, runs_dir=backend.runs, env=backend.env)
-    assert shown.returncode == 0 and f"died: its process was killed after the last event; resume with: runner resume {run_id}" in shown.stdout
+    assert shown.returncode == 0 and f"died: its process was killed after the last event\nresume with: runner resume {run_id}" in shown.stdout
     code, done = cli_json("resume", run_id, runs_dir=backend.runs, env=backend.env)
     assert code == 0 and done["status"] == "completed" and done["turns"] == 3
     code, listed = cli_json("runs", "--status", "completed", runs_dir=backend.runs, env=backend.env)

@@ -1,0 +1,530 @@
+"""Daily use, through the real CLI in subprocesses: keys and the config file, misconfiguration
+that fails fast, retries shown as they happen, tools of one's own (Python, --tool, plugins),
+prompts from stdin and files."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.endpoints import Endpoint
+from runner.errors import UnknownTool
+from runner.harness import execute
+from runner.state import RunConfig, new_run
+from runner.store import FileStore
+from tests.fakeprovider import Answer, FakeProvider, completion, error, scripted, tool_call
+
+KEY = "sk-test-9f3c2e71d0a84b5f-secret"
+
+WEATHER = '''\
+from pydantic import BaseModel
+from runner import Tool
+
+
+class Weather(Tool):
+    name = "get_weather"
+    description = "Today's weather in a city."
+    read_only = True
+
+    class Params(BaseModel):
+        city: str
+
+    def run_sync(self, args, ctx):
+        return f"{args.city}: 21 C, clear"
+'''
+
+
+def runner(*args: str, cwd: Path, env: dict[str, str] | None = None, stdin: str | None = None,
+           timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`runner ARGS` in `cwd`, with no key or base URL inherited from this process."""
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("RUNNER_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "RUNNER_BASE_URL", "RUNNER_RUNS_DIR",
+                         "RUNNER_STORE")}
+    base["XDG_CONFIG_HOME"] = str(cwd / "xdg")  # no user config file but the test's own
+    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**base, **(env or {})}, input=stdin)
+
+
+def weather_handler(body: dict[str, Any]) -> Answer:
+    """Turn 1: call get_weather; then answer with what the tool said."""
+    msgs = body["messages"]
+    if not any(m["role"] == "assistant" for m in msgs):
+        return completion({"role": "assistant", "content": None,
+                           "tool_calls": [tool_call("call_w1", "get_weather", '{"city": "Lisbon"}')]})
+    said = [m["content"] for m in msgs if m["role"] == "tool"][-1]
+    return completion({"role": "assistant", "content": f"The weather: {said}"})
+
+
+def grep_tree(folder: Path, needle: str) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and needle.encode() in p.read_bytes()]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --- keys and the config file ---------------------------------------------------------------
+
+
+def test_key_from_config_named_variable_is_sent_and_never_written(tmp_path: Path) -> None:
+    (tmp_path / "runner.toml").write_text('api_key_env = "MY_PROVIDER_KEY"\nprice_in_usd_per_mtok = 1.0\n')
+    with FakeProvider(scripted("plan")) as fake:
+        env = {"MY_PROVIDER_KEY": KEY}
+        proc = runner("run", "Which file mentions a timeout?", "--base-url", fake.base_url, "--model", "m",
+                      "--max-turns", "1", "--runs-dir", "runs", "--json", cwd=tmp_path, env=env)
+        assert proc.returncode == 3, proc.stderr
+        run_id = json.loads(proc.stdout)["run_id"]
+        state = FileStore(tmp_path / "runs").load(run_id)
+        assert state.config.endpoint.api_key_env == "MY_PROVIDER_KEY"
+        assert state.config.price_in_usd_per_mtok == 1.0  # from ./runner.toml
+        # resume finds the key again through the recorded variable name
+        proc = runner("resume", run_id, "--max-turns", "5", "--runs-dir", "runs", "--json", cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert fake.auth and all(a == f"Bearer {KEY}" for a in fake.auth)
+    # a provider that echoes the key in its error: the message is kept, the key is not
+    with FakeProvider(lambda body: error(401, f"Incorrect API key provided: {KEY}", "invalid_api_key")) as fake:
+        proc = runner("run", "hi", "--base-url", fake.base_url, "--model", "m", "--keep", "--runs-dir", "runs",
+                      cwd=tmp_path, env={"RUNNER_API_KEY": KEY})
+        assert proc.returncode == 1
+        assert "Incorrect API key provided" in proc.stdout + proc.stderr
+        assert KEY not in proc.stdout + proc.stderr
+        proc = runner("config", "show", cwd=tmp_path, env={"RUNNER_API_KEY": KEY})
+        assert KEY not in proc.stdout and "…" in proc.stdout and "env RUNNER_API_KEY" in proc.stdout
+    assert len(FileStore(tmp_path / "runs").list_runs()) == 2
+    assert grep_tree(tmp_path / "runs", KEY) == []
+    assert grep_tree(tmp_path / "runs", KEY[-12:]) == []
+
+
+def test_config_file_refuses_a_key_and_show_names_sources(tmp_path: Path) -> None:
+    (tmp_path / "runner.toml").write_text(f'api_key = "{KEY}"\n')
+    proc = runner("config", "show", cwd=tmp_path)
+    assert proc.returncode == 2 and "api_key_env" in proc.stderr and KEY not in proc.stderr
+    (tmp_path / "runner.toml").write_text('model = "from-project"\n')
+    user = tmp_path / "xdg" / "runner" / "config.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text('model = "from-user"\nmax_retries = 7\n')
+    proc = runner("config", "show", "--json", cwd=tmp_path, env={"OPENAI_BASE_URL": "http://h:1/v1"})
+    rows = {r["name"]: (r["value"], r["source"]) for r in json.loads(proc.stdout)["settings"]}
+    assert rows["model"] == ("from-project", "runner.toml")
+    assert rows["max_retries"] == ("7", str(user))
+    assert rows["base_url"] == ("http://h:1/v1", "env OPENAI_BASE_URL")
+    assert rows["max_turns"] == ("20", "default")
+
+
+# --- misconfiguration fails fast ------------------------------------------------------------
+
+
+HTML = "<!DOCTYPE html><html><head><title>Welcome to nginx!</title></head><body>hi</body></html>"
+
+
+def test_html_200_fails_on_turn_one_with_a_hint(tmp_path: Path) -> None:
+    with FakeProvider(lambda body: Answer(200, HTML, {"Content-Type": "text/html"})) as fake:
+        started = time.monotonic()
+        proc = runner("run", "hi", "--base-url", fake.base_url, "--model", "m", "--runs-dir", "runs", cwd=tmp_path)
+        assert proc.returncode == 1, proc.stderr
+        assert time.monotonic() - started < 10
+        assert len(fake.requests) == 1  # not retried
+        assert "Welcome to nginx!" in proc.stderr and "OpenAI-compatible" in proc.stderr
+        assert "not kept" in proc.stderr and "resume" not in proc.stderr.replace("nothing to resume", "")
+        assert not (tmp_path / "runs").exists()  # created for the run, removed with it
+        proc = runner("run", "hi", "--base-url", fake.base_url, "--model", "m", "--runs-dir", "runs", "--keep",
+                      "--json", cwd=tmp_path)
+        out = json.loads(proc.stdout)
+        assert (proc.returncode, out["status"], out["error"]["type"]) == (1, "failed", "bad_endpoint")
+
+
+def test_plain_text_200_and_405_fail_without_retry(tmp_path: Path) -> None:
+    for answer in (Answer(200, "OK", {"Content-Type": "text/plain"}), error(405, "Method Not Allowed")):
+        with FakeProvider(lambda body, a=answer: a) as fake:  # type: ignore[misc]
+            proc = runner("run", "hi", "--base-url", fake.base_url, "--model", "m", "--runs-dir", "runs",
+                          "--keep", "--json", cwd=tmp_path)
+            out = json.loads(proc.stdout)
+            assert (proc.returncode, out["error"]["type"], len(fake.requests)) == (1, "bad_endpoint", 1)
+            assert "OpenAI-compatible" in out["error"]["message"]
+
+
+def test_a_plain_web_server_fails_at_once_with_a_hint(tmp_path: Path) -> None:
+    """Python's own http.server answers a POST with an HTML 501 page: not retried, one hint."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        proc = runner("run", "hi", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m", "--runs-dir", "runs",
+                      cwd=tmp_path)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert proc.returncode == 1 and "retry" not in proc.stderr
+    assert proc.stderr.count("OpenAI-compatible") == 1 and "HTTP 501" in proc.stderr and "not kept" in proc.stderr
+
+
+def test_refused_connection_prints_each_retry_as_it_happens_and_keeps_no_run(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    env = {k: v for k, v in os.environ.items() if k not in ("RUNNER_RUNS_DIR", "RUNNER_STORE")}
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "hi", "--base-url", url, "--model", "m",
+                             "--max-retries", "2", "--runs-dir", "runs"], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    lines = [proc.stderr.readline()]
+    while not lines[-1].startswith("  retry 1/2"):
+        lines.append(proc.stderr.readline())
+        assert lines[-1], lines
+    assert proc.poll() is None  # shown while the retries go on, not at the end
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=30) == 1
+    assert "  retry 2/2 in 1.0 s: cannot reach" in rest
+    assert "not kept" in rest
+    assert not (tmp_path / "runs").exists() or FileStore(tmp_path / "runs").list_runs() == []
+
+
+def test_endpoint_listening_two_seconds_late_is_reached(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("RUNNER_RUNS_DIR", "RUNNER_STORE")}
+    run = subprocess.Popen([sys.executable, "-m", "runner", "run", "--scenario", "plan", "--base-url",
+                            f"http://127.0.0.1:{port}/v1", "--runs-dir", "runs", "--json"], cwd=tmp_path, env=env,
+                           text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(2.0)
+    server = subprocess.Popen([sys.executable, "-m", "runner", "scripted", "serve", "--port", str(port)],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        out, err = run.communicate(timeout=60)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert run.returncode == 0, err
+    assert json.loads(out)["status"] == "completed"
+    assert "  retry 1/4" in err
+
+
+def test_runs_dir_created_only_by_commands_that_write(tmp_path: Path) -> None:
+    for args in (("runs",), ("runs", "--totals"), ("trace", "nope")):
+        runner(*args, "--runs-dir", "nowhere", cwd=tmp_path)
+        assert not (tmp_path / "nowhere").exists(), args
+    proc = runner("run", "--scenario", "plan", "--runs-dir", "fresh", cwd=tmp_path)
+    assert proc.returncode == 0 and "created runs directory fresh" in proc.stderr
+
+
+# --- prompts --------------------------------------------------------------------------------
+
+
+def test_prompt_from_stdin_and_file(tmp_path: Path) -> None:
+    text = "Which file mentions a timeout?\n" + "x" * 200_000
+    proc = runner("run", "-", "--scenario", "plan", "--runs-dir", "runs", "--json", cwd=tmp_path, stdin=text)
+    assert proc.returncode == 0, proc.stderr
+    state = FileStore(tmp_path / "runs").load(json.loads(proc.stdout)["run_id"])
+    assert state.messages[0].content == text
+    (tmp_path / "p.txt").write_text("from a file")
+    proc = runner("run", "--prompt-file", "p.txt", "--scenario", "plan", "--runs-dir", "runs", "--json", cwd=tmp_path)
+    state = FileStore(tmp_path / "runs").load(json.loads(proc.stdout)["run_id"])
+    assert state.messages[0].content == "from a file"
+    proc = runner("run", "-", "--scenario", "plan", "--runs-dir", "runs", cwd=tmp_path, stdin="  \n")
+    assert proc.returncode == 2 and "empty" in proc.stderr
+
+
+# --- tools of one's own ---------------------------------------------------------------------
+
+
+def test_own_tool_from_cli_and_missing_on_resume_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "mytools.py").write_text(WEATHER)
+    with FakeProvider(weather_handler) as fake:
+        proc = runner("run", "Weather in Lisbon?", "--base-url", fake.base_url, "--model", "m", "--tool",
+                      "mytools:Weather", "--max-turns", "1", "--runs-dir", "runs", "--json", cwd=tmp_path)
+        assert proc.returncode == 3, proc.stderr
+        run_id = json.loads(proc.stdout)["run_id"]
+        assert "get_weather" in [t["function"]["name"] for t in fake.requests[0]["tools"]]
+        state = FileStore(tmp_path / "runs").load(run_id)
+        assert state.config.tool_refs == {"get_weather": "mytools:Weather"}
+        assert state.messages[-1].content == "Lisbon: 21 C, clear"
+        (tmp_path / "mytools.py").rename(tmp_path / "elsewhere.py")
+        proc = runner("resume", run_id, "--max-turns", "3", "--runs-dir", "runs", cwd=tmp_path)
+        assert proc.returncode == 2
+        assert proc.stderr.count("\n") == 1 and "get_weather" in proc.stderr and "mytools" in proc.stderr
+        proc = runner("resume", run_id, "--max-turns", "3", "--tool", "elsewhere:Weather", "--runs-dir", "runs",
+                      "--json", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["answer"] == "The weather: Lisbon: 21 C, clear"
+
+
+def test_missing_tool_at_start_leaves_no_run(tmp_path: Path) -> None:
+    proc = runner("run", "hi", "--scenario", "plan", "--tool", "nosuch:Thing", "--runs-dir", "runs", cwd=tmp_path)
+    assert proc.returncode == 2 and "nosuch" in proc.stderr
+    assert not (tmp_path / "runs").exists()
+    state = new_run("hi", RunConfig(endpoint=Endpoint(model="scripted/plan"), tools=["list_files", "get_weather"]))
+    with pytest.raises(UnknownTool, match="get_weather"):
+        asyncio.run(execute(state, "http://127.0.0.1:9/v1", tmp_path / "runs"))
+    assert FileStore(tmp_path / "runs").list_runs() == []
+
+
+def test_own_tool_from_python_is_saved_and_traced(tmp_path: Path) -> None:
+    sys.path.insert(0, str(tmp_path))
+    (tmp_path / "mytools2.py").write_text(WEATHER)
+    try:
+        Weather = importlib.import_module("mytools2").Weather
+
+        with FakeProvider(weather_handler) as fake:
+            state = new_run("Weather in Lisbon?", RunConfig(endpoint=Endpoint(model="m"), tools=[Weather()]))
+            result = asyncio.run(execute(state, fake.base_url, tmp_path / "runs"))
+        assert result.answer == "The weather: Lisbon: 21 C, clear"
+        runs = FileStore(tmp_path / "runs")
+        assert runs.load(result.run_id).config.tool_refs == {"get_weather": "mytools2:Weather"}
+        assert [e.type for e in runs.read_trace(result.run_id) if e.type == "tool_result"] == ["tool_result"]
+        with FakeProvider(weather_handler) as fake:  # execute(tools=[...]) alongside built-in names
+            state = new_run("Weather in Lisbon?", RunConfig(endpoint=Endpoint(model="m")))
+            result = asyncio.run(execute(state, fake.base_url, tmp_path / "runs", tools=["list_files", Weather()]))
+            assert [t["function"]["name"] for t in fake.requests[0]["tools"]] == ["list_files", "get_weather"]
+        assert result.status == "completed"
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+def test_plugin_tool_by_entry_point(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "weatherplug-0.1.dist-info").mkdir(parents=True)
+    (site / "weatherplug.py").write_text(WEATHER)
+    (site / "weatherplug-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: weatherplug\nVersion: 0.1\n")
+    (site / "weatherplug-0.1.dist-info" / "entry_points.txt").write_text("[runner.tools]\nweather = weatherplug:Weather\n")
+    with FakeProvider(weather_handler) as fake:
+        proc = runner("run", "Weather?", "--base-url", fake.base_url, "--model", "m", "--tool", "weather",
+                      "--runs-dir", "runs", "--json", cwd=tmp_path, env={"PYTHONPATH": str(site)})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["answer"] == "The weather: Lisbon: 21 C, clear"
+    proc = runner("run", "Weather?", "--scenario", "plan", "--tool", "nosuchplugin", "--runs-dir", "runs", cwd=tmp_path,
+                  env={"PYTHONPATH": str(site)})
+    assert proc.returncode == 2 and "weather" in proc.stderr
+
+
+
+# --- a model by name ------------------------------------------------------------------------
+
+
+def children_of(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the live processes whose parent is `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_run_model_by_name_serves_it_and_leaves_no_server_after_sigkill(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("RUNNER_RUNS_DIR", "RUNNER_STORE", "RUNNER_BASE_URL",
+                                                            "OPENAI_BASE_URL", "RUNNER_MODEL")}
+    proc = subprocess.run([sys.executable, "-m", "runner", "run", "Which file is the largest?", "--model", "smollm2",
+                           "--max-turns", "1", "--runs-dir", "runs", "--json"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    out = json.loads(proc.stdout)
+    assert out["model"] == "smollm2-135m-instruct" and out["turns"] == 1, proc.stderr
+    assert "first turn tool_choice=required" not in proc.stderr  # --json: no chatter
+    state = FileStore(tmp_path / "runs").load(out["run_id"])
+    assert state.config.endpoint.first_turn_tool_choice == "required"  # the manifest's
+    assert any(m.tool_calls for m in state.messages)
+    run = subprocess.Popen([sys.executable, "-m", "runner", "run", "Which file is the largest?", "--model",
+                            "smollm2", "--runs-dir", "runs"], cwd=tmp_path, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        servers: list[tuple[int, str]] = []
+        while not servers and time.monotonic() < deadline:
+            servers = [c for c in children_of(run.pid) if "runner.local" in c[1]]
+            time.sleep(0.05)
+        assert servers, "no llama.cpp server started"
+        time.sleep(1.0)  # loading the model
+    finally:
+        run.kill()
+        run.wait()
+    deadline = time.monotonic() + 10
+    while alive(servers[0][0]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(servers[0][0])
+
+
+# --- show, trace, runs and totals at 80 columns ---------------------------------------------
+
+
+def test_show_trace_runs_and_totals_fit_80_columns(tmp_path: Path) -> None:
+    env = {"COLUMNS": "80"}
+    long_prompt = "Please free some space. " * 40
+    proc = runner("run", long_prompt, "--scenario", "destructive", "--runs-dir", "runs", "--json", cwd=tmp_path)
+    run_id = json.loads(proc.stdout)["run_id"]
+    runner("resume", run_id, "--reject", "c2", "--reason", "keep the logs", "--runs-dir", "runs", cwd=tmp_path)
+    runner("run", "--scenario", "runaway", "--max-turns", "3", "--runs-dir", "runs", cwd=tmp_path)
+    runner("run", "--scenario", "research", "--runs-dir", "runs", cwd=tmp_path)
+    shown = runner("show", run_id, "--runs-dir", "runs", cwd=tmp_path, env=env).stdout
+    assert max(map(len, shown.splitlines())) <= 80, shown
+    for expected in ("── user", "→ delete_file {\"path\": \"access.log\"}", "rejected by", "keep the logs",
+                     "answer: I did not delete anything", "stopped: completed", "more lines (--full shows all)"):
+        assert expected in shown, expected
+    full = runner("show", run_id, "--full", "--runs-dir", "runs", cwd=tmp_path, env=env).stdout
+    assert "more lines" not in full
+    md = runner("show", run_id, "--format", "md", "--runs-dir", "runs", cwd=tmp_path).stdout
+    assert md.startswith(f"# Run {run_id}") and long_prompt.strip() in md
+    data = json.loads(runner("show", run_id, "--format", "json", "--runs-dir", "runs", cwd=tmp_path).stdout)
+    assert data["state"]["run_id"] == run_id and data["events"][0]["type"] == "run_started"
+    for args in (("trace", run_id), ("runs",), ("runs", "--totals", "--by", "model"), ("runs", "--totals", "--by", "day")):
+        out = runner(*args, "--runs-dir", "runs", cwd=tmp_path, env=env).stdout
+        assert out and max(map(len, out.splitlines())) <= 80, (args, out)
+    listed = runner("runs", "--runs-dir", "runs", cwd=tmp_path, env=env).stdout
+    assert "started" in listed and "max_turns_exceeded" in listed and "runaway" in listed
+    totals = json.loads(runner("runs", "--totals", "--by", "status", "--runs-dir", "runs", "--json", cwd=tmp_path).stdout)
+    states = [FileStore(tmp_path / "runs").load(r["run_id"])
+              for r in json.loads(runner("runs", "--runs-dir", "runs", "--json", cwd=tmp_path).stdout)]
+    assert totals[-1]["group"] == "TOTAL" and totals[-1]["runs"] == len(states) == 4  # research child included
+    assert totals[-1]["turns"] == sum(s.turns for s in states)
+    assert totals[-1]["cost_usd"] == pytest.approx(sum(s.cost_usd - s.child_cost_usd for s in states))
+    assert totals[-1]["cost_usd"] == pytest.approx(sum(r["cost_usd"] for r in totals[:-1]))
+    assert {r["group"] for r in totals[:-1]} == {"completed", "max_turns_exceeded"}
+
+
+def test_experiments_write_to_the_runs_directory_and_name_unknown_ones(tmp_path: Path) -> None:
+    listed = runner("experiments", "--list", cwd=tmp_path, env={"COLUMNS": "80"})
+    assert listed.returncode == 0 and "turn_cap" in listed.stdout and max(map(len, listed.stdout.splitlines())) <= 80
+    proc = runner("experiments", "nope", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "known: turn_cap" in proc.stderr
+    proc = runner("experiments", "local_suite", "--skip-local", cwd=tmp_path)
+    assert proc.returncode == 2 and "nothing to run" in proc.stderr
+    proc = runner("experiments", "dedupe", "--runs-dir", "mine", cwd=tmp_path, env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "mine" / "experiments" / "dedupe.md").is_file()
+    assert max(map(len, proc.stdout.splitlines())) <= 80
+    proc = runner("experiments", "dedupe", "--out", "elsewhere", cwd=tmp_path)
+    assert (tmp_path / "elsewhere" / "dedupe.md").is_file()
+
+
+def test_shell_completion_installs_and_completes(tmp_path: Path) -> None:
+    proc = runner("--install-completion", "bash", cwd=tmp_path, env={"HOME": str(tmp_path), "SHELL": "/bin/bash"})
+    assert proc.returncode == 0, proc.stderr
+    assert "runner" in (tmp_path / ".bashrc").read_text()
+    proc = runner(cwd=tmp_path, env={"COMP_WORDS": "runner ru", "COMP_CWORD": "1", "_RUNNER_COMPLETE": "complete_bash"})
+    assert proc.stdout.split() == ["run", "runs"]
+
+
+@pytest.mark.slow
+def test_serve_logs_one_line_per_request(tmp_path: Path) -> None:
+    import httpx
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RUNNER_RUNS_DIR", "RUNNER_STORE")}
+    server = subprocess.Popen([sys.executable, "-m", "runner", "serve", "--model", "smollm2", "--port", "0"], cwd=tmp_path,
+                              env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), url
+        reply = httpx.post(url + "/chat/completions", timeout=120, json={
+            "model": "smollm2", "max_tokens": 8, "messages": [{"role": "user", "content": "Say hi."}]})
+        assert reply.status_code == 200
+        httpx.get(url + "/models", timeout=10)
+        time.sleep(0.6)
+    finally:
+        server.send_signal(2)
+        _, err = server.communicate(timeout=30)
+    logged = [line.split() for line in err.splitlines() if line.startswith("  POST") or line.startswith("  GET")]
+    usage = reply.json()["usage"]
+    assert logged[0][:3] == ["POST", "/v1/chat/completions", "200"]
+    assert logged[0][3:5] == [f"in={usage['prompt_tokens']}", f"out={usage['completion_tokens']}"]
+    assert logged[1][:3] == ["GET", "/v1/models", "200"] and logged[1][-1] == "ms"
+
+
+# --- suite reports --------------------------------------------------------------------------
+
+
+def test_suite_total_adds_up_and_the_report_names_models_date_and_runs(tmp_path: Path) -> None:
+    proc = runner("suite", "--provider", "scripted", "--repeat", "2", "--runs-dir", "runs", cwd=tmp_path,
+                  env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()
+            if line.split() and line.split()[0] in ("timeout_file", "count_files", "read_notes", "read_each",
+                                                      "largest_file", "rotate_logs", "TOTAL")]
+    body, total = rows[:-1], rows[-1]
+    assert total[0] == "TOTAL" and len(body) == 6
+    assert float(total[2].replace(",", "")) == pytest.approx(sum(float(r[2].replace(",", "")) for r in body), abs=6)
+    assert total[1] == f"{sum(float(r[1].split('/')[0]) for r in body):g}/{sum(float(r[1].split('/')[1]) for r in body):g}"
+    assert total[3] == "12/12" and "TOTAL: the sum of the rows" in proc.stdout
+    report = next((tmp_path / "runs").glob("suite-*.json"))
+    md = report.with_suffix(".md").read_text()
+    data = json.loads(report.read_text())
+    assert md.startswith("# Suite report: scripted\n") and time.strftime("%Y-%m-%d", time.gmtime()) in md
+    assert all(f"`{r['run_id']}`" in md for r in data["results"])
+
+
+def test_suite_resume_finishes_a_cancelled_suite(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("RUNNER_RUNS_DIR", "RUNNER_STORE")}
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "suite", "--provider", "scripted", "--latency-ms", "400",
+                             "--runs-dir", "runs"], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    while "timeout_file" not in proc.stderr.readline():
+        pass
+    proc.send_signal(2)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    report = next((tmp_path / "runs").glob("suite-*.json"))
+    assert f"runner suite --resume runs/{report.name}" in err
+    before = json.loads(report.read_text())
+    done = {r["run_id"]: r for r in before["results"] if r["status"] == "completed"}
+    time.sleep(1.1)  # the new report gets a new name
+    proc2 = runner("suite", "--resume", str(report), "--runs-dir", "runs", "--json", cwd=tmp_path)
+    assert proc2.returncode == 0, proc2.stderr
+    after = json.loads(proc2.stdout)
+    assert [r["status"] for r in after["results"]] == ["completed"] * 6 and not after["cancelled"]
+    assert [r["task"] for r in after["results"]] == ["timeout_file", "count_files", "read_notes", "read_each",
+                                                     "largest_file", "rotate_logs"]
+    assert {r["run_id"] for r in after["results"]} >= set(before["unfinished"]) | set(done)
+    assert len({r["run_id"] for r in after["results"]}) == 6 and after["unfinished"] == []
+    for run_id, r in done.items():  # nothing run twice
+        assert next(a for a in after["results"] if a["run_id"] == run_id)["cost_usd"] == r["cost_usd"]
+    proc3 = runner("suite", "--resume", after["report_path"], "--runs-dir", "runs", cwd=tmp_path)
+    assert proc3.returncode == 2 and "nothing to resume" in proc3.stderr
+
+
+def test_a_long_run_summary_keeps_the_per_turn_line_short(tmp_path: Path) -> None:
+    proc = runner("run", "--scenario", "runaway", "--max-turns", "30", "--runs-dir", "runs", cwd=tmp_path,
+                  env={"COLUMNS": "80"})
+    line = next(x for x in proc.stdout.splitlines() if "per-turn prompt tokens" in x)
+    assert "(30 turns)" in line and len(line) <= 80, line
+
+
+def test_config_file_tools_and_model_apply_to_a_run(tmp_path: Path) -> None:
+    (tmp_path / "mytools.py").write_text(WEATHER)
+    with FakeProvider(weather_handler) as fake:
+        (tmp_path / "runner.toml").write_text(f'base_url = "{fake.base_url}"\nmodel = "m-from-config"\n'
+                                              'tools = ["mytools:Weather"]\nmax_retries = 0\n')
+        proc = runner("run", "Weather in Lisbon?", "--runs-dir", "runs", "--json", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert fake.requests[0]["model"] == "m-from-config"
+        assert "get_weather" in [t["function"]["name"] for t in fake.requests[0]["tools"]]
+    state = FileStore(tmp_path / "runs").load(json.loads(proc.stdout)["run_id"])
+    assert state.config.endpoint.max_retries == 0 and state.config.tool_refs == {"get_weather": "mytools:Weather"}
