@@ -342,7 +342,7 @@ def resume(
         own = [catalog.load(catalog.spec_to_ref(spec)) for spec in tool or []]
         runs = store.open_store(store_url, runs=runs_dir, durability=durability)
         try:
-            catalog.build(runs.load(run_id).config, own)  # a tool that cannot be found: one line, nothing changed
+            catalog.build(runs.load(run_id, force=force).config, own)  # a tool that cannot be found: one line, nothing changed
         except store.RunNotFound:
             pass  # reopen says so, after checking the options
         signals = StopSignals.install() if not detach else None
