@@ -335,10 +335,11 @@ def run(
             raise UsageError("--latency-ms and --fault configure a scripted provider started here; "
                              "they do not go with --detach")
         runs = store.open_store(store_url, runs=runs_dir, durability=durability)
-        made_dir = _say_new_runs_dir(runs)
+        made_dir = _new_runs_dir(runs)
         state = new_run(task, config)
         if detach:
             runs.create(state)
+            _say_created(made_dir)
             return _render_queued(state, as_json, runs)
         if local is not None and not as_json:
             typer.echo(f"model: {local[0]}, first turn tool_choice={choice}\n"
@@ -346,6 +347,7 @@ def run(
         signals = StopSignals.install()  # before the run exists: a Ctrl-C from here on keeps it resumable
         lease = runs.create(state, owner=store.default_owner())
         assert lease is not None
+        _say_created(made_dir)
         with _otel_live(runs, otlp_endpoint, [state.run_id]):
             state = _drive(state, runs, lease, signals, faults=fault, show_progress=not as_json, provider=provider,
                            api_key=key.value, tools=own)
@@ -414,12 +416,17 @@ def _manifest_name(model: str) -> str:
     return matches[0] if len(matches) == 1 else model
 
 
-def _say_new_runs_dir(runs: RunStore) -> Path | None:
-    """Say so when a command that writes is about to create the runs directory; returns it then."""
+def _new_runs_dir(runs: RunStore) -> Path | None:
+    """The runs directory when a command that writes will create it (`_say_created` says so
+    once it did); None when it exists or the store is not a directory."""
     if isinstance(runs, store.FileStore) and not runs.root.exists():
-        typer.echo(f"creating runs directory {runs.root}", err=True)
         return runs.root
     return None
+
+
+def _say_created(folder: Path | None) -> None:
+    if folder is not None and folder.is_dir():
+        typer.echo(f"created runs directory {folder}", err=True)
 
 
 def _remove_if_empty(folder: Path) -> None:
@@ -435,8 +442,8 @@ def _never_reached(state: RunState) -> bool:
     if state.turns or state.tool_runs or state.cost_usd:
         return False
     it = state.interruption
-    if it is not None and it.type == "provider_unavailable":
-        return True
+    if it is not None and it.type == "provider_unavailable":  # no answer at all; a cut stream did answer
+        return it.http_status is None and it.message.startswith(("cannot reach", "the provider timed out"))
     return state.status == "failed" and state.error is not None and state.error.type in (
         "auth", "not_found", "invalid_request", "bad_endpoint")
 
@@ -489,8 +496,8 @@ def resume(
         own = [catalog.load(catalog.spec_to_ref(spec)) for spec in tool or []]
         runs = store.open_store(store_url, runs=runs_dir, durability=durability)
         try:
-            catalog.build(runs.load(run_id).config, own)  # a tool that cannot be found: one line, nothing changed
-        except store.RunNotFound:
+            catalog.build(runs.load(run_id, force=force).config, own)  # a missing tool: one line, nothing changed
+        except (store.RunNotFound, store.CorruptState):
             pass  # reopen says so, after checking the options
         signals = StopSignals.install() if not detach else None
         state, lease = reopen(runs, run_id, Reopening(
@@ -990,8 +997,9 @@ def suite(
             raise UsageError("--address and --actors need --executor ray")
         say = None if as_json else (lambda line: typer.echo(line, err=True))
         runs_root = store.runs_dir(runs_dir)
-        if not store_url:
-            _say_new_runs_dir(store.open_store(None, runs=runs_dir))
+        if not store_url and not runs_root.exists():  # made here, so that a folder that cannot be is one error
+            runs_root.mkdir(parents=True)
+            _say_created(runs_root)
         on_result = None if say is None else (lambda r: say(render.progress_line(r)))
         suite_executor = fanout.executor(executor, address=address, actors=actors)
         watched = store.open_store(store_url, runs=runs_dir) if otlp_endpoint else None

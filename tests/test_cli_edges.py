@@ -103,7 +103,7 @@ def test_ctrl_c_mid_suite_writes_the_report_of_the_tasks_done(runs: Path) -> Non
     proc = _popen("suite", "--provider", "scripted", "--latency-ms", "400", runs=runs)
     assert proc.stderr is not None
     first = proc.stderr.readline()  # the first task's line: the second task is now in flight
-    if first.startswith("creating runs directory"):
+    if first.startswith("created runs directory"):
         first = proc.stderr.readline()
     assert "timeout_file" in first, first
     proc.send_signal(signal.SIGINT)

@@ -219,7 +219,7 @@ def test_runs_dir_created_only_by_commands_that_write(tmp_path: Path) -> None:
         runner(*args, "--runs-dir", "nowhere", cwd=tmp_path)
         assert not (tmp_path / "nowhere").exists(), args
     proc = runner("run", "--scenario", "plan", "--runs-dir", "fresh", cwd=tmp_path)
-    assert proc.returncode == 0 and "creating runs directory fresh" in proc.stderr
+    assert proc.returncode == 0 and "created runs directory fresh" in proc.stderr
 
 
 # --- prompts --------------------------------------------------------------------------------
