@@ -24,7 +24,8 @@ named function put the whole turn under the grammar (exactly one call); ``none``
 The prompt is evaluated message by message and the KV cache is reused for whole messages only
 (see `Engine`), which makes a warm server's reply identical to a fresh one's.
 
-Output: text outside calls is content; each complete call becomes an OpenAI tool call (id
+Output (`Engine.stream`'s events; `runner.local_app` shapes them as OpenAI replies): text
+outside calls is content; each complete call becomes an OpenAI tool call (id
 ``call_<n>``, n counted over the whole conversation so ids never repeat). Untagged JSON is never
 a call, and a call cut short by ``max_tokens`` is dropped, never sent half-made.
 """
@@ -425,10 +426,10 @@ def untagged_call_grammar(tools: Sequence[Mapping[str, Any]], calls: int = MAX_C
     return _grammar_for(json.dumps(call_schema(tools)), calls, False, untagged=True)
 
 
-PROSE_GRAMMAR = 'root ::= [^{[`<| \\t\\r\\n] [^<]*'
-"""A reply that cannot be a tool call: it does not open with a JSON object or array, a code
-fence or a tag, and holds no ``<`` (so no ``<tool_call>``). For ``tool_choice: "none"`` on a
-model that writes untagged calls."""
+PROSE_GRAMMAR = 'root ::= [^{[`<>| \\t\\r\\n] [^<{]*'
+"""A reply that cannot be a tool call: it does not open with a JSON array, a code fence, a tag
+or a ``>``, and holds no ``{`` or ``<`` (so no JSON object and no ``<tool_call>``). For
+``tool_choice: "none"`` on a model that writes untagged calls."""
 _UNTAGGED_START = re.compile(r"(?:```(?:json)?[ \t]*\n\s*)?\{")
 _UNTAGGED_UNDECIDED = re.compile(r"`{0,3}|```j|```js|```jso|```(?:json)?[ \t]*(?:\n\s*)?")
 
@@ -981,67 +982,3 @@ class Engine:
             sampler.add_grammar(self.llama._model, LlamaGrammar.from_string(text, verbose=False))
         sampler.add_greedy()
         return sampler
-
-
-def complete(events: Iterator[Event], model: str, created: int, completion_id: str) -> JsonObject:
-    """Collect `Engine.stream` events into an OpenAI ``chat.completion`` dict.
-
-    The extra ``runner`` object carries the engine's timings.
-    """
-    content: list[str] = []
-    calls: list[JsonObject] = []
-    finished: Finished | None = None
-    for event in events:
-        if isinstance(event, TextDelta):
-            content.append(event.text)
-        elif isinstance(event, CallDelta):
-            calls.append(event.call)
-        else:
-            finished = event
-    assert finished is not None, "the engine always ends with Finished"
-    message: JsonObject = {"role": "assistant", "content": "".join(content) or None}
-    if calls:
-        message["tool_calls"] = calls
-    return {
-        "id": completion_id, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finished.finish_reason}],
-        "usage": usage(finished),
-        "runner": finished.timings,
-    }
-
-
-def usage(finished: Finished) -> JsonObject:
-    """OpenAI ``usage`` for a finished reply."""
-    return {"prompt_tokens": finished.prompt_tokens, "completion_tokens": finished.completion_tokens,
-            "total_tokens": finished.prompt_tokens + finished.completion_tokens}
-
-
-def chunks(events: Iterator[Event], model: str, created: int, completion_id: str,
-           include_usage: bool) -> Iterator[JsonObject]:
-    """`Engine.stream` events as OpenAI ``chat.completion.chunk`` dicts, as they come.
-
-    First a role chunk; one chunk per content delta; per tool call, a chunk opening it (id,
-    type, name, empty arguments) and one carrying its arguments; a finish chunk; then, when
-    `include_usage`, a chunk with ``choices: []`` and the usage. The last chunk carries the
-    engine's timings as ``runner``.
-    """
-    base = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model}
-
-    def chunk(delta: JsonObject, finish: str | None = None) -> JsonObject:
-        return base | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-
-    yield chunk({"role": "assistant", "content": ""})
-    for event in events:
-        if isinstance(event, TextDelta):
-            yield chunk({"content": event.text})
-        elif isinstance(event, CallDelta):
-            function = event.call["function"]
-            yield chunk({"tool_calls": [{"index": event.index, "id": event.call["id"], "type": "function",
-                                         "function": {"name": function["name"], "arguments": ""}}]})
-            yield chunk({"tool_calls": [{"index": event.index, "function": {"arguments": function["arguments"]}}]})
-        else:
-            last = chunk({}, event.finish_reason)
-            if include_usage:
-                yield last
-                last = base | {"choices": [], "usage": usage(event)}
-            yield last | {"runner": event.timings}

@@ -17,7 +17,6 @@ import shlex
 import shutil
 import signal
 import sys
-import textwrap
 import typing
 from pathlib import Path
 from types import ModuleType
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
-from runner.errors import RunnerError, UnknownScenario, UsageError
+from runner.errors import RunnerError, UsageError
 
 
 def _lazy_module(name: str) -> ModuleType:
@@ -183,13 +182,6 @@ def _drive(state: RunState, runs: RunStore, lease: Lease, signals: StopSignals, 
         turn_line.close()
 
 
-def _suite_prompt(task_id: str) -> str | None:
-    """The prompt of a suite task (the scripted scenarios named after suite tasks use it)."""
-    from runner.suite import load_suite
-
-    return next((t.prompt for t in load_suite().tasks if t.id == task_id), None)
-
-
 @app.command()
 def run(
     prompt: Annotated[Optional[str], typer.Argument(help="The user's task (default: the scenario's own); - reads it from stdin.")] = None,
@@ -241,117 +233,44 @@ def run(
     fault: Annotated[Optional[str], typer.Option(help="Scripted provider: faults KIND@TURN,... (429, 500, 401, truncated, slow).")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="Queue the run for `runner worker` instead of driving it here.")] = False,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the run even if it never got a reply from its endpoint (by default such a run is not kept: nothing was paid, nothing to resume).")] = False,
-    runs_dir: RunsDir = None,
-    store_url: StoreOpt = None,
-    durability: DurabilityOpt = None,
-    otlp_endpoint: OtlpOpt = None,
-    as_json: JsonOut = False,
+    runs_dir: RunsDir = None, store_url: StoreOpt = None, durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None, as_json: JsonOut = False,
 ) -> None:
     """Start a run: scripted (--scenario), against any endpoint (--base-url + --model), or on a
     local model runner serves itself (--model NAME alone)."""
 
     def body() -> int:
-        from runner import catalog
-        from runner.config import Settings
+        from runner import start
         from runner.interactive import StopSignals
-        from runner.scripted import PROMPTS, SCENARIOS, parse_faults, scenario_name, scripted_provider
+        from runner.scripted import scripted_provider
 
-        if tool_errors not in ("text", "generic", "fatal"):
-            raise UsageError("--tool-errors must be text, generic or fatal")
-        if on_slip not in ("corrective", "repeat", "fail"):
-            raise UsageError("--on-slip must be corrective, repeat or fail")
-        if tool_choice is not None and tool_choice not in ("auto", "required", "none"):
-            raise UsageError(f"--tool-choice must be auto, required or none, got {tool_choice!r}")
-        settings = Settings({"model": model, "api_key_env": api_key_env, "price_in_usd_per_mtok": price_in,
-                             "price_out_usd_per_mtok": price_out, "max_turns": max_turns,
-                             "max_budget_usd": max_budget, "timeout_s": timeout_s, "max_retries": max_retries,
-                             "tool_choice": tool_choice, "tools": tool or None})
-        if scenario is None:
-            if base_url is not None:
-                settings.flags["base_url"] = base_url
-            url = settings.get("base_url")
-        else:  # a scenario reaches a scripted provider: only one named here or in $RUNNER_BASE_URL
-            url = base_url or os.environ.get("RUNNER_BASE_URL") or None
-        chosen_model = model if scenario is not None else settings.get("model")
-        local = _local_choice(chosen_model) if scenario is None and url is None and chosen_model else None
-        if scenario is None and url is None and local is None:
-            raise UsageError("give --scenario NAME (scripted), --model NAME (a local model runner serves), or "
-                             "--base-url URL --model NAME; both --scenario and --base-url run the scenario on a "
-                             "scripted provider already serving at URL"
-                             + (f"; {chosen_model!r} is not a local model (runner models list)" if chosen_model else ""))
-        if scenario is not None and scenario_name(scenario) not in SCENARIOS:
-            shown = [s for s in SCENARIOS if s != "research_child"]  # the research tool's child, not a scenario to run
-            raise UnknownScenario(f"unknown scenario {scenario!r}; known: {', '.join(shown)}")
-        if scenario is not None and model:
-            raise UsageError("--model goes with --base-url alone; a scenario names its own model")
-        if scenario is None and not chosen_model:
-            raise UsageError("--base-url needs --model")
-        if (url is not None or local is not None) and (fault or latency_ms):
-            raise UsageError("--fault and --latency-ms configure the scripted provider runner starts; with --base-url, "
-                             "start that provider with `runner scripted serve --fault ...`")
-        if url is not None and not url.startswith(("http://", "https://")):
-            raise UsageError(f"--base-url must start with http:// or https://, got {url!r}")
-        parse_faults(fault)
-        name = scenario_name(scenario) if scenario else ""
-        task = _read_prompt(prompt, prompt_file) or PROMPTS.get(name) or _suite_prompt(name)
-        if not task:
-            raise UsageError("give a PROMPT (or - to read it from stdin, or --prompt-file PATH)")
-        key = settings.key(api_key)
-        refs = {spec: catalog.spec_to_ref(spec) for spec in settings.get("tools")}
-        own = [catalog.load(ref) for ref in refs.values()]  # a missing tool stops here: no run is made
-        # Start the scripted provider now: it loads (~0.4 s) while this process builds the run.
-        # _drive stops it; if anything fails before, it dies with this process.
+        prepared = start.prepare(start.RunRequest(
+            prompt=prompt, prompt_file=prompt_file, scenario=scenario, base_url=base_url, model=model, api_key=api_key,
+            api_key_env=api_key_env, tools=tool or [], no_builtin_tools=no_builtin_tools, tool_choice=tool_choice,
+            max_turns=max_turns, max_budget_usd=max_budget, dedupe=dedupe, dedupe_all=dedupe_all,
+            tool_errors=tool_errors, permanent_errors=permanent_errors, max_identical_failures=max_identical_failures,
+            auto_approve=auto_approve, on_slip=on_slip, answer_after=answer_after, cap_max_tokens=cap_max_tokens,
+            price_in=price_in, price_out=price_out, timeout_s=timeout_s, max_retries=max_retries, research=research,
+            research_max_turns=research_max_turns, research_max_budget_usd=research_max_budget, latency_ms=latency_ms,
+            fault=fault, detach=detach))
+        state, endpoint = prepared.state, prepared.state.config.endpoint
         provider = (scripted_provider(latency_ms=latency_ms, faults=fault, in_process=True)
-                    if url is None and local is None and not detach else None)
-        from runner.endpoints import Endpoint
-        from runner.state import Limits, RunConfig, new_run
-
-        turns_cap = settings.get("max_turns")
-        choice = settings.get("tool_choice") or (local[2] if local else "auto")
-        config = RunConfig(
-            endpoint=Endpoint(model=f"scripted/{name}" if scenario else (local[0] if local else str(chosen_model)),
-                              base_url=url, local_model=local[1] if local else None,
-                              first_turn_tool_choice=choice, timeout_s=settings.get("timeout_s"),  # type: ignore[arg-type]
-                              max_retries=settings.get("max_retries"), latency_ms=latency_ms, api_key_env=key.env),
-            limits=Limits(max_turns=turns_cap or None, max_budget_usd=settings.get("max_budget_usd"),
-                          cap_max_tokens=cap_max_tokens, max_identical_failures=max_identical_failures),
-            dedupe=dedupe, dedupe_all=dedupe_all,
-            tool_errors=tool_errors, permanent_errors=permanent_errors,  # type: ignore[arg-type]
-            auto_approve=auto_approve, price_in_usd_per_mtok=settings.get("price_in_usd_per_mtok"),
-            price_out_usd_per_mtok=settings.get("price_out_usd_per_mtok"),
-            research_max_turns=research_max_turns, research_max_budget_usd=research_max_budget,
-            on_slip=on_slip, answer_after_tool_turns=answer_after,  # type: ignore[arg-type]
-        )
-        if research or name == "research":
-            config.tools = [*config.tools, "research"]
-        if name == "research":
-            config.research_model = "scripted/research_child"
-        if no_builtin_tools and not own:
-            raise UsageError("--no-builtin-tools leaves no tool: give --tool MODULE:ATTRIBUTE")
-        if own:
-            builtin = [] if no_builtin_tools else config.tools
-            catalog.offer(config, [*builtin, *own], {t.name: ref for t, ref in zip(own, refs.values())})
-        if detach and (latency_ms or fault):
-            raise UsageError("--latency-ms and --fault configure a scripted provider started here; "
-                             "they do not go with --detach")
+                    if endpoint.kind == "scripted" and not detach else None)
         runs = store.open_store(store_url, runs=runs_dir, durability=durability)
-        made_dir = _new_runs_dir(runs)
-        state = new_run(task, config)
+        made_dir = _say_new_runs_dir(runs)
         if detach:
             runs.create(state)
-            _say_created(made_dir)
             return _render_queued(state, as_json, runs)
-        if local is not None and not as_json:
-            typer.echo(f"model: {local[0]}, first turn tool_choice={choice}\n"
-                       f"  starting llama.cpp on {local[3].name} for this run", err=True)
+        if prepared.local is not None and not as_json:
+            typer.echo(f"model: {prepared.local.name}, first turn tool_choice={endpoint.first_turn_tool_choice}\n"
+                       f"  starting llama.cpp on {prepared.local.path.name} for this run", err=True)
         signals = StopSignals.install()  # before the run exists: a Ctrl-C from here on keeps it resumable
         lease = runs.create(state, owner=store.default_owner())
         assert lease is not None
-        _say_created(made_dir)
         with _otel_live(runs, otlp_endpoint, [state.run_id]):
             state = _drive(state, runs, lease, signals, faults=fault, show_progress=not as_json, provider=provider,
-                           api_key=key.value, tools=own)
-        if not keep and _never_reached(state):
+                           api_key=prepared.key.value, tools=prepared.tools)
+        if not keep and start.never_reached(state):
             runs.delete(runs.claim(state.run_id))
             if made_dir is not None:
                 _remove_if_empty(made_dir)
@@ -361,72 +280,17 @@ def run(
     _guard(body)
 
 
-def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str | None:
-    """The prompt: the argument, stdin for "-", or the file's text.
-
-    Raises:
-        UsageError: both an argument and --prompt-file, an unreadable file, or an empty stdin.
-    """
-    if prompt_file is not None:
-        if prompt is not None:
-            raise UsageError("give a PROMPT or --prompt-file, not both")
-        try:
-            return prompt_file.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"--prompt-file {prompt_file}: {exc}") from None
-    if prompt == "-":
-        text = sys.stdin.read()
-        if not text.strip():
-            raise UsageError("the prompt read from stdin is empty")
-        return text
-    return prompt
-
-
-def _local_choice(model: str) -> tuple[str, str, str, Path] | None:
-    """A model runner can serve itself: (name, what `RunConfig.local_model` records, the
-    manifest's first-turn tool_choice, the GGUF), for a manifest name, a unique start of one
-    ("smollm2"), or a .gguf path; None for anything else (a model name for a base URL).
-
-    Raises:
-        ModelNotFound: a manifest model that is not on disk (the message says how to get it).
-    """
-    from runner import models
-
-    manifest = models.load_manifest()
-    names = [m.name for m in manifest.models]
-    if model.endswith(".gguf"):
-        path = Path(model).expanduser()
-        if not path.is_file():
-            raise UsageError(f"--model {model}: no such file")
-        entry = models.entry_for(path.stem, path, manifest)
-        return path.stem, str(path.resolve()), entry.first_turn_tool_choice if entry else "auto", path
-    name = _manifest_name(model)
-    if name not in names:
+def _say_new_runs_dir(runs: RunStore) -> Path | None:
+    """Create the runs directory of a command that writes, saying so; returns it then. One that
+    cannot be made is left to the store, whose error says why in one line."""
+    if not isinstance(runs, store.FileStore) or runs.root.exists():
         return None
-    path = models.resolve(name, manifest)
-    return name, name, manifest.entry(name).first_turn_tool_choice, path
-
-
-def _manifest_name(model: str) -> str:
-    """A manifest name for a unique start of one ("smollm2" -> "smollm2-135m-instruct"), else `model`."""
-    from runner import models
-
-    names = [m.name for m in models.load_manifest().models]
-    matches = [n for n in names if n == model] or [n for n in names if n.startswith(model.lower())]
-    return matches[0] if len(matches) == 1 else model
-
-
-def _new_runs_dir(runs: RunStore) -> Path | None:
-    """The runs directory when a command that writes will create it (`_say_created` says so
-    once it did); None when it exists or the store is not a directory."""
-    if isinstance(runs, store.FileStore) and not runs.root.exists():
-        return runs.root
-    return None
-
-
-def _say_created(folder: Path | None) -> None:
-    if folder is not None and folder.is_dir():
-        typer.echo(f"created runs directory {folder}", err=True)
+    try:
+        runs.root.mkdir(parents=True)
+    except OSError:
+        return None
+    typer.echo(f"created runs directory {runs.root}", err=True)
+    return runs.root
 
 
 def _remove_if_empty(folder: Path) -> None:
@@ -436,27 +300,12 @@ def _remove_if_empty(folder: Path) -> None:
         pass
 
 
-def _never_reached(state: RunState) -> bool:
-    """A new run that got no reply from its endpoint: unreachable through every retry, or an
-    answer that was not a chat-completions reply at all (nothing paid, nothing to resume)."""
-    if state.turns or state.tool_runs or state.cost_usd:
-        return False
-    it = state.interruption
-    if it is not None and it.type == "provider_unavailable":  # no answer at all; a cut stream did answer
-        return it.http_status is None and it.message.startswith(("cannot reach", "the provider timed out"))
-    return state.status == "failed" and state.error is not None and state.error.type in (
-        "auth", "not_found", "invalid_request", "bad_endpoint")
-
-
 def _render_unkept(state: RunState, as_json: bool) -> int:
     """A run that never reached its endpoint and was not kept: why, and exit 1."""
     if as_json:
         typer.echo(json.dumps({**_summary(state), "kept": False}))
     else:
-        width = shutil.get_terminal_size((80, 24)).columns
-        typer.echo("\n".join(textwrap.wrap(f"error: {state.reason}", width, subsequent_indent="  ",
-                                           break_on_hyphens=False, break_long_words=False)), err=True)
-        typer.echo(f"not kept: run {state.run_id} never got a reply; --keep keeps such runs", err=True)
+        typer.echo("\n".join(render.unkept_lines(state, shutil.get_terminal_size((80, 24)).columns)), err=True)
     return 1
 
 
@@ -480,11 +329,8 @@ def resume(
         "--tool", help="Where to find a tool of the run's own (repeatable): MODULE:ATTRIBUTE or a plugin name "
                        "[default: where the run recorded each].")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="Record the verdict or limits and queue the run for `runner worker`.")] = False,
-    runs_dir: RunsDir = None,
-    store_url: StoreOpt = None,
-    durability: DurabilityOpt = None,
-    otlp_endpoint: OtlpOpt = None,
-    as_json: JsonOut = False,
+    runs_dir: RunsDir = None, store_url: StoreOpt = None, durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None, as_json: JsonOut = False,
 ) -> None:
     """Continue a stopped run: after a crash, a cap, a cancel, or with an approval verdict."""
 
@@ -574,23 +420,10 @@ def list_runs(
             return 0
         if as_json:
             typer.echo(json.dumps([{**{k: v for k, v in _summary(i.state).items() if k != "per_turn_prompt_tokens"},
-                                    "status": i.shown_status, "driver": i.driver} for i in infos]))
-            return 0
-
-        def reason(i: store.RunInfo) -> str:
-            if i.shown_status == "died":
-                return "its process died; resume it with: runner resume " + i.state.run_id
-            if i.shown_status == "damaged":
-                return i.damage or "damaged; repair it with: runner repair " + i.state.run_id
-            return f"driven by {i.driver}" if i.shown_status == "running" else i.state.reason or ""
-
-        names = render.short_models(sorted({i.state.config.endpoint.model for i in infos}))
-        wide = render.console().width >= 110  # the reason only where it gets room; `runner show` has it all
-        render.print_table([("run id", "id"), ("started", "id"), ("status", "id"), ("turns", "num"),
-                            ("cost USD", "num"), ("model", "text"), *([("reason", "text")] if wide else [])],
-                           [[i.state.run_id, render.when(i.state.created_at)[5:], i.shown_status, str(i.state.turns),
-                             f"{i.state.cost_usd:.6f}", names[i.state.config.endpoint.model],
-                             *([reason(i)] if wide else [])] for i in infos])
+                                    "status": i.shown_status, "driver": i.driver,
+                                    **({"damage": i.damage} if i.damage else {})} for i in infos]))
+        else:
+            render.print_runs(infos)
         return 0
 
     _guard(body)
@@ -600,39 +433,21 @@ def _totals(infos: list[store.RunInfo], by: str | None, as_json: bool) -> int:
     """Print the sums of `runner runs --totals`."""
     rows = render.run_totals([(i.state, i.shown_status) for i in infos], by)
     if as_json:
-        typer.echo(json.dumps([{"group": r.group, "runs": r.runs, "turns": r.turns, "tool_runs": r.tool_runs,
-                                "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
-                                "cost_usd": round(r.cost_usd, 9)} for r in rows]))
-        return 0
-    render.print_table([(by or "runs", "text"), ("runs", "num"), ("turns", "num"), ("tools", "num"),
-                        ("in tokens", "num"), ("out tokens", "num"), ("cost USD", "num")],
-                       [[r.group, str(r.runs), str(r.turns), str(r.tool_runs), f"{r.prompt_tokens:,}",
-                         f"{r.completion_tokens:,}", f"{r.cost_usd:.6f}"] for r in rows])
+        typer.echo(json.dumps([{**dataclasses.asdict(r), "cost_usd": round(r.cost_usd, 9)} for r in rows]))
+    else:
+        render.print_totals(rows, by)
     return 0
 
 
 def _prune(runs: store.RunStore, status: str | None, dry_run: bool, as_json: bool) -> int:
     """Delete the selected runs (final ones unless `status` says otherwise); print one line each."""
-    chosen = [i for i in runs.list_runs(status=status)
-              if (i.shown_status == status if status else i.shown_status in ("completed", "failed"))]
-    deleted, skipped = [], []
-    for info in chosen:
-        if dry_run:
-            deleted.append(info.state.run_id)
-            continue
-        try:
-            runs.delete(runs.claim(info.state.run_id))
-            deleted.append(info.state.run_id)
-        except (store.RunBusy, store.LeaseLost, store.RunNotFound) as exc:
-            skipped.append(f"{info.state.run_id}: {exc}")
+    deleted, skipped = store.prune(runs, status, dry_run)
     if as_json:
         typer.echo(json.dumps({"deleted" if not dry_run else "would_delete": deleted, "skipped": skipped}))
         return 0
     verb = "would delete" if dry_run else "deleted"
-    for run_id in deleted:
-        typer.echo(f"{verb} {run_id}")
-    for line in skipped:
-        typer.echo(f"skipped {line}", err=True)
+    typer.echo("".join(f"{verb} {run_id}\n" for run_id in deleted), nl=False)
+    typer.echo("".join(f"skipped {line}\n" for line in skipped), nl=False, err=True)
     typer.echo(f"{verb} {len(deleted)} run(s) from {runs.url}" + (f", skipped {len(skipped)}" if skipped else ""))
     return 0
 
@@ -651,27 +466,8 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
             for e in events:
                 typer.echo(e.model_dump_json(exclude_none=True))
             return 0
-        width = shutil.get_terminal_size((80, 24)).columns  # each event one line: cut with … (--json has it all)
-        t0 = events[0].ts if events else 0.0
-        for e in events:
-            fields = e.model_dump(exclude={"runId", "ts", "type"}, exclude_none=True, exclude_defaults=True)
-            shown = "  ".join(f"{k}={json.dumps(v) if not isinstance(v, (int, float)) else v}" for k, v in fields.items())
-            typer.echo(render.fit(f"+{(e.ts - t0) * 1000:9.0f} ms  {e.type:<17} {shown}", width))
-        stops = [e for e in events if e.type == "run_stopped"]
-        processes = sum(1 for e in events if e.type in ("run_started", "run_resumed"))
-        if stops:
-            last = stops[-1]
-            typer.echo(f"stopped: {last.status}  turns={last.turns}  cost=${last.costUsd:.6f}  processes={processes}")
-            typer.echo("\n".join(textwrap.wrap(f"reason: {last.reason}", width, subsequent_indent="  ",
-                                               break_on_hyphens=False, break_long_words=False)))
-        if not events or events[-1].type != "run_stopped":
-            info = runs.info(run_id)
-            if info.shown_status == "died":
-                typer.echo(f"died: its process was killed after the last event\nresume with: runner resume {run_id}")
-            elif info.shown_status == "running":
-                typer.echo(f"running: driven by {info.driver}")
-            elif info.shown_status == "queued":
-                typer.echo("queued: waiting for a worker")
+        info = runs.info(run_id)
+        typer.echo("\n".join(render.trace_lines(events, info, shutil.get_terminal_size((80, 24)).columns)))
         return 0
 
     _guard(body)
@@ -724,7 +520,7 @@ def _otel_live(runs: RunStore | None, endpoint: str | None, run_ids: list[str] |
 
 @app.command()
 def export(
-    run_ids: Annotated[list[str], typer.Argument(help="Runs to send (their child runs come along).", metavar="RUN_ID...")],
+    run_ids: Annotated[list[str], typer.Argument(help="Runs to send (their child runs come along).", metavar="RUN_ID")],
     otlp_endpoint: OtlpOpt = None,
     runs_dir: RunsDir = None, store_url: StoreOpt = None, as_json: JsonOut = False,
 ) -> None:
@@ -762,19 +558,7 @@ def repair(run_id: Annotated[str, typer.Argument(help="The damaged run.", metava
         if as_json:
             typer.echo(json.dumps(dataclasses.asdict(report)))
             return 0
-        if report.kept_seq == report.new_seq:
-            typer.echo(f"run {run_id}: " + "; ".join(report.notes))
-            return 0
-        typer.echo(f"repaired run {run_id}: rebuilt from save {report.kept_seq} (now save {report.new_seq})")
-        typer.echo(f"dropped {len(report.dropped)}:" if report.dropped else "dropped: nothing committed after it")
-        for line in report.dropped:
-            typer.echo(f"  {line}")
-        typer.echo("may have happened outside the kept state:" if report.outside else "nothing started outside it")
-        for line in report.outside:
-            typer.echo(f"  {line}")
-        for line in report.notes:
-            typer.echo(f"note: {line}")
-        typer.echo(f"continue it with: runner resume {run_id}")
+        typer.echo("\n".join(render.repair_lines(report)))
         return 0
 
     _guard(body)
@@ -794,13 +578,8 @@ def show(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar=
         runs = store.open_store(store_url, runs=runs_dir)
         state = runs.load(run_id)
         events = runs.read_trace(run_id)
-        if fmt == "json":
-            typer.echo(json.dumps(render.transcript_json(state, events), ensure_ascii=False))
-        elif fmt == "md":
-            typer.echo(render.transcript_markdown(state, events), nl=False)
-        else:
-            width = shutil.get_terminal_size((80, 24)).columns
-            typer.echo("\n".join(render.transcript_lines(state, events, width=width, full=full)))
+        width = shutil.get_terminal_size((80, 24)).columns
+        typer.echo(render.transcript(state, events, fmt, width, full), nl=False)
         return 0
 
     _guard(body)
@@ -825,7 +604,8 @@ def worker(
             typer.echo(f"worker: claiming runs from {runs.url}, {concurrency} at a time"
                        + (f", until idle for {idle_exit:g} s" if idle_exit is not None else "; Ctrl-C stops"), err=True)
             with _otel_live(runs, otlp_endpoint, None):
-                report = run_worker(runs, concurrency=concurrency, idle_exit_s=idle_exit, poll_s=poll)
+                report = run_worker(runs, concurrency=concurrency, idle_exit_s=idle_exit, poll_s=poll,
+                                    log=lambda line: typer.echo(f"worker: {line}", err=True))
         typer.echo(f"worker: drove {len(report.driven)} runs, {len(report.errors)} errors", err=True)
         return 0 if not report.errors else 1
 
@@ -894,9 +674,9 @@ def serve(
     """Serve a local GGUF with llama.cpp (OpenAI-compatible, greedy, streaming, grammar-constrained tool calls) until Ctrl-C."""
 
     def body() -> int:
-        from runner import local, models
+        from runner import local, models, start
 
-        name, path = models.resolve_choice(_manifest_name(model) if model else None)
+        name, path = models.resolve_choice(start.manifest_name(model) if model else None)
         entry = models.entry_for(name, path)
         options: dict[str, Any] = {"n_threads": threads, "n_batch": n_batch,
                                    "chat_format": entry.chat_format if entry else None}
@@ -907,24 +687,11 @@ def serve(
             print(server.base_url, flush=True)
             # Block only now: a child started with these signals blocked would ignore SIGTERM.
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-            _echo_requests(server.log_path)
+            local.follow_requests(server.log_path, lambda line: typer.echo(f"  {line}", err=True))
             typer.echo("stopping the server", err=True)
         return 0
 
     _guard(body)
-
-
-def _echo_requests(log_path: Path | None) -> None:
-    """Until SIGINT or SIGTERM (blocked by the caller): show each request's log line from the
-    server's log as it is written (method, path, status, tokens, ms)."""
-    from runner.local_app import REQUEST_LOG_PREFIX
-
-    with open(log_path or os.devnull, errors="replace") as log:
-        log.seek(0, os.SEEK_END)
-        while signal.sigtimedwait({signal.SIGINT, signal.SIGTERM}, 0.2) is None:
-            for line in log.readlines():
-                if line.startswith(REQUEST_LOG_PREFIX):
-                    typer.echo("  " + line.removeprefix(REQUEST_LOG_PREFIX).rstrip(), err=True)
 
 
 @models_app.command("list")
@@ -937,10 +704,8 @@ def models_list(as_json: JsonOut = False) -> None:
         rows = models.list_models()
         if as_json:
             typer.echo(json.dumps([r.model_dump(mode="json") for r in rows]))
-            return 0
-        render.print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "path")],
-                     [[r.name, "yes" if r.present else "no", r.source, f"{(r.size_bytes or 0) / 1e6:.0f}",
-                       str(r.path or "")] for r in rows])
+        else:
+            render.print_models(rows)
         return 0
 
     _guard(body)
@@ -981,11 +746,8 @@ def suite(
     resume_report: Annotated[Optional[Path], typer.Option(
         "--resume", metavar="REPORT", help="Finish a cancelled suite: drive the runs its report (suite-*.json) "
                                            "lists as unfinished, then write a report of all of them.")] = None,
-    runs_dir: RunsDir = None,
-    store_url: StoreOpt = None,
-    durability: DurabilityOpt = None,
-    otlp_endpoint: OtlpOpt = None,
-    as_json: JsonOut = False,
+    runs_dir: RunsDir = None, store_url: StoreOpt = None, durability: DurabilityOpt = None,
+    otlp_endpoint: OtlpOpt = None, as_json: JsonOut = False,
 ) -> None:
     """Run the six-task suite on the scripted provider and local models, side by side, N times each."""
 
@@ -997,9 +759,8 @@ def suite(
             raise UsageError("--address and --actors need --executor ray")
         say = None if as_json else (lambda line: typer.echo(line, err=True))
         runs_root = store.runs_dir(runs_dir)
-        if not store_url and not runs_root.exists():  # made here, so that a folder that cannot be is one error
-            runs_root.mkdir(parents=True)
-            _say_created(runs_root)
+        if not store_url:
+            _say_new_runs_dir(store.open_store(None, runs=runs_dir))
         on_result = None if say is None else (lambda r: say(render.progress_line(r)))
         suite_executor = fanout.executor(executor, address=address, actors=actors)
         watched = store.open_store(store_url, runs=runs_dir) if otlp_endpoint else None
@@ -1021,14 +782,7 @@ def suite(
             render.print_suite(report)
             typer.echo(f"report: {report.report_path} (.json, .png beside it)", err=True)
         if report.cancelled:
-            stopped = [r for r in report.results if r.status != "completed" and r.status != "failed"]
-            finish = (f"; finish the suite with: runner suite --resume {Path(report.report_path).with_suffix('.json')}"
-                      if report.report_path else "")
-            typer.echo(f"suite cancelled after {len(report.results)} run(s); the report above holds them{finish}"
-                       + "".join(f"; resume {r.task} with: runner resume {r.run_id}" for r in stopped)
-                       + (f"; {len(report.unfinished)} run(s) not finished, each continues with runner resume ID: "
-                          + " ".join(report.unfinished[:5]) + (" …" if len(report.unfinished) > 5 else "")
-                          + " (all in the JSON report)" if report.unfinished else ""), err=True)
+            typer.echo(render.suite_cancelled(report), err=True)
             return EXIT_CODES["interrupted"]
         return 0
 
@@ -1038,7 +792,7 @@ def suite(
 @app.command()
 def experiments(
     names: Annotated[Optional[list[str]], typer.Argument(help="Experiments to run (default: all).")] = None,
-    skip_local: Annotated[bool, typer.Option(help="Leave out the six tasks on the local model (the slow one).")] = False,
+    skip_local: Annotated[bool, typer.Option(help="Leave out the local-model experiments (local_suite, local_harness: the slow ones).")] = False,
     list_names: Annotated[bool, typer.Option("--list", help="List the experiments and exit.")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Where reports go [default: experiments/ in the runs directory].")] = None,
     runs_dir: RunsDir = None,

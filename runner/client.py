@@ -21,7 +21,6 @@ the tokenizer and marked estimated. Ids the provider left out are derived from t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
@@ -231,7 +230,11 @@ class ChatClient:
         body.update(extra or {})
         if on_delta is not None:  # stream when someone watches
             body |= {"stream": True, "stream_options": {"include_usage": True}}
-        stem = call_ids or "call_" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:8]
+        if call_ids is None:
+            import hashlib
+
+            call_ids = "call_" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:8]
+        stem = call_ids
         retries: list[dict[str, Any]] = []
         started = time.perf_counter()
         for attempt in range(self.max_retries + 1):

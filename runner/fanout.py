@@ -8,9 +8,12 @@ tool call runs again; see `runner.loop.run`).
 
 - `LocalExecutor` (the default): this process, one endpoint at a time, runs one after another.
 - `RayExecutor`: `actors` Ray actors per endpoint, each owning its own endpoint (a scripted
-  provider, or a llama.cpp server with its own threads). Run i of a batch goes to actor
-  i mod N, so the same inputs give the same placement. Actors are restarted and their tasks
-  retried when they die (`max_restarts`, `max_task_retries`).
+  provider, or a llama.cpp server with its own threads) and one HTTP client for all its runs.
+  Run i of a batch goes to actor i mod N, so the same inputs give the same placement; an
+  actor drives `concurrency` of its runs at a time (one for a local model: its server
+  generates one reply at a time). Actors are restarted and their tasks retried when they die
+  (`max_restarts`, `max_task_retries`). `RayExecutor.start` starts them ahead, endpoint up
+  and model loaded, for the drives that follow.
 
 The store seam is the three functions `create`, `load` and `advance` at the top of this module:
 the only code here that touches `runner.store` and `runner.harness.drive`. A store location
@@ -179,44 +182,54 @@ class LocalExecutor:
 
 class RunDriver:
     """The Ray actor: owns one endpoint (started in `__init__`, so a restarted actor starts a
-    fresh one) and advances runs by id. Used through `RayExecutor`, which wraps it with
+    fresh one, and a started actor has its model loaded) and advances runs by id on its event
+    loop, all through one HTTP client. Used through `RayExecutor`, which wraps it with
     `ray.remote` (Ray stays an optional import)."""
 
     def __init__(self, endpoint: Endpoint) -> None:
+        import ray
+
         self._stack = contextlib.ExitStack()
         self.opened = Opened("")
         self.error: RunnerError | None = None
+        self._http: httpx.AsyncClient | None = None
+        self._where = f"node {ray.get_runtime_context().get_node_id()[:8]} pid {os.getpid()}"
         try:
             self.opened = self._stack.enter_context(open_endpoint(endpoint))
         except RunnerError as exc:  # bad configuration: a restart would fail the same way
             self.error = exc
 
-    def advance(self, run_id: str, where: store.StoreAt) -> tuple[str, str]:
+    async def ready(self) -> int:
+        """The actor's pid once its endpoint is up (or failed to start)."""
+        return os.getpid()
+
+    async def advance(self, run_id: str, where: store.StoreAt) -> tuple[str, str]:
         """`advance` the run; returns its state as JSON (plain data across processes) and
         where it was driven ("node <id> pid N").
 
         Raises:
             RunnerError: the endpoint did not start (raised by every drive, not retried).
         """
-        import ray
-
         if self.error is not None:
             raise self.error
+        if self._http is None:  # made on the actor's own loop, kept for every later run
+            self._http = new_http_client(self.opened.base_url)
+        state = await advance(run_id, where, self.opened.base_url, server_settings=self.opened.server_settings,
+                              http=self._http)
+        return state.model_dump_json(), self._where
 
-        state = asyncio.run(advance(run_id, where, self.opened.base_url,
-                                    server_settings=self.opened.server_settings))
-        return state.model_dump_json(), f"node {ray.get_runtime_context().get_node_id()[:8]} pid {os.getpid()}"
-
-    def pid(self) -> int:
+    async def pid(self) -> int:
         """The actor's process id (tests kill it with os.kill)."""
         return os.getpid()
 
-    def server_turns(self) -> list[dict[str, float]]:
+    async def server_turns(self) -> list[dict[str, float]]:
         """`Opened.server_turns` of this actor's endpoint."""
         return self.opened.server_turns() if self.error is None else []
 
-    def stop(self) -> None:
-        """Stop the endpoint this actor started."""
+    async def stop(self) -> None:
+        """Close the HTTP client and stop the endpoint this actor started."""
+        if self._http is not None:
+            await self._http.aclose()
         self._stack.close()
 
 
@@ -284,6 +297,9 @@ class RayExecutor:
     Attributes:
         address: cluster to join ("auto", "HOST:PORT"); None starts a local one.
         actors: actors per endpoint (None: the number of nodes x 2, at least 2).
+        concurrency: runs one actor drives at a time (None: 1 for a local model, whose server
+            generates one reply at a time; `SCRIPTED_CONCURRENCY` for other endpoints, where a
+            run mostly waits for replies).
         max_restarts / max_task_retries: how often Ray restarts a dead actor and retries the
             drive it was running (that drive resumes its run from the store).
         handles: the actors of the last `drive`, per batch.
@@ -292,12 +308,14 @@ class RayExecutor:
 
     address: str | None = None
     actors: int | None = None
+    concurrency: int | None = None
     max_restarts: int = 3
     max_task_retries: int = 3
     handles: list[list[Any]] = field(default_factory=list)
     assigned: dict[str, Any] = field(default_factory=dict)
     _cancelled: bool = False
     _server_turns: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    _pool: dict[Endpoint, list[Any]] = field(default_factory=dict)
 
     @property
     def cancelled(self) -> bool:
@@ -307,13 +325,15 @@ class RayExecutor:
     def server_turns(self) -> dict[str, list[dict[str, float]]]:
         return self._server_turns
 
-    def drive(self, batches: list[Batch], where: store.StoreAt, on_done: OnDone) -> list[tuple[RunState, str]]:
+    def _start_actors(self, endpoints: list[Endpoint], where: store.StoreAt) -> list[list[Any]]:
+        """`actors` new actors per endpoint, placed round-robin over the nodes that reach the
+        store (they start in the background: a call waits for the endpoint to be up)."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         ray_init(self.address)
         nodes = _nodes_for(where)
-        count = self.actors or max(2, 2 * len(nodes))
+        count = self.actor_count(where)
         if not nodes:
             raise UsageError("no Ray node on this machine can reach the runs directory")
         remote = ray.remote(RunDriver)
@@ -321,15 +341,51 @@ class RayExecutor:
         def start(endpoint: Endpoint, k: int) -> Any:
             # No CPU reserved, so the actors of several endpoints live side by side; a local
             # model's llama.cpp server gets its share of the cores as threads instead.
-            if endpoint.kind == "local" and endpoint.n_threads is None:
+            local = endpoint.kind == "local"
+            if local and endpoint.n_threads is None:
                 endpoint = endpoint.model_copy(update={"n_threads": max(1, physical_cores() // count)})
             return remote.options(
-                num_cpus=0, max_restarts=self.max_restarts, max_task_retries=self.max_task_retries, max_concurrency=1,
+                num_cpus=0, max_restarts=self.max_restarts, max_task_retries=self.max_task_retries,
+                max_concurrency=1 if local else self.concurrency or SCRIPTED_CONCURRENCY,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[k % len(nodes)], soft=False),
             ).remote(endpoint)
 
-        self.handles = [[start(batch.endpoint, b * count + i) for i in range(count)] for b, batch in enumerate(batches)]
-        self.assigned = {run_id: actors[i % count]
+        return [[start(endpoint, b * count + i) for i in range(count)] for b, endpoint in enumerate(endpoints)]
+
+    def actor_count(self, where: store.StoreAt) -> int:
+        """Actors per endpoint: `actors`, else 2 per node that reaches the store."""
+        return self.actors or max(2, 2 * len(_nodes_for(where)))
+
+    def start(self, endpoints: list[Endpoint], where: store.StoreAt) -> None:
+        """Start the actors of `endpoints` now and wait until each has its endpoint up (a local
+        model loaded); the drives that follow use them at once, and `close()` stops them.
+
+        Raises:
+            RunnerError: an endpoint did not start.
+        """
+        import ray
+
+        fresh = [e for e in dict.fromkeys(endpoints) if e not in self._pool]
+        for endpoint, actors in zip(fresh, self._start_actors(fresh, where)):
+            self._pool[endpoint] = actors
+        try:
+            ray.get([a.ready.remote() for e in fresh for a in self._pool[e]])
+        except ray.exceptions.RayError as exc:
+            raise _ray_failure(exc) from None
+
+    def close(self) -> None:
+        """Stop the actors `start` started."""
+        pooled, self._pool = list(self._pool.values()), {}
+        _stop(pooled, graceful=True)
+
+    def drive(self, batches: list[Batch], where: store.StoreAt, on_done: OnDone) -> list[tuple[RunState, str]]:
+        import ray
+
+        fresh = [b.endpoint for b in batches if b.endpoint not in self._pool]
+        started = iter(self._start_actors(list(dict.fromkeys(fresh)), where) if fresh else [])
+        made = {e: next(started) for e in dict.fromkeys(fresh)}
+        self.handles = [self._pool.get(b.endpoint) or made[b.endpoint] for b in batches]
+        self.assigned = {run_id: actors[i % len(actors)]
                          for batch, actors in zip(batches, self.handles) for i, run_id in enumerate(batch.run_ids)}
         refs = [actor.advance.remote(run_id, where) for run_id, actor in self.assigned.items()]
         done: dict[str, tuple[RunState, str]] = {}
@@ -353,21 +409,29 @@ class RayExecutor:
                 for batch, actors in zip(batches, self.handles):
                     per_actor = ray.get([a.server_turns.remote() for a in actors])
                     self._server_turns[batch.endpoint.label] = [t for turns in per_actor for t in turns]
-            self._stop_actors(graceful=not self._cancelled)
+            if self._cancelled:  # every actor at once: queued drives would otherwise run first
+                pooled, self._pool = list(self._pool.values()), {}
+                _stop(pooled, graceful=False)
+            _stop(list(made.values()), graceful=not self._cancelled)
         return [done[r] for b in batches for r in b.run_ids if r in done]
 
-    def _stop_actors(self, graceful: bool) -> None:
-        """Stop the actors: after the last run, each stops its endpoint first; on a cancel they
-        are killed at once (queued drives would otherwise run first), which leaves the runs
-        they were driving saved and resumable, as any crash does."""
-        import ray
 
-        if graceful:
-            with contextlib.suppress(Exception):
-                ray.get([a.stop.remote() for actors in self.handles for a in actors], timeout=30)
-        for actors in self.handles:
-            for a in actors:
-                ray.kill(a, no_restart=True)
+SCRIPTED_CONCURRENCY = 4
+"""Runs one actor drives at a time on an endpoint that is not a local model."""
+
+
+def _stop(handles: list[list[Any]], graceful: bool) -> None:
+    """Stop actors: after the last run, each stops its endpoint first; on a cancel they are
+    killed at once, which leaves the runs they were driving saved and resumable, as any
+    crash does."""
+    import ray
+
+    if graceful:
+        with contextlib.suppress(Exception):
+            ray.get([a.stop.remote() for actors in handles for a in actors], timeout=30)
+    for actors in handles:
+        for a in actors:
+            ray.kill(a, no_restart=True)
 
 
 def _ray_failure(exc: Exception) -> Exception:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -438,3 +439,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def follow_requests(log_path: Path | None, say: Callable[[str], None]) -> None:
+    """Until SIGINT or SIGTERM (blocked by the caller): pass each request's line of the
+    server's log to `say` as it is written (method, path, status, tokens, ms)."""
+    from runner.local_app import REQUEST_LOG_PREFIX
+
+    with open(log_path or os.devnull, errors="replace") as log:
+        log.seek(0, os.SEEK_END)
+        while signal.sigtimedwait({signal.SIGINT, signal.SIGTERM}, 0.2) is None:
+            for line in log.readlines():
+                if line.startswith(REQUEST_LOG_PREFIX):
+                    say(line.removeprefix(REQUEST_LOG_PREFIX).rstrip())

@@ -36,14 +36,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runner.chat_adapter import (
     HANDLER_NAME,
+    CallDelta,
     ChatRequest,
     ContextOverflow,
     Engine,
     Event,
     Finished,
+    JsonObject,
     RequestError,
-    chunks,
-    complete,
+    TextDelta,
 )
 
 if TYPE_CHECKING:
@@ -158,7 +159,6 @@ class Backend:
     def _stock(self, request: ChatRequest, cancel: threading.Event) -> Iterator[Event]:
         """Another chat format: llama-cpp-python renders, generates and parses, in one call. Its
         usage is real; the reply comes as one chunk and cannot be stopped half-way."""
-        from runner.chat_adapter import CallDelta, TextDelta
 
         with self._lock:
             if cancel.is_set():
@@ -369,3 +369,70 @@ def _error(status: int, message: str, param: str | None = None, code: str | None
     kind = "invalid_request_error" if status < 500 else "internal_server_error"
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code, **numbers}},
                         status_code=status)
+
+
+# --- OpenAI response shapes --------------------------------------------------------------
+
+
+def complete(events: Iterator[Event], model: str, created: int, completion_id: str) -> JsonObject:
+    """Collect `Engine.stream` events into an OpenAI ``chat.completion`` dict.
+
+    The extra ``runner`` object carries the engine's timings.
+    """
+    content: list[str] = []
+    calls: list[JsonObject] = []
+    finished: Finished | None = None
+    for event in events:
+        if isinstance(event, TextDelta):
+            content.append(event.text)
+        elif isinstance(event, CallDelta):
+            calls.append(event.call)
+        else:
+            finished = event
+    assert finished is not None, "the engine always ends with Finished"
+    message: JsonObject = {"role": "assistant", "content": "".join(content) or None}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": completion_id, "object": "chat.completion", "created": created, "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finished.finish_reason}],
+        "usage": usage(finished),
+        "runner": finished.timings,
+    }
+
+
+def usage(finished: Finished) -> JsonObject:
+    """OpenAI ``usage`` for a finished reply."""
+    return {"prompt_tokens": finished.prompt_tokens, "completion_tokens": finished.completion_tokens,
+            "total_tokens": finished.prompt_tokens + finished.completion_tokens}
+
+
+def chunks(events: Iterator[Event], model: str, created: int, completion_id: str,
+           include_usage: bool) -> Iterator[JsonObject]:
+    """`Engine.stream` events as OpenAI ``chat.completion.chunk`` dicts, as they come.
+
+    First a role chunk; one chunk per content delta; per tool call, a chunk opening it (id,
+    type, name, empty arguments) and one carrying its arguments; a finish chunk; then, when
+    `include_usage`, a chunk with ``choices: []`` and the usage. The last chunk carries the
+    engine's timings as ``runner``.
+    """
+    base = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model}
+
+    def chunk(delta: JsonObject, finish: str | None = None) -> JsonObject:
+        return base | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    yield chunk({"role": "assistant", "content": ""})
+    for event in events:
+        if isinstance(event, TextDelta):
+            yield chunk({"content": event.text})
+        elif isinstance(event, CallDelta):
+            function = event.call["function"]
+            yield chunk({"tool_calls": [{"index": event.index, "id": event.call["id"], "type": "function",
+                                         "function": {"name": function["name"], "arguments": ""}}]})
+            yield chunk({"tool_calls": [{"index": event.index, "function": {"arguments": function["arguments"]}}]})
+        else:
+            last = chunk({}, event.finish_reason)
+            if include_usage:
+                yield last
+                last = base | {"choices": [], "usage": usage(event)}
+            yield last | {"runner": event.timings}

@@ -13,9 +13,7 @@ a provider that stays unavailable through its retries leaves the run `interrupte
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -171,6 +169,8 @@ async def run(state: RunState, rt: Runtime) -> RunState:
     Raises only for bugs and bad configuration; provider failures and cancellation are
     recorded as `failed` (with `error`) / `interrupted` with a reason.
     """
+    import asyncio  # here, not at the top: `from runner import run` need not load it (it runs under asyncio)
+
     if state.status in ("completed", "failed"):
         return state
     began = time.perf_counter()
@@ -311,6 +311,8 @@ def call_id_stem(state: RunState) -> str:
     """The stem of the ids given to this turn's calls that came without one:
     `call_<8 hex of sha256(run id)>_<turn>`, so the ids are the same on every resume and in
     every run replayed under the same id."""
+    import hashlib
+
     digest = hashlib.sha256(state.run_id.encode()).hexdigest()[:8]
     return f"call_{digest}_{state.turns + 1}"
 

@@ -30,6 +30,7 @@ Phoenix's own views show kinds and tokens. Only this module imports OpenTelemetr
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -274,6 +275,8 @@ class Exporter:
     exporter sends each span once."""
 
     def __init__(self, endpoint: str, *, timeout_s: float = 10.0) -> None:
+        # The OTLP exporter logs each retry to stderr; runner says what failed, once (ExportFailed).
+        logging.getLogger("opentelemetry.exporter.otlp").setLevel(logging.CRITICAL)
         self.endpoint = endpoint
         self._otlp = OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s)
         self.sent: set[tuple[int, int]] = set()
@@ -288,7 +291,8 @@ class Exporter:
         if not fresh:
             return 0
         if self._otlp.export(fresh) is not SpanExportResult.SUCCESS:
-            raise ExportFailed(f"the OTLP receiver at {self.endpoint} did not take {len(fresh)} span(s)")
+            raise ExportFailed(f"the OTLP receiver at {self.endpoint} did not take {len(fresh)} span(s): "
+                               "unreachable through the exporter's retries, or it refused them")
         self.sent.update((s.context.trace_id, s.context.span_id) for s in fresh if s.context is not None)
         return len(fresh)
 
@@ -339,6 +343,7 @@ class LiveExport:
             self.watch.changed()  # the baseline: runs already there are followed only once they change
         self._lengths: dict[str, int] = {}
         self._waiting: set[str] = set()
+        self._problem: str | None = None
         """Runs whose `invoke_agent` span is held back (driven when last seen)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="runner-otel", daemon=True)
@@ -387,8 +392,9 @@ class LiveExport:
                     self._waiting.add(run_id)
                 self.spans_sent += self.exporter.send([s for s in spans if s not in held])
         except (RunnerError, OSError) as exc:
-            if self.on_problem is not None:
+            if self.on_problem is not None and str(exc) != self._problem:  # said once, until it changes
                 self.on_problem(f"otel export: {exc}")
+            self._problem = str(exc)
 
     def _held(self, span: ReadableSpan) -> bool:
         agent = (span.attributes or {}).get("gen_ai.agent.id") if span.name == "invoke_agent runner" else None

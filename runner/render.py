@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from runner.models import ModelStatus
     from runner.state import Message, RunState, TurnRecord
+    from runner.store import RepairReport, RunInfo
     from runner.suite import SuiteReport, TaskResult
     from runner.trace import TraceEvent
 
@@ -627,3 +629,114 @@ def run_totals(states: Sequence[tuple[RunState, str]], by: str | None) -> list[T
             groups.setdefault(key, Total(key)).add(state)
         overall.add(state)
     return [*groups.values(), overall]
+
+
+def print_runs(infos: Sequence[RunInfo]) -> None:
+    """The `runner runs` table: id, start, status, turns, cost, the model's distinguishing
+    name, and, where the terminal has room for it, the reason (`runner show` has it all)."""
+
+    def reason(i: RunInfo) -> str:
+        if i.shown_status == "died":
+            return "its process died; resume it with: runner resume " + i.state.run_id
+        if i.shown_status == "damaged":
+            return i.damage or "damaged; repair it with: runner repair " + i.state.run_id
+        return f"driven by {i.driver}" if i.shown_status == "running" else i.state.reason or ""
+
+    names = short_models(sorted({i.state.config.endpoint.model for i in infos}))
+    wide = console().width >= 110
+    print_table([("run id", "id"), ("started", "id"), ("status", "id"), ("turns", "num"),
+                 ("cost USD", "num"), ("model", "text"), *([("reason", "text")] if wide else [])],
+                [[i.state.run_id, when(i.state.created_at)[5:], i.shown_status, str(i.state.turns),
+                  f"{i.state.cost_usd:.6f}", names[i.state.config.endpoint.model],
+                  *([reason(i)] if wide else [])] for i in infos])
+
+
+def print_totals(rows: Sequence[Total], by: str | None) -> None:
+    """The `runner runs --totals` table."""
+    print_table([(by or "runs", "text"), ("runs", "num"), ("turns", "num"), ("tools", "num"),
+                 ("in tokens", "num"), ("out tokens", "num"), ("cost USD", "num")],
+                [[r.group, str(r.runs), str(r.turns), str(r.tool_runs), f"{r.prompt_tokens:,}",
+                  f"{r.completion_tokens:,}", f"{r.cost_usd:.6f}"] for r in rows])
+
+
+def trace_lines(events: Sequence[TraceEvent], info: RunInfo | None, width: int) -> list[str]:
+    """A run's trace for `runner trace`: one line per event (cut to `width` with "…"; `--json`
+    has it all), then why it stopped and what it cost; `info` (the run as listed) says what
+    a trace without a stop means (a process that died, a driver at work, a queued run), and
+    whether the run is damaged."""
+    lines = []
+    t0 = events[0].ts if events else 0.0
+    for e in events:
+        fields = e.model_dump(exclude={"runId", "ts", "type"}, exclude_none=True, exclude_defaults=True)
+        shown = "  ".join(f"{k}={json.dumps(v) if not isinstance(v, (int, float)) else v}" for k, v in fields.items())
+        lines.append(fit(f"+{(e.ts - t0) * 1000:9.0f} ms  {e.type:<17} {shown}", width))
+    stops = [e for e in events if e.type == "run_stopped"]
+    processes = sum(1 for e in events if e.type in ("run_started", "run_resumed"))
+    if stops:
+        last = stops[-1]
+        lines.append(f"stopped: {last.status}  turns={last.turns}  cost=${last.costUsd:.6f}  processes={processes}")
+        lines += textwrap.wrap(f"reason: {last.reason}", width, subsequent_indent="  ",
+                               break_on_hyphens=False, break_long_words=False)
+    stopped = bool(events) and events[-1].type == "run_stopped"
+    if info is not None and info.shown_status == "damaged":
+        lines.append(f"damaged: {info.damage}")
+    elif info is None or stopped:
+        pass
+    elif info.shown_status == "died":
+        lines += ["died: its process was killed after the last event", f"resume with: runner resume {info.state.run_id}"]
+    elif info.shown_status == "running":
+        lines.append(f"running: driven by {info.driver}")
+    elif info.shown_status == "queued":
+        lines.append("queued: waiting for a worker")
+    return lines
+
+
+def repair_lines(report: RepairReport) -> list[str]:
+    """What `runner repair` did: the save it rebuilt from, what it dropped, what may have
+    happened outside the kept state, and how to continue."""
+    if report.kept_seq == report.new_seq:
+        return [f"run {report.run_id}: " + "; ".join(report.notes)]
+    return [f"repaired run {report.run_id}: rebuilt from save {report.kept_seq} (now save {report.new_seq})",
+            f"dropped {len(report.dropped)}:" if report.dropped else "dropped: nothing committed after it",
+            *(f"  {line}" for line in report.dropped),
+            "may have happened outside the kept state:" if report.outside else "nothing started outside it",
+            *(f"  {line}" for line in report.outside),
+            *(f"note: {line}" for line in report.notes),
+            f"continue it with: runner resume {report.run_id}"]
+
+
+def transcript(state: RunState, events: Sequence[TraceEvent], fmt: str, width: int, full: bool) -> str:
+    """`runner show`: the transcript as text fitted to `width` (`full`: nothing cut), Markdown
+    (`fmt` "md") or JSON, ending with a newline."""
+    if fmt == "json":
+        return json.dumps(transcript_json(state, events), ensure_ascii=False) + "\n"
+    if fmt == "md":
+        return transcript_markdown(state, events)
+    return "\n".join(transcript_lines(state, events, width=width, full=full)) + "\n"
+
+
+def suite_cancelled(report: SuiteReport) -> str:
+    """What a cancelled suite says: how many runs it finished and how to finish the rest."""
+    stopped = [r for r in report.results if r.status != "completed" and r.status != "failed"]
+    finish = (f"; finish the suite with: runner suite --resume {Path(report.report_path).with_suffix('.json')}"
+              if report.report_path else "")
+    unfinished = report.unfinished
+    return (f"suite cancelled after {len(report.results)} run(s); the report above holds them{finish}"
+            + "".join(f"; resume {r.task} with: runner resume {r.run_id}" for r in stopped)
+            + (f"; {len(unfinished)} run(s) not finished, each continues with runner resume ID: "
+               + " ".join(unfinished[:5]) + (" …" if len(unfinished) > 5 else "")
+               + " (all in the JSON report)" if unfinished else ""))
+
+
+def print_models(rows: Sequence[ModelStatus]) -> None:
+    """The `runner models list` table."""
+    print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "path")],
+                [[r.name, "yes" if r.present else "no", r.source, f"{(r.size_bytes or 0) / 1e6:.0f}",
+                  str(r.path or "")] for r in rows])
+
+
+def unkept_lines(state: RunState, width: int) -> list[str]:
+    """Why a new run that never got a reply from its endpoint was not kept."""
+    return [*textwrap.wrap(f"error: {state.reason}", width, subsequent_indent="  ", break_on_hyphens=False,
+                           break_long_words=False),
+            f"not kept: run {state.run_id} never got a reply; --keep keeps such runs"]

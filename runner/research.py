@@ -24,7 +24,7 @@ RESEARCH_SYSTEM = (
 )
 
 
-class ResearchParams(BaseModel):
+class ResearchParams(BaseModel, defer_build=True):
     question: str = Field(description="One question to investigate")
 
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from runner.state import FINAL_STATUSES, Interruption, RunError, RunState, RunStatus
 
 
-class RunResult(BaseModel):
+class RunResult(BaseModel, defer_build=True):
     """One run at its stop. Tokens are counts, money USD, times ms."""
 
     run_id: str

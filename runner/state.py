@@ -7,10 +7,8 @@ Messages use the OpenAI chat-completions shapes so they can be sent as they are.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
-import uuid
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, NamedTuple, Union
 
@@ -42,19 +40,19 @@ DEFAULT_TOOLS: tuple[str, ...] = ("list_files", "read_file", "delete_file", "sca
 """The tool names a run offers unless told otherwise (resolved by `runner.catalog`)."""
 
 
-class FunctionCall(BaseModel):
+class FunctionCall(BaseModel, defer_build=True):
     name: str
     arguments: str = "{}"
     """The arguments as a JSON string, exactly as the model sent them."""
 
 
-class ToolCall(BaseModel):
+class ToolCall(BaseModel, defer_build=True):
     id: str
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
-class Message(BaseModel):
+class Message(BaseModel, defer_build=True):
     """One chat message in the OpenAI shape (`system`, `user`, `assistant`, `tool`)."""
 
     model_config = ConfigDict(extra="ignore")
@@ -70,7 +68,7 @@ class Message(BaseModel):
         return self.model_dump(exclude_none=True)
 
 
-class ApprovalInterruption(BaseModel):
+class ApprovalInterruption(BaseModel, defer_build=True):
     type: Literal["approval"] = "approval"
     call_id: str
     tool_name: str
@@ -79,7 +77,7 @@ class ApprovalInterruption(BaseModel):
     """True when the call was started in an earlier process and its outcome is unknown."""
 
 
-class MaxTurnsInterruption(BaseModel):
+class MaxTurnsInterruption(BaseModel, defer_build=True):
     type: Literal["max_turns"] = "max_turns"
     limit: int | None = None
     """The turn cap in force (None in version-1 files)."""
@@ -87,7 +85,7 @@ class MaxTurnsInterruption(BaseModel):
     """Turns taken when the run stopped."""
 
 
-class MaxBudgetInterruption(BaseModel):
+class MaxBudgetInterruption(BaseModel, defer_build=True):
     type: Literal["max_budget"] = "max_budget"
     limit_usd: float | None = None
     """The budget in force, USD (None in version-1 files)."""
@@ -95,7 +93,7 @@ class MaxBudgetInterruption(BaseModel):
     """Spend when the run stopped, USD (may pass the limit by at most one turn's cost)."""
 
 
-class ProviderUnavailableInterruption(BaseModel):
+class ProviderUnavailableInterruption(BaseModel, defer_build=True):
     """The provider could not be reached, or kept failing, through every retry: a plain
     resume asks again. Not a verdict on the run."""
 
@@ -108,7 +106,7 @@ class ProviderUnavailableInterruption(BaseModel):
     """Attempts made after the first."""
 
 
-class CancelledInterruption(BaseModel):
+class CancelledInterruption(BaseModel, defer_build=True):
     type: Literal["cancelled"] = "cancelled"
     reason: str
 
@@ -134,7 +132,7 @@ ErrorType = Literal[
 """Why a `failed` run failed, as a closed set."""
 
 
-class RunError(BaseModel):
+class RunError(BaseModel, defer_build=True):
     """What stopped a `failed` run, as data."""
 
     type: ErrorType
@@ -146,7 +144,7 @@ class RunError(BaseModel):
     """Numbers the provider gave with the error, e.g. {"n_prompt_tokens": 5000, "n_ctx": 4096}."""
 
 
-class TurnRecord(BaseModel):
+class TurnRecord(BaseModel, defer_build=True):
     """One answered model call: usage in tokens, cost in USD, wall time in ms."""
 
     turn: int
@@ -170,7 +168,7 @@ class TurnRecord(BaseModel):
     was billed but not kept, and the turn was asked again."""
 
 
-class ToolRun(BaseModel):
+class ToolRun(BaseModel, defer_build=True):
     """One tool call that produced a result (really run, served from cache, or refused)."""
 
     call_id: str
@@ -188,7 +186,7 @@ ToolChoice = Literal["auto", "required", "none"]
 EndpointKind = Literal["url", "local", "scripted"]
 
 
-class Endpoint(BaseModel):
+class Endpoint(BaseModel, defer_build=True):
     """Everything needed to reach one model: which, where, and how patiently.
 
     Its kind follows from which field is set: `base_url` (``url``: an endpoint already
@@ -251,7 +249,7 @@ class Endpoint(BaseModel):
                 str(self.n_threads), str(self.latency_ms) if self.kind == "scripted" else None)
 
 
-class Limits(BaseModel):
+class Limits(BaseModel, defer_build=True):
     """When a run must stop before it spends more, and the checks that say so.
 
     The loop asks `before_request` before each model call and `before_tool_call` before each
@@ -335,7 +333,7 @@ _ENDPOINT_KEYS = frozenset(Endpoint.model_fields)
 _LIMIT_KEYS = frozenset(Limits.model_fields)
 
 
-class RunConfig(BaseModel):
+class RunConfig(BaseModel, defer_build=True):
     """How the run reaches its model (`endpoint`), when it must stop (`limits`), and which
     policies apply.
 
@@ -433,7 +431,7 @@ def tool_ref(tool: Any) -> str | None:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-class RunState(BaseModel):
+class RunState(BaseModel, defer_build=True):
     """Everything about one run. Counts are in tokens, money in USD, times in ms."""
 
     format_version: int = FORMAT_VERSION
@@ -486,6 +484,8 @@ class RunState(BaseModel):
 
 
 def new_run_id() -> str:
+    import uuid  # imported where used, as hashlib below: `from runner import RunState` stays light
+
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
@@ -512,6 +512,8 @@ def call_signature(tool_name: str, arguments: str) -> str:
                                ensure_ascii=False)
     except json.JSONDecodeError:
         canonical = arguments
+    import hashlib
+
     return tool_name + ":" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 

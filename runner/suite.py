@@ -358,9 +358,11 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
         for task in suite.tasks:
             for repeat in range(1, repeats + 1):
                 # how `runner resume` reaches this endpoint again: a URL, or the local model to start
-                endpoint = column.model_copy(update={"model": _model_for(column, task)})
+                overrides = dict(harness)  # endpoint settings (e.g. first_turn_tool_choice) go on the endpoint
+                moved = {k: overrides.pop(k) for k in list(overrides) if k in Endpoint.model_fields}
+                endpoint = column.model_copy(update={"model": _model_for(column, task), **moved})
                 config = RunConfig(endpoint=endpoint, limits=Limits(max_turns=max_turns), max_tokens=max_tokens,
-                                   **harness)
+                                   **overrides)
                 state = new_run(task.prompt, config, system=suite.system + addendum)
                 fanout.create(state, location)
                 jobs[state.run_id] = (column, task, repeat)

@@ -101,7 +101,7 @@ class Workspace:
         return self._path or self.template
 
 
-class NoParams(BaseModel):
+class NoParams(BaseModel, defer_build=True):
     pass
 
 
@@ -223,7 +223,7 @@ class ListFiles(Tool):
         return "\n".join(f"{name} ({size} bytes)" for name, size in files)
 
 
-class PathParams(BaseModel):
+class PathParams(BaseModel, defer_build=True):
     path: str = Field(description="A file name as shown by list_files, e.g. notes.txt")
 
 

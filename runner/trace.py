@@ -32,7 +32,7 @@ TRACE_FORMAT_VERSION = 2
 
 
 class _Event(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, defer_build=True)
 
     runId: str
     ts: float = Field(default_factory=time.time)
@@ -190,7 +190,7 @@ TraceEvent = Annotated[
     ],
     Field(discriminator="type"),
 ]
-_adapter: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent)
+_adapter: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent, config=ConfigDict(defer_build=True))
 
 
 class Tracer:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
@@ -127,16 +126,15 @@ async def _drive_one(store: RunStore, lease: Lease, endpoints: _Endpoints, repor
 
 
 def run_worker(store: RunStore, *, concurrency: int = 1, idle_exit_s: float | None = None,
-               poll_s: float = 0.5) -> WorkerReport:
+               poll_s: float = 0.5, log: Callable[[str], None] | None = None) -> WorkerReport:
     """`work` in a fresh event loop, with SIGINT/SIGTERM as a clean stop (runs being driven
-    stop `interrupted` and stay resumable); logs one line per run to stderr."""
+    stop `interrupted` and stay resumable); `log` gets one line per run."""
 
     async def main() -> WorkerReport:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        return await work(store, concurrency=concurrency, idle_exit_s=idle_exit_s, poll_s=poll_s, stop=stop,
-                          log=lambda line: print(f"worker: {line}", file=sys.stderr, flush=True))
+        return await work(store, concurrency=concurrency, idle_exit_s=idle_exit_s, poll_s=poll_s, stop=stop, log=log)
 
     return asyncio.run(main())

@@ -17,9 +17,11 @@ their neighbours, so harness_power and the client-per-run pair are timed apart):
                         included), the trace line written with it. `shared` is one
                         `runner.client.new_http_client()` for all runs, as a worker or the suite
                         keeps one.
-    harness_power       the same with `FileStore(dir, durability="power")`: every commit
-                        fdatasync'ed (and folders fsync'ed when a file is created or replaced),
-                        so it also survives an OS crash or power loss.
+    harness_power       the same with `FileStore(dir, durability="power")`: the commits are
+                        fdatasync'ed before each effect (a model request, a tool that may
+                        write, the run's end; one flush covers every commit since the last, and
+                        folders are fsync'ed when a file is created), so what the run did also
+                        survives an OS crash or power loss.
     harness_mem         `execute(..., None, http=shared)`: no store, no trace (persistence off).
     harness_own_client  the default store with no shared client: each run opens and closes its
                         own (what a one-off `runner run` does); compared with bare_fresh.

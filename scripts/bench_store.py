@@ -12,14 +12,17 @@ per store; repeated `--reps` times with the stores interleaved round-robin. Stor
                      what changed, then the trace lines (no flush)
     postgres         PostgresStore, "process": one transaction (runs row, new items, events)
                      with synchronous_commit off (the server has it; not yet on its disk)
-    files, power     FileStore, "power": the journal line fdatasync'ed (timed in a pass of its own)
-    postgres, power  PostgresStore, "power": synchronous_commit on (the commit waits for the
+    files, power     FileStore, "power": the journal fdatasync'ed where the loop would flush it,
+                     before the next model request: once per turn, with the tool result's save
+                     (timed in a pass of its own)
+    postgres, power  PostgresStore, "power": synchronous_commit on (each commit waits for the
                      server's WAL flush; the cluster runs with fsync on)
 
 Part 2, harness overhead per turn. The 3-turn `plan` against the scripted provider (separate
 process, zero latency), round-robin with a bare httpx loop making the same three calls (the
 floor; see scripts/bench_overhead.py): overhead = (median harness - median bare) / 3 turns,
-for the harness in memory, on the FileStore, and on PostgreSQL.
+for the harness in memory, on the FileStore, and on PostgreSQL; and the write-ahead log bytes
+PostgreSQL wrote per turn (every statement of a run: claim, create, events, saves, release).
 
 PostgreSQL is a throwaway cluster on a Unix socket (tests/pgcluster.py), fsync on. Prints a
 Markdown report (with the load average: the machine is shared) and writes runs/bench/store.md
@@ -54,6 +57,7 @@ from runner.scripted import scripted_provider  # noqa: E402
 from runner.state import FunctionCall, Message, RunConfig, RunState, ToolCall, ToolRun, TurnRecord, new_run  # noqa: E402
 from runner.store import FileStore, RunStore  # noqa: E402
 from runner.store.base import event_line  # noqa: E402
+from runner.store.postgres import PostgresStore  # noqa: E402
 from runner.trace import ToolResult, TurnEvent, _Event  # noqa: E402
 from tests.pgcluster import Cluster, available  # noqa: E402
 
@@ -150,6 +154,9 @@ def one_run(kind: str, store: RunStore | BeforeFiles) -> dict[str, list[float]]:
                 store.save(state, events)
             else:
                 store.save(state, events, lease)
+                if step is _result:  # the loop asks the model next: an effect, what came before is flushed
+                    assert lease is not None
+                    store.sync(lease)
             ms = (time.perf_counter() - began) * 1000
             out["all"].append(ms)
             if turn in (1, TURNS):
@@ -178,11 +185,17 @@ async def overhead_bench(base_url: str, stores: dict[str, RunStore | None], runs
     bo = _bench_overhead()
     replay = await bo.make_replay(base_url)
 
+    wal_bytes: dict[str, list[int]] = {}
+
     async def harness_run(store: RunStore | None) -> float:
         state = bo.fresh_state(base_url)
+        wal = written_bytes(store, "") if isinstance(store, PostgresStore) else None
         began = time.perf_counter()
         state = await drive(state, base_url, store, http=shared)
         ms = (time.perf_counter() - began) * 1000
+        if wal is not None:
+            assert store is not None
+            wal_bytes.setdefault(store.url, []).append(written_bytes(store, "") - wal)
         assert state.status == "completed" and [t.prompt_tokens for t in state.per_turn] == replay.prompt_tokens
         return ms
 
@@ -197,6 +210,9 @@ async def overhead_bench(base_url: str, stores: dict[str, RunStore | None], runs
         for name, store in stores.items():
             variants[f"harness ({name})"] = functools.partial(harness_run, store)
         times: dict[str, list[float]] = await bo.rounds(variants, runs, warmup)
+    for url, values in wal_bytes.items():
+        name = next(n for n, st in stores.items() if st is not None and st.url == url)
+        times[f"wal bytes ({name})"] = [float(v) for v in values]
     return times
 
 
@@ -212,8 +228,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_store: {missing}", file=sys.stderr)
         return 2
     load_before = os.getloadavg()
-    from runner.store.postgres import PostgresStore
-
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp, Cluster(fsync=True) as pg:
         pg_store, pg_power = PostgresStore(pg.new_database()), PostgresStore(pg.new_database(), durability="power")
         stores: dict[str, RunStore | BeforeFiles] = {
@@ -257,11 +271,17 @@ def main(argv: list[str] | None = None) -> int:
               f"| bare httpx loop (floor) | {bare:.2f} | - |"]
     over: dict[str, Any] = {"bare_ms": bare}
     for name, values in overhead.items():
-        if name == "bare":
+        if name == "bare" or name.startswith("wal bytes"):
             continue
         per_turn = (med(values) - bare) / 3
         over[name] = {"median_ms": med(values), "overhead_ms_per_turn": per_turn}
         lines.append(f"| {name} | {med(values):.2f} | {per_turn:.3f} |")
+    for name, values in overhead.items():
+        if name.startswith("wal bytes"):
+            per_turn_bytes = med(values) / 3
+            over[name] = {"median_bytes_per_run": med(values), "bytes_per_turn": per_turn_bytes}
+            lines.append(f"\nPostgreSQL write-ahead log per turn ({name.removeprefix('wal bytes ')}, every statement "
+                         f"of a run, median of {len(values)} runs / 3 turns): **{per_turn_bytes:,.0f} bytes**")
     lines += ["", "Bytes: what one save adds on disk (files: the run's folder; \"before\": the new state file "
               "plus the trace line; postgres: write-ahead log bytes, all of the cluster's writes). "
               "Times of the rows that flush (before, power) are dominated by the flush on this shared disk and vary "

@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from runner import models
-from runner.chat_adapter import ChatRequest, Engine, complete, render_prompt
+from runner.chat_adapter import ChatRequest, Engine, render_prompt
 from runner.kvprefix import PrefixStore, file_sha256
+from runner.local_app import complete
 from runner.suite import load_suite
 from runner.tools import BASIC_TOOLS
 

@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -701,10 +702,106 @@ def local_suite(lab: Lab) -> Outcome:
     )
 
 
+HARNESS_STEPS: list[tuple[str, dict[str, Any]]] = [
+    ("tagged calls only", {"untagged_calls": "off", "first_turn_tool_choice": "auto", "on_slip": "repeat",
+                           "answer_after_tool_turns": None, "prompting": False}),
+    ("+ first-turn required", {"first_turn_tool_choice": "required"}),
+    ("+ untagged calls", {"untagged_calls": "on"}),
+    ("+ corrective retries", {"on_slip": "corrective"}),
+    ("+ answer forcing", {"answer_after_tool_turns": "manifest"}),
+    ("+ manifest prompting", {"prompting": True}),
+]
+"""The techniques of `local_harness`, each added to the ones above it."""
+DEFAULT_ANSWER_AFTER = 2
+"""Answer forcing for a model whose manifest sets no `answer_after_tool_turns`."""
+
+
+def local_harness(lab: Lab) -> Outcome:
+    """Per local model: the six tasks with each harness technique added in turn."""
+    from runner import models
+    from runner.local import LocalServer
+    from runner.suite import run_suite
+
+    present = [r.name for r in models.list_models() if r.present and r.name in LOCAL_HARNESS_MODELS]
+    rows: list[list[str]] = []
+    data: list[dict[str, Any]] = []
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    for name in present:
+        path = models.resolve(name)
+        entry = models.entry_for(name, path)
+        assert entry is not None
+        settings: dict[str, Any] = {}
+        server: Any = None
+        try:
+            for label, step in HARNESS_STEPS:
+                before = dict(settings)
+                settings |= step
+                if settings["answer_after_tool_turns"] == "manifest":
+                    settings["answer_after_tool_turns"] = entry.answer_after_tool_turns or DEFAULT_ANSWER_AFTER
+                if settings == before or (label == "+ manifest prompting" and not entry.system_addendum):
+                    rows.append([entry.name, label, "(no change for this model: not run again)"] + [""] * 6)
+                    continue
+                if server is None or server.settings.untagged_calls != settings["untagged_calls"]:
+                    if server is not None:
+                        server.stop()
+                    server = LocalServer(path, model_name=path.stem, untagged_calls=settings["untagged_calls"]).start()
+                print(f"local_harness: {name}: {label}", file=sys.stderr, flush=True)
+                row = _harness_row(lab, name, path, server, settings, entry.system_addendum, run_suite)
+                rows.append([entry.name, label, f"{row['passed']}/6", str(row["turns"]), str(row["calls"]),
+                             str(row["malformed"]), str(row["slip_failures"]), f"{row['mean_turn_ms']:,.0f}",
+                             row["statuses"]])
+                data.append({"model": name, "technique": label, **{k: v for k, v in settings.items()}, **row})
+        finally:
+            if server is not None:
+                server.stop()
+    load_after = [round(x, 2) for x in os.getloadavg()]
+    return Outcome(
+        title="what the harness adds to small local models",
+        tables=[Table(["model", "technique (added to those above)", "correct", "turns", "tool calls",
+                       "malformed calls", "failed by slip", "mean turn ms", "statuses"], rows)],
+        summary=(f"Every row is the six tasks (max 8 turns, greedy) run in this one experiment; load average "
+                 f"{' '.join(map(str, load_before))} at the start, {' '.join(map(str, load_after))} at the end "
+                 f"(2 cores shared). 'malformed calls' counts calls naming an unknown tool or with arguments their "
+                 f"schema rejects, plus unparsable call blocks; 'failed by slip' counts tasks that ended failed "
+                 f"on protocol slips."),
+        data={"rows": data, "load_before": load_before, "load_after": load_after},
+    )
+
+
+LOCAL_HARNESS_MODELS = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct")
+"""The models `local_harness` measures, in this order, when they are on disk."""
+
+
+def _harness_row(lab: Lab, name: str, path: Path, server: Any, settings: dict[str, Any], addendum: str,
+                 run_suite: Callable[..., Any]) -> dict[str, Any]:
+    """The six tasks on `server` under `settings`; counts over the six runs."""
+    root = lab.runs_root / f"{name}-{len(list(lab.runs_root.glob(name + '-*')))}"
+    column = Endpoint(model=path.stem, base_url=server.base_url, local_model=str(path),
+                      first_turn_tool_choice=settings["first_turn_tool_choice"])
+    report = run_suite("local", root, columns=[column], max_turns=8,
+                       run_settings={"on_slip": settings["on_slip"],
+                                     "answer_after_tool_turns": settings["answer_after_tool_turns"]},
+                       system_addendum=addendum if settings["prompting"] else "")
+    results = report.results
+    per_turn = [t for r in results for t in store.load(root, r.run_id).per_turn]
+    unparsed = sum(1 for t in per_turn if t.slip == "unparsed_tool_call")
+    return {
+        "passed": sum(r.correct for r in results),
+        "turns": sum(r.turns for r in results),
+        "calls": sum(r.calls for r in results),
+        "malformed": sum(r.invalid_calls for r in results) + unparsed,
+        "slip_failures": sum(1 for r in results if r.status == "failed" and (r.reason or "").startswith("protocol slip")),
+        "mean_turn_ms": statistics.fmean(t.ms for t in per_turn) if per_turn else 0.0,
+        "statuses": " ".join(f"{k}={v}" for k, v in sorted(Counter(r.status for r in results).items())),
+        "answers": [{"task": r.task, "correct": r.correct, "answer": r.answer, "why_wrong": r.why_wrong,
+                     "status": r.status, "reason": r.reason} for r in results],
+    }
+
+
 EXPERIMENTS: dict[str, Callable[[Lab], Outcome]] = {
     "turn_cap": turn_cap, "budgets": budgets, "tool_errors": tool_errors, "permanent": permanent,
     "dedupe": dedupe, "double_delete": double_delete, "approval": approval, "resume": resume,
-    "cancel": cancel, "latency": latency, "local_suite": local_suite,
+    "cancel": cancel, "latency": latency, "local_suite": local_suite, "local_harness": local_harness,
 }
 
 
@@ -712,7 +809,7 @@ def main(argv: list[str] | None = None) -> int:
     global OUT_DIR, RUNS_DIR
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"experiments to run (default: all): {', '.join(EXPERIMENTS)}")
-    parser.add_argument("--skip-local", action="store_true", help="leave out local_suite (the slow one)")
+    parser.add_argument("--skip-local", action="store_true", help="leave out local_suite and local_harness (the slow ones)")
     parser.add_argument("--list", action="store_true", help="list the experiments and exit")
     parser.add_argument("--out", type=Path, help="where reports go [default: experiments/ in the runs directory]")
     parser.add_argument("--runs-dir", type=Path, help="the runs directory [default: $RUNNER_RUNS_DIR or ./runs]")
@@ -726,7 +823,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: unknown experiment(s) {', '.join(unknown)}; known: {', '.join(EXPERIMENTS)}", file=sys.stderr)
         return 2
-    names = [n for n in (args.names or EXPERIMENTS) if not (args.skip_local and n == "local_suite")]
+    names = [n for n in (args.names or EXPERIMENTS) if not (args.skip_local and n.startswith("local_"))]
     if not names:
         print("error: nothing to run: --skip-local leaves out local_suite, the only experiment named", file=sys.stderr)
         return 2

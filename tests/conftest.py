@@ -20,8 +20,9 @@ from runner.state import RunConfig, RunState, new_run
 from runner.store import FileStore, RunStore
 
 NEEDS = {
-    "llama": ("llama.cpp", {"test_local", "test_local_server", "test_suite_local", "test_store_local"}, {"server"}),
-    "postgres": ("PostgreSQL", set(), {"pg_cluster"}),
+    "llama": ("llama.cpp", {"test_hermes_adapter", "test_local_server", "test_suite_local", "test_local_run_resume",
+                            "test_kvprefix", "test_untagged"}, {"smollm2_server"}),
+    "postgres": ("PostgreSQL", {"test_store_pg"}, {"pg_cluster"}),
     "ray": ("Ray", {"test_ray"}, {"ray_cluster"}),
 }
 """Marker -> (what it needs, test modules that all need it, fixtures that need it)."""
@@ -39,8 +40,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""  # type: ignore[attr-defined]
         fixtures = set(getattr(item, "fixturenames", ()))
         for marker, (_, modules, needs) in NEEDS.items():
-            if module in modules or fixtures & needs:
+            if module in modules or fixtures & needs or f"[{marker}" in item.name:  # a backend parameter
                 item.add_marker(marker)
+
+
+@pytest.fixture(scope="session")
+def smollm2_server() -> Iterator[Any]:
+    """The real llama.cpp server on the packaged SmolLM2, serving it as "smollm2", shared by the
+    session (each test sends its whole conversation, so no test depends on another)."""
+    from runner import models
+    from runner.local import LocalServer
+
+    with LocalServer(models.resolve("smollm2-135m-instruct"), model_name="smollm2") as running:
+        yield running
 
 
 @pytest.fixture(scope="session")

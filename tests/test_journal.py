@@ -53,9 +53,13 @@ def test_a_flipped_byte_in_a_middle_record_is_listed_damaged_then_repaired(
     code, listed = cli_json("runs", runs_dir=runs)
     assert code == 0 and [(r["run_id"], r["status"]) for r in listed] == [(run_id, "damaged")]
     assert listed[0]["turns"] == 1  # as of its last good record, save 2
+    assert listed[0]["damage"] == f"journal line 4: the record fails its checksum; repair: runner repair {run_id}"
     table = cli("runs", runs_dir=runs)
     assert table.returncode == 0 and "damaged" in table.stdout and "skipped" not in table.stderr
 
+    shown = cli("trace", run_id, runs_dir=runs)
+    assert shown.returncode == 0 and shown.stdout.splitlines()[-1] == (
+        f"damaged: journal line 4: the record fails its checksum; repair: runner repair {run_id}")
     for args in (("resume", run_id), ("resume", run_id, "--force")):
         refused = cli(*args, runs_dir=runs)
         assert refused.returncode == 1, refused.stderr

@@ -11,10 +11,11 @@ from typing import Any
 import httpx
 
 from runner import models
-from runner.chat_adapter import ChatRequest, Engine, complete
+from runner.chat_adapter import ChatRequest, Engine
 from runner.kvprefix import PrefixStore, file_sha256
 from runner.local import LocalServer
-from tests.test_local import TOOLS
+from runner.local_app import complete
+from tests.test_hermes_adapter import TOOLS
 
 SMOL = "smollm2-135m-instruct"
 SYSTEM = "You are a careful assistant working on a folder of log files. Use the tools."

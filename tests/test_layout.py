@@ -67,6 +67,7 @@ def test_no_import_cycles_between_runner_modules() -> None:
         visit(module, [])
 
 
+@pytest.mark.slow
 def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
     script = (
         "import importlib, subprocess, sys\n"
@@ -103,6 +104,7 @@ def test_ruff_is_clean() -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-1000:]
 
 
+@pytest.mark.slow
 def test_wheel_installed_in_a_fresh_venv_runs_a_scenario_and_the_suite(tmp_path: Path) -> None:
     """Build the wheel, install it (no deps) into a fresh venv that borrows this venv's
     dependencies, and run the CLI from an empty folder: the task files and the manifest
@@ -143,7 +145,7 @@ def test_wheel_installed_in_a_fresh_venv_runs_a_scenario_and_the_suite(tmp_path:
 
 
 LAYOUT = [
-    "runner.__main__", "runner.cli", "runner.otel", "runner.view", "runner.render", "runner.suite", "runner.fanout",
+    "runner.__main__", "runner.cli", "runner.otel", "runner.view", "runner.render", "runner.start", "runner.suite", "runner.fanout",
     "runner.worker", "runner.interactive",
     "runner.harness", "runner.result", "runner.endpoints", "runner.local", "runner.local_app", "runner.chat_adapter",
     "runner.kvprefix", "runner.models", "runner.scripted", "runner.catalog", "runner.research", "runner.loop", "runner.client",

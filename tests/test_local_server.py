@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ import pytest
 from runner import models
 from runner.chat_adapter import call_grammar
 from runner.local import LocalServer, LocalSettings, settings_table
-from tests.test_local import TOOLS
+from tests.test_hermes_adapter import TOOLS
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 SMOL = "smollm2-135m-instruct"
@@ -41,10 +40,9 @@ SYSTEM = "You are a careful assistant working on a folder of log files. Use the 
 STORY = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}]
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[LocalServer]:
-    with LocalServer(models.resolve(SMOL), model_name="smollm2") as running:
-        yield running
+@pytest.fixture
+def server(smollm2_server: LocalServer) -> LocalServer:
+    return smollm2_server
 
 
 def post(server: LocalServer, timeout: float = 120, **body: Any) -> dict[str, Any]:

@@ -252,11 +252,13 @@ def interrupted_pull(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: signa
     return directory
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_pull_leaves_nothing_and_a_new_pull_works(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pip_env: None) -> None:
     interrupted_pull(tmp_path, monkeypatch, signal.SIGINT)
 
 
+@pytest.mark.slow
 def test_a_killed_pull_is_cleared_by_the_next_pull(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pip_env: None) -> None:
     interrupted_pull(tmp_path, monkeypatch, signal.SIGKILL)

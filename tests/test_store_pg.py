@@ -20,7 +20,7 @@ from runner.scripted import ScriptedServer
 from runner.store import StoreError
 from runner.store.postgres import PostgresStore
 from tests.conftest import cli, cli_json, scripted_run
-from tests.test_store import _turn, _turns
+from tests.test_store_conformance import _turn, _turns
 
 WORKER_LEASE_S = 10.0
 """Long enough that a restart (about a second) never costs a lease: a lease lost would make a
@@ -150,3 +150,22 @@ def test_a_server_gone_longer_than_retry_s_is_one_clear_error(ascii_cluster: Any
     store.save(state, [_turn(state, 1)], lease)
     assert store.load(state.run_id).seq == 2
     store.close()
+
+
+def test_no_workspace_folder_is_left_behind(pg_url: str, provider: str, tmp_path: Any) -> None:
+    """Every command that touches a PostgreSQL run's workspace (a run stopped for approval,
+    the approved resume that deletes, a killed resume, the resume after it) leaves no
+    runner-ws-* folder in the temp directory once it exits."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {"RUNNER_STORE": pg_url, "TMPDIR": str(scratch)}
+    code, out = cli_json("run", "--scenario", "destructive", "--base-url", provider, runs_dir=tmp_path, env=env)
+    assert code == 3
+    killed = cli("resume", out["run_id"], "--approve", "c2", runs_dir=tmp_path,
+                 env={**env, "RUNNER_CRASH_AT": "tool_result:1"})
+    assert killed.returncode == -9
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("runner-ws-")]  # a SIGKILL leaves one...
+    code, done = cli_json("resume", out["run_id"], runs_dir=tmp_path, env=env)
+    assert code == 0 and done["answer"] == "Deleted access.log to free space."
+    assert cli("runs", runs_dir=tmp_path, env=env).returncode == 0
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("runner-ws-")] == []  # ...the next one sweeps it

@@ -109,8 +109,12 @@ def test_the_cli_never_prints_a_cut_stream_as_the_answer(fake: FakeProvider, run
     events = stream(PROSE)
     fake.handler = lambda body: Answer(events=events[:4])  # "I will read the " and no finish
     proc = cli("run", "Go.", "--base-url", fake.base_url, "--model", "m", "--max-retries", "1", runs_dir=runs)
+    assert proc.returncode == 1 and "not kept" in proc.stderr, proc.stdout + proc.stderr  # nothing was paid
+    assert "I will read the" not in proc.stdout + proc.stderr
+    proc = cli("run", "Go.", "--base-url", fake.base_url, "--model", "m", "--max-retries", "1", "--keep", runs_dir=runs)
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert "status=interrupted" in proc.stdout and "I will read the" not in proc.stdout
+    assert "interrupted" in proc.stdout and "I will read the" not in proc.stdout + proc.stderr
+    assert "ended without a finish_reason" in proc.stdout + proc.stderr
     assert all(body.get("stream") for body in fake.requests)  # the CLI's default path streams
     code, out = cli_json("runs", runs_dir=runs)
     assert code == 0 and [r["status"] for r in out] == ["interrupted"]
@@ -195,3 +199,24 @@ def test_the_fake_stream_is_valid_sse() -> None:
 def _same(answer: Answer, body: dict[str, Any]) -> Answer:
     """A fake-provider handler that gives `answer` to every request."""
     return answer
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Iterator[str]:
+    from runner import models
+    from runner.local import LocalServer
+
+    with LocalServer(models.resolve("smollm2-135m-instruct"), model_name="smollm2", prefix_cache_mb=0) as server:
+        yield server.base_url
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "plain"])
+def test_the_local_servers_dropped_call_is_a_slip(smollm2: str, streamed: bool) -> None:
+    """The real llama.cpp server: turn 1 must be a call (tool_choice required) and max_tokens
+    cuts it off, so the server drops it and says so; the run never takes it as an answer."""
+    watch = {"on_turn": (lambda progress: None)} if streamed else {}
+    state = drive(scripted_run("fake", model="smollm2", base_url=smollm2, max_tokens=6, max_turns=2,
+                               first_turn_tool_choice="required"), smollm2, None, **watch)
+    first = state.per_turn[0]
+    assert first.slip == "dropped_call" and first.finish_reason == "length"
+    assert all(m.role != "assistant" for m in state.messages[:2])  # the dropped reply was not kept

@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.slow
 def test_runner_scripts_and_tests_are_mypy_strict_clean() -> None:
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "-m", "mypy"], cwd=root, capture_output=True, text=True,

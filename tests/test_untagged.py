@@ -26,7 +26,7 @@ from runner.chat_adapter import (
 from runner.local import LocalServer
 from runner.state import DEFAULT_TOOLS
 from runner.tools import BASIC_TOOLS
-from tests.test_local import NAMES, TOOLS
+from tests.test_hermes_adapter import NAMES, TOOLS
 from tests.test_local_server import SMOL, grammar_allows
 
 CODER = "qwen2.5-coder-0.5b-instruct"
@@ -108,7 +108,7 @@ def test_the_prose_grammar_of_tool_choice_none_admits_no_call() -> None:
     vocab_model = Llama(model_path=str(models.resolve(SMOL)), vocab_only=True, verbose=False)
     assert grammar_allows(vocab_model, PROSE_GRAMMAR, "There are 3 files: access.log, errors.log and notes.txt.")
     for call in [READ, f"```json\n{READ}\n```", f"[{READ}]", f"<tool_call>\n{READ}\n</tool_call>",
-                 f"Sure. <tool_call>{READ}</tool_call>", f" {READ}"]:
+                 f"Sure. <tool_call>{READ}</tool_call>", f" {READ}", f">{READ}", f"Here: {READ}"]:
         assert not grammar_allows(vocab_model, PROSE_GRAMMAR, call), call
 
 

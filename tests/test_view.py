@@ -23,8 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from runner.endpoints import Endpoint
-from runner.state import RunConfig, new_run
+from runner.state import Endpoint, RunConfig, new_run
 from runner.store import FileStore
 from tests.conftest import Backend, cli, cli_json
 from tests.fakeprovider import FakeProvider, completion, tool_call
@@ -230,7 +229,8 @@ def test_live_runs_list_follows_a_local_model_suite_turn_by_turn(tmp_path: Path,
     with view_server(env) as url:
         page.goto(url)
         page.evaluate(ROW_RECORDER)
-        suite = Proc(["suite", "--provider", "local", "--max-turns", "3", "--max-tokens", "64"], env)
+        suite = Proc(["suite", "--provider", "local", "--model", "smollm2-135m-instruct", "--max-turns", "3",
+                      "--max-tokens", "64"], env)
         try:
             assert suite.proc.wait(600) == 0
         finally:

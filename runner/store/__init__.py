@@ -41,7 +41,7 @@ __all__ = [
     "DEFAULT_DURABILITY", "DURABILITIES", "CorruptState", "DamagedRun", "DiskFull", "Durability", "FileStore",
     "Lease", "LeaseLost", "RepairReport", "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore", "ShownStatus",
     "StaleState", "StoreAt", "StoreError", "crash_point", "default_owner", "durability_of", "list_runs", "load",
-    "open_store", "run_dir", "runs_dir", "save", "trace_path", "workspace_path",
+    "open_store", "prune", "run_dir", "runs_dir", "save", "trace_path", "workspace_path",
 ]
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -98,6 +98,23 @@ class StoreAt:
     @property
     def is_postgres(self) -> bool:
         return is_postgres(self.location)
+
+
+def prune(store: RunStore, status: str | None = None, dry_run: bool = False) -> tuple[list[str], list[str]]:
+    """Delete the final runs (completed, failed), or those shown with `status`; never one that
+    is being driven. Returns (ids deleted, or that would be with `dry_run`; "id: why" of those
+    skipped)."""
+    chosen = [i for i in store.list_runs(status=status)
+              if (i.shown_status == status if status else i.shown_status in ("completed", "failed"))]
+    deleted, skipped = [], []
+    for info in chosen:
+        try:
+            if not dry_run:
+                store.delete(store.claim(info.state.run_id))
+            deleted.append(info.state.run_id)
+        except (RunBusy, LeaseLost, RunNotFound) as exc:
+            skipped.append(f"{info.state.run_id}: {exc}")
+    return deleted, skipped
 
 
 def run_dir(root: Path, run_id: str) -> Path:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from runner.state import FORMAT_VERSION, RunState, call_signature
 from runner.store.base import (
@@ -67,7 +67,7 @@ from runner.store.base import (
 )
 from runner.trace import RunRepaired, StateForced, TraceEvent, _Event, read_trace
 
-_TRACE: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent)
+_TRACE: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent, config=ConfigDict(defer_build=True))  # built on first use
 RESERVE_NAME = ".reserve"
 RESERVE_BYTES = 32 * 1024
 """Space a driven run keeps aside in its folder (`.reserve`, allocated at claim, removed at
@@ -99,6 +99,8 @@ class _Replay:
     damage: str | None = None
     """Where and why the journal is damaged (a whole record that fails its checksum, is not
     JSON, or does not follow the one before it); the replay stops at the last good record."""
+    damage_brief: str = ""
+    """`damage` without the path, for a table."""
     damaged_lines: list[bytes] = field(default_factory=list)
     """The whole lines from the damaged record on (what a repair drops)."""
     events: list[str] | None = None
@@ -228,6 +230,7 @@ class FileStore(RunStore):
                 why = self._follow(replay, record, raw is not None, snapshot) or ""
             if why:
                 replay.damage = f"{path}:{number + 1}: {why}"
+                replay.damage_brief = f"journal line {number + 1}: {why}"
                 replay.damaged_lines = [x for x in lines[number:-1]]
                 break
             pos = end
@@ -304,7 +307,9 @@ class FileStore(RunStore):
         return state
 
     def load(self, run_id: str, *, force: bool = False) -> RunState:
-        replay = self._replay(run_id)
+        return self._loaded(self._replay(run_id), run_id, force=force)
+
+    def _loaded(self, replay: _Replay, run_id: str, *, force: bool = False) -> RunState:
         if replay.damage:
             raise _damaged(run_id, replay)
         if replay.stale and not force:
@@ -324,9 +329,9 @@ class FileStore(RunStore):
                 replay = self._replay(folder.name)
                 if replay.damage:  # listed, never hidden: as of its last good record
                     infos.append(RunInfo(self._state(replay, folder.name), "damaged",
-                                         damage=f"{replay.damage}; repair with: runner repair {folder.name}"))
+                                         damage=f"{replay.damage_brief}; repair: runner repair {folder.name}"))
                     continue
-                state = self.load(folder.name)
+                state = self._loaded(replay, folder.name)
             except RunNotFound:  # its creation was killed before the first line was whole: no run
                 continue
             except CorruptState as exc:
@@ -342,8 +347,8 @@ class FileStore(RunStore):
         replay = self._replay(run_id)
         if replay.damage:
             return RunInfo(self._state(replay, run_id), "damaged",
-                           damage=f"{replay.damage}; repair with: runner repair {run_id}")
-        return self._info(self.load(run_id), self.run_dir(run_id))
+                           damage=f"{replay.damage_brief}; repair: runner repair {run_id}")
+        return self._info(self._loaded(replay, run_id), self.run_dir(run_id))
 
     def _info(self, state: RunState, folder: Path) -> RunInfo:
         if state.status != "running":

@@ -127,6 +127,9 @@ class _Head:
     ws_dir: Path | None = None
     ws_seen: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Workspace files as last synced: relative path -> (size, mtime_ns)."""
+    created: bool = False
+    """Created by this process: it has no workspace files and no events but those written here."""
+    has_events: bool = False
 
 
 class PostgresStore(RunStore):
@@ -314,6 +317,9 @@ class PostgresStore(RunStore):
         return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
 
     def has_events(self, run_id: str) -> bool:
+        head = self._heads.get(run_id)
+        if head is not None and (head.created or head.has_events):
+            return head.has_events
         row = self._one("SELECT EXISTS (SELECT 1 FROM trace_events WHERE run_id = %s)", (run_id,))
         return bool(row and row[0])
 
@@ -332,6 +338,12 @@ class PostgresStore(RunStore):
                   "lease_expires_at = now() + make_interval(secs => %(lease_s)s), runnable = false, "
                   "updated_at = now(), last_write = %(token)s")
     _CLAIMED = "SELECT epoch, extract(epoch FROM leased_since), run_id FROM runs WHERE last_write = %s"
+    _CLAIM = (f"WITH c AS (UPDATE runs SET {_CLAIM_SET} WHERE run_id = %(run_id)s "
+              "AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
+              "RETURNING epoch, extract(epoch FROM leased_since) AS since) "
+              "SELECT epoch, since, NULL, NULL::timestamptz, NULL::timestamptz FROM c UNION ALL "
+              "SELECT NULL, NULL, owner, leased_since, lease_expires_at FROM runs "
+              "WHERE run_id = %(run_id)s AND NOT EXISTS (SELECT 1 FROM c)")
 
     def claim(self, run_id: str, owner: str | None = None) -> Lease:
         owner = owner or default_owner()
@@ -340,13 +352,15 @@ class PostgresStore(RunStore):
         def work(conn: Any, attempt: int) -> tuple[Any, Any]:
             if attempt and (done := conn.execute(self._CLAIMED, (args["token"],)).fetchone()) is not None:
                 return done, None  # the earlier attempt's claim committed
-            row = conn.execute(
-                f"UPDATE runs SET {self._CLAIM_SET} WHERE run_id = %(run_id)s "
-                "AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
-                "RETURNING epoch, extract(epoch FROM leased_since)", args).fetchone()
-            busy = None if row is not None else conn.execute(
-                "SELECT owner, leased_since, lease_expires_at FROM runs WHERE run_id = %s", (run_id,)).fetchone()
-            return row, busy
+            row = conn.execute(self._CLAIM, args, prepare=True).fetchone()  # one round trip: claimed, busy or none
+            if row is None:
+                return None, None
+            if row[0] is not None:
+                return row[:2], None
+            if row[4] is None or row[4].timestamp() < time.time():  # lost a race: that snapshot predates the winner
+                return None, conn.execute("SELECT owner, leased_since, lease_expires_at FROM runs WHERE run_id = %s",
+                                          (run_id,)).fetchone()
+            return None, row[2:]
 
         row, busy = self._retry(work)
         if row is None:
@@ -471,23 +485,15 @@ class PostgresStore(RunStore):
         def work(conn: Any, attempt: int) -> Any:
             if attempt and (done := conn.execute(self._CLAIMED, (token,)).fetchone()) is not None:
                 return done
-            with conn.transaction():
-                row = conn.execute(
-                    "INSERT INTO runs (run_id, parent_run_id, created_at, status, seq, state, epoch, owner, "
-                    "leased_since, lease_expires_at, runnable, last_write) VALUES (%(id)s, %(parent)s, %(created)s, "
-                    "%(status)s, 1, %(rest)s::jsonb, %(epoch)s, %(owner)s, CASE WHEN %(claimed)s THEN now() END, "
-                    "CASE WHEN %(claimed)s THEN now() + make_interval(secs => %(lease_s)s) END, %(queued)s, %(token)s) "
-                    "ON CONFLICT (run_id) DO NOTHING RETURNING epoch, extract(epoch FROM coalesce(leased_since, now()))",
-                    {"id": state.run_id, "parent": state.parent_run_id, "created": state.created_at,
-                     "status": state.status, "rest": rest, "epoch": 1 if owner else 0, "owner": owner,
-                     "claimed": owner is not None, "lease_s": self.lease_s, "queued": owner is None,
-                     "token": token}).fetchone()
-                if row is None:
-                    raise StaleState(f"run {state.run_id} already exists in {self.url}")
-                with conn.cursor() as cur:
-                    cur.executemany("INSERT INTO run_items (run_id, kind, idx, item) VALUES (%s, %s, %s, %s::jsonb)",
-                                    items)
-                crash_point("save")
+            crash_point("save")  # the kill tests: die with the commit not sent
+            row = conn.execute(self._CREATE, {
+                "id": state.run_id, "parent": state.parent_run_id, "created": state.created_at,
+                "status": state.status, "rest": rest, "epoch": 1 if owner else 0, "owner": owner,
+                "claimed": owner is not None, "lease_s": self.lease_s, "queued": owner is None, "token": token,
+                "kinds": [i[1] for i in items], "idxs": [i[2] for i in items], "items": [i[3] for i in items]},
+                prepare=True).fetchone()
+            if row is None:
+                raise StaleState(f"run {state.run_id} already exists in {self.url}")
             return row
 
         try:
@@ -498,8 +504,19 @@ class PostgresStore(RunStore):
         if owner is None:
             return None
         lease = self._held(Lease(run_id=state.run_id, owner=owner, epoch=0), row)
-        self._heads[state.run_id].written = Written.of(state)
+        head = self._heads[state.run_id]
+        head.written, head.created = Written.of(state), True
         return lease
+
+    _CREATE = (  # one statement: the run's row, then its items only if the row was new
+        "WITH r AS (INSERT INTO runs (run_id, parent_run_id, created_at, status, seq, state, epoch, owner, "
+        "leased_since, lease_expires_at, runnable, last_write) VALUES (%(id)s, %(parent)s, %(created)s, "
+        "%(status)s, 1, %(rest)s::jsonb, %(epoch)s, %(owner)s, CASE WHEN %(claimed)s THEN now() END, "
+        "CASE WHEN %(claimed)s THEN now() + make_interval(secs => %(lease_s)s) END, %(queued)s, %(token)s) "
+        "ON CONFLICT (run_id) DO NOTHING RETURNING epoch, extract(epoch FROM coalesce(leased_since, now())) AS since), "
+        "i AS (INSERT INTO run_items (run_id, kind, idx, item) SELECT %(id)s, t.kind, t.idx, t.item::jsonb "
+        "FROM r, unnest(%(kinds)s::text[], %(idxs)s::int[], %(items)s::text[]) AS t(kind, idx, item)) "
+        "SELECT epoch, since FROM r")
 
     _SAVE = (  # one statement: fenced update, then the new items and events only if it matched
         "WITH u AS (UPDATE runs SET seq = seq + 1, status = %(status)s, state = %(rest)s::jsonb, updated_at = now(), "
@@ -537,6 +554,7 @@ class PostgresStore(RunStore):
         else:
             new_seq = self._save_tx(state, lease, change.added, change.start, change.rest, lines, token, force, ws)
         state.seq = new_seq
+        head.has_events = head.has_events or bool(lines)
         head.written = head.written.advanced(change.added, state) if head.written and not force else Written.of(state)
         if ws is not None:
             head.ws_seen = ws[2]
@@ -635,17 +653,22 @@ class PostgresStore(RunStore):
                          "Resume with --force to replace the stored state anyway.")
 
     def emit(self, run_id: str, event: _Event, lease: Lease | None = None) -> None:
-        line = event_line(event)
-        params = (run_id, lease.epoch if lease else None, lease.owner if lease else None, line)
+        self._emit(run_id, [event_line(event)], lease)
+        head = self._heads.get(run_id)
+        if head is not None:
+            head.has_events = True
+
+    def _emit(self, run_id: str, lines: list[str], lease: Lease | None) -> None:
+        params = {"id": run_id, "epoch": lease.epoch if lease else None, "owner": lease.owner if lease else None,
+                  "events": lines}
 
         def work(conn: Any, attempt: int) -> None:
-            if attempt:  # the earlier attempt may have committed: never the same event twice
-                conn.execute("INSERT INTO trace_events (run_id, epoch, owner, event) SELECT %s, %s, %s, %s::jsonb "
-                             "WHERE NOT EXISTS (SELECT 1 FROM trace_events WHERE run_id = %s AND event = %s::jsonb)",
-                             (*params, run_id, line))
-            else:
-                conn.execute("INSERT INTO trace_events (run_id, epoch, owner, event) VALUES (%s, %s, %s, %s::jsonb)",
-                             params)
+            # on a retry, the earlier attempt may have committed: never the same event twice
+            conn.execute(
+                "INSERT INTO trace_events (run_id, epoch, owner, event) SELECT %(id)s, %(epoch)s, %(owner)s, "
+                "t.event::jsonb FROM unnest(%(events)s::text[]) WITH ORDINALITY AS t(event, n) "
+                + ("WHERE NOT EXISTS (SELECT 1 FROM trace_events e WHERE e.run_id = %(id)s AND e.event = t.event::jsonb) "
+                   if attempt else "") + "ORDER BY t.n", params, prepare=not attempt)
 
         self._retry(work)
 
@@ -665,8 +688,11 @@ class PostgresStore(RunStore):
         head = self._heads.get(run_id) if lease is not None else None
         if head is not None and head.ws_dir is not None:
             return head.ws_dir
-        rows = self._retry(lambda conn, _: conn.execute(
-            "SELECT path, data, mode FROM workspace_files WHERE run_id = %s", (run_id,)).fetchall())
+        if head is not None and head.created:  # made here: no files saved yet
+            rows = []
+        else:
+            rows = self._retry(lambda conn, _: conn.execute(
+                "SELECT path, data, mode FROM workspace_files WHERE run_id = %s", (run_id,)).fetchall())
         if not rows and template is None:
             return None
         folder = self._ws_root / f"{run_id}.{lease.epoch if lease else uuid.uuid4().hex[:6]}"

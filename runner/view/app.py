@@ -120,7 +120,7 @@ class Guard:
                 return PlainTextResponse("403: this view answers only to a loopback host name\n", 403)
             return None
         given = request.query_params.get("token")
-        if given is not None and _same(given, token):
+        if given is not None and _same(given, token) and request.method in ("GET", "HEAD"):
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
             target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
             response = RedirectResponse(target, 303)
@@ -148,6 +148,7 @@ def _templates() -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["usd"] = lambda v: f"{v:.6f}"
     env.filters["num"] = lambda v: f"{v:,.0f}"
+    env.filters["ms"] = lambda v: f"{v:,.1f}" if v < 10 else f"{v:,.0f}"
     env.filters["short"] = lambda v, n=90: v if len(v) <= n else v[: n - 1] + "…"
     env.globals["chart"] = pages.turn_chart
     env.globals["first_prompt"] = pages.first_prompt

@@ -9,7 +9,6 @@ least the result's own token count), null assistant content accepted, and the KV
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -285,10 +284,9 @@ def test_the_forced_parts_of_a_call_are_known_in_advance() -> None:
 # --- the real server on the packaged SmolLM2 ---------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[LocalServer]:
-    with LocalServer(models.resolve("smollm2-135m-instruct"), model_name="smollm2") as running:
-        yield running
+@pytest.fixture
+def server(smollm2_server: LocalServer) -> LocalServer:
+    return smollm2_server
 
 
 def chat(server: LocalServer, messages: list[dict[str, Any]], max_tokens: int = 8) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 on PostgreSQL (`backend` fixture). Round trip; state and trace committed together; a second
 driver refused; a stale-epoch write refused; an old copy refused; approvals need their
 operator event; a killed run shows `died` and resumes; a child's cost counted once.
-The kill-anywhere tests on both stores are in test_durable.py.
+The kill-anywhere tests on both stores are in test_sigkill_resume.py.
 """
 
 from __future__ import annotations

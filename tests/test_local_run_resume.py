@@ -13,7 +13,8 @@ FIVE = {"completed", "failed", "max_turns_exceeded", "budget_exceeded", "interru
 
 
 def test_a_killed_local_suite_run_resumes_on_the_local_model(runs: Path) -> None:
-    killed = cli("suite", "--provider", "local", "--max-turns", "2", "--max-tokens", "48", "--json",
+    killed = cli("suite", "--provider", "local", "--model", "smollm2-135m-instruct", "--max-turns", "2",
+                 "--max-tokens", "48", "--json",
                  runs_dir=runs, timeout=900, env={"RUNNER_CRASH_AT": "reply:1"})
     assert killed.returncode == -9, killed.stderr[-2000:]
     code, listed = cli_json("runs", runs_dir=runs)

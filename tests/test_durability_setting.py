@@ -3,7 +3,7 @@ OS, which a SIGKILL cannot undo; "power" also flushes each commit to the disk. W
 setting does is checked where it happens: the flush calls a FileStore makes (counted by
 wrapping `os.fsync`/`os.fdatasync`, the OS calls, never runner's code), the session setting
 PostgreSQL commits with, and a real SIGKILL in the middle of a run at each setting.
-The kill-anywhere cases of test_durable.py run at the default setting.
+The kill-anywhere cases of test_sigkill_resume.py run at the default setting.
 """
 
 from __future__ import annotations
