@@ -490,7 +490,9 @@ def view(
         view_mod.check_host(host, token)  # before the store opens: a refused bind says so at once
         runs = store.open_store(store_url, runs=runs_dir)
         view_mod.serve(runs, store.runs_dir(runs_dir), host=host, port=port, token=token,
-                       on_ready=lambda url: print(f"runner view: {url}  (store: {runs.url}; Ctrl-C stops)", flush=True))
+                       on_ready=lambda url: print(f"runner view: {url}  (store: {runs.url}; Ctrl-C stops"
+                                                  + ("; open it once as URL?token=TOKEN" if token else "") + ")",
+                                                  flush=True))
         return 0
 
     _guard(body)

@@ -21,7 +21,7 @@ from runner.endpoints import open_endpoint
 from runner.errors import UsageError
 from runner.resources import tasks_dir
 from runner.result import RunResult
-from runner.state import RunState
+from runner.state import RunState, pending
 from runner.store import FileStore, Lease, RunHandle, RunNotFound, RunStore, default_owner
 from runner.streaming import TurnProgress
 from runner.tools import Tool, Workspace
@@ -40,7 +40,7 @@ def workspace_template() -> Path:
 
 async def drive(
     state: RunState, base_url: str | None, runs: Path | RunStore | None, *, cancel: CancelToken | None = None,
-    on_progress: Callable[[str, str], None] | None = None, tools_see_cancel: bool = True,
+    on_progress: Callable[[str, str], None] | None = None,
     server_settings: dict[str, Any] | None = None,
     on_turn: Callable[[TurnProgress], None] | None = None,
     lease: Lease | None = None, http: httpx.AsyncClient | None = None,
@@ -85,22 +85,7 @@ async def drive(
     with contextlib.ExitStack() as cleanup:
         store = FileStore(runs) if isinstance(runs, Path) else runs
         cancel = cancel or CancelToken()
-        handle: RunHandle | None = None
-        template = workspace_template()
-        if store is not None:
-            handle, _ = _claimed(store, state, lease, cancel, cleanup)
-            _drop_unrecorded_approvals(state, store)
-            held, run_id = handle.lease, state.run_id
-            workspace = Workspace(template, lambda: store.workspace(run_id, template, held),
-                                  store.existing_workspace(run_id, held))
-            tracer = handle.tracer()
-        else:
-            def scratch_copy() -> Path:
-                scratch = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="runner-")))
-                return Path(shutil.copytree(template, scratch / "workspace", symlinks=True))
-
-            workspace = Workspace(template, scratch_copy)
-            tracer = Tracer(None)
+        handle, workspace = _placed(state, store, lease, cancel, cleanup)
         cfg = state.config
         if base_url is None:  # open the run's own endpoint for this run alone
             opened = cleanup.enter_context(open_endpoint(cfg.endpoint))
@@ -108,28 +93,52 @@ async def drive(
         key = key_for(cfg.endpoint.api_key_env, api_key)
         async with ChatClient(base_url, timeout_s=cfg.endpoint.timeout_s, max_retries=cfg.endpoint.max_retries,
                               http=http, api_key=key, on_retry=on_retry) as client:
-
-            async def run_child(child: RunState, child_cancel: CancelToken) -> RunState:
-                """A child run shares the client and workspace; it is a run of its own in the
-                store, resumed (not restarted) if it already exists."""
-                with contextlib.ExitStack() as child_cleanup:
-                    child_handle = None
-                    if store is not None:
-                        child_handle, created = _claimed(store, child, None, child_cancel, child_cleanup)
-                        if not created:
-                            child = store.load(child.run_id)
-                    return await loop.run(child, loop.Runtime(
-                        client=client, tools=catalog.build(child.config), workspace=workspace,
-                        run=child_handle, cancel=child_cancel, on_progress=on_progress,
-                        tracer=child_handle.tracer() if child_handle else Tracer(None), run_child=run_child))
-
             rt = loop.Runtime(
-                client=client, tools=catalog_tools, workspace=workspace, run=handle,
-                cancel=cancel, on_progress=on_progress, tracer=tracer,
-                tools_see_cancel=tools_see_cancel, run_child=run_child, server_settings=server_settings,
+                client=client, tools=catalog_tools, workspace=workspace, run=handle, cancel=cancel,
+                on_progress=on_progress, tracer=handle.tracer() if handle else Tracer(None),
+                run_child=_child_driver(store, client, workspace, on_progress), server_settings=server_settings,
                 on_turn=on_turn,
             )
             return await loop.run(state, rt)
+
+
+def _placed(state: RunState, store: RunStore | None, lease: Lease | None, cancel: CancelToken,
+            cleanup: contextlib.ExitStack) -> tuple[RunHandle | None, Workspace]:
+    """Where the run lives and works: its handle in the store (claimed, or created, under
+    `lease`) and its workspace there; in memory, no handle and a temporary copy of the
+    workspace, removed by `cleanup`."""
+    template = workspace_template()
+    if store is None:
+        def scratch_copy() -> Path:
+            scratch = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="runner-")))
+            return Path(shutil.copytree(template, scratch / "workspace", symlinks=True))
+
+        return None, Workspace(template, scratch_copy)
+    handle, _ = _claimed(store, state, lease, cancel, cleanup)
+    _drop_unrecorded_approvals(state, store)
+    held, run_id = handle.lease, state.run_id
+    return handle, Workspace(template, lambda: store.workspace(run_id, template, held),
+                             store.existing_workspace(run_id, held))
+
+
+def _child_driver(store: RunStore | None, client: ChatClient, workspace: Workspace,
+                  on_progress: Callable[[str, str], None] | None) -> Callable[[RunState, CancelToken], Any]:
+    """What drives a child run (the research tool's): it shares the client and workspace,
+    and is a run of its own in the store, resumed (not restarted) if it already exists."""
+
+    async def run_child(child: RunState, child_cancel: CancelToken) -> RunState:
+        with contextlib.ExitStack() as child_cleanup:
+            child_handle = None
+            if store is not None:
+                child_handle, created = _claimed(store, child, None, child_cancel, child_cleanup)
+                if not created:
+                    child = store.load(child.run_id)
+            return await loop.run(child, loop.Runtime(
+                client=client, tools=catalog.build(child.config), workspace=workspace,
+                run=child_handle, cancel=child_cancel, on_progress=on_progress,
+                tracer=child_handle.tracer() if child_handle else Tracer(None), run_child=run_child))
+
+    return run_child
 
 
 async def execute(state: RunState, base_url: str | None = None, runs: Path | RunStore | None = None,
@@ -250,7 +259,7 @@ def reopen(store: RunStore, run_id: str, asked: Reopening,
         catalog.build(state.config, tools)  # a tool that cannot be found: one line, nothing changed
         it = state.interruption
         if (it is not None and it.type == "approval" and not (asked.approve or asked.reject) and not asked.force
-                and it.call_id not in state.approved):
+                and it.call_id not in state.approved and any(c.id == it.call_id for c in pending(state))):
             raise UsageError(f"run {run_id} waits for a verdict on {it.tool_name} (call {it.call_id}); "
                              f"give --approve {it.call_id} or --reject {it.call_id} --reason TEXT")
         if asked.force:

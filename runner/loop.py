@@ -105,7 +105,6 @@ class Runtime:
         on_progress: called with (tool name, label) for every tool progress report.
         on_turn: called with the progress of each model call (see `runner.streaming.TurnMeter`).
         tool_error_text: formats a tool's exception for the model under the "text" policy.
-        tools_see_cancel: test switch; False delivers the Stop signal to the HTTP layer only.
         run_child: drives a child run (load-or-create by its id, run, save) and returns its
             final state; wired by `runner.harness`. None: tools cannot start child runs.
         server_settings: what the endpoint runs with, for `run_started` (the local llama.cpp
@@ -119,7 +118,6 @@ class Runtime:
     cancel: CancelToken = field(default_factory=CancelToken)
     on_progress: Callable[[str, str], None] | None = None
     tool_error_text: Callable[[Exception], str] = default_tool_error_text
-    tools_see_cancel: bool = True
     tracer: Tracer = field(default_factory=lambda: Tracer(None))
     run_child: Callable[[RunState, CancelToken], Awaitable[RunState]] | None = None
     server_settings: dict[str, Any] | None = None
@@ -555,7 +553,7 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
     store.crash_point("tool_start")
     if tool.read_only:
         rt.tracer.emit(start)
-    cancel = rt.cancel if rt.tools_see_cancel else CancelToken()
+    cancel = rt.cancel
     children: list[str] = []
 
     async def spawn(child: RunState) -> RunState:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from runner.models import ModelStatus
     from runner.state import Message, RunState, TurnRecord
     from runner.store import RepairReport, RunInfo
-    from runner.suite import SuiteReport, TaskResult
+    from runner.suite import SuiteReport, TaskResult, TaskSummary
     from runner.trace import TraceEvent
 
 
@@ -195,8 +195,6 @@ def _column_title(report: SuiteReport, model: str) -> str:
 def markdown(report: SuiteReport) -> str:
     """The report as Markdown: a title, the date, the models and the settings; per model column,
     the summary over repeats, then one line per run with its id."""
-    from runner.suite import totals
-
     names = report.models or list(dict.fromkeys(r.model for r in report.results))
     lines = [f"# Suite report: {', '.join(names)}", "",
              f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
@@ -206,56 +204,73 @@ def markdown(report: SuiteReport) -> str:
     if report.unfinished:
         lines += [f"Not finished ({len(report.unfinished)}; `runner suite --resume` on the JSON report drives them): "
                   + ", ".join(f"`{r}`" for r in report.unfinished) + ".", ""]
-    for model in report.models or list(dict.fromkeys(r.model for r in report.results)):
+    for model in names:
         rows = [r for r in report.results if r.model == model]
-        if not rows:
-            continue
-        lines += [f"### {_column_title(report, model)}", ""]
-        if model != "scripted":
-            if model == report.model:
-                lines += [f"First turn sent with `tool_choice={report.first_turn_tool_choice}` (the model manifest's "
-                          "`first_turn_tool_choice`); later turns `auto`."]
-            if report.load_average:
-                lines += [f"Load average (1/5/15 min) when it finished: "
-                          f"{' / '.join(f'{x:.2f}' for x in report.load_average)}."]
-            lines += [""]
-        lines += ["| task | runs | pass rate | turns | tool runs | prompt tok | completion tok | cost USD | "
-                  "turn ms mean | p50 | p95 |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for s in (s for s in report.summaries if s.model == model):
-            lines.append(f"| {s.task} | {s.runs} | {s.passed}/{s.runs} ({s.pass_rate:.0%}) | {s.turns:g} | "
-                         f"{s.tool_runs:g} | {s.prompt_tokens:g} | {s.completion_tokens:g} | {s.cost_usd:.6f} | "
-                         f"{s.turn_ms_mean:,.1f} | {s.turn_ms_p50:,.1f} | {s.turn_ms_p95:,.1f} |")
-        lines += ["", "The rows above are means per run over the repeats. Below, one line per run; its **total** "
-                      "row sums the runs (turns, tool runs, tokens, cost, wall ms), the mean turn ms is over every "
-                      "turn, and correct counts the runs.",
-                  "", "| task | repeat | run id | status | turns | tool runs | prompt tok | completion tok | cost USD | "
-                      "wall ms | mean turn ms | correct | answer |",
-                  "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
-        for r in rows:
-            answer = _short(r.answer, 120).replace("|", "\\|")
-            lines.append(f"| {r.task} | {r.repeat} | `{r.run_id}` | {r.status} | {r.turns} | {r.tool_runs} | "
-                         f"{r.prompt_tokens} | {r.completion_tokens} | {r.cost_usd:.6f} | {r.wall_ms:,.0f} | "
-                         f"{r.mean_turn_ms:,.0f} | {'yes' if r.correct else 'no'} | {answer} |")
-        t = totals(rows)
-        wrong = [f"{r.task}{f' #{r.repeat}' if report.repeats > 1 else ''}: {r.why_wrong}"
-                 for r in rows if not r.correct and r.why_wrong]
-        lines += [f"| **total** | | | | {t['turns']} | {t['tool_runs']} | {t['prompt_tokens']} | "
-                  f"{t['completion_tokens']} | {t['cost_usd']:.6f} | {t['wall_ms']:,.0f} | {t['mean_turn_ms']:,.0f} | "
-                  f"{t['correct']}/{len(rows)} | |", "",
-                  f"Tool calls: {t['calls']} in {t['tasks_with_a_call']}/{len(rows)} tasks, "
-                  f"{t['invalid_calls']} malformed or unknown.", ""]
-        if wrong:
-            lines += ["Why wrong: " + "; ".join(wrong) + ".", ""]
-        if model == report.model and report.local_turns:
-            turns = report.local_turns
-            per_turn = ", ".join(f"{t['prompt_eval_tokens']:.0f}/{t['cached_prompt_tokens']:.0f}" for t in turns)
-            evaluated = sum(t["prompt_eval_tokens"] for t in turns)
-            reused = sum(t["cached_prompt_tokens"] for t in turns)
-            lines += [f"Prompt tokens per turn, evaluated/reused from the KV cache: {per_turn} "
-                      f"(in all {evaluated:.0f} evaluated, {reused:.0f} reused, "
-                      f"{reused / max(1, evaluated + reused):.0%} reused).", ""]
+        if rows:
+            lines += [*_column_head(report, model), *_summary_rows(report, model), *_run_rows(report, model, rows)]
     return "\n".join(lines)
+
+
+def _column_head(report: SuiteReport, model: str) -> list[str]:
+    lines = [f"### {_column_title(report, model)}", ""]
+    if model != "scripted":
+        if model == report.model:
+            lines += [f"First turn sent with `tool_choice={report.first_turn_tool_choice}` (the model manifest's "
+                      "`first_turn_tool_choice`); later turns `auto`."]
+        if report.load_average:
+            lines += [f"Load average (1/5/15 min) when it finished: "
+                      f"{' / '.join(f'{x:.2f}' for x in report.load_average)}."]
+        lines += [""]
+    return lines
+
+
+def _summary_rows(report: SuiteReport, model: str) -> list[str]:
+    """The per-task summary of one column: means per run over the repeats."""
+    lines = ["| task | runs | pass rate | turns | tool runs | prompt tok | completion tok | cost USD | "
+             "turn ms mean | p50 | p95 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in (s for s in report.summaries if s.model == model):
+        lines.append(f"| {s.task} | {s.runs} | {s.passed}/{s.runs} ({s.pass_rate:.0%}) | {s.turns:g} | "
+                     f"{s.tool_runs:g} | {s.prompt_tokens:g} | {s.completion_tokens:g} | {s.cost_usd:.6f} | "
+                     f"{s.turn_ms_mean:,.1f} | {s.turn_ms_p50:,.1f} | {s.turn_ms_p95:,.1f} |")
+    return lines
+
+
+def _run_rows(report: SuiteReport, model: str, rows: Sequence[TaskResult]) -> list[str]:
+    """One line per run of a column, a total row, the tool calls, why answers were wrong, and
+    the KV cache's reuse."""
+    from runner.suite import totals
+
+    lines = ["", "The rows above are means per run over the repeats. Below, one line per run; its **total** "
+                 "row sums the runs (turns, tool runs, tokens, cost, wall ms), the mean turn ms is over every "
+                 "turn, and correct counts the runs.",
+             "", "| task | repeat | run id | status | turns | tool runs | prompt tok | completion tok | cost USD | "
+                 "wall ms | mean turn ms | correct | answer |",
+             "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        answer = _short(r.answer, 120).replace("|", "\\|")
+        lines.append(f"| {r.task} | {r.repeat} | `{r.run_id}` | {r.status} | {r.turns} | {r.tool_runs} | "
+                     f"{r.prompt_tokens} | {r.completion_tokens} | {r.cost_usd:.6f} | {r.wall_ms:,.0f} | "
+                     f"{r.mean_turn_ms:,.0f} | {'yes' if r.correct else 'no'} | {answer} |")
+    t = totals(list(rows))
+    wrong = [f"{r.task}{f' #{r.repeat}' if report.repeats > 1 else ''}: {r.why_wrong}"
+             for r in rows if not r.correct and r.why_wrong]
+    lines += [f"| **total** | | | | {t['turns']} | {t['tool_runs']} | {t['prompt_tokens']} | "
+              f"{t['completion_tokens']} | {t['cost_usd']:.6f} | {t['wall_ms']:,.0f} | {t['mean_turn_ms']:,.0f} | "
+              f"{t['correct']}/{len(rows)} | |", "",
+              f"Tool calls: {t['calls']} in {t['tasks_with_a_call']}/{len(rows)} tasks, "
+              f"{t['invalid_calls']} malformed or unknown.", ""]
+    if wrong:
+        lines += ["Why wrong: " + "; ".join(wrong) + ".", ""]
+    if model == report.model and report.local_turns:
+        turns = report.local_turns
+        per_turn = ", ".join(f"{t['prompt_eval_tokens']:.0f}/{t['cached_prompt_tokens']:.0f}" for t in turns)
+        evaluated = sum(t["prompt_eval_tokens"] for t in turns)
+        reused = sum(t["cached_prompt_tokens"] for t in turns)
+        lines += [f"Prompt tokens per turn, evaluated/reused from the KV cache: {per_turn} "
+                  f"(in all {evaluated:.0f} evaluated, {reused:.0f} reused, "
+                  f"{reused / max(1, evaluated + reused):.0%} reused).", ""]
+    return lines
 
 
 def write_suite_report(report: SuiteReport, runs_root: Path) -> Path:
@@ -323,72 +338,91 @@ def print_suite(report: SuiteReport) -> None:
     reports keep it whole)."""
     import io
 
-    from rich import box
     from rich.console import Console
-    from rich.table import Table
 
-    from runner.suite import TaskSummary, summarize, totals
-
-    summaries = report.summaries or summarize(report.results)
-    by: dict[tuple[str, str], TaskSummary] = {(s.model, s.task): s for s in summaries}
-    columns = list(dict.fromkeys(s.model for s in summaries))
-    locals_ = [m for m in columns if m != "scripted"]
-    tasks = list(dict.fromkeys(r.task for r in report.results))
-    first = {(r.model, r.task): r for r in reversed(report.results)}
-
-    def label(model: str) -> str:
-        return "scripted" if model == "scripted" else "local" if len(locals_) == 1 else _short(model, 14)
-
-    def build(answer_chars: int) -> Table:
-        title = "runner suite" + (f"  (local model: {', '.join(locals_)}, first turn tool_choice="
-                                  f"{report.first_turn_tool_choice})" if locals_ else "")
-        if report.repeats > 1 or report.executor != "local":
-            title += f"  [{report.repeats} repeat(s), executor {report.executor}]"
-        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                      caption=(f"rows: means of {report.repeats} repeats (ok: passed/runs)\n"
-                               "TOTAL: the sum of the rows\n" if report.repeats > 1 else "")
-                      + "mean turn: " + "; ".join(
-                          f"{label(m)} {totals([r for r in report.results if r.model == m])['mean_turn_ms']:,.0f} ms"
-                          for m in columns), caption_justify="left")
-        table.add_column("task", no_wrap=True)
-        for m in columns:
-            for what in ("turns/tools", "wall ms", "ok"):
-                table.add_column(f"{label(m)}\n{what}", justify="left" if what == "ok" else "right", no_wrap=True)
-        if answer_chars:
-            table.add_column("local\nanswer", no_wrap=True)
-        for task in tasks:
-            row = [task]
-            for m in columns:
-                s = by.get((m, task))
-                if s is None:
-                    row += ["-"] * 3
-                    continue
-                ok = ("yes" if s.passed else "no") if s.runs == 1 else f"{s.passed}/{s.runs}"
-                if set(s.statuses) != {"completed"}:
-                    ok = next(iter(s.statuses)) if len(s.statuses) == 1 else f"{ok} mixed"
-                row += [f"{s.turns:g}/{s.tool_runs:g}", f"{s.wall_ms:,.0f}", ok]
-            if answer_chars:
-                local = first.get((locals_[0], task))
-                row.append(_short(local.answer or f"({local.reason})", answer_chars) if local else "")
-            table.add_row(*row)
-        total_row = ["TOTAL"]  # the sum of the rows above (means per run when repeated), so it adds up
-        for m in columns:
-            shown = [by[(m, task)] for task in tasks if (m, task) in by]
-            total_row += [f"{sum(s.turns for s in shown):g}/{sum(s.tool_runs for s in shown):g}",
-                          f"{sum(s.wall_ms for s in shown):,.0f}",
-                          f"{sum(s.passed for s in shown)}/{sum(s.runs for s in shown)}"]
-        if answer_chars:
-            total_row.append("")
-        table.add_row(*total_row, style="bold")
-        return table
-
+    shape = _SuiteShape.of(report)
     out = Console()  # the terminal's width, else $COLUMNS, else 80
     probe = Console(file=io.StringIO(), width=1000)
-    probe.print(build(0))
+    probe.print(_suite_table(report, shape, 0))
     numbers_width = max(len(line) for line in probe.file.getvalue().splitlines()[1:])  # type: ignore[attr-defined]
     room = out.width - numbers_width - 3
-    answer_chars = room if len(locals_) == 1 and room >= 20 else 0
-    out.print(build(answer_chars))
+    out.print(_suite_table(report, shape, room if len(shape.locals_) == 1 and room >= 20 else 0))
+
+
+@dataclass(frozen=True)
+class _SuiteShape:
+    """What the suite table shows: summaries by (model, task), the model columns, the local
+    ones, the tasks, and each (model, task)'s first run."""
+
+    by: dict[tuple[str, str], TaskSummary]
+    columns: list[str]
+    locals_: list[str]
+    tasks: list[str]
+    first: dict[tuple[str, str], TaskResult]
+
+    @classmethod
+    def of(cls, report: SuiteReport) -> _SuiteShape:
+        from runner.suite import summarize
+
+        summaries = report.summaries or summarize(report.results)
+        columns = list(dict.fromkeys(s.model for s in summaries))
+        return cls({(s.model, s.task): s for s in summaries}, columns, [m for m in columns if m != "scripted"],
+                   list(dict.fromkeys(r.task for r in report.results)),
+                   {(r.model, r.task): r for r in reversed(report.results)})
+
+    def label(self, model: str) -> str:
+        return "scripted" if model == "scripted" else "local" if len(self.locals_) == 1 else _short(model, 14)
+
+
+def _suite_table(report: SuiteReport, shape: _SuiteShape, answer_chars: int) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    from runner.suite import totals
+
+    title = "runner suite" + (f"  (local model: {', '.join(shape.locals_)}, first turn tool_choice="
+                              f"{report.first_turn_tool_choice})" if shape.locals_ else "")
+    if report.repeats > 1 or report.executor != "local":
+        title += f"  [{report.repeats} repeat(s), executor {report.executor}]"
+    mean_turns = "; ".join(f"{shape.label(m)} {totals([r for r in report.results if r.model == m])['mean_turn_ms']:,.0f} ms"
+                           for m in shape.columns)
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  caption=(f"rows: means of {report.repeats} repeats (ok: passed/runs)\n"
+                           "TOTAL: the sum of the rows\n" if report.repeats > 1 else "") + "mean turn: " + mean_turns,
+                  caption_justify="left")
+    table.add_column("task", no_wrap=True)
+    for m in shape.columns:
+        for what in ("turns/tools", "wall ms", "ok"):
+            table.add_column(f"{shape.label(m)}\n{what}", justify="left" if what == "ok" else "right", no_wrap=True)
+    if answer_chars:
+        table.add_column("local\nanswer", no_wrap=True)
+    for task in shape.tasks:
+        table.add_row(*_suite_row(shape, task, answer_chars))
+    total_row = ["TOTAL"]  # the sum of the rows above (means per run when repeated), so it adds up
+    for m in shape.columns:
+        shown = [shape.by[(m, task)] for task in shape.tasks if (m, task) in shape.by]
+        total_row += [f"{sum(s.turns for s in shown):g}/{sum(s.tool_runs for s in shown):g}",
+                      f"{sum(s.wall_ms for s in shown):,.0f}",
+                      f"{sum(s.passed for s in shown)}/{sum(s.runs for s in shown)}"]
+    table.add_row(*total_row, *([""] if answer_chars else []), style="bold")
+    return table
+
+
+def _suite_row(shape: _SuiteShape, task: str, answer_chars: int) -> list[str]:
+    row = [task]
+    for m in shape.columns:
+        s = shape.by.get((m, task))
+        if s is None:
+            row += ["-"] * 3
+            continue
+        ok = ("yes" if s.passed else "no") if s.runs == 1 else f"{s.passed}/{s.runs}"
+        if set(s.statuses) != {"completed"}:
+            ok = next(iter(s.statuses)) if len(s.statuses) == 1 else f"{ok} mixed"
+        row += [f"{s.turns:g}/{s.tool_runs:g}", f"{s.wall_ms:,.0f}", ok]
+    if answer_chars:
+        local = shape.first.get((shape.locals_[0], task))
+        row.append(_short(local.answer or f"({local.reason})", answer_chars) if local else "")
+    return row
 
 
 # --- a run as a person reads it: `runner show`, the runs table's model names, `runs --totals` ---

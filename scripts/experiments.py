@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -40,14 +41,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from pydantic import BaseModel
+
 from runner import store
 from runner.cancel import CancelToken
 from runner.endpoints import Endpoint
 from runner.harness import drive, give_verdict
 from runner.scripted import PROMPTS, ScriptedServer, ScriptedSettings
-from runner.state import RunConfig, RunState, new_run
+from runner.state import DEFAULT_TOOLS, RunConfig, RunState, new_run
 from runner.store import FileStore, Lease
-from runner.tools import deleted_files
+from runner.tools import ScanArchive, Tool, ToolContext, deleted_files
 from runner.trace import read_trace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -537,7 +540,15 @@ class SlowRun:
     """(t+ms since start, label) of each progress report."""
 
 
-def _slow_run(lab: Lab, cancel_at_s: float | None, tools_see_cancel: bool = True) -> SlowRun:
+class DeafScanArchive(ScanArchive):
+    """scan_archive as a tool that never checks the Stop signal behaves: it gets a token of
+    its own, so Stop reaches only the HTTP layer."""
+
+    def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
+        return super().run_sync(args, dataclasses.replace(ctx, cancel=CancelToken()))
+
+
+def _slow_run(lab: Lab, cancel_at_s: float | None, tools_hear_stop: bool = True) -> SlowRun:
     token = CancelToken()
     progress: list[tuple[float, str]] = []
     state = new_run(PROMPTS["slow"], RunConfig(endpoint=Endpoint(model="scripted/slow")))
@@ -546,7 +557,10 @@ def _slow_run(lab: Lab, cancel_at_s: float | None, tools_see_cancel: bool = True
         threading.Timer(cancel_at_s, token.cancel, args=("user pressed Stop",)).start()
 
     async def until_execute_returns() -> tuple[RunState, float]:
-        done = await drive(state, lab.base_url, lab.runs_root, cancel=token, tools_see_cancel=tools_see_cancel,
+        tools: list[Tool | str] | None = None
+        if not tools_hear_stop:
+            tools = [*(t for t in DEFAULT_TOOLS if t != "scan_archive"), DeafScanArchive()]
+        done = await drive(state, lab.base_url, lab.runs_root, cancel=token, tools=tools,
                              on_progress=lambda tool, label: progress.append(((time.perf_counter() - began) * 1000, label)))
         return done, time.perf_counter()  # before asyncio.run's own teardown
 
@@ -564,7 +578,7 @@ def cancel(lab: Lab) -> Outcome:
     """slow (a ~3 s tool) uncancelled, Stop at 1.2 s x5, and Stop delivered only to HTTP."""
     plain = _slow_run(lab, None)
     stopped = [_slow_run(lab, 1.2) for _ in range(5)]
-    http_only = _slow_run(lab, 1.2, tools_see_cancel=False)
+    http_only = _slow_run(lab, 1.2, tools_hear_stop=False)
     stop_ms = [r.stop_ms for r in stopped if r.stop_ms is not None]
 
     def progress(r: SlowRun) -> str:
@@ -577,7 +591,7 @@ def cancel(lab: Lab) -> Outcome:
     rows = [row("no cancellation", plain),
             row("Stop at 1.2 s, reaches the tool (5 runs)", stopped[0],
                 total=spread([r.total_ms for r in stopped], 0), stop=spread(stop_ms)),
-            row("Stop at 1.2 s, HTTP only (tools_see_cancel=False)", http_only)]
+            row("Stop at 1.2 s, HTTP only (a scan_archive deaf to Stop)", http_only)]
     lines = [f"progress: {label}  (t+{ms:,.0f} ms)" for ms, label in plain.progress[:2]] + [
         f"no cancellation:            stopped after {plain.total_ms:,.0f} ms, status={plain.state.status}",
         f"user presses Stop at 1.2 s: stopped after {stopped[0].total_ms:,.0f} ms, status={stopped[0].state.status}, "

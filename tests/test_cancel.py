@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -14,22 +15,33 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from pydantic import BaseModel
 
 from runner import store
 from runner.cancel import CancelToken
 from runner.scripted import ScriptedServer, ScriptedSettings, parse_faults
 from runner.state import DEFAULT_TOOLS
+from runner.tools import ScanArchive, ToolContext
 from runner.trace import read_trace
 from tests.conftest import cli, cli_json, drive, scripted_run
 
 
-def _slow_run(provider: str, runs: Path, cancel_at_s: float | None, tools_see_cancel: bool = True):  # type: ignore[no-untyped-def]
+class DeafScanArchive(ScanArchive):
+    """scan_archive as a tool that never checks the Stop signal behaves: it gets a token of
+    its own, so Stop reaches only the HTTP layer."""
+
+    def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
+        return super().run_sync(args, dataclasses.replace(ctx, cancel=CancelToken()))
+
+
+def _slow_run(provider: str, runs: Path, cancel_at_s: float | None, tools_hear_stop: bool = True):  # type: ignore[no-untyped-def]
     token = CancelToken()
     progress: list[tuple[float, str]] = []
     began = time.perf_counter()
     if cancel_at_s is not None:
         threading.Timer(cancel_at_s, token.cancel, args=("user pressed Stop",)).start()
-    state = drive(scripted_run("slow"), provider, runs, cancel=token, tools_see_cancel=tools_see_cancel,
+    tools = None if tools_hear_stop else [*(t for t in DEFAULT_TOOLS if t != "scan_archive"), DeafScanArchive()]
+    state = drive(scripted_run("slow"), provider, runs, cancel=token, tools=tools,
                   on_progress=lambda tool, label: progress.append((time.perf_counter(), label)))
     ended = time.perf_counter()
     return state, token, progress, began, ended
@@ -65,7 +77,7 @@ def test_cancel_reaches_the_running_tool_and_stops_the_scan(provider: str, runs:
 
 def test_cancel_wired_only_to_http_waits_for_the_tool(provider: str, runs: Path) -> None:
     """The contrast: with the signal kept from the tools, Stop waits out the whole scan."""
-    state, token, progress, _began, _ended = _slow_run(provider, runs, 1.2, tools_see_cancel=False)
+    state, token, progress, _began, _ended = _slow_run(provider, runs, 1.2, tools_hear_stop=False)
     assert token.cancelled_at is not None
     assert len(progress) == 5  # the scan ran to the end after Stop was pressed
     assert any(t > token.cancelled_at for t, _ in progress)

@@ -33,7 +33,8 @@ def test_local_suite_json_on_the_packaged_model(runs: Path) -> None:
     turns = out["local_turns"]
     assert len(turns) == sum(r["turns"] for r in results)
     assert all(t["prompt_eval_tokens"] + t["cached_prompt_tokens"] == t["prompt_tokens"] for t in turns)
-    assert turns[0]["cached_prompt_tokens"] == 0 and all(t["cached_prompt_tokens"] > 0 for t in turns[1:])
+    # turn 1 evaluates at least its task (its shared prefix may come from the saved KV state)
+    assert turns[0]["prompt_eval_tokens"] > 0 and all(t["cached_prompt_tokens"] > 0 for t in turns[1:])
     assert len(out["load_average"]) == 3
     markdown = next(runs.glob("suite-*.md")).read_text()
     assert "tool_choice=required" in markdown and "evaluated/reused" in markdown

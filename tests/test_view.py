@@ -292,6 +292,8 @@ def test_token_csrf_and_host_checks(tmp_path: Path) -> None:
     trace = [json.loads(line) for line in cli("trace", run_id, "--json", runs_dir=runs).stdout.splitlines()]
     verdict = next(e for e in trace if e["type"] == "verdict")
     assert verdict["verdict"] == "reject" and verdict["reason"] == "keep it" and verdict["by"].startswith("web: ")
+    code, resumed = cli_json("resume", run_id, runs_dir=runs)  # a web verdict, then a plain resume
+    assert code == 0 and resumed["status"] == "completed" and "did not delete" in resumed["answer"], resumed
 
     with view_server(env) as url:  # loopback without a token: only loopback host names
         assert httpx.get(url).status_code == 200

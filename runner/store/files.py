@@ -40,24 +40,17 @@ from typing import Any, Sequence
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from runner.errors import CorruptState, DamagedRun, DiskFull, LeaseLost, RunBusy, RunNotFound, StaleState, StoreError
 from runner.state import FORMAT_VERSION, RunState, call_signature
 from runner.store.base import (
     APPEND_ONLY,
     DEFAULT_DURABILITY,
-    CorruptState,
-    DamagedRun,
     Delta,
-    DiskFull,
     Durability,
     Lease,
-    LeaseLost,
     RepairReport,
-    RunBusy,
     RunInfo,
-    RunNotFound,
     RunStore,
-    StaleState,
-    StoreError,
     Written,
     crash_armed,
     crash_point,

@@ -43,20 +43,15 @@ from typing import Any, Callable, NoReturn, Sequence, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
+from runner.errors import CorruptState, LeaseLost, RunBusy, RunNotFound, StaleState, StoreError
 from runner.state import FORMAT_VERSION, RunState
 from runner.store.base import (
     APPEND_ONLY,
     DEFAULT_DURABILITY,
-    CorruptState,
     Durability,
     Lease,
-    LeaseLost,
-    RunBusy,
     RunInfo,
-    RunNotFound,
     RunStore,
-    StaleState,
-    StoreError,
     Written,
     crash_point,
     default_owner,

@@ -18,6 +18,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from runner.render import Total
 from runner.state import RunState, ToolRun, call_signature, pending
 from runner.store import RunInfo, RunStore, ShownStatus
 from runner.trace import TraceEvent, TurnEvent
@@ -29,32 +30,12 @@ STATUSES: tuple[str, ...] = typing.get_args(ShownStatus)
 
 
 @dataclass
-class Totals:
-    """Sums over a set of runs: counts, tokens, USD."""
-
-    runs: int = 0
-    turns: int = 0
-    tool_runs: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
-
-    def add(self, state: RunState) -> None:
-        self.runs += 1
-        self.turns += state.turns
-        self.tool_runs += state.tool_run_count
-        self.prompt_tokens += state.prompt_tokens
-        self.completion_tokens += state.completion_tokens
-        self.cost_usd += state.cost_usd
-
-
-@dataclass
 class RunsPage:
     """One page of the runs list: the rows shown, the filters, and totals over every run that
     matches the filters (not only this page)."""
 
     rows: list[RunInfo]
-    totals: Totals
+    totals: Total
     matching: int
     page: int
     pages: int
@@ -72,7 +53,7 @@ def runs_page(store: RunStore, *, status: str = "", model: str = "", text: str =
     models = sorted({i.state.config.endpoint.model for i in infos})
     needle = text.strip().lower()
     chosen = [i for i in infos if (not model or i.state.config.endpoint.model == model) and (not needle or needle in _haystack(i))]
-    totals = Totals()
+    totals = Total("shown")
     for info in chosen:
         totals.add(info.state)
     pages = max(1, -(-len(chosen) // PAGE_SIZE))
