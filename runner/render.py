@@ -529,13 +529,13 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
             out += slips()
         out.append("")
         if m.role in ("system", "user"):
-            label = "runner (asks again)" if m.name == "runner" else m.role
-            out.append(f"── {label} " + "─" * max(width - len(label) - 4, 0))
+            who: str = "runner (asks again)" if m.name == "runner" else m.role
+            out.append(f"── {who} " + "─" * max(width - len(who) - 4, 0))
             out += _body(m.content or "", width, full, "", wrap=True)
         elif m.role == "assistant":
-            record = records[at] if at < len(records) else None
+            reply = records[at] if at < len(records) else None
             at += 1
-            out += _assistant(m, record, width, full)
+            out += _assistant(m, reply, width, full)
         elif m.role == "tool":
             record = runs.get(m.tool_call_id or "")
             mark = "←" if record is None or record.ok else "✗"
