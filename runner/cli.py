@@ -760,11 +760,13 @@ def suite(
         if executor == "local" and (address or actors):
             raise UsageError("--address and --actors need --executor ray")
         say = None if as_json else (lambda line: typer.echo(line, err=True))
+        suite_executor = fanout.executor(executor, address=address, actors=actors)
+        columns = (None if resume_report is not None  # checked before anything is written
+                   else suite_mod.model_columns(provider, model or (), base_url, latency_ms, on_note=say))
         runs_root = store.runs_dir(runs_dir)
         if not store_url:
             _say_new_runs_dir(store.open_store(None, runs=runs_dir))
         on_result = None if say is None else (lambda r: say(render.progress_line(r)))
-        suite_executor = fanout.executor(executor, address=address, actors=actors)
         watched = store.open_store(store_url, runs=runs_dir) if otlp_endpoint else None
         with _otel_live(watched, otlp_endpoint, None):
             if resume_report is not None:
@@ -776,7 +778,7 @@ def suite(
                                              base_url=base_url, max_turns=max_turns, max_tokens=max_tokens,
                                              latency_ms=latency_ms, repeats=repeat, store_location=store_url,
                                              durability=store.durability_of(durability), on_result=on_result,
-                                             on_note=say, executor=suite_executor)
+                                             columns=columns, executor=suite_executor)
         render.write_suite_report(report, runs_root)
         if as_json:
             typer.echo(report.model_dump_json())

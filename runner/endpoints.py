@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 from runner.state import Endpoint
@@ -72,7 +73,11 @@ def open_endpoint(endpoint: Endpoint, *, faults: str | None = None) -> Iterator[
         from runner import local, models
 
         assert endpoint.local_model is not None
-        name, path = models.resolve_choice(endpoint.local_model)
+        if endpoint.local_model.endswith(".gguf"):  # a file of its own: a missing one is the server's error
+            path = Path(endpoint.local_model)
+            name = path.stem
+        else:
+            name, path = models.resolve_choice(endpoint.local_model)
         entry = models.entry_for(name, path)
         fields: dict[str, Any] = {"model": path, "port": 0, "model_name": endpoint.model}
         chat_format = endpoint.chat_format or (entry.chat_format if entry else None)
