@@ -520,16 +520,34 @@ def run_header(state: RunState) -> list[str]:
 def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int = 80, full: bool = False) -> list[str]:
     """The transcript as plain text lines of at most `width` characters (unless `full`)."""
     out = [fit(line, width) for line in run_header(state)]
-    records = iter(_turns(state))
+    records = list(state.per_turn)
+    at = 0  # the next turn record: kept replies are assistant messages, slipped ones are not
+
+    def slips() -> list[str]:
+        nonlocal at
+        lines = []
+        while at < len(records) and records[at].slip is not None:
+            r = records[at]
+            head = (f"── turn {r.turn} · {r.prompt_tokens:,} in / {r.completion_tokens:,} out · "
+                    f"slip: {r.slip}, not kept ")
+            lines += ["", fit(head + "─" * max(width - len(head), 0), width)]
+            at += 1
+        return lines
+
     verdicts = _verdicts(events)
     runs = {r.call_id: r for r in state.tool_runs}
     for m in state.messages:
+        if m.role == "assistant" or m.name == "runner":  # a reply, or runner's own corrective message
+            out += slips()
         out.append("")
         if m.role in ("system", "user"):
-            out.append(f"── {m.role} " + "─" * max(width - len(m.role) - 4, 0))
+            who: str = "runner (asks again)" if m.name == "runner" else m.role
+            out.append(f"── {who} " + "─" * max(width - len(who) - 4, 0))
             out += _body(m.content or "", width, full, "", wrap=True)
         elif m.role == "assistant":
-            out += _assistant(m, next(records, None), width, full)
+            reply = records[at] if at < len(records) else None
+            at += 1
+            out += _assistant(m, reply, width, full)
         elif m.role == "tool":
             record = runs.get(m.tool_call_id or "")
             mark = "←" if record is None or record.ok else "✗"
@@ -544,6 +562,7 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
             out += _body(m.content or "", width, full, "    ")
         if out[-1] == "" and m.role != "assistant":
             out.pop()
+    out += slips()
     out.append("")
     out += [fit(line, width) if not full else line for line in _ending(state)]
     return out
