@@ -29,7 +29,7 @@ from runner.errors import UsageError
 from runner.fanout import Batch, Executor, LocalExecutor, RayExecutor
 from runner.resources import tasks_dir
 from runner.state import Limits, RunConfig, RunState, new_run
-from runner.store import Durability, StoreAt
+from runner.store import Durability, RunStore, StoreAt
 
 Provider = Literal["scripted", "local"]
 ToolChoiceSetting = Literal["auto", "required", "none"]
@@ -341,7 +341,6 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
         UsageError, models.ModelNotFound: as `model_columns`.
         RuntimeError: a server failed to start.
     """
-    suite = load_suite()
     columns = columns or model_columns(provider, models, base_url, latency_ms, on_note)
     executor = executor or LocalExecutor()
     local = [c for c in columns if not c.scripted]
@@ -350,24 +349,48 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
                          repeats=repeats, executor="ray" if isinstance(executor, RayExecutor) else "local",
                          first_turn_tool_choice=local[0].first_turn_tool_choice if local else "auto")
     location = StoreAt(store_location or str(runs_root.resolve()), durability)
-    jobs: dict[str, tuple[Endpoint, Task, int]] = {}
-    batches = []
-    for column in columns:
-        run_ids = []
-        harness, addendum = harness_settings(column, run_settings, system_addendum)
-        for task in suite.tasks:
-            for repeat in range(1, repeats + 1):
-                # how `runner resume` reaches this endpoint again: a URL, or the local model to start
-                overrides = dict(harness)  # endpoint settings (e.g. first_turn_tool_choice) go on the endpoint
-                moved = {k: overrides.pop(k) for k in list(overrides) if k in Endpoint.model_fields}
-                endpoint = column.model_copy(update={"model": _model_for(column, task), **moved})
-                config = RunConfig(endpoint=endpoint, limits=Limits(max_turns=max_turns), max_tokens=max_tokens,
-                                   **overrides)
-                state = new_run(task.prompt, config, system=suite.system + addendum)
-                fanout.create(state, location)
-                jobs[state.run_id] = (column, task, repeat)
-                run_ids.append(state.run_id)
-        batches.append(Batch(column, run_ids))
+    jobs: Jobs = {}
+    batches = [Batch(column, _create_runs(column, location, jobs, repeats, max_turns, max_tokens,
+                                          *harness_settings(column, run_settings, system_addendum)))
+               for column in columns]
+    report.results = _drive(executor, batches, location, jobs, on_result)
+    finished = {r.run_id for r in report.results}
+    report.unfinished = [run_id for batch in batches for run_id in batch.run_ids if run_id not in finished]
+    report.summaries = summarize(report.results)
+    report.cancelled = executor.cancelled
+    if local:
+        report.load_average = [round(x, 2) for x in os.getloadavg()]
+        report.local_turns = executor.server_turns.get(local[0].label, [])
+    return report
+
+
+Jobs = dict[str, tuple[Endpoint, "Task", int]]
+"""Run id -> (the model column, the task, which repeat) of each run a suite drives."""
+
+
+def _create_runs(column: Endpoint, location: StoreAt, jobs: Jobs, repeats: int, max_turns: int,
+                 max_tokens: int | None, harness: dict[str, Any], addendum: str) -> list[str]:
+    """Save every task x repeat of one column as a queued run (recorded in `jobs`); returns
+    their ids. Each run records how `runner resume` reaches its endpoint again."""
+    suite = load_suite()
+    run_ids = []
+    for task in suite.tasks:
+        for repeat in range(1, repeats + 1):
+            overrides = dict(harness)  # endpoint settings (e.g. first_turn_tool_choice) go on the endpoint
+            moved = {k: overrides.pop(k) for k in list(overrides) if k in Endpoint.model_fields}
+            endpoint = column.model_copy(update={"model": _model_for(column, task), **moved})
+            config = RunConfig(endpoint=endpoint, limits=Limits(max_turns=max_turns), max_tokens=max_tokens,
+                               **overrides)
+            state = new_run(task.prompt, config, system=suite.system + addendum)
+            fanout.create(state, location)
+            jobs[state.run_id] = (column, task, repeat)
+            run_ids.append(state.run_id)
+    return run_ids
+
+
+def _drive(executor: Executor, batches: list[Batch], location: StoreAt, jobs: Jobs,
+           on_result: Callable[[TaskResult], None] | None) -> list[TaskResult]:
+    """Drive the batches to their stops; each run's graded result, in batch order."""
 
     def result_of(state: RunState, where: str) -> TaskResult:
         column, task, repeat = jobs[state.run_id]
@@ -379,16 +402,7 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
         if on_result is not None:
             on_result(result_of(state, where))
 
-    driven = executor.drive(batches, location, done)
-    report.results = [result_of(state, where) for state, where in driven]
-    finished = {r.run_id for r in report.results}
-    report.unfinished = [run_id for batch in batches for run_id in batch.run_ids if run_id not in finished]
-    report.summaries = summarize(report.results)
-    report.cancelled = executor.cancelled
-    if local:
-        report.load_average = [round(x, 2) for x in os.getloadavg()]
-        report.local_turns = executor.server_turns.get(local[0].label, [])
-    return report
+    return [result_of(state, where) for state, where in executor.drive(batches, location, done)]
 
 
 def _cancelled(result: TaskResult) -> bool:
@@ -421,14 +435,30 @@ def resume_suite(report_file: Path, runs_root: Path, *, executor: Executor | Non
         raise UsageError(f"nothing to resume: every run of {path} finished")
     tasks = load_suite().tasks
     location = StoreAt(store_location or str(runs_root.resolve()), durability)
-    runs = fanout._store(location)
     kept = [r for r in old.results if not _cancelled(r)]
-    known = {r.run_id: r for r in old.results}
+    jobs = _requeue(fanout._store(location), todo, kept, {r.run_id: r for r in old.results}, tasks)
+    columns = {column.label: column for column, _, _ in jobs.values()}
+    executor = executor or LocalExecutor()
+    batches = [Batch(c, [rid for rid, job in jobs.items() if job[0].label == c.label]) for c in columns.values()]
+    order = {m: i for i, m in enumerate(old.models)}
+    task_order = {t.id: i for i, t in enumerate(tasks)}
+    results = kept + _drive(executor, batches, location, jobs, on_result)
+    results.sort(key=lambda r: (order.get(r.model, len(order)), task_order.get(r.task, 0), r.repeat))
+    finished = {r.run_id for r in results}
+    return old.model_copy(update={
+        "results": results, "cancelled": executor.cancelled, "summaries": summarize(results),
+        "unfinished": [rid for rid in todo if rid not in finished], "report_path": None})
+
+
+def _requeue(runs: RunStore, todo: list[str], kept: list[TaskResult], known: dict[str, TaskResult],
+             tasks: list[Task]) -> Jobs:
+    """Queue again the runs Ctrl-C stopped (as they were), and find each run's column, task
+    and repeat (from the old report, or counted after the finished ones)."""
     columns: dict[str, Endpoint] = {}
-    jobs: dict[str, tuple[Endpoint, Task, int]] = {}
+    jobs: Jobs = {}
     for run_id in todo:
         state = runs.load(run_id)
-        if state.status == "interrupted":  # stopped by Ctrl-C: queue it again, as it was
+        if state.status == "interrupted":
             lease = runs.claim(run_id)
             state.status, state.interruption, state.reason = "running", None, None
             runs.save(state, (), lease)
@@ -442,28 +472,7 @@ def resume_suite(report_file: Path, runs_root: Path, *, executor: Executor | Non
         repeat = known[run_id].repeat if run_id in known else done + 1 + sum(
             1 for c, t, _ in jobs.values() if (c.label, t.id) == (column.label, task.id))
         jobs[run_id] = (column, task, repeat)
-    executor = executor or LocalExecutor()
-    batches = [Batch(c, [rid for rid, job in jobs.items() if job[0].label == c.label]) for c in columns.values()]
-
-    def result_of(state: RunState, where: str) -> TaskResult:
-        column, task, repeat = jobs[state.run_id]
-        return _result("scripted" if column.scripted else "local", task, state).model_copy(
-            update={"model": column.label, "repeat": repeat, "turn_ms": [round(t.ms, 1) for t in state.per_turn],
-                    "driven_by": where})
-
-    def done_one(state: RunState, where: str) -> None:
-        if on_result is not None:
-            on_result(result_of(state, where))
-
-    driven = executor.drive(batches, location, done_one)
-    order = {m: i for i, m in enumerate(old.models)}
-    task_order = {t.id: i for i, t in enumerate(tasks)}
-    results = kept + [result_of(state, where) for state, where in driven]
-    results.sort(key=lambda r: (order.get(r.model, len(order)), task_order.get(r.task, 0), r.repeat))
-    finished = {r.run_id for r in results}
-    return old.model_copy(update={
-        "results": results, "cancelled": executor.cancelled, "summaries": summarize(results),
-        "unfinished": [rid for rid in todo if rid not in finished], "report_path": None})
+    return jobs
 
 
 def percentile(values: Sequence[float], q: float) -> float:
