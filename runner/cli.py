@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from runner import render, store
     from runner.interactive import StopSignals
     from runner.scripted import InProcessProvider, ScriptedProcess
+    from runner.start import Prepared
     from runner.state import RunState, RunStatus
     from runner.store import Lease, RunStore
     from runner.tools import Tool
@@ -185,32 +186,15 @@ def _drive(state: RunState, runs: RunStore, lease: Lease, signals: StopSignals, 
 @app.command()
 def run(
     prompt: Annotated[Optional[str], typer.Argument(help="The user's task (default: the scenario's own); - reads it from stdin.")] = None,
-    scenario: Annotated[Optional[str], typer.Option(help=(
-        "A scripted scenario: plan, runaway, stuck, recover, destructive, repeat, double_delete, denied, slow, "
-        "research, quirks, or a suite task (timeout_file, count_files, read_notes, read_each, "
-        "largest_file, rotate_logs)."))] = None,
-    base_url: Annotated[Optional[str], typer.Option(
-        "--base-url", help="Any OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 "
-                           "[env RUNNER_BASE_URL, OPENAI_BASE_URL; config base_url].")] = None,
-    model: Annotated[Optional[str], typer.Option(help=(
-        "Model name sent to --base-url; with no base URL, a local model (a name from `runner models list`, "
-        "a unique start of one, or a .gguf path) that runner serves with llama.cpp for this run "
-        "[env RUNNER_MODEL; config model]."))] = None,
+    scenario: Annotated[Optional[str], typer.Option(help="A scripted scenario: plan, runaway, stuck, recover, destructive, repeat, double_delete, denied, slow, research, quirks, unknown_tool, bad_arguments, or a suite task (timeout_file, count_files, read_notes, read_each, largest_file, rotate_logs).")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="Any OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env RUNNER_BASE_URL, OPENAI_BASE_URL; config base_url].")] = None,
+    model: Annotated[Optional[str], typer.Option(help="Model name sent to --base-url; with no base URL, a local model (a name from `runner models list`, a unique start of one, or a .gguf path) that runner serves with llama.cpp for this run [env RUNNER_MODEL; config model].")] = None,
     prompt_file: Annotated[Optional[Path], typer.Option("--prompt-file", help="Read the prompt from this file.")] = None,
-    api_key: Annotated[Optional[str], typer.Option(
-        "--api-key", help="API key for --base-url (never saved; a resume needs it again). Prefer an environment "
-                          "variable: $RUNNER_API_KEY, the one the config's api_key_env names, or $OPENAI_API_KEY.")] = None,
-    api_key_env: Annotated[Optional[str], typer.Option(
-        "--api-key-env", help="NAME of the environment variable that holds the key (recorded, so resume finds it).")] = None,
-    tool: Annotated[Optional[list[str]], typer.Option(
-        "--tool", help="Offer a tool of your own (repeatable): MODULE:ATTRIBUTE (a runner.Tool subclass or "
-                       "instance; ./MODULE.py is found) or the name of an installed plugin (entry point group "
-                       "runner.tools) [config tools].")] = None,
-    no_builtin_tools: Annotated[bool, typer.Option(
-        "--no-builtin-tools", help="Offer only the --tool tools, not the built-in workspace tools.")] = False,
-    tool_choice: Annotated[Optional[str], typer.Option(
-        "--tool-choice", metavar="auto|required|none",
-        help="tool_choice of the first turn [default: the local model's manifest value, else auto].")] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", help="API key for --base-url (never saved; a resume needs it again). Prefer an environment variable: $RUNNER_API_KEY, the one the config's api_key_env names, or $OPENAI_API_KEY.")] = None,
+    api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="NAME of the environment variable that holds the key (recorded, so resume finds it).")] = None,
+    tool: Annotated[Optional[list[str]], typer.Option("--tool", metavar="MODULE:ATTRIBUTE", help="Offer a tool of your own (repeatable): MODULE:ATTRIBUTE (a runner.Tool subclass or instance; ./MODULE.py is found) or the name of an installed plugin (entry point group runner.tools) [config tools].")] = None,
+    no_builtin_tools: Annotated[bool, typer.Option("--no-builtin-tools", help="Offer only the --tool tools, not the built-in workspace tools.")] = False,
+    tool_choice: Annotated[Optional[str], typer.Option("--tool-choice", metavar="auto|required|none", help="tool_choice of the first turn [default: the local model's manifest value, else auto].")] = None,
     max_turns: MaxTurns = None,
     max_budget: MaxBudget = None,
     dedupe: Annotated[bool, typer.Option(help="Answer a repeated read-only call from the cache.")] = False,
@@ -241,10 +225,8 @@ def run(
 
     def body() -> int:
         from runner import start
-        from runner.interactive import StopSignals
-        from runner.scripted import scripted_provider
 
-        prepared = start.prepare(start.RunRequest(
+        request = start.RunRequest(
             prompt=prompt, prompt_file=prompt_file, scenario=scenario, base_url=base_url, model=model, api_key=api_key,
             api_key_env=api_key_env, tools=tool or [], no_builtin_tools=no_builtin_tools, tool_choice=tool_choice,
             max_turns=max_turns, max_budget_usd=max_budget, dedupe=dedupe, dedupe_all=dedupe_all,
@@ -252,32 +234,43 @@ def run(
             auto_approve=auto_approve, on_slip=on_slip, answer_after=answer_after, cap_max_tokens=cap_max_tokens,
             price_in=price_in, price_out=price_out, timeout_s=timeout_s, max_retries=max_retries, research=research,
             research_max_turns=research_max_turns, research_max_budget_usd=research_max_budget, latency_ms=latency_ms,
-            fault=fault, detach=detach))
-        state, endpoint = prepared.state, prepared.state.config.endpoint
-        provider = (scripted_provider(latency_ms=latency_ms, faults=fault, in_process=True)
-                    if endpoint.kind == "scripted" and not detach else None)
+            fault=fault, detach=detach)
         runs = store.open_store(store_url, runs=runs_dir, durability=durability)
-        made_dir = _say_new_runs_dir(runs)
-        if detach:
-            runs.create(state)
-            return _render_queued(state, as_json, runs)
-        if prepared.local is not None and not as_json:
-            typer.echo(f"model: {prepared.local.name}, first turn tool_choice={endpoint.first_turn_tool_choice}\n"
-                       f"  starting llama.cpp on {prepared.local.path.name} for this run", err=True)
-        signals = StopSignals.install()  # before the run exists: a Ctrl-C from here on keeps it resumable
-        lease = runs.create(state, owner=store.default_owner())
-        assert lease is not None
-        with _otel_live(runs, otlp_endpoint, [state.run_id]):
-            state = _drive(state, runs, lease, signals, faults=fault, show_progress=not as_json, provider=provider,
-                           api_key=prepared.key.value, tools=prepared.tools)
-        if not keep and start.never_reached(state):
-            runs.delete(runs.claim(state.run_id))
-            if made_dir is not None:
-                _remove_if_empty(made_dir)
-            return _render_unkept(state, as_json)
-        return _render(state, as_json, runs)
+        return _start(start.prepare(request), runs, otlp_endpoint, keep=keep, as_json=as_json)
 
     _guard(body)
+
+
+def _start(prepared: Prepared, runs: RunStore, otlp_endpoint: str | None, *, keep: bool, as_json: bool) -> int:
+    """Queue a prepared run (--detach), or create and drive it here; a new run that never got a
+    reply from its endpoint is not kept unless `keep`."""
+    from runner import start
+    from runner.interactive import StopSignals
+    from runner.scripted import scripted_provider
+
+    state, endpoint, detach = prepared.state, prepared.state.config.endpoint, prepared.detach
+    latency_ms, fault = endpoint.latency_ms, prepared.faults
+    provider = (scripted_provider(latency_ms=latency_ms, faults=fault, in_process=True)
+                if endpoint.kind == "scripted" and not detach else None)
+    made_dir = _say_new_runs_dir(runs)
+    if detach:
+        runs.create(state)
+        return _render_queued(state, as_json, runs)
+    if prepared.local is not None and not as_json:
+        typer.echo(f"model: {prepared.local.name}, first turn tool_choice={endpoint.first_turn_tool_choice}\n"
+                   f"  starting llama.cpp on {prepared.local.path.name} for this run", err=True)
+    signals = StopSignals.install()  # before the run exists: a Ctrl-C from here on keeps it resumable
+    lease = runs.create(state, owner=store.default_owner())
+    assert lease is not None
+    with _otel_live(runs, otlp_endpoint, [state.run_id]):
+        state = _drive(state, runs, lease, signals, faults=fault, show_progress=not as_json, provider=provider,
+                       api_key=prepared.key.value, tools=prepared.tools)
+    if not keep and start.never_reached(state):
+        runs.delete(runs.claim(state.run_id))
+        if made_dir is not None:
+            _remove_if_empty(made_dir)
+        return _render_unkept(state, as_json)
+    return _render(state, as_json, runs)
 
 
 def _say_new_runs_dir(runs: RunStore) -> Path | None:
@@ -326,7 +319,7 @@ def resume(
     api_key: Annotated[Optional[str], typer.Option(
         "--api-key", help="API key (never saved) [default: from the variable the run recorded, $RUNNER_API_KEY, $OPENAI_API_KEY].")] = None,
     tool: Annotated[Optional[list[str]], typer.Option(
-        "--tool", help="Where to find a tool of the run's own (repeatable): MODULE:ATTRIBUTE or a plugin name "
+        "--tool", metavar="MODULE:ATTRIBUTE", help="Where to find a tool of the run's own (repeatable): MODULE:ATTRIBUTE or a plugin name "
                        "[default: where the run recorded each].")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="Record the verdict or limits and queue the run for `runner worker`.")] = False,
     runs_dir: RunsDir = None, store_url: StoreOpt = None, durability: DurabilityOpt = None,
@@ -341,10 +334,6 @@ def resume(
 
         own = [catalog.load(catalog.spec_to_ref(spec)) for spec in tool or []]
         runs = store.open_store(store_url, runs=runs_dir, durability=durability)
-        try:
-            catalog.build(runs.load(run_id).config, own)  # a tool that cannot be found: one line, nothing changed
-        except store.RunNotFound:
-            pass  # reopen says so, after checking the options
         signals = StopSignals.install() if not detach else None
         state, lease = reopen(runs, run_id, Reopening(
             approve=approve, reject=reject, reason=reason, empty_rejection=unsafe_empty_rejection,
@@ -373,7 +362,7 @@ def _render(state: RunState, as_json: bool, runs: RunStore) -> int:
     else:
         trace_at = (str(runs.trace_path(state.run_id)) if isinstance(runs, store.FileStore)
                     else f"runner trace {state.run_id} --store URL")
-        for line in render.run_lines(state, trace_at):
+        for line in render.run_lines(state, trace_at, shutil.get_terminal_size((80, 24)).columns):
             typer.echo(line)
     return EXIT_CODES[state.status]
 
@@ -476,7 +465,7 @@ def trace(run_id: Annotated[str, typer.Argument(help="The run to show.", metavar
 @app.command()
 def view(
     host: Annotated[str, typer.Option(help="Interface to bind (loopback by default; any other needs --token).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, help="Port (0: a free one).")] = 8700,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: a free one).")] = 8700,
     token: Annotated[Optional[str], typer.Option(
         envvar="RUNNER_VIEW_TOKEN", help="Every request must carry it (?token= once, then a cookie; or Authorization: Bearer).")] = None,
     runs_dir: RunsDir = None, store_url: StoreOpt = None,
@@ -608,7 +597,7 @@ def worker(
             with _otel_live(runs, otlp_endpoint, None):
                 report = run_worker(runs, concurrency=concurrency, idle_exit_s=idle_exit, poll_s=poll,
                                     log=lambda line: typer.echo(f"worker: {line}", err=True))
-        typer.echo(f"worker: drove {len(report.driven)} runs, {len(report.errors)} errors", err=True)
+        typer.echo(f"worker: drove {len(report.driven)} run(s), {len(report.errors)} error(s)", err=True)
         return 0 if not report.errors else 1
 
     _guard(body)
@@ -643,7 +632,7 @@ def config_show(
 @scripted_app.command("serve")
 def scripted_serve(
     host: Annotated[str, typer.Option(help="Interface to bind (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port (0: a free one).")] = 8765,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: a free one).")] = 8765,
     latency_ms: Annotated[float, typer.Option(help="Delay every reply by this many ms.")] = 0.0,
     fault: Annotated[Optional[str], typer.Option(help="KIND@TURN,... with KIND in 429, 500, 401, truncated, slow.")] = None,
 ) -> None:
@@ -668,7 +657,7 @@ def scripted_serve(
 @app.command()
 def serve(
     model: Annotated[Optional[str], typer.Option(help="A name from `runner models list` or a .gguf path [default: Qwen if pulled, else SmolLM2].")] = None,
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: a free one).")] = 8080,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port on 127.0.0.1 (0: a free one).")] = 8080,
     n_ctx: Annotated[int, typer.Option(help="Context size, tokens.")] = 4096,
     threads: Annotated[Optional[int], typer.Option(min=1, help="CPU threads [default: min(2, physical cores)].")] = None,
     n_batch: Annotated[Optional[int], typer.Option(min=1, help="Prompt tokens per llama.cpp decode call [default: 512].")] = None,

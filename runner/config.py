@@ -50,6 +50,8 @@ SETTINGS: dict[str, tuple[type, tuple[str, ...], Any, str]] = {
 """Every setting a config file may hold, in the order `runner config show` prints them; each
 applies to `runner run` (the runs directory is `--runs-dir` or `$RUNNER_RUNS_DIR`)."""
 
+_KIND_WORDS: dict[type, str] = {str: "a string", int: "a whole number", float: "a number", list: "a list"}
+
 _KEYISH = re.compile(r"(^|_)(api_?key|key|token|secret|password)$", re.IGNORECASE)
 
 
@@ -116,7 +118,7 @@ def read_file(path: Path) -> dict[str, Any]:
         kind = SETTINGS[name][0]
         ok = isinstance(value, kind) or (kind is float and isinstance(value, int) and not isinstance(value, bool))
         if not ok or (kind is int and isinstance(value, bool)):
-            raise UsageError(f"config file {path}: {name} must be a {kind.__name__}, got {value!r}")
+            raise UsageError(f"config file {path}: {name} must be {_KIND_WORDS[kind]}, got {value!r}")
     return data
 
 
@@ -160,8 +162,8 @@ class Settings:
         named = self.value("api_key_env")
         order = [KEY_ENVS[0], *([named.value] if named.value else []), KEY_ENVS[1]]
         for env in order:
-            if os.environ.get(env):
-                return Key(os.environ[env], f"env {env}", env)
+            if key := os.environ.get(env):
+                return Key(key, f"env {env}", env)
         if named.value:
             raise UsageError(f"the API key variable {named.value} (api_key_env, from {named.source}) is not set")
         return Key(None, "none", None)
@@ -187,8 +189,8 @@ def key_for(api_key_env: str | None, flag_key: str | None = None) -> str:
     if flag_key:
         return flag_key
     for env in ([api_key_env] if api_key_env else []) + list(KEY_ENVS):
-        if os.environ.get(env):
-            return os.environ[env]
+        if key := os.environ.get(env):
+            return key
     return LOCAL_KEY
 
 
@@ -198,7 +200,7 @@ def _parse(kind: type, raw: str, env: str) -> Any:
     try:
         return kind(raw)
     except ValueError:
-        raise UsageError(f"${env} must be a {kind.__name__}, got {raw!r}") from None
+        raise UsageError(f"${env} must be {_KIND_WORDS[kind]}, got {raw!r}") from None
 
 
 def _show(value: Any) -> str:

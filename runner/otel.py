@@ -48,7 +48,15 @@ from runner import __version__
 from runner.errors import RunnerError, RunNotFound, UsageError
 from runner.state import RunState
 from runner.store import RunStore
-from runner.trace import TraceEvent
+from runner.trace import (
+    ApprovalRequired,
+    RunStopped,
+    ToolCancelled,
+    ToolResult,
+    TraceEvent,
+    TurnEvent,
+    Verdict,
+)
 
 ENDPOINT_ENVS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 PROJECT_ENV = "RUNNER_OTEL_PROJECT"
@@ -63,10 +71,10 @@ def endpoint_from(value: str | None) -> str | None:
     as the OpenTelemetry spec says); None when none is set."""
     if value:
         return traces_url(value)
-    if os.environ.get(ENDPOINT_ENVS[0]):
-        return os.environ[ENDPOINT_ENVS[0]]
-    if os.environ.get(ENDPOINT_ENVS[1]):
-        return traces_url(os.environ[ENDPOINT_ENVS[1]])
+    if traces := os.environ.get(ENDPOINT_ENVS[0]):
+        return traces
+    if base := os.environ.get(ENDPOINT_ENVS[1]):
+        return traces_url(base)
     return None
 
 
@@ -112,105 +120,146 @@ def _provider(state: RunState) -> str:
     return "llama.cpp" if endpoint.kind == "local" else "openai"
 
 
-def run_spans(state: RunState, events: Sequence[TraceEvent], root_run_id: str, parent_span_id: int | None,
-              resource: Resource) -> RunSpans:
-    """Build the spans of one run from its committed state and trace (see the module
-    docstring). `parent_span_id`: the research tool call's span for a child run, else None."""
-    trace_id = trace_id_of(root_run_id)
-    run_id = state.run_id
-    run_span_id = span_id_of(run_id, "run")
+class _SpanBuilder:
+    """Builds the spans of one run: the ids, names and attributes its spans share.
 
-    def context(span_id: int) -> SpanContext:
-        return SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    Args:
+        state: the run's committed state.
+        root_run_id: the run at the top of its parent chain; names the trace.
+        resource: the OpenTelemetry resource every span carries.
+    """
 
-    run_ctx = context(run_span_id)
-    model = state.config.endpoint.model
-    provider = _provider(state)
-    spans: list[ReadableSpan] = []
-    starts: dict[str, float] = {}
-    results = {m.tool_call_id: m.content or "" for m in state.messages if m.role == "tool" and m.tool_call_id}
-    records = {t.turn: t for t in state.per_turn}
-    seen: dict[tuple[object, ...], int] = {}
-    children: list[str] = []
-    span_events: list[Event] = []
+    def __init__(self, state: RunState, root_run_id: str, resource: Resource) -> None:
+        self.state, self.run_id, self.resource = state, state.run_id, resource
+        self.trace_id = trace_id_of(root_run_id)
+        self.run_ctx = self.context(span_id_of(self.run_id, "run"))
+        self.model = state.config.endpoint.model
+        self.provider = _provider(state)
+        self.results = {m.tool_call_id: m.content or "" for m in state.messages if m.role == "tool" and m.tool_call_id}
+        self.records = {t.turn: t for t in state.per_turn}
+        self._seen: dict[tuple[object, ...], int] = {}
 
-    def place(*key: object) -> tuple[object, ...]:
-        seen[key] = seen.get(key, 0) + 1  # a second occurrence (a re-run after a resume) gets its own id
-        return (*key, seen[key]) if seen[key] > 1 else key
+    def context(self, span_id: int) -> SpanContext:
+        """The sampled, local span context of `span_id` in this run's trace."""
+        return SpanContext(self.trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
 
-    for e in events:
-        if e.type == "tool_start":
-            starts[e.callId] = e.ts
-        elif e.type == "turn":
-            record = records.get(e.turn)
-            attributes: dict[str, Any] = {
-                "gen_ai.operation.name": "chat", "gen_ai.provider.name": provider, "gen_ai.request.model": model,
-                "gen_ai.conversation.id": run_id, "gen_ai.usage.input_tokens": e.promptTokens,
-                "gen_ai.usage.output_tokens": e.completionTokens,
-                "gen_ai.response.finish_reasons": [e.finish or "unknown"], "runner.turn": e.turn,
-                "runner.cost_usd": round(record.cost_usd, 9) if record else 0.0, "runner.ms": e.ms,
-                "openinference.span.kind": "LLM", "llm.model_name": model,
-                "llm.token_count.prompt": e.promptTokens, "llm.token_count.completion": e.completionTokens,
-                "llm.token_count.total": e.totalTokens,
-            }
-            if e.retries:
-                attributes["runner.retries"] = len(e.retries)
-            if e.slip:
-                attributes["runner.slip"] = e.slip
-            if e.usageEstimated:
-                attributes["runner.usage_estimated"] = True
-            spans.append(ReadableSpan(
-                f"chat {model}", context(span_id_of(run_id, *place("turn", e.turn))), run_ctx, resource, attributes,
-                kind=SpanKind.CLIENT, status=Status(StatusCode.ERROR, f"protocol slip: {e.slip}") if e.slip else Status(StatusCode.OK),
-                start_time=_ns(e.ts - e.ms / 1000), end_time=_ns(e.ts), instrumentation_scope=_SCOPE))
-        elif e.type in ("tool_result", "tool_cancelled"):
-            ok = e.type == "tool_result" and e.ok
-            error = e.error if e.type == "tool_result" else f"cancelled: {e.reason}"
-            attributes = {
-                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": e.toolName,
-                "gen_ai.tool.call.id": e.callId, "gen_ai.tool.type": "function", "gen_ai.conversation.id": run_id,
-                "runner.tool.result_chars": len(results.get(e.callId, "")), "runner.ms": e.ms,
-                "openinference.span.kind": "TOOL", "tool.name": e.toolName,
-            }
-            if e.type == "tool_result":
-                attributes["runner.tool.source"] = e.source
-            if not ok:
-                attributes["error.type"] = "cancelled" if e.type == "tool_cancelled" else "tool_error"
-            span_id = span_id_of(run_id, *place("tool", e.callId))
-            start = starts.pop(e.callId, None)
-            spans.append(ReadableSpan(
-                f"execute_tool {e.toolName}", context(span_id), run_ctx, resource, attributes,
-                kind=SpanKind.INTERNAL, status=Status(StatusCode.OK) if ok else Status(StatusCode.ERROR, error or "failed"),
-                start_time=_ns(start if start is not None else e.ts - e.ms / 1000), end_time=_ns(e.ts),
-                instrumentation_scope=_SCOPE))
-            if e.type == "tool_result" and e.childRunId:
-                children.append(e.childRunId)
-        elif e.type == "verdict":
-            span_events.append(Event("runner.verdict", {"runner.verdict": e.verdict, "gen_ai.tool.call.id": e.callId,
-                                                        "gen_ai.tool.name": e.toolName, "runner.by": e.by,
-                                                        "runner.reason": e.reason or ""}, _ns(e.ts)))
-        elif e.type == "approval_required":
-            span_events.append(Event("runner.approval_required", {"gen_ai.tool.call.id": e.callId,
-                                                                  "gen_ai.tool.name": e.toolName}, _ns(e.ts)))
-    stops = [e for e in events if e.type == "run_stopped"]
-    if stops:
-        attributes = {
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "runner", "gen_ai.agent.id": run_id,
-            "gen_ai.conversation.id": run_id, "gen_ai.provider.name": provider, "gen_ai.request.model": model,
+    def place(self, *key: object) -> tuple[object, ...]:
+        """The span's place in the run: `key`, with an occurrence count from the second time on
+        (a re-run after a resume gets its own span id)."""
+        self._seen[key] = self._seen.get(key, 0) + 1
+        return (*key, self._seen[key]) if self._seen[key] > 1 else key
+
+    def turn_span(self, e: TurnEvent) -> ReadableSpan:
+        """The ``chat MODEL`` span of one model call, ending at the `turn` event, `e.ms` long."""
+        record = self.records.get(e.turn)
+        model = self.model
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat", "gen_ai.provider.name": self.provider, "gen_ai.request.model": model,
+            "gen_ai.conversation.id": self.run_id, "gen_ai.usage.input_tokens": e.promptTokens,
+            "gen_ai.usage.output_tokens": e.completionTokens,
+            "gen_ai.response.finish_reasons": [e.finish or "unknown"], "runner.turn": e.turn,
+            "runner.cost_usd": round(record.cost_usd, 9) if record else 0.0, "runner.ms": e.ms,
+            "openinference.span.kind": "LLM", "llm.model_name": model,
+            "llm.token_count.prompt": e.promptTokens, "llm.token_count.completion": e.completionTokens,
+            "llm.token_count.total": e.totalTokens,
+        }
+        if e.retries:
+            attributes["runner.retries"] = len(e.retries)
+        if e.slip:
+            attributes["runner.slip"] = e.slip
+        if e.usageEstimated:
+            attributes["runner.usage_estimated"] = True
+        return ReadableSpan(
+            f"chat {model}", self.context(span_id_of(self.run_id, *self.place("turn", e.turn))), self.run_ctx,
+            self.resource, attributes, kind=SpanKind.CLIENT,
+            status=Status(StatusCode.ERROR, f"protocol slip: {e.slip}") if e.slip else Status(StatusCode.OK),
+            start_time=_ns(e.ts - e.ms / 1000), end_time=_ns(e.ts), instrumentation_scope=_SCOPE)
+
+    def tool_span(self, e: ToolResult | ToolCancelled, start: float | None) -> ReadableSpan:
+        """The ``execute_tool NAME`` span of one tool run, from `start` (its `tool_start`'s
+        time, or `e.ms` before `e` when None) to its result or cancellation."""
+        ok = e.type == "tool_result" and e.ok
+        error = e.error if e.type == "tool_result" else f"cancelled: {e.reason}"
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": e.toolName,
+            "gen_ai.tool.call.id": e.callId, "gen_ai.tool.type": "function", "gen_ai.conversation.id": self.run_id,
+            "runner.tool.result_chars": len(self.results.get(e.callId, "")), "runner.ms": e.ms,
+            "openinference.span.kind": "TOOL", "tool.name": e.toolName,
+        }
+        if e.type == "tool_result":
+            attributes["runner.tool.source"] = e.source
+        if not ok:
+            attributes["error.type"] = "cancelled" if e.type == "tool_cancelled" else "tool_error"
+        span_id = span_id_of(self.run_id, *self.place("tool", e.callId))
+        return ReadableSpan(
+            f"execute_tool {e.toolName}", self.context(span_id), self.run_ctx, self.resource, attributes,
+            kind=SpanKind.INTERNAL, status=Status(StatusCode.OK) if ok else Status(StatusCode.ERROR, error or "failed"),
+            start_time=_ns(start if start is not None else e.ts - e.ms / 1000), end_time=_ns(e.ts),
+            instrumentation_scope=_SCOPE)
+
+    def run_span(self, first_ts: float, stop: RunStopped, span_events: list[Event],
+                 parent_span_id: int | None) -> ReadableSpan:
+        """The ``invoke_agent runner`` span of the whole run, from `first_ts` (the trace's first
+        event, or the run's creation if earlier) to its last `stop`, with `span_events` on it."""
+        state = self.state
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "runner", "gen_ai.agent.id": self.run_id,
+            "gen_ai.conversation.id": self.run_id, "gen_ai.provider.name": self.provider,
+            "gen_ai.request.model": self.model,
             "gen_ai.usage.input_tokens": state.prompt_tokens, "gen_ai.usage.output_tokens": state.completion_tokens,
             "runner.cost_usd": round(state.cost_usd, 9), "runner.turns": state.turns,
-            "runner.tool_runs": state.tool_run_count, "runner.status": stops[-1].status,
-            "runner.stop_reason": stops[-1].reason or "", "openinference.span.kind": "AGENT",
+            "runner.tool_runs": state.tool_run_count, "runner.status": stop.status,
+            "runner.stop_reason": stop.reason or "", "openinference.span.kind": "AGENT",
             "llm.token_count.prompt": state.prompt_tokens, "llm.token_count.completion": state.completion_tokens,
         }
         if state.parent_run_id:
             attributes["runner.parent_run_id"] = state.parent_run_id
-        failed = stops[-1].status == "failed"
-        spans.insert(0, ReadableSpan(
-            "invoke_agent runner", run_ctx, context(parent_span_id) if parent_span_id else None, resource, attributes,
-            events=span_events, kind=SpanKind.INTERNAL,
-            status=Status(StatusCode.ERROR, stops[-1].reason or "failed") if failed else Status(StatusCode.OK),
-            start_time=_ns(min(events[0].ts, state.created_at)), end_time=_ns(stops[-1].ts), instrumentation_scope=_SCOPE))
+        failed = stop.status == "failed"
+        return ReadableSpan(
+            "invoke_agent runner", self.run_ctx, self.context(parent_span_id) if parent_span_id else None,
+            self.resource, attributes, events=span_events, kind=SpanKind.INTERNAL,
+            status=Status(StatusCode.ERROR, stop.reason or "failed") if failed else Status(StatusCode.OK),
+            start_time=_ns(min(first_ts, state.created_at)), end_time=_ns(stop.ts), instrumentation_scope=_SCOPE)
+
+
+def _verdict_event(e: Verdict) -> Event:
+    """The ``runner.verdict`` span event of an operator's verdict on a tool call."""
+    return Event("runner.verdict", {"runner.verdict": e.verdict, "gen_ai.tool.call.id": e.callId,
+                                    "gen_ai.tool.name": e.toolName, "runner.by": e.by,
+                                    "runner.reason": e.reason or ""}, _ns(e.ts))
+
+
+def _approval_event(e: ApprovalRequired) -> Event:
+    """The ``runner.approval_required`` span event of a tool call that waits for a verdict."""
+    return Event("runner.approval_required", {"gen_ai.tool.call.id": e.callId,
+                                              "gen_ai.tool.name": e.toolName}, _ns(e.ts))
+
+
+def run_spans(state: RunState, events: Sequence[TraceEvent], root_run_id: str, parent_span_id: int | None,
+              resource: Resource) -> RunSpans:
+    """Build the spans of one run from its committed state and trace (see the module
+    docstring). `parent_span_id`: the research tool call's span for a child run, else None."""
+    builder = _SpanBuilder(state, root_run_id, resource)
+    spans: list[ReadableSpan] = []
+    starts: dict[str, float] = {}
+    children: list[str] = []
+    span_events: list[Event] = []
+    for e in events:
+        if e.type == "tool_start":
+            starts[e.callId] = e.ts
+        elif e.type == "turn":
+            spans.append(builder.turn_span(e))
+        elif e.type in ("tool_result", "tool_cancelled"):
+            spans.append(builder.tool_span(e, starts.pop(e.callId, None)))
+            if e.type == "tool_result" and e.childRunId:
+                children.append(e.childRunId)
+        elif e.type == "verdict":
+            span_events.append(_verdict_event(e))
+        elif e.type == "approval_required":
+            span_events.append(_approval_event(e))
+    stops = [e for e in events if e.type == "run_stopped"]
+    if stops:
+        spans.insert(0, builder.run_span(events[0].ts, stops[-1], span_events, parent_span_id))
     return RunSpans(spans, bool(stops), children)
 
 

@@ -146,39 +146,51 @@ class PullLine:
             sys.stderr.flush()
 
 
-def run_lines(state: RunState, trace_at: str) -> list[str]:
+def run_lines(state: RunState, trace_at: str, width: int = 80) -> list[str]:
     """A stopped run for a person: the figures, the answer, where its trace is, and how to
-    continue it when it can be continued (`trace_at`: a path or the command that prints it)."""
-    lines: list[str] = []
-    echo = lines.append
+    continue it when it can be continued (`trace_at`: a path or the command that prints it).
+    Lines longer than `width` wrap, indented; ids, paths and commands are never split."""
     name = state.config.endpoint.model.removeprefix("scripted/")
-    echo(f"{name}  turns={state.turns}  tools={state.tool_run_count}  in={state.prompt_tokens:,}  "
-               f"out={state.completion_tokens:,}  cost=${state.cost_usd:.6f}  ms={state.wall_ms:,.0f}  "
-               f"status={state.status}")
+    lines = [f"{name}  status={state.status}  turns={state.turns}  tools={state.tool_run_count}",
+             f"   tokens in={state.prompt_tokens:,} out={state.completion_tokens:,}  cost=${state.cost_usd:.6f}"
+             f"  ms={state.wall_ms:,.0f}"]
     if state.answer:
-        echo(f"   answer: {json.dumps(state.answer, ensure_ascii=False)}")
+        lines.append(f"   answer: {json.dumps(state.answer, ensure_ascii=False)}")
     if state.per_turn:
         counts = [str(t.prompt_tokens) for t in state.per_turn]
         more = ""
         if len(counts) > 8:  # one line: the first and last turns (`runner show` and --json have all)
             counts, more = [*counts[:3], "…", *counts[-3:]], f" ({len(state.per_turn)} turns)"
-        echo("   per-turn prompt tokens: " + ", ".join(counts) + more)
-    echo(f"   run id: {state.run_id}   trace: {trace_at}")
+        lines.append("   per-turn prompt tokens: " + ", ".join(counts) + more)
+    lines += [f"   run id: {state.run_id}", f"   trace: {trace_at}"]
     if state.status not in ("completed",):
-        echo(f"   stopped: {state.reason}")
+        lines.append(f"   stopped: {state.reason}")
+    lines += _how_to_continue(state)
+    return [part for line in lines for part in _wrapped(line, width)]
+
+
+def _how_to_continue(state: RunState) -> list[str]:
     it = state.interruption
+    resume = f"runner resume {state.run_id}"
     if it is not None and it.type == "approval":
-        echo(f"   waiting for approval: {it.tool_name}({json.dumps(it.args)})  call id {it.call_id}"
-                   + ("  [in doubt: it may already have run]" if it.in_doubt else ""))
-        echo(f"   decide with: runner resume {state.run_id} --approve {it.call_id}"
-                   f"  |  --reject {it.call_id} --reason TEXT")
-    elif state.status == "max_turns_exceeded":
-        echo(f"   resume with: runner resume {state.run_id} --max-turns N   (N > {state.turns}; 0: no cap)")
-    elif state.status == "budget_exceeded":
-        echo(f"   resume with: runner resume {state.run_id} --max-budget USD   (more than ${state.cost_usd:.6f})")
-    elif state.status == "interrupted":
-        echo(f"   resume with: runner resume {state.run_id}")
-    return lines
+        return [f"   waiting for approval: {it.tool_name}({json.dumps(it.args)})  call id {it.call_id}"
+                + ("  [in doubt: it may already have run]" if it.in_doubt else ""),
+                f"   approve: {resume} --approve {it.call_id}",
+                f"   reject:  {resume} --reject {it.call_id} --reason TEXT"]
+    if state.status == "max_turns_exceeded":
+        return [f"   resume with: {resume} --max-turns N  (N > {state.turns}; 0: no cap)"]
+    if state.status == "budget_exceeded":
+        return [f"   resume with: {resume} --max-budget USD  (more than ${state.cost_usd:.6f})"]
+    if state.status == "interrupted":
+        return [f"   resume with: {resume}"]
+    return []
+
+
+def _wrapped(line: str, width: int) -> list[str]:
+    """`line` wrapped at `width` with a hanging indent; words (ids, paths) are never split."""
+    if len(line) <= width:
+        return [line]
+    return textwrap.wrap(line, width, subsequent_indent="      ", break_long_words=False, break_on_hyphens=False)
 
 
 def progress_line(result: TaskResult) -> str:
@@ -508,16 +520,34 @@ def run_header(state: RunState) -> list[str]:
 def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int = 80, full: bool = False) -> list[str]:
     """The transcript as plain text lines of at most `width` characters (unless `full`)."""
     out = [fit(line, width) for line in run_header(state)]
-    records = iter(_turns(state))
+    records = list(state.per_turn)
+    at = 0  # the next turn record: kept replies are assistant messages, slipped ones are not
+
+    def slips() -> list[str]:
+        nonlocal at
+        lines = []
+        while at < len(records) and records[at].slip is not None:
+            r = records[at]
+            head = (f"── turn {r.turn} · {r.prompt_tokens:,} in / {r.completion_tokens:,} out · "
+                    f"slip: {r.slip}, not kept ")
+            lines += ["", fit(head + "─" * max(width - len(head), 0), width)]
+            at += 1
+        return lines
+
     verdicts = _verdicts(events)
     runs = {r.call_id: r for r in state.tool_runs}
     for m in state.messages:
+        if m.role == "assistant" or m.name == "runner":  # a reply, or runner's own corrective message
+            out += slips()
         out.append("")
         if m.role in ("system", "user"):
-            out.append(f"── {m.role} " + "─" * max(width - len(m.role) - 4, 0))
+            who: str = "runner (asks again)" if m.name == "runner" else m.role
+            out.append(f"── {who} " + "─" * max(width - len(who) - 4, 0))
             out += _body(m.content or "", width, full, "", wrap=True)
         elif m.role == "assistant":
-            out += _assistant(m, next(records, None), width, full)
+            reply = records[at] if at < len(records) else None
+            at += 1
+            out += _assistant(m, reply, width, full)
         elif m.role == "tool":
             record = runs.get(m.tool_call_id or "")
             mark = "←" if record is None or record.ok else "✗"
@@ -532,6 +562,7 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
             out += _body(m.content or "", width, full, "    ")
         if out[-1] == "" and m.role != "assistant":
             out.pop()
+    out += slips()
     out.append("")
     out += [fit(line, width) if not full else line for line in _ending(state)]
     return out
@@ -687,7 +718,7 @@ def print_runs(infos: Sequence[RunInfo]) -> None:
 
 def print_totals(rows: Sequence[Total], by: str | None) -> None:
     """The `runner runs --totals` table."""
-    print_table([(by or "runs", "text"), ("runs", "num"), ("turns", "num"), ("tools", "num"),
+    print_table([(by or "", "text"), ("runs", "num"), ("turns", "num"), ("tools", "num"),
                  ("in tokens", "num"), ("out tokens", "num"), ("cost USD", "num")],
                 [[r.group, str(r.runs), str(r.turns), str(r.tool_runs), f"{r.prompt_tokens:,}",
                   f"{r.completion_tokens:,}", f"{r.cost_usd:.6f}"] for r in rows])
@@ -765,7 +796,7 @@ def suite_cancelled(report: SuiteReport) -> str:
 def print_models(rows: Sequence[ModelStatus]) -> None:
     """The `runner models list` table."""
     print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "path")],
-                [[r.name, "yes" if r.present else "no", r.source, f"{(r.size_bytes or 0) / 1e6:.0f}",
+                [[r.name, "yes" if r.present else "no", r.source, f"{r.size_bytes / 1e6:.0f}" if r.size_bytes else "-",
                   str(r.path or "")] for r in rows])
 
 

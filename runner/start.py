@@ -77,13 +77,17 @@ class LocalChoice:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A request made ready: the new run, the key in force, the tools of one's own, and the
-    local model it serves (None for a scripted or URL endpoint)."""
+    """A request made ready: the new run, the key in force, the tools of one's own, the local
+    model it serves (None for a scripted or URL endpoint), and how to start it."""
 
     state: RunState
     key: Key
     tools: list[Tool]
     local: LocalChoice | None
+    detach: bool = False
+    """Queue the run for a worker instead of driving it here."""
+    faults: str | None = None
+    """The scripted provider's faults (``KIND@TURN,...``), for a provider started here."""
 
 
 def prepare(req: RunRequest) -> Prepared:
@@ -124,7 +128,7 @@ def prepare(req: RunRequest) -> Prepared:
     if own:
         builtin = [] if req.no_builtin_tools else config.tools
         catalog.offer(config, [*builtin, *own], {t.name: ref for t, ref in zip(own, refs.values())})
-    return Prepared(new_run(task, config), key, own, local)
+    return Prepared(new_run(task, config), key, own, local, req.detach, req.fault)
 
 
 def _check_choices(req: RunRequest) -> None:
@@ -152,10 +156,12 @@ def _endpoint_choice(req: RunRequest, settings: Settings) -> tuple[str | None, s
         model = req.model
     local = local_choice(model) if req.scenario is None and url is None and model else None
     if req.scenario is None and url is None and local is None:
+        if model:
+            raise UsageError(f"{model!r} is not a local model (runner models list); to send it to an endpoint, "
+                             "give --base-url URL")
         raise UsageError("give --scenario NAME (scripted), --model NAME (a local model runner serves), or "
                          "--base-url URL --model NAME; both --scenario and --base-url run the scenario on a "
-                         "scripted provider already serving at URL"
-                         + (f"; {model!r} is not a local model (runner models list)" if model else ""))
+                         "scripted provider already serving at URL")
     if req.scenario is not None and req.model:
         raise UsageError("--model goes with --base-url alone; a scenario names its own model")
     if req.scenario is None and not model:
@@ -197,14 +203,21 @@ def prompt_text(prompt: str | None, prompt_file: Path | None) -> str | None:
         if prompt is not None:
             raise UsageError("give a PROMPT or --prompt-file, not both")
         try:
-            return prompt_file.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"--prompt-file {prompt_file}: {exc}") from None
+            text = prompt_file.read_text()
+        except OSError as exc:
+            raise UsageError(f"--prompt-file {prompt_file}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"--prompt-file {prompt_file}: not UTF-8 text ({exc.reason})") from None
+        if not text.strip():
+            raise UsageError(f"--prompt-file {prompt_file} is empty")
+        return text
     if prompt == "-":
         text = sys.stdin.read()
         if not text.strip():
             raise UsageError("the prompt read from stdin is empty")
         return text
+    if prompt is not None and not prompt.strip():
+        raise UsageError("the PROMPT is empty")
     return prompt
 
 

@@ -38,8 +38,8 @@ O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d
 def tiktoken_cache_dir() -> Path:
     """The directory tiktoken reads its cache from (same rule as tiktoken.load)."""
     for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
-        if os.environ.get(var):
-            return Path(os.environ[var])
+        if value := os.environ.get(var):
+            return Path(value)
     return Path(tempfile.gettempdir()) / "data-gym-cache"
 
 

@@ -15,6 +15,8 @@ per store; repeated `--reps` times with the stores interleaved round-robin. Stor
     files, power     FileStore, "power": the journal fdatasync'ed where the loop would flush it,
                      before the next model request: once per turn, with the tool result's save
                      (timed in a pass of its own)
+    files, power (a flush per commit, as before)
+                     the same store flushed after every save (2 flushes a turn), beside it
     postgres, power  PostgresStore, "power": synchronous_commit on (each commit waits for the
                      server's WAL flush; the cluster runs with fsync on)
 
@@ -62,6 +64,9 @@ from runner.trace import ToolResult, TurnEvent, _Event  # noqa: E402
 from tests.pgcluster import Cluster, available  # noqa: E402
 
 TURNS = 100
+PER_COMMIT = "(a flush per commit, as before)"
+"""Suffix of a store variant that flushes after every save (how `power` worked before a flush
+covered every commit up to the next effect)."""
 FILE_TEXT = (REPO / "tasks" / "workspace" / "errors.log").read_text()[:1200]
 
 
@@ -154,7 +159,7 @@ def one_run(kind: str, store: RunStore | BeforeFiles) -> dict[str, list[float]]:
                 store.save(state, events)
             else:
                 store.save(state, events, lease)
-                if step is _result:  # the loop asks the model next: an effect, what came before is flushed
+                if step is _result or kind.endswith(PER_COMMIT):  # the loop asks the model next: an effect
                     assert lease is not None
                     store.sync(lease)
             ms = (time.perf_counter() - began) * 1000
@@ -236,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         saves = save_bench(stores, args.reps)
         # apart: disk flushes slow every file operation near them
         saves |= save_bench({"files, power": FileStore(Path(tmp) / "files-power", durability="power"),
+                             f"files, power {PER_COMMIT}": FileStore(Path(tmp) / "files-power-each", durability="power"),
                              "postgres, power": pg_power}, args.reps)
         with scripted_provider() as base_url:
             pg_harness = PostgresStore(pg.new_database())

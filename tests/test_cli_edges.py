@@ -161,3 +161,16 @@ def test_suite_table_fits_80_columns(runs: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert max(len(line) for line in proc.stdout.splitlines()) <= 80, proc.stdout
     assert "12/12" in proc.stdout and "report: " in proc.stderr
+
+
+def test_an_empty_prompt_or_prompt_file_and_a_port_out_of_range_are_usage_errors(runs: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n")
+    for args, message in ((["run", "--prompt-file", str(empty), "--scenario", "plan"], "is empty"),
+                          (["run", "", "--scenario", "plan"], "the PROMPT is empty"),
+                          (["view", "--port", "99999"], "65535"),
+                          (["scripted", "serve", "--port", "99999"], "65535")):
+        proc = cli(*args, runs_dir=runs)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+        assert "bug in runner" not in proc.stderr
+    assert not runs.exists()  # nothing was run

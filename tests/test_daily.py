@@ -528,3 +528,38 @@ def test_config_file_tools_and_model_apply_to_a_run(tmp_path: Path) -> None:
         assert "get_weather" in [t["function"]["name"] for t in fake.requests[0]["tools"]]
     state = FileStore(tmp_path / "runs").load(json.loads(proc.stdout)["run_id"])
     assert state.config.endpoint.max_retries == 0 and state.config.tool_refs == {"get_weather": "mytools:Weather"}
+
+
+def test_a_worker_finds_the_runs_tool_and_key_again(tmp_path: Path) -> None:
+    (tmp_path / "mytools.py").write_text(WEATHER)
+    (tmp_path / "runner.toml").write_text('api_key_env = "MY_PROVIDER_KEY"\n')
+    env = {"MY_PROVIDER_KEY": KEY}
+    with FakeProvider(weather_handler) as fake:
+        proc = runner("run", "Weather in Lisbon?", "--base-url", fake.base_url, "--model", "m", "--tool",
+                      "mytools:Weather", "--detach", "--runs-dir", "runs", "--json", cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr
+        run_id = json.loads(proc.stdout)["run_id"]
+        worker = runner("worker", "--idle-exit", "1", "--runs-dir", "runs", cwd=tmp_path, env=env, timeout=120)
+        assert worker.returncode == 0, worker.stderr
+        assert fake.auth and all(a == f"Bearer {KEY}" for a in fake.auth)
+    state = FileStore(tmp_path / "runs").load(run_id)
+    assert state.status == "completed" and state.answer == "The weather: Lisbon: 21 C, clear"
+    assert grep_tree(tmp_path / "runs", KEY) == []
+
+
+def test_show_places_a_slipped_turn_and_runners_correction(tmp_path: Path) -> None:
+    def handler(body: dict[str, Any]) -> Answer:
+        if not any(m["role"] == "user" and m.get("name") == "runner" for m in body["messages"]):
+            return completion({"role": "assistant", "content": "   "})  # blank: a slip
+        return completion({"role": "assistant", "content": "Three files."})
+
+    with FakeProvider(handler) as fake:
+        proc = runner("run", "How many files?", "--base-url", fake.base_url, "--model", "m", "--runs-dir", "runs",
+                      "--json", cwd=tmp_path)
+    run_id = json.loads(proc.stdout)["run_id"]
+    shown = runner("show", run_id, "--runs-dir", "runs", cwd=tmp_path, env={"COLUMNS": "80"}).stdout
+    lines = shown.splitlines()
+    slip = next(i for i, x in enumerate(lines) if "slip: blank_content, not kept" in x)
+    again = next(i for i, x in enumerate(lines) if x.startswith("── runner (asks again)"))
+    answer = next(i for i, x in enumerate(lines) if x.startswith("── turn 2"))
+    assert lines[slip].startswith("── turn 1") and slip < again < answer and "Three files." in lines[answer + 1]

@@ -157,63 +157,88 @@ def _templates() -> jinja2.Environment:
 
 def create_app(settings: ViewSettings) -> ASGIApp:
     """The view as an ASGI app (wrapped in `Guard`)."""
-    env = _templates()
-    store = settings.store
-    lock = threading.Lock()  # one store call at a time: the store objects are not shared-state safe
+    return Guard(Starlette(routes=_Pages(settings).routes()), settings)
 
-    async def call(fn: Callable[..., T], *args: Any) -> T:
+
+class _Pages:
+    """The view's route handlers over one store, and what they share: the templates and the
+    lock that lets one store call run at a time (the store objects are not shared-state safe).
+    """
+
+    def __init__(self, settings: ViewSettings) -> None:
+        self.settings, self.store = settings, settings.store
+        self.env = _templates()
+        self.lock = threading.Lock()
+
+    def routes(self) -> list[Route | Mount]:
+        """Every route of the view (see the module docstring), the static files included."""
+        return [
+            Route("/", self.runs_list), Route("/events", self.list_events), Route("/health", self.health),
+            Route("/runs/{run_id}", self.run_page), Route("/runs/{run_id}/events", self.run_events),
+            Route("/runs/{run_id}/trace.jsonl", self.run_trace),
+            Route("/runs/{run_id}/verdict", self.verdict, methods=["POST"]),
+            Route("/suites", self.suites), Route("/suites/{name}", self.suite),
+            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        ]
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` in a worker thread, holding the store lock; returns its result."""
         def locked() -> T:
-            with lock:
+            with self.lock:
                 return fn(*args)
         return await anyio.to_thread.run_sync(locked)
 
-    def html(name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        return HTMLResponse(env.get_template(name).render(csrf=settings.csrf, **context), status)
+    def html(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        """Template `name` rendered with `context` and the CSRF secret, as an HTML response."""
+        return HTMLResponse(self.env.get_template(name).render(csrf=self.settings.csrf, **context), status)
 
-    def filters(request: Request) -> dict[str, Any]:
-        q = request.query_params
-        page = q.get("page", "1")
-        return {"status": q.get("status", "") if q.get("status", "") in pages.STATUSES else "",
-                "model": q.get("model", ""), "text": q.get("q", ""), "page": int(page) if page.isdigit() else 1}
+    def list_parts(self, view: pages.RunsPage) -> dict[str, str]:
+        """The live parts of the runs list: page part id -> HTML."""
+        return {"runs-list": self.env.get_template("_runs_list.html").render(view=view, csrf=self.settings.csrf)}
 
-    def list_parts(view: pages.RunsPage) -> dict[str, str]:
-        return {"runs-list": env.get_template("_runs_list.html").render(view=view, csrf=settings.csrf)}
-
-    def run_parts(view: pages.RunView) -> dict[str, str]:
+    def run_parts(self, view: pages.RunView) -> dict[str, str]:
+        """The live parts of one run's page: page part id (``run-summary``, ...) -> HTML."""
         parts = {}
         for part in ("summary", "stop", "chart", "transcript", "trace"):
-            parts[f"run-{part}"] = env.get_template(f"_run_{part}.html").render(
-                view=view, state=view.state, csrf=settings.csrf, trace_lines=pages.trace_lines)
+            parts[f"run-{part}"] = self.env.get_template(f"_run_{part}.html").render(
+                view=view, state=view.state, csrf=self.settings.csrf, trace_lines=pages.trace_lines)
         return parts
 
-    async def runs_list(request: Request) -> Response:
-        f = filters(request)
-        view = await call(lambda: pages.runs_page(store, **f))
+    async def runs_list(self, request: Request) -> Response:
+        """``GET /``: the runs list, filtered by the query string."""
+        f = _filters(request)
+        view = await self.call(lambda: pages.runs_page(self.store, **f))
         query = urlencode({k if k != "text" else "q": v for k, v in f.items() if v})
-        return html("runs.html", view=view, parts=list_parts(view), events_url="/events" + (f"?{query}" if query else ""),
-                    store_url=store.url, statuses=pages.STATUSES)
+        return self.html("runs.html", view=view, parts=self.list_parts(view),
+                         events_url="/events" + (f"?{query}" if query else ""),
+                         store_url=self.store.url, statuses=pages.STATUSES)
 
-    async def run_page(request: Request) -> Response:
+    async def run_page(self, request: Request) -> Response:
+        """``GET /runs/{id}``: one run's page; 404 for an unknown run, 500 for an unreadable one."""
         run_id = request.path_params["run_id"]
         try:
-            view = await call(pages.run_view, store, run_id)
+            view = await self.call(pages.run_view, self.store, run_id)
         except RunNotFound as exc:
-            return html("error.html", 404, title="no such run", message=str(exc))
+            return self.html("error.html", 404, title="no such run", message=str(exc))
         except RunnerError as exc:
-            return html("error.html", 500, title="this run cannot be read", message=str(exc))
-        return html("run.html", view=view, state=view.state, parts=run_parts(view), events_url=f"/runs/{run_id}/events")
+            return self.html("error.html", 500, title="this run cannot be read", message=str(exc))
+        return self.html("run.html", view=view, state=view.state, parts=self.run_parts(view),
+                         events_url=f"/runs/{run_id}/events")
 
-    async def run_trace(request: Request) -> Response:
+    async def run_trace(self, request: Request) -> Response:
+        """``GET /runs/{id}/trace.jsonl``: the run's raw trace as JSON lines."""
         run_id = request.path_params["run_id"]
         try:
-            events = await call(store.read_trace, run_id)
+            events = await self.call(self.store.read_trace, run_id)
         except RunNotFound as exc:
             return PlainTextResponse(f"{exc}\n", 404)
         return PlainTextResponse("".join(line + "\n" for line in pages.trace_lines(events)),
                                  media_type="application/x-ndjson")
 
-    async def run_events(request: Request) -> Response:
+    async def run_events(self, request: Request) -> Response:
+        """``GET /runs/{id}/events``: the run page's live updates (server-sent events)."""
         run_id = request.path_params["run_id"]
+        store = self.store
         running = [True]
 
         def token() -> Any:
@@ -222,12 +247,14 @@ def create_app(settings: ViewSettings) -> ASGIApp:
         def build() -> dict[str, str]:
             view = pages.run_view(store, run_id)
             running[0] = view.info.shown_status == "running"
-            return {**run_parts(view), "status": view.info.shown_status}
+            return {**self.run_parts(view), "status": view.info.shown_status}
 
-        return _event_stream(settings, call, token, build)
+        return _event_stream(self.settings, self.call, token, build)
 
-    async def list_events(request: Request) -> Response:
-        f = filters(request)
+    async def list_events(self, request: Request) -> Response:
+        """``GET /events``: the runs list's live updates (server-sent events)."""
+        f = _filters(request)
+        store = self.store
         running = [True]
 
         def token() -> Any:
@@ -236,55 +263,61 @@ def create_app(settings: ViewSettings) -> ASGIApp:
         def build() -> dict[str, str]:
             view = pages.runs_page(store, **f)
             running[0] = any(i.shown_status == "running" for i in view.rows)
-            return list_parts(view)
+            return self.list_parts(view)
 
-        return _event_stream(settings, call, token, build)
+        return _event_stream(self.settings, self.call, token, build)
 
-    async def verdict(request: Request) -> Response:
+    async def verdict(self, request: Request) -> Response:
+        """``POST /runs/{id}/verdict``: approve or reject the call the run waits on, once the
+        form passes the CSRF and origin checks (403 otherwise); redirects to the run."""
         run_id = request.path_params["run_id"]
         form = await _form(request)
-        problem = _forged(request, form.get("csrf", ""), settings.csrf)
+        problem = _forged(request, form.get("csrf", ""), self.settings.csrf)
         if problem:
-            return html("error.html", 403, title="refused", message=problem)
+            return self.html("error.html", 403, title="refused", message=problem)
         call_id, choice, reason = (form.get(k, "").strip() for k in ("call_id", "verdict", "reason"))
         client = request.client.host if request.client else "?"
         try:
-            await call(give_web_verdict, store, run_id, call_id, choice, reason, f"web: {default_owner()} for {client}")
+            await self.call(give_web_verdict, self.store, run_id, call_id, choice, reason,
+                            f"web: {default_owner()} for {client}")
         except RunNotFound as exc:
-            return html("error.html", 404, title="no such run", message=str(exc))
+            return self.html("error.html", 404, title="no such run", message=str(exc))
         except RunBusy as exc:
-            return html("error.html", 409, title="the run is busy", message=str(exc))
+            return self.html("error.html", 409, title="the run is busy", message=str(exc))
         except UsageError as exc:
-            return html("error.html", 400, title="no verdict given", message=str(exc))
+            return self.html("error.html", 400, title="no verdict given", message=str(exc))
         return RedirectResponse(f"/runs/{run_id}", 303)
 
-    async def suites(request: Request) -> Response:
-        return html("suites.html", files=await call(pages.suite_files, settings.runs_root))
+    async def suites(self, request: Request) -> Response:
+        """``GET /suites``: the list of suite reports."""
+        return self.html("suites.html", files=await self.call(pages.suite_files, self.settings.runs_root))
 
-    async def suite(request: Request) -> Response:
+    async def suite(self, request: Request) -> Response:
+        """``GET /suites/{name}``: one suite report; ``GET /suites/{name}.png``: its plot."""
         name = request.path_params["name"]
-        found = await call(pages.suite_file, settings.runs_root, name.removesuffix(".png"))
+        found = await self.call(pages.suite_file, self.settings.runs_root, name.removesuffix(".png"))
         if found is None:
-            return html("error.html", 404, title="no such suite report", message=name)
+            return self.html("error.html", 404, title="no such suite report", message=name)
         if name.endswith(".png"):
             return FileResponse(found.path.with_suffix(".png"), media_type="image/png") if found.has_plot else \
                 PlainTextResponse("no plot\n", 404)
         from runner.suite import SuiteReport
 
         report = SuiteReport.model_validate_json(found.path.read_text())
-        return html("suite.html", file=found, report=report)
+        return self.html("suite.html", file=found, report=report)
 
-    async def health(request: Request) -> Response:
+    async def health(self, request: Request) -> Response:
+        """``GET /health``: ``ok``."""
         return PlainTextResponse("ok\n")
 
-    routes = [
-        Route("/", runs_list), Route("/events", list_events), Route("/health", health),
-        Route("/runs/{run_id}", run_page), Route("/runs/{run_id}/events", run_events),
-        Route("/runs/{run_id}/trace.jsonl", run_trace), Route("/runs/{run_id}/verdict", verdict, methods=["POST"]),
-        Route("/suites", suites), Route("/suites/{name}", suite),
-        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
-    ]
-    return Guard(Starlette(routes=routes), settings)
+
+def _filters(request: Request) -> dict[str, Any]:
+    """The runs list's filters from the query string: ``status`` (one of `pages.STATUSES`, else
+    empty), ``model``, ``text`` (from ``q``) and ``page`` (a number, else 1)."""
+    q = request.query_params
+    page = q.get("page", "1")
+    return {"status": q.get("status", "") if q.get("status", "") in pages.STATUSES else "",
+            "model": q.get("model", ""), "text": q.get("q", ""), "page": int(page) if page.isdigit() else 1}
 
 
 async def _form(request: Request) -> dict[str, str]:
