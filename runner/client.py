@@ -221,15 +221,7 @@ class ChatClient:
                 invalid_request, context_overflow), or kind "unavailable" once the retries
                 are spent; `retries` says how many were made.
         """
-        sent, neutralised = _request_messages(messages)
-        body: dict[str, Any] = {"model": model, "messages": sent, "temperature": 0, "seed": 0}
-        if tools:
-            body["tools"] = tools
-        if max_tokens is not None:
-            body["max_tokens"] = max_tokens
-        body.update(extra or {})
-        if on_delta is not None:  # stream when someone watches
-            body |= {"stream": True, "stream_options": {"include_usage": True}}
+        body, neutralised = _request_body(model, messages, tools, max_tokens, extra, streamed=on_delta is not None)
         if call_ids is None:
             import hashlib
 
@@ -247,9 +239,7 @@ class ChatClient:
                 if not exc.retryable or attempt == self.max_retries:
                     exc.retryable = False
                     raise
-                wait_s = exc.retry_after_s
-                if wait_s is None:
-                    wait_s = min(self.backoff_s * 2**attempt, 8.0)
+                wait_s = exc.retry_after_s if exc.retry_after_s is not None else min(self.backoff_s * 2**attempt, 8.0)
                 retries.append({"error": str(exc), "status": exc.status, "waitMs": round(wait_s * 1000)})
                 if self.on_retry is not None:
                     self.on_retry(attempt + 1, self.max_retries, str(exc), wait_s)
@@ -339,6 +329,22 @@ def _embedded_error(value: Any, where: str) -> ProviderError:
     code = error.get("code") if isinstance(error.get("code"), int) else error.get("status")
     return _error_from(code if isinstance(code, int) else None, error, where=where)
 
+
+
+def _request_body(model: str, messages: list[Message], tools: list[dict[str, Any]] | None, max_tokens: int | None,
+                  extra: dict[str, Any] | None, *, streamed: bool) -> tuple[dict[str, Any], int]:
+    """The chat-completions request (greedy: temperature 0, seed 0), and how many
+    control-token look-alikes were defused in its messages."""
+    sent, neutralised = _request_messages(messages)
+    body: dict[str, Any] = {"model": model, "messages": sent, "temperature": 0, "seed": 0}
+    if tools:
+        body["tools"] = tools
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    body.update(extra or {})
+    if streamed:  # stream when someone watches
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    return body, neutralised
 
 def _error_object(response: httpx.Response) -> dict[str, Any]:
     """The provider's error object in the OpenAI shape if it sent one, else {"message": the

@@ -68,15 +68,14 @@ async def drive(
             variable the run recorded (`config.endpoint.api_key_env`), else $RUNNER_API_KEY,
             $OPENAI_API_KEY, else "sk-local" (`runner.config.key_for`). Never saved or traced.
         on_retry: called before each back-off of a failed request (see `ChatClient`).
+        server_settings: what the endpoint runs with (the local server's n_ctx, chat_format,
+            seed, n_threads), recorded on `run_started`.
 
     Raises:
         UnknownTool: a tool the run names cannot be found; raised before the run is created
             or claimed, so a failed start leaves nothing in the store.
         RunBusy: another process drives the run. StaleState: `state` is behind the stored one.
         LeaseLost: another driver took the run over (its lease expired).
-
-    `server_settings` (what the endpoint runs with, e.g. the local server's n_ctx, chat_format,
-    seed, n_threads) is recorded on `run_started`.
     """
     given = [t for t in tools or [] if not isinstance(t, str)]
     if tools is not None and state.seq == 0:

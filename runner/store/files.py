@@ -191,17 +191,7 @@ class FileStore(RunStore):
         folder = self.run_dir(run_id)
         snapshot = folder / "state.json"
         missing = RunNotFound(f"no run {run_id!r} in {self.root}")
-        try:
-            raw: bytes | None = snapshot.read_bytes()
-        except FileNotFoundError:
-            raw = None  # no compaction yet: the journal holds the run from its first save
-        data: Any = {}
-        if raw is not None:
-            try:
-                data = json.loads(raw)
-                assert isinstance(data, dict)
-            except (ValueError, AssertionError):
-                raise CorruptState(f"{snapshot} is not a valid run state: not a JSON object") from None
+        raw, data = _read_snapshot(snapshot)
         seq = int(data.get("seq", 0))
         replay = _Replay(data, seq, len(raw or b""), 0, 0, events=[] if events else None)
         path = folder / "journal.jsonl"
@@ -233,13 +223,7 @@ class FileStore(RunStore):
                 raise DamagedRun(f"run {run_id} is damaged beyond repair: {replay.damage}, and no earlier "
                                  "record or snapshot holds the run")
             raise missing  # created, but killed before its first line was whole: never committed
-        traced = _trace_seq(folder / "trace.jsonl")
-        replay.journal_seq = max(replay.journal_seq, traced)
-        if traced > replay.seq and not replay.stale and not replay.damage:
-            replay.stale = (f"the trace records save {traced} but the saved state (journal.jsonl"
-                            f"{' and state.json' if raw is not None else ''}) ends at save {replay.seq}: it is an "
-                            "older copy (a restored backup, or its last lines were lost in an OS crash), and "
-                            "loading it would undo newer history")
+        _check_against_trace(replay, _trace_seq(folder / "trace.jsonl"), raw is not None)
         return replay
 
     @staticmethod
@@ -995,3 +979,32 @@ def _write_lock(fd: int, info: dict[str, Any]) -> None:
 
 def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "?"
+
+
+def _read_snapshot(snapshot: Path) -> tuple[bytes | None, dict[str, Any]]:
+    """The snapshot's bytes and its state as a dict; (None, {}) before the first compaction
+    (the journal then holds the run from its first save).
+
+    Raises:
+        CorruptState: the snapshot is not a JSON object.
+    """
+    try:
+        raw = snapshot.read_bytes()
+    except FileNotFoundError:
+        return None, {}
+    try:
+        data = json.loads(raw)
+        assert isinstance(data, dict)
+    except (ValueError, AssertionError):
+        raise CorruptState(f"{snapshot} is not a valid run state: not a JSON object") from None
+    return raw, data
+
+
+def _check_against_trace(replay: _Replay, traced: int, has_snapshot: bool) -> None:
+    """Mark `replay` stale when the trace witnessed a later save than the state holds."""
+    replay.journal_seq = max(replay.journal_seq, traced)
+    if traced > replay.seq and not replay.stale and not replay.damage:
+        replay.stale = (f"the trace records save {traced} but the saved state (journal.jsonl"
+                        f"{' and state.json' if has_snapshot else ''}) ends at save {replay.seq}: it is an "
+                        "older copy (a restored backup, or its last lines were lost in an OS crash), and "
+                        "loading it would undo newer history")
