@@ -68,8 +68,7 @@ async def drive(
             variable the run recorded (`config.endpoint.api_key_env`), else $RUNNER_API_KEY,
             $OPENAI_API_KEY, else "sk-local" (`runner.config.key_for`). Never saved or traced.
         on_retry: called before each back-off of a failed request (see `ChatClient`).
-        server_settings: what the endpoint runs with (the local server's n_ctx, chat_format,
-            seed, n_threads), recorded on `run_started`.
+        server_settings: what the endpoint runs with (n_ctx, chat_format, ...), for `run_started`.
 
     Raises:
         UnknownTool: a tool the run names cannot be found; raised before the run is created
