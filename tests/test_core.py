@@ -27,8 +27,9 @@ def test_plan_completes_in_three_turns_with_growing_prompts(runs: Path) -> None:
 def test_plan_human_summary(runs: Path) -> None:
     proc = cli("run", "--scenario", "plan", runs_dir=runs)
     assert proc.returncode == 0, proc.stderr
-    first = proc.stdout.splitlines()[0]
-    assert first.startswith("plan  turns=3  tools=2  in=") and first.endswith("status=completed")
+    first, second = proc.stdout.splitlines()[:2]
+    assert first == "plan  status=completed  turns=3  tools=2"
+    assert second.startswith("   tokens in=") and "cost=$" in second
     assert "per-turn prompt tokens:" in proc.stdout
 
 

@@ -62,7 +62,7 @@ def test_a_disk_that_fills_mid_run_stops_it_interrupted_and_it_resumes(small_dis
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 3, (out, err)
     assert "status=interrupted" in out and "Traceback" not in err
-    (stopped,) = [line for line in out.splitlines() if line.strip().startswith("stopped:")]
+    stopped = " ".join(out.split("   stopped:", 1)[1].split())  # the reason, wrapped to the terminal
     assert f"the disk holding {runs} (mounted at {small_disk}" in stopped and "is full" in stopped
 
     code, listed = cli_json("runs", runs_dir=runs)
