@@ -707,6 +707,46 @@ def _tool_parameters(tools: Sequence[Mapping[str, Any]]) -> dict[str, JsonObject
             for t in tools}
 
 
+@dataclass
+class _Reply:
+    """One reply while `Engine` generates it: what drives generation and what it has made so far.
+
+    Attributes:
+        splitter: turns the reply's text into events.
+        sampler: greedy llama.cpp sampler, under whichever grammar applies now.
+        forcer: finds text the call grammar forces (jump-forward).
+        decoder: incremental UTF-8 decoder of the sampled tokens' bytes.
+        tools: the tools in view. choice: the request's ``tool_choice``.
+        header: the assistant header's tokens (the prompt's last segment).
+        max_tokens: the reply cap, tokens. began: request start, `time.perf_counter()` s.
+        text: the reply so far. tail: its last characters while watching for ``<tool_call>``.
+        generated: tokens generated (sampled or forced). first_token_ms: request start to the
+            first sampled token, ms (0 until then).
+        finish: "length" until generation ends otherwise ("stop", "cancelled").
+        inject: forced text to evaluate next, "" for none.
+        held: the reply's opening held back while it may be an untagged call, else None.
+        watching: free text watched for the model writing ``<tool_call>`` (tool_choice auto).
+    """
+
+    splitter: ReplySplitter
+    sampler: Any
+    forcer: CallForcer
+    decoder: codecs.IncrementalDecoder
+    tools: list[JsonObject]
+    choice: ToolChoice
+    header: list[int]
+    max_tokens: int
+    began: float
+    text: str = ""
+    tail: str = ""
+    generated: int = 0
+    first_token_ms: float = 0.0
+    finish: str = "length"
+    inject: str = ""
+    held: str | None = None
+    watching: bool = False
+
+
 class Engine:
     """Greedy chat generation on one `Llama`, one request at a time.
 
@@ -787,111 +827,189 @@ class Engine:
 
     def _generate(self, request: ChatRequest, choice: ToolChoice, tools: list[JsonObject],
                   segments: list[str], cancel: threading.Event, prose_only: bool = False) -> Iterator[Event]:
+        """Evaluate the prompt, then generate the reply as events ending with `Finished`.
+
+        Args:
+            request: the request being served.
+            choice: its checked ``tool_choice``.
+            tools: the tools in view (none under ``tool_choice`` none).
+            segments: the rendered prompt, one string per turn (`render_segments`).
+            cancel: set to stop generation within one token.
+            prose_only: generate under `PROSE_GRAMMAR` (see `stream`).
+
+        Raises:
+            ContextOverflow: the prompt leaves no room for a reply token.
+        """
         began = time.perf_counter()
-        llama = self.llama
-        seg_tokens = [llama.tokenize(s.encode("utf-8"), add_bos=self._add_bos and i == 0, special=True)
+        seg_tokens = [self.llama.tokenize(s.encode("utf-8"), add_bos=self._add_bos and i == 0, special=True)
                       for i, s in enumerate(segments)]
         prompt_tokens = sum(len(s) for s in seg_tokens)
-        room = llama.n_ctx() - prompt_tokens
+        room = self.llama.n_ctx() - prompt_tokens
         if room < 1:
-            raise ContextOverflow(prompt_tokens, llama.n_ctx())
+            raise ContextOverflow(prompt_tokens, self.llama.n_ctx())
         max_tokens = min(request.max_tokens or self.default_max_tokens, room)
         cached = self._load_prompt(seg_tokens)
         prompt_done = time.perf_counter()
+        reply = self._start_reply(request, choice, tools, prose_only, max_tokens, seg_tokens[-1], began)
+        yield from self._decode(reply, cancel)
+        yield from self._release_held(reply)  # a reply that ended while still undecided is text
+        yield from reply.splitter.finish()
+        yield self._finished(reply, prompt_tokens, cached, prompt_done)
+
+    def _start_reply(self, request: ChatRequest, choice: ToolChoice, tools: list[JsonObject],
+                     prose_only: bool, max_tokens: int, header: list[int], began: float) -> _Reply:
+        """The state of a reply about to be generated: its sampler, splitter and forced text.
+
+        Args:
+            request, choice, tools, prose_only: as for `_generate`.
+            max_tokens: the reply cap, tokens (already fitted to the context window).
+            header: the assistant header's tokens (the prompt's last segment).
+            began: `time.perf_counter()` when the request started, s.
+        """
         splitter = ReplySplitter(_tool_names(tools), _count_prior_calls(request.messages),
                                  [*STOP_STRINGS, *request.stop], calls_allowed=bool(tools))
         # auto: free text, watched for the opening tag; required/named: the grammar from token 1.
         watching = bool(tools) and choice.mode == "auto"
         constrained = bool(tools) and choice.mode in ("required", "named")
         sampler = self._prose_sampler() if prose_only else self._sampler(tools, choice if constrained else None)
-        forcer = CallForcer(tools if self.jump_forward else [], choice.name)
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        text, tail, generated, finish, first_token_ms = "", "", 0, "length", 0.0
-        inject = CALL_OPEN if constrained else ""
-        # Untagged calls: the reply's opening is held back until `untagged_start` decides.
-        held: str | None = "" if watching and self.untagged_calls else None
-        while generated < max_tokens:
+        return _Reply(
+            splitter=splitter,
+            sampler=sampler,
+            forcer=CallForcer(tools if self.jump_forward else [], choice.name),
+            decoder=codecs.getincrementaldecoder("utf-8")(errors="replace"),
+            tools=tools,
+            choice=choice,
+            header=header,
+            max_tokens=max_tokens,
+            began=began,
+            inject=CALL_OPEN if constrained else "",
+            # Untagged calls: the reply's opening is held back until `untagged_start` decides.
+            held="" if watching and self.untagged_calls else None,
+            watching=watching,
+        )
+
+    def _decode(self, reply: _Reply, cancel: threading.Event) -> Iterator[Event]:
+        """Generate until end of turn, a stop string, `cancel` or max_tokens; sets `reply.finish`."""
+        while reply.generated < reply.max_tokens:
             if cancel.is_set():
-                finish = "cancelled"
-                break
-            inject = inject or forcer.forced(text)
-            if inject:
-                # Text the grammar allows in one way only: evaluated as one batch, not token by token.
-                whole = self._tokenize(inject)
-                tokens = whole[: max_tokens - generated]
-                piece = inject if tokens == whole else llama.detokenize(tokens, special=True).decode("utf-8", "replace")
-                for forced in tokens:
-                    sampler.accept(forced)
-                llama.eval(tokens)
-                generated += len(tokens)
-                text += piece
-                inject = ""
-                yield from splitter.feed(piece)
+                reply.finish = "cancelled"
+                return
+            reply.inject = reply.inject or reply.forcer.forced(reply.text)
+            if reply.inject:
+                yield from self._jump_forward(reply)
                 continue
-            token = sampler.sample(llama._ctx, -1)
+            token = reply.sampler.sample(self.llama._ctx, -1)
             if self._is_eog(self._vocab, token):
-                finish = "stop"
-                break
-            first_token_ms = first_token_ms or (time.perf_counter() - began) * 1000
-            piece = decoder.decode(llama.detokenize([token], special=True))
-            if held is not None:
-                verdict = untagged_start(held + piece)
-                generated += 1
-                if verdict == "undecided":
-                    held += piece
-                    llama.eval([token])
-                    continue
-                if verdict == "call":
-                    self._rewind_reply(seg_tokens[-1])
-                    decoder.reset()
-                    sampler = self._untagged_sampler(tools)
-                    splitter.start_untagged()
-                    held, watching = None, False
-                    continue
-                generated -= 1  # counted below with the text it starts
-                earlier, held = held, None
-                if earlier:  # already evaluated: only shown now
-                    text, tail = text + earlier, (tail + earlier)[-len(CALL_OPEN):]
-                    yield from splitter.feed(earlier)
-            opened = (tail + piece).find(CALL_OPEN) if watching else -1
-            if opened < 0:
-                tail = (tail + piece)[-len(CALL_OPEN):]
-                generated += 1
-                text += piece
-                yield from splitter.feed(piece)
-                if splitter.stopped:
-                    finish = "stop"
-                    break
-                llama.eval([token])
+                reply.finish = "stop"
+                return
+            reply.first_token_ms = reply.first_token_ms or (time.perf_counter() - reply.began) * 1000
+            piece = reply.decoder.decode(self.llama.detokenize([token], special=True))
+            if self._hold(reply, token, piece):
                 continue
-            # The model wrote <tool_call>: keep the text up to the tag's end (a token may run
-            # past it), then hand the rest of the turn to the grammar.
-            head = piece[: opened + len(CALL_OPEN) - len(tail)]
-            replacement = [token] if head == piece else self._tokenize(head)
-            generated += len(replacement)
-            text += head
-            yield from splitter.feed(head)
-            llama.eval(replacement)
-            watching, tail = False, ""
-            sampler = self._sampler(tools, choice, after_open=True)
-        if held:  # the reply ended (or hit max_tokens) while still undecided: it is text
-            text += held
-            yield from splitter.feed(held)
-        yield from splitter.finish()
+            yield from self._release_held(reply)
+            opened = (reply.tail + piece).find(CALL_OPEN) if reply.watching else -1
+            if opened >= 0:
+                yield from self._open_call(reply, token, piece, opened)
+                continue
+            yield from self._emit(reply, token, piece)
+            if reply.splitter.stopped:
+                reply.finish = "stop"
+                return
+
+    def _jump_forward(self, reply: _Reply) -> Iterator[Event]:
+        """Evaluate `reply.inject`, text the grammar allows in one way only, as one batch.
+
+        The text is cut to the tokens left under max_tokens; the sampler accepts each token so
+        its grammar state follows.
+        """
+        whole = self._tokenize(reply.inject)
+        tokens = whole[: reply.max_tokens - reply.generated]
+        piece = reply.inject if tokens == whole else self.llama.detokenize(tokens, special=True).decode("utf-8", "replace")
+        for forced in tokens:
+            reply.sampler.accept(forced)
+        self.llama.eval(tokens)
+        reply.generated += len(tokens)
+        reply.text += piece
+        reply.inject = ""
+        yield from reply.splitter.feed(piece)
+
+    def _hold(self, reply: _Reply, token: int, piece: str) -> bool:
+        """Hold back the reply's opening while `untagged_start` cannot tell whether it is a call.
+
+        Returns:
+            True when the token was dealt with here: the opening is still undecided (the token
+            is evaluated and held), or it is an untagged call (generation rewinds to the reply's
+            start under `untagged_call_grammar`). False when nothing is held (any more): the
+            reply is text and the token goes on as usual, after `_release_held`.
+        """
+        if reply.held is None:
+            return False
+        verdict = untagged_start(reply.held + piece)
+        if verdict == "text":
+            return False
+        reply.generated += 1
+        if verdict == "undecided":
+            reply.held += piece
+            self.llama.eval([token])
+            return True
+        self._rewind_reply(reply.header)
+        reply.decoder.reset()
+        reply.sampler = self._untagged_sampler(reply.tools)
+        reply.splitter.start_untagged()
+        reply.held, reply.watching = None, False
+        return True
+
+    def _release_held(self, reply: _Reply) -> list[Event]:
+        """Show the held opening as text (it was evaluated already) and stop holding."""
+        earlier, reply.held = reply.held, None
+        if not earlier:
+            return []
+        reply.text, reply.tail = reply.text + earlier, (reply.tail + earlier)[-len(CALL_OPEN):]
+        return reply.splitter.feed(earlier)
+
+    def _emit(self, reply: _Reply, token: int, piece: str) -> Iterator[Event]:
+        """Add a sampled token's text to the reply; evaluate the token unless a stop string ended it."""
+        reply.tail = (reply.tail + piece)[-len(CALL_OPEN):]
+        reply.generated += 1
+        reply.text += piece
+        yield from reply.splitter.feed(piece)
+        if not reply.splitter.stopped:
+            self.llama.eval([token])
+
+    def _open_call(self, reply: _Reply, token: int, piece: str, opened: int) -> Iterator[Event]:
+        """The model wrote ``<tool_call>`` (ending `opened` characters into tail + piece): keep
+        the text up to the tag's end (a token may run past it), then hand the rest of the turn
+        to the call grammar."""
+        head = piece[: opened + len(CALL_OPEN) - len(reply.tail)]
+        replacement = [token] if head == piece else self._tokenize(head)
+        reply.generated += len(replacement)
+        reply.text += head
+        yield from reply.splitter.feed(head)
+        self.llama.eval(replacement)
+        reply.watching, reply.tail = False, ""
+        reply.sampler = self._sampler(reply.tools, reply.choice, after_open=True)
+
+    def _finished(self, reply: _Reply, prompt_tokens: int, cached: int, prompt_done: float) -> Finished:
+        """The reply's `Finished` event, with the timings `stream` documents.
+
+        Args:
+            reply: the reply, fully generated.
+            prompt_tokens: the prompt's tokens. cached: those whose KV entries were reused.
+            prompt_done: `time.perf_counter()` when the prompt was evaluated, s.
+        """
         done = time.perf_counter()
-        if finish == "stop" and splitter.calls:
-            finish = "tool_calls"
-        yield Finished(finish, prompt_tokens, generated, {
+        finish = "tool_calls" if reply.finish == "stop" and reply.splitter.calls else reply.finish
+        return Finished(finish, prompt_tokens, reply.generated, {
             "prompt_tokens": prompt_tokens,
             "cached_prompt_tokens": cached,
             "prompt_eval_tokens": prompt_tokens - cached,
-            "prompt_eval_ms": round((prompt_done - began) * 1000, 3),
-            "eval_tokens": generated,
+            "prompt_eval_ms": round((prompt_done - reply.began) * 1000, 3),
+            "eval_tokens": reply.generated,
             "eval_ms": round((done - prompt_done) * 1000, 3),
-            "first_token_ms": round(first_token_ms, 3),
+            "first_token_ms": round(reply.first_token_ms, 3),
             "prefix_disk_tokens": self._disk_tokens,
-            "handler_ms": round((done - began) * 1000, 3),
-            "dropped_call": splitter.dropped_call,
+            "handler_ms": round((done - reply.began) * 1000, 3),
+            "dropped_call": reply.splitter.dropped_call,
         })
 
     def _load_prompt(self, seg_tokens: list[list[int]]) -> int:

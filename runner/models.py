@@ -393,9 +393,26 @@ def pull(
         return path
     if entry.source == "parts":
         return pull_parts(entry, directory, on_progress)
+    return _pull_hub(entry, directory, endpoint, progress)
 
-    lock = _read_lock(directory)
-    recorded = lock.models.get(name)
+
+def _pull_hub(entry: ModelEntry, directory: Path, endpoint: str | None, progress: bool) -> Path:
+    """Pull a hub model as `pull` describes: keep a verified copy, else download and verify.
+
+    Args:
+        entry: a manifest entry with source ``hub``.
+        directory: models directory.
+        endpoint: hub base URL, or None for `HF_ENDPOINT` / huggingface.co.
+        progress: show huggingface-hub's progress bar on stderr.
+
+    Returns:
+        The GGUF path, ``<directory>/<filename>``.
+
+    Raises:
+        HashMismatch: the downloaded bytes do not match the expected digest (deleted).
+        PullError: the download failed; nothing is left under the final path.
+    """
+    recorded = _read_lock(directory).models.get(entry.name)
     expected = entry.sha256 or (recorded.sha256 if recorded else None)
     dest = directory / entry.filename
     if dest.is_file():
