@@ -165,25 +165,8 @@ def run_lines(state: RunState, trace_at: str, width: int = 80) -> list[str]:
     lines += [f"   run id: {state.run_id}", f"   trace: {trace_at}"]
     if state.status not in ("completed",):
         lines.append(f"   stopped: {state.reason}")
-    lines += _how_to_continue(state)
+    lines += [f"   {line}" for line in next_steps(state)]
     return [part for line in lines for part in _wrapped(line, width)]
-
-
-def _how_to_continue(state: RunState) -> list[str]:
-    it = state.interruption
-    resume = f"runner resume {state.run_id}"
-    if it is not None and it.type == "approval":
-        return [f"   waiting for approval: {it.tool_name}({json.dumps(it.args)})  call id {it.call_id}"
-                + ("  [in doubt: it may already have run]" if it.in_doubt else ""),
-                f"   approve: {resume} --approve {it.call_id}",
-                f"   reject:  {resume} --reject {it.call_id} --reason TEXT"]
-    if state.status == "max_turns_exceeded":
-        return [f"   resume with: {resume} --max-turns N  (N > {state.turns}; 0: no cap)"]
-    if state.status == "budget_exceeded":
-        return [f"   resume with: {resume} --max-budget USD  (more than ${state.cost_usd:.6f})"]
-    if state.status == "interrupted":
-        return [f"   resume with: {resume}"]
-    return []
 
 
 def _wrapped(line: str, width: int) -> list[str]:

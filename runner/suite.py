@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Sequence
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from runner import fanout
 from runner.chat_adapter import HANDLER_NAME
@@ -28,6 +28,7 @@ from runner.endpoints import Endpoint
 from runner.errors import UsageError
 from runner.fanout import Batch, Executor, LocalExecutor, RayExecutor
 from runner.resources import tasks_dir
+from runner.result import RunResult
 from runner.state import Limits, RunConfig, RunState, new_run
 from runner.store import Durability, RunStore, StoreAt
 
@@ -133,23 +134,14 @@ def load_suite(path: Path | None = None) -> SuiteDefinition:
     return SuiteDefinition.model_validate_json((path or tasks_dir() / "suite.json").read_text())
 
 
-class TaskResult(BaseModel):
-    """One run: one task on one model column. Tokens are counts, cost USD, times ms."""
+class TaskResult(RunResult):
+    """One run, one task on one model column: its `RunResult` and its grade. Tokens are
+    counts, cost USD, times ms."""
 
     provider: Provider
     task: str
-    status: str
-    turns: int
-    tool_runs: int
-    prompt_tokens: int
-    completion_tokens: int
-    cost_usd: float
-    wall_ms: float
     mean_turn_ms: float
-    answer: str
     correct: bool
-    run_id: str
-    reason: str | None = None
     why_wrong: str | None = None
     """The grading rule a wrong answer failed (see `Task.grade`)."""
     calls: int = 0
@@ -160,7 +152,7 @@ class TaskResult(BaseModel):
     """The model column: "scripted" or the local model's name."""
     repeat: int = 1
     """Which repeat of (task, model) this run is, from 1."""
-    turn_ms: list[float] = []
+    turn_ms: list[float] = Field(default_factory=list)
     """Wall time of each turn, ms (`TurnRecord.ms`: the model call, retries included)."""
     driven_by: str = ""
     """Where the run was driven: "local pid N", or "node <Ray node id, 8 hex> pid N"."""
@@ -226,13 +218,10 @@ def _result(provider: Provider, task: Task, state: RunState) -> TaskResult:
     results = [m.content or "" for m in state.messages if m.role == "tool"]
     grade = task.grade(state.answer, state.tool_run_count, results)
     return TaskResult(
-        provider=provider, task=task.id, status=state.status, turns=state.turns,
-        tool_runs=state.tool_run_count, prompt_tokens=state.prompt_tokens,
-        completion_tokens=state.completion_tokens, cost_usd=round(state.cost_usd, 9),
-        wall_ms=round(state.wall_ms, 1),
+        **(RunResult.of(state).model_dump() | {"wall_ms": round(state.wall_ms, 1)}),
+        provider=provider, task=task.id,
         mean_turn_ms=round(statistics.fmean(t.ms for t in state.per_turn), 1) if state.per_turn else 0.0,
-        answer=state.answer, correct=grade.correct, why_wrong=grade.why,
-        run_id=state.run_id, reason=state.reason,
+        correct=grade.correct, why_wrong=grade.why,
         calls=sum(len(m.tool_calls or []) for m in state.messages if m.role == "assistant"),
         invalid_calls=sum(1 for r in state.tool_runs if r.source == "invalid"),
     )

@@ -23,6 +23,7 @@ from runner.fanout import RayExecutor
 from runner.local import physical_cores
 from runner.render import write_suite_report
 from runner.scripted import ScriptedServer, ScriptedSettings
+from runner.state import RunStatus
 from runner.suite import SuiteReport, TaskResult, percentile, run_suite, summarize
 from tests.conftest import cli, cli_json
 
@@ -168,7 +169,7 @@ def test_percentile_interpolates_between_closest_ranks(values: list[float], q: f
     assert percentile(values, q) == pytest.approx(want)
 
 
-def _fake(task: str, repeat: int, correct: bool, turn_ms: list[float], status: str = "completed") -> TaskResult:
+def _fake(task: str, repeat: int, correct: bool, turn_ms: list[float], status: RunStatus = "completed") -> TaskResult:
     return TaskResult(provider="local", model="m", task=task, repeat=repeat, status=status, turns=len(turn_ms),
                       tool_runs=1, prompt_tokens=100, completion_tokens=10, cost_usd=0.001, wall_ms=sum(turn_ms),
                       mean_turn_ms=sum(turn_ms) / len(turn_ms), answer="a", correct=correct, run_id=f"{task}-{repeat}",
