@@ -339,7 +339,8 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
                          first_turn_tool_choice=local[0].first_turn_tool_choice if local else "auto")
     location = StoreAt(store_location or str(runs_root.resolve()), durability)
     jobs: Jobs = {}
-    batches = [Batch(column, _create_runs(column, location, jobs, repeats, max_turns, max_tokens,
+    suite = load_suite()
+    batches = [Batch(column, _create_runs(suite, column, location, jobs, repeats, max_turns, max_tokens,
                                           *harness_settings(column, run_settings, system_addendum)))
                for column in columns]
     report.results = _drive(executor, batches, location, jobs, on_result)
@@ -357,11 +358,10 @@ Jobs = dict[str, tuple[Endpoint, "Task", int]]
 """Run id -> (the model column, the task, which repeat) of each run a suite drives."""
 
 
-def _create_runs(column: Endpoint, location: StoreAt, jobs: Jobs, repeats: int, max_turns: int,
+def _create_runs(suite: SuiteDefinition, column: Endpoint, location: StoreAt, jobs: Jobs, repeats: int, max_turns: int,
                  max_tokens: int | None, harness: dict[str, Any], addendum: str) -> list[str]:
     """Save every task x repeat of one column as a queued run (recorded in `jobs`); returns
     their ids. Each run records how `runner resume` reaches its endpoint again."""
-    suite = load_suite()
     run_ids = []
     for task in suite.tasks:
         for repeat in range(1, repeats + 1):
