@@ -718,16 +718,33 @@ def local_suite(lab: Lab) -> Outcome:
 
 HARNESS_STEPS: list[tuple[str, dict[str, Any]]] = [
     ("tagged calls only", {"untagged_calls": "off", "first_turn_tool_choice": "auto", "on_slip": "repeat",
-                           "answer_after_tool_turns": None, "prompting": False}),
+                           "answer_after_tool_turns": None, "answer_on_stall": False,
+                           "answer_restates_results": False, "parallel_tool_calls": None, "prompting": False}),
     ("+ first-turn required", {"first_turn_tool_choice": "required"}),
     ("+ untagged calls", {"untagged_calls": "on"}),
     ("+ corrective retries", {"on_slip": "corrective"}),
-    ("+ answer forcing", {"answer_after_tool_turns": "manifest"}),
+    ("+ answer forcing after N tool turns", {"answer_after_tool_turns": "fixed"}),
+    ("+ answer on stall (N: manifest's cap)", {"answer_on_stall": "manifest", "answer_after_tool_turns": "manifest"}),
+    ("+ one call per turn", {"parallel_tool_calls": "manifest"}),
+    ("+ results restated after a failed call", {"answer_restates_results": "manifest"}),
     ("+ manifest prompting", {"prompting": True}),
 ]
-"""The techniques of `local_harness`, each added to the ones above it."""
+"""The techniques of `local_harness`, each added to the ones above it ("manifest": the model
+manifest's value, "fixed": `DEFAULT_ANSWER_AFTER` or the manifest's N if smaller)."""
 DEFAULT_ANSWER_AFTER = 2
 """Answer forcing for a model whose manifest sets no `answer_after_tool_turns`."""
+HARNESS_RUN_SETTINGS = ("on_slip", "answer_after_tool_turns", "answer_on_stall", "answer_restates_results",
+                        "parallel_tool_calls")
+"""The `RunConfig` fields a `local_harness` row sets."""
+
+
+def _resolve_step(settings: dict[str, Any], entry: Any) -> dict[str, Any]:
+    """`settings` with "manifest" and "fixed" replaced by the values they stand for."""
+    fixed = min(entry.answer_after_tool_turns or DEFAULT_ANSWER_AFTER, DEFAULT_ANSWER_AFTER)
+    manifest = {"answer_after_tool_turns": entry.answer_after_tool_turns or DEFAULT_ANSWER_AFTER,
+                "answer_on_stall": entry.answer_on_stall, "answer_restates_results": entry.answer_restates_results,
+                "parallel_tool_calls": entry.parallel_tool_calls}
+    return {k: manifest[k] if v == "manifest" else fixed if v == "fixed" else v for k, v in settings.items()}
 
 
 def local_harness(lab: Lab) -> Outcome:
@@ -749,9 +766,7 @@ def local_harness(lab: Lab) -> Outcome:
         try:
             for label, step in HARNESS_STEPS:
                 before = dict(settings)
-                settings |= step
-                if settings["answer_after_tool_turns"] == "manifest":
-                    settings["answer_after_tool_turns"] = entry.answer_after_tool_turns or DEFAULT_ANSWER_AFTER
+                settings = _resolve_step(settings | step, entry)
                 if settings == before or (label == "+ manifest prompting" and not entry.system_addendum):
                     rows.append([entry.name, label, "(no change for this model: not run again)"] + [""] * 6)
                     continue
@@ -793,8 +808,7 @@ def _harness_row(lab: Lab, name: str, path: Path, server: Any, settings: dict[st
     column = Endpoint(model=path.stem, base_url=server.base_url, local_model=str(path),
                       first_turn_tool_choice=settings["first_turn_tool_choice"])
     report = run_suite("local", root, columns=[column], max_turns=8,
-                       run_settings={"on_slip": settings["on_slip"],
-                                     "answer_after_tool_turns": settings["answer_after_tool_turns"]},
+                       run_settings={k: settings[k] for k in HARNESS_RUN_SETTINGS},
                        system_addendum=addendum if settings["prompting"] else "")
     results = report.results
     per_turn = [t for r in results for t in store.load(root, r.run_id).per_turn]
