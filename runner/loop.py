@@ -83,7 +83,7 @@ CORRECTIONS = {
 """The corrective user message for each slip: what went wrong and what to do."""
 ASK_FOR_ANSWER = "Using the tool results above, answer my question in one short sentence: {question}"
 """The user message of answer forcing (sent with ``tool_choice: "none"``)."""
-ASK_WITH_RESULTS = "Here is what the tools returned:\n\n{results}\n\nUsing only this, answer my question in one short sentence: {question}"
+ASK_WITH_RESULTS = "Here is what the tools returned:\n\n{results}\n\nUsing only this, answer in one short sentence: {question}"
 """The user message of answer forcing with `RunConfig.answer_restates_results`."""
 RESTATED_RESULT_CHARS = 4_000
 """Each restated tool result is cut to this many characters."""
@@ -402,10 +402,10 @@ def _call_label(call: ToolCall) -> str:
 
 
 def _answer_request(state: RunState) -> str:
-    """The user message asking for the answer: the task restated; with
-    `answer_restates_results`, after the run's successful tool results when a call of the last
-    turn of calls failed (else the failure is the last thing the model reads before answering)."""
-    restate = state.config.answer_restates_results and _last_calls_failed(state)
+    """The user message asking for the answer: the task restated, after the run's successful
+    tool results as `RunConfig.answer_restates_results` says."""
+    mode = state.config.answer_restates_results
+    restate = mode == "always" or (mode == "after_failure" and _last_calls_failed(state))
     results = restated_results(state) if restate else ""
     if results:
         return ASK_WITH_RESULTS.format(results=results, question=_question(state))

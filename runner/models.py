@@ -114,7 +114,7 @@ class ModelEntry(BaseModel):
     answer_on_stall: bool = False
     """Harness default for runs on this model: also ask for the answer once a turn of tool
     calls brings nothing new (`RunConfig.answer_on_stall`)."""
-    answer_restates_results: bool = False
+    answer_restates_results: Literal["never", "after_failure", "always"] = "never"
     """Harness default for runs on this model: the request for the answer restates the
     successful tool results (`RunConfig.answer_restates_results`)."""
     parallel_tool_calls: bool | None = None

@@ -370,11 +370,12 @@ class RunConfig(BaseModel, defer_build=True):
     calls brought nothing new: each of its calls repeated an earlier call (same tool, same
     arguments) or failed, and some earlier call succeeded. A model that keeps making new
     successful calls keeps going, up to `answer_after_tool_turns`."""
-    answer_restates_results: bool = False
-    """The message that asks for the answer (answer forcing, or the correction of an empty
-    reply) restates every distinct successful tool result under a header naming the call,
-    then the task: a small model reads the results next to the question rather than across
-    the whole conversation, and failed calls stay out of it."""
+    answer_restates_results: Literal["never", "after_failure", "always"] = "never"
+    """Whether the message that asks for the answer (answer forcing, or after an empty reply)
+    restates every distinct successful tool result under a header naming the call, before the
+    task: ``always``, or ``after_failure`` (only when a call of the last turn of calls failed,
+    which would otherwise be the last thing the model reads). A small model then reads the
+    results next to the question, and failed calls stay out of it."""
     parallel_tool_calls: bool | None = None
     """Sent as OpenAI's ``parallel_tool_calls`` (False: at most one call per turn; runner's
     local server then allows one call under its grammar). None: not sent."""

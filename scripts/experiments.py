@@ -719,20 +719,23 @@ def local_suite(lab: Lab) -> Outcome:
 HARNESS_STEPS: list[tuple[str, dict[str, Any]]] = [
     ("tagged calls only", {"untagged_calls": "off", "first_turn_tool_choice": "auto", "on_slip": "repeat",
                            "answer_after_tool_turns": None, "answer_on_stall": False,
-                           "answer_restates_results": False, "parallel_tool_calls": None, "prompting": False}),
+                           "answer_restates_results": "never", "parallel_tool_calls": None, "prompting": False}),
     ("+ first-turn required", {"first_turn_tool_choice": "required"}),
     ("+ untagged calls", {"untagged_calls": "on"}),
     ("+ corrective retries", {"on_slip": "corrective"}),
     ("+ answer forcing after N tool turns", {"answer_after_tool_turns": "fixed"}),
     ("+ answer on stall (N: manifest's cap)", {"answer_on_stall": "manifest", "answer_after_tool_turns": "manifest"}),
     ("+ one call per turn", {"parallel_tool_calls": "manifest"}),
-    ("+ results restated after a failed call", {"answer_restates_results": "manifest"}),
+    ("+ results restated when asking (manifest's mode)", {"answer_restates_results": "manifest"}),
     ("+ manifest prompting", {"prompting": True}),
 ]
 """The techniques of `local_harness`, each added to the ones above it ("manifest": the model
 manifest's value, "fixed": `DEFAULT_ANSWER_AFTER` or the manifest's N if smaller)."""
 DEFAULT_ANSWER_AFTER = 2
 """Answer forcing for a model whose manifest sets no `answer_after_tool_turns`."""
+CANDIDATE_ADDENDUM = " If the tool results above already answer the question, answer it without calling a tool again."
+"""The system-prompt addendum the "+ manifest prompting" row measures for a model whose manifest
+keeps none (general: it names no tool, file or task)."""
 HARNESS_RUN_SETTINGS = ("on_slip", "answer_after_tool_turns", "answer_on_stall", "answer_restates_results",
                         "parallel_tool_calls")
 """The `RunConfig` fields a `local_harness` row sets."""
@@ -767,7 +770,7 @@ def local_harness(lab: Lab) -> Outcome:
             for label, step in HARNESS_STEPS:
                 before = dict(settings)
                 settings = _resolve_step(settings | step, entry)
-                if settings == before or (label == "+ manifest prompting" and not entry.system_addendum):
+                if settings == before:
                     rows.append([entry.name, label, "(no change for this model: not run again)"] + [""] * 6)
                     continue
                 if server is None or server.settings.untagged_calls != settings["untagged_calls"]:
@@ -775,7 +778,10 @@ def local_harness(lab: Lab) -> Outcome:
                         server.stop()
                     server = LocalServer(path, model_name=path.stem, untagged_calls=settings["untagged_calls"]).start()
                 print(f"local_harness: {name}: {label}", file=sys.stderr, flush=True)
-                row = _harness_row(lab, name, path, server, settings, entry.system_addendum, run_suite)
+                addendum = entry.system_addendum or CANDIDATE_ADDENDUM
+                row = _harness_row(lab, name, path, server, settings, addendum, run_suite)
+                if settings["prompting"] and not entry.system_addendum:
+                    label = "+ system addendum (a candidate: the manifest keeps none)"
                 rows.append([entry.name, label, f"{row['passed']}/6", str(row["turns"]), str(row["calls"]),
                              str(row["malformed"]), str(row["slip_failures"]), f"{row['mean_turn_ms']:,.0f}",
                              row["statuses"]])

@@ -58,11 +58,19 @@ def test_new_successful_calls_keep_going_and_a_repeated_call_asks_for_the_answer
 
 def test_a_failed_call_after_a_success_asks_for_the_answer_restating_what_succeeded(fake: FakeProvider) -> None:
     _play(fake, [_calls(("read_file", '{"path": "notes.txt"}')), _calls(("read_file", '{"path": "nope.txt"}'))])
-    state = drive(_run(fake, answer_restates_results=True), fake.base_url, None)
+    state = drive(_run(fake, answer_restates_results="after_failure"), fake.base_url, None)
     assert state.status == "completed" and len(fake.requests) == 3
     asked = fake.requests[-1]["messages"][-1]["content"]
     assert "--- read_file notes.txt ---\nRemember to rotate your logs." in asked
     assert "nope.txt" not in asked and asked.endswith(": Which file is it?")
+
+
+def test_always_restating_restates_after_a_success_too(fake: FakeProvider) -> None:
+    _play(fake, [_calls(("list_files", "{}")), _calls(("list_files", "{}"))])
+    drive(_run(fake, answer_restates_results="always"), fake.base_url, None)
+    asked = fake.requests[-1]["messages"][-1]["content"]
+    assert asked.startswith("Here is what the tools returned:\n\n--- list_files ---\naccess.log (195 bytes)")
+    assert asked.count("--- list_files ---") == 1  # a repeated call is restated once
 
 
 def test_without_restating_the_request_is_the_plain_one(fake: FakeProvider) -> None:
