@@ -414,7 +414,9 @@ def _answer_request(state: RunState) -> str:
 
 def _correct(state: RunState, rt: Runtime, slip: str) -> str:
     """Add the corrective user message for `slip` (replacing one added for the slip before,
-    so corrections never pile up) and return its text."""
+    so corrections never pile up) and return its text. When the answer is due (answer
+    forcing, or an empty reply after results with `answer_on_stall`), the correction is the
+    request for the answer itself: the next request hides the tools."""
     text = CORRECTIONS.get(slip, CORRECTIONS["blank_content"]).format(
         tools=", ".join(t.name for t in rt.tools), question=_question(state))
     if _answer_is_due(state):
