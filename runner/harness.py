@@ -13,28 +13,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from runner import catalog, loop
+from runner import loop
 from runner.cancel import CancelToken
-from runner.client import ChatClient, RetryCallback
-from runner.config import key_for
-from runner.endpoints import open_endpoint
 from runner.errors import UsageError
-from runner.resources import tasks_dir
-from runner.result import RunResult
 from runner.state import RunState, pending
-from runner.store import FileStore, Lease, RunHandle, RunNotFound, RunStore, default_owner
-from runner.streaming import TurnProgress
 from runner.tools import Tool, Workspace
 from runner.trace import Tracer, _Event
 
 if TYPE_CHECKING:
     import httpx
 
+    from runner.client import ChatClient, RetryCallback
+    from runner.result import RunResult
+    from runner.store import Lease, RunHandle, RunStore
+    from runner.streaming import TurnProgress
+
+# The catalog, the client, the config, the endpoints, the result and the store are imported
+# where they are used: `from runner import execute` then loads little more than the loop.
+
 __all__ = ["drive", "execute", "workspace_template"]
 
 
 def workspace_template() -> Path:
     """The checked-in three-file workspace the tools work over (copied per run)."""
+    from runner.resources import tasks_dir
+
     return tasks_dir() / "workspace"
 
 
@@ -76,6 +79,12 @@ async def drive(
         RunBusy: another process drives the run. StaleState: `state` is behind the stored one.
         LeaseLost: another driver took the run over (its lease expired).
     """
+    from runner import catalog
+    from runner.client import ChatClient
+    from runner.config import key_for
+    from runner.endpoints import open_endpoint
+    from runner.store import FileStore
+
     given = [t for t in tools or [] if not isinstance(t, str)]
     if tools is not None and state.seq == 0:
         catalog.offer(state.config, tools)
@@ -125,6 +134,8 @@ def _child_driver(store: RunStore | None, client: ChatClient, workspace: Workspa
     and is a run of its own in the store, resumed (not restarted) if it already exists."""
 
     async def run_child(child: RunState, child_cancel: CancelToken) -> RunState:
+        from runner import catalog
+
         with contextlib.ExitStack() as child_cleanup:
             child_handle = None
             if store is not None:
@@ -143,6 +154,8 @@ async def execute(state: RunState, base_url: str | None = None, runs: Path | Run
                   **options: Any) -> RunResult:
     """Run (or resume) `state` to its stop and return what it came to (see `drive` for the
     arguments; with no `base_url`, the run's own endpoint is opened and stopped here)."""
+    from runner.result import RunResult
+
     return RunResult.of(await drive(state, base_url, runs, **options))
 
 
@@ -151,6 +164,8 @@ def _claimed(store: RunStore, state: RunState, lease: Lease | None, cancel: Canc
     """The run's handle under `lease`, or under a new claim (creating the run if the store
     has none) released when `cleanup` closes; and whether it was created here. Losing the
     lease cancels the run."""
+    from runner.store import RunNotFound, default_owner
+
     created = False
     if lease is None:
         try:
@@ -244,6 +259,8 @@ def reopen(store: RunStore, run_id: str, asked: Reopening,
             waits for a verdict none was given for; a tool the run offers that cannot be found.
         RunBusy: another process drives the run.
     """
+    from runner import catalog
+
     if asked.approve and asked.reject:
         raise UsageError("give --approve or --reject, not both")
     if asked.reason and not asked.reject:
