@@ -164,14 +164,20 @@ def _claimed(store: RunStore, state: RunState, lease: Lease | None, cancel: Canc
     """The run's handle under `lease`, or under a new claim (creating the run if the store
     has none) released when `cleanup` closes; and whether it was created here. Losing the
     lease cancels the run."""
-    from runner.store import RunNotFound, default_owner
+    from runner.store import RunNotFound, StaleState, default_owner
 
     created = False
     if lease is None:
-        try:
-            lease = store.claim(state.run_id)
-        except RunNotFound:
-            lease, created = store.create(state, owner=default_owner()), True
+        if state.seq == 0:  # never stored: create it (one round trip), else claim the stored one
+            try:
+                lease, created = store.create(state, owner=default_owner()), True
+            except StaleState:
+                lease = store.claim(state.run_id)
+        else:
+            try:
+                lease = store.claim(state.run_id)
+            except RunNotFound:
+                lease, created = store.create(state, owner=default_owner()), True
         assert lease is not None
         cleanup.callback(store.release, lease)
     lease.on_lost = lambda: cancel.cancel("another worker took the run over (lease lost)")
