@@ -695,16 +695,20 @@ class PostgresStore(RunStore):
             del head.pending[:len(emitted)]
 
     def _emit(self, run_id: str, lines: list[str], lease: Lease | None) -> None:
+        """Append `lines`; under a lease, only while it is the run's current one (a driver
+        fenced out by a takeover writes nothing after the new driver's events)."""
         params = {"id": run_id, "epoch": lease.epoch if lease else None, "owner": lease.owner if lease else None,
                   "events": lines}
+        fence = ["EXISTS (SELECT 1 FROM runs r WHERE r.run_id = %(id)s AND r.epoch = %(epoch)s)"] if lease else []
 
         def work(conn: Any, attempt: int) -> None:
             # on a retry, the earlier attempt may have committed: never the same event twice
+            once = ["NOT EXISTS (SELECT 1 FROM trace_events e WHERE e.run_id = %(id)s AND e.event = t.event::jsonb)"]
+            where = " AND ".join(fence + (once if attempt else []))
             conn.execute(
                 "INSERT INTO trace_events (run_id, epoch, owner, event) SELECT %(id)s, %(epoch)s, %(owner)s, "
                 "t.event::jsonb FROM unnest(%(events)b::text[]) WITH ORDINALITY AS t(event, n) "
-                + ("WHERE NOT EXISTS (SELECT 1 FROM trace_events e WHERE e.run_id = %(id)s AND e.event = t.event::jsonb) "
-                   if attempt else "") + "ORDER BY t.n", params, prepare=not attempt)
+                + (f"WHERE {where} " if where else "") + "ORDER BY t.n", params, prepare=not attempt)
 
         self._retry(work)
 
