@@ -6,8 +6,6 @@ experiments call; `loop.run` stays free of all this wiring.
 from __future__ import annotations
 
 import contextlib
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +26,8 @@ if TYPE_CHECKING:
     from runner.store import Lease, RunHandle, RunStore
     from runner.streaming import TurnProgress
 
-# The catalog, the client, the config, the endpoints, the result and the store are imported
-# where they are used: `from runner import execute` then loads little more than the loop.
+# The catalog, the client, the config, the endpoints, the result, the store, shutil and tempfile
+# are imported where they are used: `from runner import execute` loads little more than the loop.
 
 __all__ = ["drive", "execute", "workspace_template"]
 
@@ -117,6 +115,9 @@ def _placed(state: RunState, store: RunStore | None, lease: Lease | None, cancel
     template = workspace_template()
     if store is None:
         def scratch_copy() -> Path:
+            import shutil
+            import tempfile
+
             scratch = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="runner-")))
             return Path(shutil.copytree(template, scratch / "workspace", symlinks=True))
 
