@@ -3,7 +3,7 @@ database (`initdb --no-locale`, a C-locale machine's default) and a UTF8 one hol
 runs and list them; `pg_ctl restart -m fast` while 4 workers drive 100 runs loses no commit,
 doubles none and drives each run once (checked from the traces and the provider's request
 log); a server unreachable for 10 s holds a save up, then it commits once; a fresh 3-turn run
-takes 8 statements with its trace in order."""
+takes 11 statements with its trace in order."""
 
 from __future__ import annotations
 
@@ -172,10 +172,10 @@ def test_no_workspace_folder_is_left_behind(pg_url: str, provider: str, tmp_path
     assert [p.name for p in scratch.iterdir() if p.name.startswith("runner-ws-")] == []  # ...the next one sweeps it
 
 
-def test_a_fresh_plan_run_takes_eight_statements_and_its_trace_keeps_its_order(pg_url: str, provider: str,
+def test_a_fresh_plan_run_takes_eleven_statements_and_its_trace_keeps_its_order(pg_url: str, provider: str,
                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """A new 3-turn run: create, 6 saves, release. run_started and the read-only tools'
-    tool_start ride with the statement after them (no seq of their own) and keep their place."""
+    """A new 3-turn run: create (no claim that misses first), run_started, 6 saves, the two
+    read-only tools' tool_start (each written before its tool runs, no seq of its own), release."""
     import asyncio
 
     import psycopg
@@ -198,7 +198,7 @@ def test_a_fresh_plan_run_takes_eight_statements_and_its_trace_keeps_its_order(p
         state = asyncio.run(drive(state, provider, store))
         monkeypatch.undo()
         assert state.status == "completed"
-        assert len(sent) == 8, sent
+        assert len(sent) == 11, sent
         rows = store.trace_rows(state.run_id)
     finally:
         store.close()

@@ -12,9 +12,7 @@ A save is one statement, so one round trip and one implicit transaction: the run
 if its epoch and seq are the caller's: fencing and ordering in one `UPDATE ... WHERE`), the new
 list items and the trace events, as data-modifying CTEs over arrays, prepared once per
 connection. A save that rewrites the lists, is forced, or carries workspace files changed since
-the last save takes a transaction of several statements instead. The events that only announce
-work about to be committed (run_started, run_resumed, a read-only tool's tool_start) ride with
-the run's next statement instead of taking a round trip of their own. Claims take a run whose lease
+the last save takes a transaction of several statements instead. Claims take a run whose lease
 is free or expired (`SELECT ... FOR UPDATE SKIP LOCKED` for workers) and bump its epoch; a
 background thread renews every lease this process holds in one statement, off the saves' path,
 and a lease that cannot be renewed is marked lost.
@@ -127,14 +125,6 @@ class _Head:
     created: bool = False
     """Created by this process: it has no workspace files and no events but those written here."""
     has_events: bool = False
-    pending: list[str] = field(default_factory=list)
-    """Trace lines emitted since the last statement for this run, sent with the next one."""
-
-
-_RIDE_ALONG = frozenset({"run_started", "run_resumed", "tool_start"})
-"""Emitted events that wait for the run's next statement (a save, another emit, a release): each
-announces work whose result is committed next, and a process killed before that commit has
-nothing to show for it (its resume writes its own)."""
 
 
 class PostgresStore(RunStore):
@@ -300,8 +290,6 @@ class PostgresStore(RunStore):
         return RunInfo(state, shown, f"{owner} since {_iso(since)}" if shown == "running" else None)
 
     def read_trace(self, run_id: str) -> list[TraceEvent]:
-        self._flush_run(run_id)
-
         def work(conn: Any, attempt: int) -> tuple[list[Any], bool]:
             rows = conn.execute("SELECT event::text FROM trace_events WHERE run_id = %s ORDER BY id",
                                 (run_id,)).fetchall()
@@ -318,16 +306,10 @@ class PostgresStore(RunStore):
 
     def trace_rows(self, run_id: str) -> list[tuple[int, int, str, dict[str, Any]]]:
         """(seq, epoch, owner, event) per trace row: who wrote each event (tests, audits)."""
-        self._flush_run(run_id)
         rows = self._retry(lambda conn, _: conn.execute(
             "SELECT seq, epoch, owner, event::text FROM trace_events WHERE run_id = %s ORDER BY id",
             (run_id,)).fetchall())
         return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
-
-    def _flush_run(self, run_id: str) -> None:
-        head = self._heads.get(run_id)
-        if head is not None:
-            self._flush(head)
 
     def has_events(self, run_id: str) -> bool:
         head = self._heads.get(run_id)
@@ -455,8 +437,6 @@ class PostgresStore(RunStore):
     def release(self, lease: Lease, *, runnable: bool = False) -> None:
         with self._lock:
             head = self._heads.pop(lease.run_id, None)
-        if head is not None and head.lease is lease:
-            self._flush(head)
         if head is not None and head.ws_dir is not None:
             shutil.rmtree(head.ws_dir, ignore_errors=True)
             _rmdir_if_empty(self._ws_root)
@@ -539,7 +519,7 @@ class PostgresStore(RunStore):
         "i AS (INSERT INTO run_items (run_id, kind, idx, item) SELECT %(id)s, t.kind, t.idx, t.item::jsonb "
         "FROM u, unnest(%(kinds)s::text[], %(idxs)s::int[], %(items)b::text[]) AS t(kind, idx, item)), "
         "e AS (INSERT INTO trace_events (run_id, seq, epoch, owner, event) "
-        "SELECT %(id)s, CASE WHEN t.n > %(emitted)s THEN u.seq END, %(epoch)s, %(owner)s, t.event::jsonb "
+        "SELECT %(id)s, u.seq, %(epoch)s, %(owner)s, t.event::jsonb "
         "FROM u, unnest(%(events)b::text[]) WITH ORDINALITY AS t(event, n) ORDER BY t.n) "
         "SELECT seq FROM u")
 
@@ -565,11 +545,8 @@ class PostgresStore(RunStore):
         ws = self._workspace_changes(head, state.run_id)
         token = uuid.uuid4().hex
         if change.added is not None and not force and ws is None:
-            emitted = head.pending
-            new_seq = self._save_one(state, lease, change.added, change.start, change.rest, emitted, lines, token)
-            del head.pending[:len(emitted)]
+            new_seq = self._save_one(state, lease, change.added, change.start, change.rest, lines, token)
         else:
-            self._flush(head)
             new_seq = self._save_tx(state, lease, change.added, change.start, change.rest, lines, token, force, ws)
         state.seq = new_seq
         head.has_events = head.has_events or bool(lines)
@@ -583,7 +560,7 @@ class PostgresStore(RunStore):
         return int(row[0]) if row is not None and row[1] == token else None
 
     def _save_one(self, state: RunState, lease: Lease, added: dict[str, list[str]], start: dict[str, int],
-                  rest: str, emitted: list[str], lines: list[str], token: str) -> int:
+                  rest: str, lines: list[str], token: str) -> int:
         kinds, idxs, items = [], [], []
         for key in APPEND_ONLY:
             for i, item in enumerate(added[key]):
@@ -592,7 +569,7 @@ class PostgresStore(RunStore):
                 items.append(item)
         params = {"status": state.status, "rest": rest, "token": token, "id": state.run_id, "epoch": lease.epoch,
                   "seq": state.seq, "kinds": kinds, "idxs": idxs, "items": items, "owner": lease.owner,
-                  "events": [*emitted, *lines], "emitted": len(emitted)}
+                  "events": lines}
 
         def work(conn: Any, attempt: int) -> int:
             if attempt and (done := self._committed(conn, state, token)) is not None:
@@ -671,28 +648,10 @@ class PostgresStore(RunStore):
                          "Resume with --force to replace the stored state anyway.")
 
     def emit(self, run_id: str, event: _Event, lease: Lease | None = None) -> None:
-        """As `RunStore.emit`; run_started, run_resumed and tool_start under the run's lease wait
-        for its next statement (see `_RIDE_ALONG`), any other event takes them along."""
+        self._emit(run_id, [event_line(event)], lease)
         head = self._heads.get(run_id)
-        held = head is not None and lease is not None and head.lease is lease
-        line = event_line(event)
-        if held and getattr(event, "type", None) in _RIDE_ALONG:
-            assert head is not None
-            head.pending.append(line)
-            head.has_events = True
-            return
-        emitted = list(head.pending) if held and head is not None else []
-        self._emit(run_id, [*emitted, line], lease)
         if head is not None:
-            del head.pending[:len(emitted)]
             head.has_events = True
-
-    def _flush(self, head: _Head) -> None:
-        """Send the events waiting for the run's next statement (see `_RIDE_ALONG`)."""
-        if head.pending:
-            emitted = list(head.pending)
-            self._emit(head.lease.run_id, emitted, head.lease)
-            del head.pending[:len(emitted)]
 
     def _emit(self, run_id: str, lines: list[str], lease: Lease | None) -> None:
         """Append `lines`; under a lease, only while it is the run's current one (a driver
