@@ -25,12 +25,23 @@ with `--debug` for the traceback.
     └── ServiceError (1)            a helper server (scripted provider, llama.cpp) did not start
         └── LocalServerError        the llama.cpp server, with its log tail
 
-Each class lives here; the modules that raise them re-export the ones callers catch.
+Each class lives here; the modules that raise them re-export the ones callers catch. A command
+that drove a run exits with the code `EXIT_CODES` gives the status the run stopped with.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+if TYPE_CHECKING:
+    from runner.state import RunStatus
+
+EXIT_CODES: dict[RunStatus, int] = {
+    "completed": 0, "failed": 1, "max_turns_exceeded": 3, "budget_exceeded": 3, "interrupted": 3,
+    "running": 3,
+}
+"""Exit code per run status: 0 completed; 1 failed; 3 stopped resumably (max turns, budget,
+interrupted: approval, cancel, provider unavailable). A test checks every `RunStatus` has one."""
 
 
 class RunnerError(Exception):

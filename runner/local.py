@@ -191,6 +191,22 @@ def settings(**fields: Any) -> LocalSettings:
         raise UsageError(f"local server setting {where}: {problem['msg'].removeprefix('Value error, ')}") from None
 
 
+def serve_settings(model: str | None, **given: Any) -> tuple[str, Path, LocalSettings]:
+    """What `runner serve` serves: (the name it shows, the GGUF, its settings) for `model` (a
+    manifest name, a unique start of one, a .gguf path, or None: the default local model),
+    with the manifest's chat format and the `given` settings that are not None.
+
+    Raises:
+        ModelNotFound: no such model on disk. UsageError: as `settings`.
+    """
+    from runner import models
+
+    name, path = models.resolve_choice(models.manifest_name(model) if model else None)
+    entry = models.entry_for(name, path)
+    fields = {"chat_format": entry.chat_format if entry else None, **given}
+    return name, path, settings(model=path, **{k: v for k, v in fields.items() if v is not None})
+
+
 def _flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
@@ -439,6 +455,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def serve_until_stopped(settings: LocalSettings, on_ready: Callable[[str], None], say: Callable[[str], None]) -> None:
+    """Serve until SIGINT or SIGTERM: `on_ready` is called with the base URL, `say` with each
+    request's line of the server's log (see `follow_requests`) and once stopping."""
+    with LocalServer(settings) as server:
+        on_ready(server.base_url)
+        # Block only now: a child started with these signals blocked would ignore SIGTERM.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        follow_requests(server.log_path, lambda line: say(f"  {line}"))
+        say("stopping the server")
 
 
 def follow_requests(log_path: Path | None, say: Callable[[str], None]) -> None:

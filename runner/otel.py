@@ -368,6 +368,29 @@ def export_runs(store: RunStore, run_ids: Sequence[str], endpoint: str) -> tuple
         exporter.close()
 
 
+@dataclass(frozen=True)
+class ExportReport:
+    """What `export` sent: the traces URL, how many spans, each run's trace id (32 hex
+    digits), and the runs that have not stopped (sent without their `invoke_agent` span)."""
+
+    endpoint: str
+    spans_sent: int
+    traces: dict[str, str]
+    unfinished: list[str]
+
+
+def export(store: RunStore, run_ids: Sequence[str], endpoint: str) -> ExportReport:
+    """`export_runs` to the traces URL of `endpoint` (see `traces_url`), with each run's trace id.
+
+    Raises:
+        UsageError: not an http(s) URL. RunNotFound, CorruptState, ExportFailed: as `export_runs`.
+    """
+    url = traces_url(endpoint)
+    sent, unfinished = export_runs(store, run_ids, url)
+    traces = {run_id: f"{trace_id_of(root_of(store, run_id)):032x}" for run_id in run_ids}
+    return ExportReport(url, sent, traces, unfinished)
+
+
 class LiveExport:
     """Sends the spans of runs driven in this process while they run: a thread looks at the
     store every `poll_s` and sends each newly committed turn and tool run, and a run's

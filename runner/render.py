@@ -8,21 +8,26 @@ it gets to the functions here. One helper, `print_table`, fits every table to th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import shlex
 import shutil
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from runner.interactive import Feedback
     from runner.models import ModelStatus
+    from runner.otel import ExportReport
+    from runner.start import Started
     from runner.state import Message, RunState, TurnRecord
-    from runner.store import RepairReport, RunInfo
+    from runner.store import RepairReport, RunInfo, RunStore
     from runner.suite import SuiteReport, TaskResult, TaskSummary
     from runner.trace import TraceEvent
 
@@ -788,3 +793,151 @@ def unkept_lines(state: RunState, width: int) -> list[str]:
     return [*textwrap.wrap(f"error: {state.reason}", width, subsequent_indent="  ", break_on_hyphens=False,
                            break_long_words=False),
             f"not kept: run {state.run_id} never got a reply; --keep keeps such runs"]
+
+
+def terminal_width() -> int:
+    """The terminal's width in columns ($COLUMNS, else 80 when piped)."""
+    return shutil.get_terminal_size((80, 24)).columns
+
+
+def say(line: str) -> None:
+    """One line on stderr (progress and notices; stdout carries the result)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def created_runs_dir(path: Path) -> None:
+    say(f"created runs directory {path}")
+
+
+def live_feedback(show_progress: bool = True) -> Feedback:
+    """What a run driven in this terminal shows on stderr: the local model it starts, the live
+    turn line and each tool's progress (only with `show_progress`), each retry of a failed
+    request, and a Ctrl-C that stopped it before the loop ran (how to continue it)."""
+    from runner.interactive import Feedback
+
+    turn_line = TurnLine()
+
+    def on_progress(tool: str, label: str, ms: float) -> None:
+        say(f"  progress: {tool}: {label}  (t+{ms:,.0f} ms)")
+
+    def on_retry(attempt: int, most: int, error: str, wait_s: float) -> None:
+        turn_line.close()
+        say(fit(f"  retry {attempt}/{most} in {wait_s:.1f} s: {' '.join(error.split())}", terminal_width()))
+
+    def on_stopped_early(state: RunState) -> None:
+        say(f"interrupted: run {state.run_id} ({state.status}); continue it with: runner resume {state.run_id}")
+
+    if not show_progress:
+        return Feedback(on_retry=on_retry, on_stopped_early=on_stopped_early, on_end=turn_line.close)
+    return Feedback(on_note=say, on_progress=on_progress, on_turn=turn_line, on_retry=on_retry,
+                    on_stopped_early=on_stopped_early, on_end=turn_line.close)
+
+
+def result_json(state: RunState) -> dict[str, Any]:
+    """The `--json` shape of a run: its `RunResult`."""
+    from runner.result import RunResult
+
+    return RunResult.of(state).model_dump(mode="json")
+
+
+def started_lines(started: Started, runs: RunStore, as_json: bool) -> tuple[list[str], list[str]]:
+    """What `runner run` and `runner resume` print at the end, as (stdout lines, stderr lines):
+    the run at its stop, a queued run and how a worker gets it, or why a new run was not kept;
+    with `as_json`, its `RunResult` (with status "queued", or "kept": false)."""
+    from runner.store import FileStore
+
+    state = started.state
+    if as_json:
+        marks = {"status": "queued"} if started.queued else {} if started.kept else {"kept": False}
+        return [json.dumps({**result_json(state), **marks})], []
+    if started.queued:
+        return [f"queued run {state.run_id}; a worker drives it: runner worker --store {shlex.quote(str(runs.url))}"], []
+    if not started.kept:
+        return [], unkept_lines(state, terminal_width())
+    trace_at = (str(runs.trace_path(state.run_id)) if isinstance(runs, FileStore)
+                else f"runner trace {state.run_id} --store URL")
+    return run_lines(state, trace_at, terminal_width()), []
+
+
+def runs(infos: Sequence[RunInfo], where: RunStore, as_json: bool, status: str | None = None) -> None:
+    """`runner runs`: a warning on stderr per unreadable run skipped, then the table (or that
+    there are none), or with `as_json` each run's `RunResult` (without its per-turn prompt
+    tokens) with its shown status, its driver and any damage."""
+    for problem in getattr(where, "problems", []):
+        say(f"warning: skipped an unreadable run: {problem}")
+    if as_json:
+        print(json.dumps([{**{k: v for k, v in result_json(i.state).items() if k != "per_turn_prompt_tokens"},
+                           "status": i.shown_status, "driver": i.driver, **({"damage": i.damage} if i.damage else {})}
+                          for i in infos]))
+    elif infos:
+        print_runs(infos)
+    else:
+        print(f"no runs in {where.url}" + (f" with status {status}" if status else ""))
+
+
+def totals(infos: Sequence[RunInfo], by: str | None, as_json: bool) -> None:
+    """`runner runs --totals`: the sums (see `run_totals`) as a table, or as JSON rows."""
+    rows = run_totals([(i.state, i.shown_status) for i in infos], by)
+    if as_json:
+        print(json.dumps([{**dataclasses.asdict(r), "cost_usd": round(r.cost_usd, 9)} for r in rows]))
+    else:
+        print_totals(rows, by)
+
+
+def pruned(deleted: Sequence[str], skipped: Sequence[str], dry_run: bool, url: str, as_json: bool) -> None:
+    """What `runner runs --prune` did: one line per run deleted (or that would be, with
+    `dry_run`), each run skipped and why (stderr), then a count."""
+    if as_json:
+        print(json.dumps({"deleted" if not dry_run else "would_delete": list(deleted), "skipped": list(skipped)}))
+        return
+    verb = "would delete" if dry_run else "deleted"
+    print("".join(f"{verb} {run_id}\n" for run_id in deleted), end="", flush=True)
+    print("".join(f"skipped {line}\n" for line in skipped), end="", file=sys.stderr, flush=True)
+    print(f"{verb} {len(deleted)} run(s) from {url}" + (f", skipped {len(skipped)}" if skipped else ""))
+
+
+def suite_done(report: SuiteReport, as_json: bool) -> None:
+    """The end of `runner suite`: the report (the table, or with `as_json` the whole report as
+    JSON), where its files are, and for a cancelled suite how to finish it (stderr)."""
+    if as_json:
+        print(report.model_dump_json())
+    else:
+        print_suite(report)
+        say(f"report: {report.report_path} (.json, .png beside it)")
+    if report.cancelled:
+        say(suite_cancelled(report))
+
+
+def settings(rows: Sequence[tuple[str, str, str]], files: Sequence[Path], user_file: Path, as_json: bool) -> None:
+    """`runner config show`: the config files read, then each setting's (name, value, source)."""
+    if as_json:
+        print(json.dumps({"files": [str(p) for p in files],
+                          "settings": [{"name": n, "value": v, "source": src} for n, v, src in rows]}))
+        return
+    print("config files read: " + (", ".join(map(str, files)) if files else f"none (./runner.toml or {user_file})"))
+    print_table([("setting", "id"), ("value", "text"), ("source", "path")], [list(r) for r in rows])
+
+
+def models(rows: Sequence[ModelStatus], as_json: bool) -> None:
+    """`runner models list`: the table, or with `as_json` each model's status."""
+    if as_json:
+        print(json.dumps([r.model_dump(mode="json") for r in rows]))
+    else:
+        print_models(rows)
+
+
+def exported_lines(report: ExportReport, as_json: bool) -> list[str]:
+    """What `runner export` sent: each run's trace id (and whether it is unfinished), then the
+    spans sent; or with `as_json` the report as JSON."""
+    if as_json:
+        return [json.dumps(dataclasses.asdict(report))]
+    waits = "  (not stopped: its invoke_agent span waits)"
+    return [*(f"{run_id}  trace {trace_id}" + (waits if run_id in report.unfinished else "")
+              for run_id, trace_id in report.traces.items()),
+            f"sent {report.spans_sent} span(s) to {report.endpoint}" + (" (all were sent before)" if not report.spans_sent else "")]
+
+
+def view_ready(where: str, token: str | None) -> Callable[[str], None]:
+    """What `runner view` prints once it listens: its URL, the store, how to stop it."""
+    how = "; open it once as URL?token=TOKEN" if token else ""
+    return lambda url: print(f"runner view: {url}  (store: {where}; Ctrl-C stops{how})", flush=True)

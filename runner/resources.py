@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+
+from runner.errors import UsageError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -58,3 +61,20 @@ def models_dir() -> Path:
         return Path(override).expanduser()
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(cache) / "runner" / "models"
+
+
+def experiments_main() -> Callable[[list[str]], int]:
+    """`main(argv) -> exit code` of the checkout's `scripts/experiments.py` (the chapter's
+    measurements), loaded as a module named `runner_experiments`.
+
+    Raises:
+        UsageError: no checkout holds the script (runner is installed as a wheel).
+    """
+    import runpy
+
+    root = checkout_root()
+    script = root / "scripts" / "experiments.py" if root else Path("scripts/experiments.py")
+    if not script.exists():
+        raise UsageError(f"{script} not found (experiments run from a checkout)")
+    main: Callable[[list[str]], int] = runpy.run_path(str(script), run_name="runner_experiments")["main"]
+    return main

@@ -576,6 +576,19 @@ class InProcessProvider:
         self.stop()
 
 
+def serve_until_stopped(settings: ScriptedSettings, host: str, port: int, on_ready: Callable[[str], None]) -> None:
+    """Serve the scripted provider on `host`:`port` (0: a free one) in a background thread
+    until SIGINT or SIGTERM (blocked in this thread from the start); `on_ready` is called with
+    its base URL (`runner scripted serve`)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    with ScriptedServer(settings, host=host, port=port) as server:
+        on_ready(server.base_url)
+        try:
+            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        except KeyboardInterrupt:
+            pass
+
+
 def scripted_provider(latency_ms: float = 0, faults: str | None = None, *,
                       in_process: bool = False) -> ScriptedProcess | InProcessProvider:
     """Start the scripted provider now; `with scripted_provider() as url:` yields its base URL

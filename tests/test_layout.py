@@ -150,7 +150,7 @@ LAYOUT = [
     "runner.harness", "runner.result", "runner.endpoints", "runner.local", "runner.local_app", "runner.chat_adapter",
     "runner.kvprefix", "runner.models", "runner.scripted", "runner.catalog", "runner.research", "runner.loop", "runner.client",
     "runner.streaming", "runner.inprocess", "runner.store", "runner.trace", "runner.tools", "runner.tokens", "runner.resources",
-    "runner.cancel", "runner.procs", "runner.config", "runner.state", "runner.errors",
+    "runner.cancel", "runner.procs", "runner.config", "runner.state", "runner.request", "runner.errors",
 ]
 """runner's modules from the top layer down (a package by its name): each imports only
 modules below it. docs/architecture.md describes each layer."""
