@@ -11,6 +11,7 @@ with `--debug` for the traceback.
     │   └── NotFound (2)            a run, model, scenario, tool or call that does not exist
     │       ├── RunNotFound, UnknownTool, UnknownScenario, NotPending
     │       └── ModelNotFound       (also a ModelError)
+    │   └── MissingExtra (2)        an optional dependency is not installed (also an ImportError)
     ├── RunBusy (2)                 another process is driving the run
     ├── CorruptState (1)            a saved state or trace that cannot be read
     │   ├── StaleState              a state behind the stored one (an old copy)
@@ -54,6 +55,11 @@ class UsageError(RunnerError, ValueError):
     """Bad input from the user (options, arguments, a verdict for the wrong call)."""
 
     exit_code = 2
+
+
+class MissingExtra(UsageError, ImportError):
+    """An optional dependency a feature needs is not installed; the message names the extra
+    that installs it (pip install 'runner[otel]')."""
 
 
 class NotFound(UsageError, LookupError):

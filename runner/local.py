@@ -36,6 +36,7 @@ from runner.procs import die_with
 
 if TYPE_CHECKING:
     from runner.kvprefix import PrefixStore
+    from runner.request import ServeRequest
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -191,20 +192,21 @@ def settings(**fields: Any) -> LocalSettings:
         raise UsageError(f"local server setting {where}: {problem['msg'].removeprefix('Value error, ')}") from None
 
 
-def serve_settings(model: str | None, **given: Any) -> tuple[str, Path, LocalSettings]:
-    """What `runner serve` serves: (the name it shows, the GGUF, its settings) for `model` (a
-    manifest name, a unique start of one, a .gguf path, or None: the default local model),
-    with the manifest's chat format and the `given` settings that are not None.
+def serve_settings(req: ServeRequest) -> tuple[str, Path, LocalSettings]:
+    """What `runner serve` serves: (the name it shows, the GGUF, its settings) for `req.model`
+    (a manifest name, a unique start of one, a .gguf path, or None: the default local model),
+    with the manifest's chat format and the settings `req` gives.
 
     Raises:
         ModelNotFound: no such model on disk. UsageError: as `settings`.
     """
     from runner import models
 
-    name, path = models.resolve_choice(models.manifest_name(model) if model else None)
+    name, path = models.resolve_choice(models.manifest_name(req.model) if req.model else None)
     entry = models.entry_for(name, path)
-    fields = {"chat_format": entry.chat_format if entry else None, **given}
-    return name, path, settings(model=path, **{k: v for k, v in fields.items() if v is not None})
+    given = {"chat_format": entry.chat_format if entry else None, "n_threads": req.threads, "n_batch": req.n_batch}
+    return name, path, settings(model=path, port=req.port, n_ctx=req.n_ctx,
+                                **{k: v for k, v in given.items() if v is not None})
 
 
 def _flag(key: str) -> str:

@@ -24,7 +24,8 @@ and tools still arrive, under the same span).
 
 OpenInference attributes (``openinference.span.kind``, ``llm.token_count.*``) ride along so
 Phoenix's own views show kinds and tokens. Only this module imports OpenTelemetry, and only
-`runner.cli` imports this module, when an endpoint is set.
+`runner.cli` imports this module, when an endpoint is set; without OpenTelemetry installed,
+importing it raises `MissingExtra` (a usage error naming the extra).
 """
 
 from __future__ import annotations
@@ -37,15 +38,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExportResult
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
-
 from runner import __version__
-from runner.errors import RunnerError, RunNotFound, UsageError
+from runner.errors import MissingExtra, RunnerError, RunNotFound, UsageError
+
+try:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExportResult
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+except ImportError as exc:
+    raise MissingExtra(f"--otlp-endpoint needs OpenTelemetry ({exc.name} is missing): "
+                       "pip install 'runner[otel]'") from None
 from runner.state import RunState
 from runner.store import RunStore
 from runner.trace import (

@@ -150,6 +150,12 @@ class PullLine:
             sys.stderr.write("\n")
             sys.stderr.flush()
 
+    def __enter__(self) -> PullLine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def run_lines(state: RunState, trace_at: str, width: int = 80) -> list[str]:
     """A stopped run for a person: the figures, the answer, where its trace is, and how to
@@ -758,6 +764,11 @@ def repair_lines(report: RepairReport) -> list[str]:
             f"continue it with: runner resume {report.run_id}"]
 
 
+def repaired(report: RepairReport, as_json: bool) -> None:
+    """`runner repair`: what it did (see `repair_lines`), or with `as_json` the report as JSON."""
+    print(json.dumps(dataclasses.asdict(report)) if as_json else "\n".join(repair_lines(report)))
+
+
 def transcript(state: RunState, events: Sequence[TraceEvent], fmt: str, width: int, full: bool) -> str:
     """`runner show`: the transcript as text fitted to `width` (`full`: nothing cut), Markdown
     (`fmt` "md") or JSON, ending with a newline."""
@@ -781,8 +792,11 @@ def suite_cancelled(report: SuiteReport) -> str:
                + " (all in the JSON report)" if unfinished else ""))
 
 
-def print_models(rows: Sequence[ModelStatus]) -> None:
-    """The `runner models list` table."""
+def print_models(rows: Sequence[ModelStatus], as_json: bool = False) -> None:
+    """The `runner models list` table, or with `as_json` each model's status."""
+    if as_json:
+        print(json.dumps([r.model_dump(mode="json") for r in rows]))
+        return
     print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "path")],
                 [[r.name, "yes" if r.present else "no", r.source, f"{r.size_bytes / 1e6:.0f}" if r.size_bytes else "-",
                   str(r.path or "")] for r in rows])
@@ -840,26 +854,38 @@ def result_json(state: RunState) -> dict[str, Any]:
     return RunResult.of(state).model_dump(mode="json")
 
 
-def started_lines(started: Started, runs: RunStore, as_json: bool) -> tuple[list[str], list[str]]:
-    """What `runner run` and `runner resume` print at the end, as (stdout lines, stderr lines):
-    the run at its stop, a queued run and how a worker gets it, or why a new run was not kept;
-    with `as_json`, its `RunResult` (with status "queued", or "kept": false)."""
+def started(started: Started, runs: RunStore, as_json: bool) -> None:
+    """The end of `runner run` and `runner resume`: the run at its stop, a queued run and how
+    a worker gets it, or why a new run was not kept (stderr); with `as_json`, its `RunResult`
+    (with status "queued", or "kept": false)."""
     from runner.store import FileStore
 
     state = started.state
     if as_json:
         marks = {"status": "queued"} if started.queued else {} if started.kept else {"kept": False}
-        return [json.dumps({**result_json(state), **marks})], []
-    if started.queued:
-        return [f"queued run {state.run_id}; a worker drives it: runner worker --store {shlex.quote(str(runs.url))}"], []
-    if not started.kept:
-        return [], unkept_lines(state, terminal_width())
-    trace_at = (str(runs.trace_path(state.run_id)) if isinstance(runs, FileStore)
-                else f"runner trace {state.run_id} --store URL")
-    return run_lines(state, trace_at, terminal_width()), []
+        print(json.dumps({**result_json(state), **marks}))
+    elif started.queued:
+        print(f"queued run {state.run_id}; a worker drives it: runner worker --store {shlex.quote(str(runs.url))}")
+    elif not started.kept:
+        say("\n".join(unkept_lines(state, terminal_width())))
+    else:
+        trace_at = (str(runs.trace_path(state.run_id)) if isinstance(runs, FileStore)
+                    else f"runner trace {state.run_id} --store URL")
+        print("\n".join(run_lines(state, trace_at, terminal_width())))
 
 
-def runs(infos: Sequence[RunInfo], where: RunStore, as_json: bool, status: str | None = None) -> None:
+def trace(events: Sequence[TraceEvent], info: RunInfo | None, problems: Sequence[str], as_json: bool) -> None:
+    """`runner trace`: a warning on stderr per problem reading it, then the trace (see
+    `trace_lines`), or with `as_json` each event as a line of JSON."""
+    for problem in problems:
+        say(f"warning: {problem}")
+    if as_json:
+        print("".join(e.model_dump_json(exclude_none=True) + "\n" for e in events), end="")
+    else:
+        print("\n".join(trace_lines(events, info, terminal_width())))
+
+
+def runs_list(infos: Sequence[RunInfo], where: RunStore, as_json: bool, status: str | None = None) -> None:
     """`runner runs`: a warning on stderr per unreadable run skipped, then the table (or that
     there are none), or with `as_json` each run's `RunResult` (without its per-turn prompt
     tokens) with its shown status, its driver and any damage."""
@@ -875,7 +901,7 @@ def runs(infos: Sequence[RunInfo], where: RunStore, as_json: bool, status: str |
         print(f"no runs in {where.url}" + (f" with status {status}" if status else ""))
 
 
-def totals(infos: Sequence[RunInfo], by: str | None, as_json: bool) -> None:
+def runs_totals(infos: Sequence[RunInfo], by: str | None, as_json: bool) -> None:
     """`runner runs --totals`: the sums (see `run_totals`) as a table, or as JSON rows."""
     rows = run_totals([(i.state, i.shown_status) for i in infos], by)
     if as_json:
@@ -918,23 +944,17 @@ def settings(rows: Sequence[tuple[str, str, str]], files: Sequence[Path], user_f
     print_table([("setting", "id"), ("value", "text"), ("source", "path")], [list(r) for r in rows])
 
 
-def models(rows: Sequence[ModelStatus], as_json: bool) -> None:
-    """`runner models list`: the table, or with `as_json` each model's status."""
-    if as_json:
-        print(json.dumps([r.model_dump(mode="json") for r in rows]))
-    else:
-        print_models(rows)
-
-
-def exported_lines(report: ExportReport, as_json: bool) -> list[str]:
+def exported(report: ExportReport, as_json: bool) -> None:
     """What `runner export` sent: each run's trace id (and whether it is unfinished), then the
     spans sent; or with `as_json` the report as JSON."""
     if as_json:
-        return [json.dumps(dataclasses.asdict(report))]
+        print(json.dumps(dataclasses.asdict(report)))
+        return
     waits = "  (not stopped: its invoke_agent span waits)"
-    return [*(f"{run_id}  trace {trace_id}" + (waits if run_id in report.unfinished else "")
-              for run_id, trace_id in report.traces.items()),
-            f"sent {report.spans_sent} span(s) to {report.endpoint}" + (" (all were sent before)" if not report.spans_sent else "")]
+    for run_id, trace_id in report.traces.items():
+        print(f"{run_id}  trace {trace_id}" + (waits if run_id in report.unfinished else ""))
+    again = " (all were sent before)" if not report.spans_sent else ""
+    print(f"sent {report.spans_sent} span(s) to {report.endpoint}{again}")
 
 
 def view_ready(where: str, token: str | None) -> Callable[[str], None]:

@@ -1,18 +1,24 @@
-"""What a person asks a command that drives runs for, as data: `RunRequest` (`runner run`),
-`ResumeRequest` (`runner resume`) and `SuiteRequest` (`runner suite`).
+"""What a person asks a command for, as data: `RunRequest` (`runner run`), `ResumeRequest`
+(`runner resume`), `SuiteRequest` (`runner suite`), `RunsRequest` (`runner runs`),
+`WorkerRequest` (`runner worker`), `ServeRequest` (`runner serve`), `ScriptedServeRequest`
+(`runner scripted serve`), `ViewRequest` (`runner view`) and `ExperimentsRequest` (`runner
+experiments`).
 
 Each field is one command-line option and carries its help text, its flags and click's checks
 (`min`, `metavar`) as field metadata, so an option is declared once: the CLI builds the
 command's options from the fields, and the library (`runner.start.prepare`,
-`runner.start.resume`, `runner.suite.run_requested`) takes the request whole. Standard library
-only: `runner --help` reads these without loading pydantic.
+`runner.start.resume`, `runner.suite.run_requested`, `runner.local.serve_settings`, ...) takes
+the request whole. A request whose options contradict each other raises `UsageError` when
+made. Standard library only: `runner --help` reads these without loading pydantic.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from runner.errors import UsageError
 
 DEFAULT_MAX_TURNS = 20
 """= runner.state.DEFAULT_MAX_TURNS, for the help text (a test checks they agree): importing
@@ -170,3 +176,83 @@ class SuiteRequest:
     resume_report: Path | None = option(
         None, "Finish a cancelled suite: drive the runs its report (suite-*.json) lists as unfinished, then write "
               "a report of all of them.", "--resume", metavar="REPORT")
+
+
+@dataclass(frozen=True)
+class RunsRequest:
+    """The options of `runner runs`: which runs, and whether to list, sum or delete them."""
+
+    status: str | None = option(None, "Only runs with this status (running, died, queued, completed, ...).")
+    limit: int | None = option(None, "At most this many runs (newest first).", min=1)
+    offset: int = option(0, "Skip this many runs first (paging).", min=0)
+    prune: bool = option(
+        False, "Delete the runs listed: by default the final ones (completed, failed); --status picks others. A run "
+               "being driven is never deleted.", "--prune")
+    dry_run: bool = option(False, "With --prune: only list what would be deleted.", "--dry-run")
+    totals: bool = option(
+        False, "Sum runs, turns, tool runs, tokens and USD (of the runs --status/--limit select).", "--totals")
+    by: Literal["model", "day", "status"] | None = option(
+        None, "With --totals: one row per model, day (UTC) or status, then TOTAL.", "--by", metavar="model|day|status")
+
+    def __post_init__(self) -> None:
+        if self.dry_run and not self.prune:
+            raise UsageError("--dry-run goes with --prune")
+        if self.by is not None and not self.totals:
+            raise UsageError("--by goes with --totals")
+
+
+@dataclass(frozen=True)
+class WorkerRequest:
+    """The options of `runner worker` (its store aside)."""
+
+    concurrency: int = option(1, "Runs driven at once by this process.", min=1)
+    lease_s: float | None = option(
+        None, "PostgreSQL lease length, seconds (renewed every third of it) [default: $RUNNER_LEASE_S or 30].",
+        min=0.1)
+    idle_exit_s: float | None = option(
+        None, "Exit once nothing was runnable for this many seconds [default: never].", "--idle-exit", min=0.0)
+    poll_s: float = option(0.5, "Seconds between claims when nothing is runnable.", "--poll", min=0.01)
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """The options of `runner serve`: the local model and its llama.cpp server's settings."""
+
+    model: str | None = option(
+        None, "A name from `runner models list` or a .gguf path [default: Qwen if pulled, else SmolLM2].")
+    port: int = option(8080, "Port on 127.0.0.1 (0: a free one).", min=0, max=65535)
+    n_ctx: int = option(4096, "Context size, tokens.")
+    threads: int | None = option(None, "CPU threads [default: min(2, physical cores)].", min=1)
+    n_batch: int | None = option(None, "Prompt tokens per llama.cpp decode call [default: 512].", min=1)
+
+
+@dataclass(frozen=True)
+class ScriptedServeRequest:
+    """The options of `runner scripted serve`: where it listens, and its latency and faults."""
+
+    host: str = option("127.0.0.1", "Interface to bind (loopback by default).")
+    port: int = option(8765, "Port (0: a free one).", min=0, max=65535)
+    latency_ms: float = option(0.0, "Delay every reply by this many ms.")
+    fault: str | None = option(None, "KIND@TURN,... with KIND in 429, 500, 401, truncated, slow.")
+
+
+@dataclass(frozen=True)
+class ViewRequest:
+    """The options of `runner view` (its store aside)."""
+
+    host: str = option("127.0.0.1", "Interface to bind (loopback by default; any other needs --token).")
+    port: int = option(8700, "Port (0: a free one).", min=0, max=65535)
+    token: str | None = option(
+        None, "Every request must carry it (?token= once, then a cookie; or Authorization: Bearer).",
+        envvar="RUNNER_VIEW_TOKEN")
+
+
+@dataclass(frozen=True)
+class ExperimentsRequest:
+    """The options of `runner experiments` (its runs directory aside)."""
+
+    names: list[str] | None = argument("Experiments to run (default: all).")
+    skip_local: bool = option(
+        False, "Leave out the local-model experiments (local_suite, local_harness: the slow ones).")
+    list_names: bool = option(False, "List the experiments and exit.", "--list")
+    out: Path | None = option(None, "Where reports go [default: experiments/ in the runs directory].", "--out")
