@@ -198,7 +198,7 @@ def run(request: RunRequest, runs_dir: RunsDir = None, store_url: StoreOpt = Non
     runs = store.open_store(store_url, runs=runs_dir, durability=durability)
     prepared = start.prepare(request)
     live = _live_export(runs, otlp_endpoint)
-    started = start.start(prepared, runs, render.live_feedback(not as_json), on_runs_dir=render.created_runs_dir,
+    started = start.launch(prepared, runs, render.live_feedback(not as_json), on_runs_dir=render.created_runs_dir,
                           watch=lambda run_id: live([run_id]))
     render.started(started, runs, as_json)
     return started.exit_code

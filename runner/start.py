@@ -1,6 +1,6 @@
 """Starting and continuing runs from what a person asked for: a `RunRequest` (the options of
 `runner run`) checked and resolved against the config files and the environment into a new
-`RunState`, then queued or driven here (`start`); a `ResumeRequest` applied to a stopped run,
+`RunState`, then queued or driven here (`launch`); a `ResumeRequest` applied to a stopped run,
 then queued or driven here (`resume`).
 
 `prepare` decides the endpoint (a scenario's scripted provider, a base URL, or a local model
@@ -67,7 +67,7 @@ class Prepared:
 
 @dataclass(frozen=True)
 class Started:
-    """What `start` or `resume` came to: the run at its stop (or as queued), whether it was
+    """What `launch` or `resume` came to: the run at its stop (or as queued), whether it was
     queued for a worker, and whether it was kept (a new run that never got a reply is not)."""
 
     state: RunState
@@ -257,7 +257,7 @@ def _unwatched(run_id: str) -> AbstractContextManager[object]:
     return contextlib.nullcontext()
 
 
-def start(prepared: Prepared, runs: store.RunStore, feedback: Feedback = Feedback(), *,
+def launch(prepared: Prepared, runs: store.RunStore, feedback: Feedback = Feedback(), *,
           on_runs_dir: Callable[[Path], None] | None = None, watch: Watch = _unwatched) -> Started:
     """Queue a prepared run for a worker (`detach`), or create it and drive it here to its stop
     (see `runner.interactive.drive_in_foreground`: Ctrl-C is the run's Stop signal from before
