@@ -4,8 +4,8 @@
 (`runner scripted serve`), `ViewRequest` (`runner view`) and `ExperimentsRequest` (`runner
 experiments`).
 
-Each field is one command-line option and carries its help text, its flags and click's checks
-(`min`, `metavar`) as field metadata, so an option is declared once: the CLI builds the
+Each field is one command-line option and carries its help text, its flags and click's settings
+(`min`, `metavar`, ...) as field metadata, so an option is declared once: the CLI builds the
 command's options from the fields, and the library (`runner.start.prepare`,
 `runner.start.resume`, `runner.suite.run_requested`, `runner.local.serve_settings`, ...) takes
 the request whole. A request whose options contradict each other raises `UsageError` when
@@ -25,19 +25,19 @@ DEFAULT_MAX_TURNS = 20
 runner.state here would load pydantic for `runner --help`."""
 
 
-def option(default: Any, help: str, *flags: str, **checks: Any) -> Any:
+def option(default: Any, help: str, *flags: str, **click: Any) -> Any:
     """A field that is a command-line option: its default, its help text, its flags (none
-    given: --the-field-name, with --no-the-field-name for a bool) and click's `checks`
-    (`min`, `max`, `metavar`, `hidden`)."""
-    metadata = {"help": help, "flags": flags, **checks}
+    given: --the-field-name, with --no-the-field-name for a bool) and click's own settings of
+    it (`min`, `max`, `metavar`, `hidden`, `envvar`)."""
+    metadata = {"help": help, "flags": flags, **click}
     if isinstance(default, list):
         return field(default_factory=list, metadata=metadata)
     return field(default=default, metadata=metadata)
 
 
-def argument(help: str, **checks: Any) -> Any:
+def argument(help: str, **click: Any) -> Any:
     """A field that is the command's one optional positional argument."""
-    return field(default=None, metadata={"help": help, "argument": True, **checks})
+    return field(default=None, metadata={"help": help, "argument": True, **click})
 
 
 def _max_turns() -> Any:
@@ -51,8 +51,8 @@ def _max_budget() -> Any:
                   "--max-budget", min=0.0)
 
 
-def _latency_ms(default: float | None, given: str) -> Any:
-    return option(default, f"Scripted provider: delay every reply by this many ms{given}.", min=0.0)
+def _latency_ms(default: float | None, note: str = "") -> Any:
+    return option(default, f"Scripted provider: delay every reply by this many ms{note}.", min=0.0)
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class RunRequest:
     research_max_turns: int = option(6, "Turn cap of each research child run.", min=1)
     research_max_budget_usd: float = option(
         0.05, "Budget of each research child run, USD.", "--research-max-budget", min=0.0)
-    latency_ms: float = _latency_ms(0.0, "")
+    latency_ms: float = _latency_ms(0.0)
     fault: str | None = option(None, "Scripted provider: faults KIND@TURN,... (429, 500, 401, truncated, slow).")
     detach: bool = option(False, "Queue the run for `runner worker` instead of driving it here.", "--detach")
     keep: bool = option(
@@ -165,7 +165,7 @@ class SuiteRequest:
         "--base-url")
     max_turns: int = option(8, "Turn cap per task.", min=1)
     max_tokens: int | None = option(None, "Cap on each reply, tokens [default: the server's].", min=1)
-    latency_ms: float = _latency_ms(0.0, "")
+    latency_ms: float = _latency_ms(0.0)
     repeats: int = option(1, "Runs per task and model (the report gives pass rates over them).", "--repeat", min=1)
     executor: str = option(
         "local", "local (this process, one run at a time) or ray (Ray actors; pip install 'runner[ray]').")
