@@ -1,5 +1,6 @@
 """Everything runner shows a person: tables fitted to the terminal, a run at its stop, the live
-per-turn line, and the suite's reports (a terminal table, Markdown, a turn-time plot).
+per-turn line, and the suite's reports (a terminal table, Markdown, a turn-time plot); and what
+each command prints at its end, text or `--json` (stdout: the result; stderr: `say`).
 
 The library never prints: it returns data or reports through callbacks, and the CLI hands what
 it gets to the functions here. One helper, `print_table`, fits every table to the terminal
@@ -38,6 +39,16 @@ def console() -> Any:
     from rich.console import Console
 
     return Console()
+
+
+def terminal_width() -> int:
+    """The terminal's width in columns ($COLUMNS, else 80 when piped)."""
+    return shutil.get_terminal_size((80, 24)).columns
+
+
+def say(line: str) -> None:
+    """One line on stderr (progress and notices; stdout carries the result)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
@@ -97,7 +108,7 @@ class TurnLine:
 
     def __init__(self) -> None:
         self.tty = sys.stderr.isatty()
-        self.width = shutil.get_terminal_size((80, 24)).columns
+        self.width = terminal_width()
         self.drawn_at = 0.0
         self.open = False
 
@@ -142,7 +153,7 @@ class PullLine:
         now = time.perf_counter()
         if label != self.label or now - self.drawn_at >= 0.2:
             self.label, self.drawn_at = label, now
-            sys.stderr.write("\r\x1b[2K" + line[: shutil.get_terminal_size((80, 24)).columns - 1])
+            sys.stderr.write("\r\x1b[2K" + line[: terminal_width() - 1])
             sys.stderr.flush()
 
     def close(self) -> None:
@@ -807,16 +818,6 @@ def unkept_lines(state: RunState, width: int) -> list[str]:
     return [*textwrap.wrap(f"error: {state.reason}", width, subsequent_indent="  ", break_on_hyphens=False,
                            break_long_words=False),
             f"not kept: run {state.run_id} never got a reply; --keep keeps such runs"]
-
-
-def terminal_width() -> int:
-    """The terminal's width in columns ($COLUMNS, else 80 when piped)."""
-    return shutil.get_terminal_size((80, 24)).columns
-
-
-def say(line: str) -> None:
-    """One line on stderr (progress and notices; stdout carries the result)."""
-    print(line, file=sys.stderr, flush=True)
 
 
 def created_runs_dir(path: Path) -> None:
