@@ -77,16 +77,10 @@ async def drive(
         RunBusy: another process drives the run. StaleState: `state` is behind the stored one.
         LeaseLost: another driver took the run over (its lease expired).
     """
-    from runner import catalog
-    from runner.client import ChatClient
-    from runner.config import key_for
     from runner.endpoints import open_endpoint
     from runner.store import FileStore
 
-    given = [t for t in tools or [] if not isinstance(t, str)]
-    if tools is not None and state.seq == 0:
-        catalog.offer(state.config, tools)
-    catalog_tools = catalog.build(state.config, given)
+    catalog_tools = _offered(state, tools)
     with contextlib.ExitStack() as cleanup:
         store = FileStore(runs) if isinstance(runs, Path) else runs
         cancel = cancel or CancelToken()
@@ -95,9 +89,7 @@ async def drive(
         if base_url is None:  # open the run's own endpoint for this run alone
             opened = cleanup.enter_context(open_endpoint(cfg.endpoint))
             base_url, server_settings = opened.base_url, server_settings or opened.server_settings
-        key = key_for(cfg.endpoint.api_key_env, api_key)
-        async with ChatClient(base_url, timeout_s=cfg.endpoint.timeout_s, max_retries=cfg.endpoint.max_retries,
-                              http=http, api_key=key, on_retry=on_retry) as client:
+        async with _client(state, base_url, http, api_key, on_retry) as client:
             rt = loop.Runtime(
                 client=client, tools=catalog_tools, workspace=workspace, run=handle, cancel=cancel,
                 on_progress=on_progress, tracer=handle.tracer() if handle else Tracer(None),
@@ -105,6 +97,27 @@ async def drive(
                 on_turn=on_turn,
             )
             return await loop.run(state, rt)
+
+
+def _offered(state: RunState, tools: Sequence[Tool | str] | None) -> list[Tool]:
+    """The run's tool objects; for a new run, `tools` are first recorded as the catalog it offers."""
+    from runner import catalog
+
+    given = [t for t in tools or [] if not isinstance(t, str)]
+    if tools is not None and state.seq == 0:
+        catalog.offer(state.config, tools)
+    return catalog.build(state.config, given)
+
+
+def _client(state: RunState, base_url: str, http: httpx.AsyncClient | None, api_key: str | None,
+            on_retry: RetryCallback | None) -> ChatClient:
+    """The run's chat client: its endpoint's timeout and retries, the key `drive` describes."""
+    from runner.client import ChatClient
+    from runner.config import key_for
+
+    endpoint = state.config.endpoint
+    return ChatClient(base_url, timeout_s=endpoint.timeout_s, max_retries=endpoint.max_retries, http=http,
+                      api_key=key_for(endpoint.api_key_env, api_key), on_retry=on_retry)
 
 
 def _placed(state: RunState, store: RunStore | None, lease: Lease | None, cancel: CancelToken,
