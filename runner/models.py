@@ -124,6 +124,12 @@ class ModelEntry(BaseModel):
     """Harness default for runs on this model: text added to the end of the system prompt."""
     description: str = ""
 
+    def harness_defaults(self) -> dict[str, Any]:
+        """The `RunConfig` fields a run on this model gets unless the user sets them."""
+        return {"answer_after_tool_turns": self.answer_after_tool_turns, "answer_on_stall": self.answer_on_stall,
+                "answer_restates_results": self.answer_restates_results,
+                "parallel_tool_calls": self.parallel_tool_calls}
+
     @model_validator(mode="after")
     def _check_source_fields(self) -> ModelEntry:
         if self.source == "hub" and not self.repo_id:

@@ -101,7 +101,8 @@ class RunRequest:
         "corrective", "A reply with no answer and no usable call: corrective (ask again with a message saying "
                       "what went wrong), repeat (ask again as before) or fail.")
     answer_after: int | None = option(
-        None, "After this many turns of tool calls, ask for the answer (tool_choice none) [default: never].", min=1)
+        None, "After this many turns of tool calls, ask for the answer (tool_choice none) [default: the local "
+              "model's manifest value, else never].", min=1)
     cap_max_tokens: bool = option(
         False, "Also cap each reply's max_tokens from the budget left (after an estimate of the prompt), so spend "
                "stays under --max-budget as far as the estimate holds.")

@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -40,12 +40,14 @@ OpenTelemetry export of it)."""
 @dataclass(frozen=True)
 class LocalChoice:
     """A model runner serves itself: its name, what `Endpoint.local_model` records, the
-    manifest's first-turn tool choice, and the GGUF."""
+    manifest's first-turn tool choice, the GGUF, and the manifest's harness defaults for it
+    (`ModelEntry.harness_defaults`)."""
 
     name: str
     recorded: str
     tool_choice: Literal["auto", "required", "none"]
     path: Path
+    harness: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def prepare(req: RunRequest) -> Prepared:
         local_model=local.recorded if local else None, latency_ms=req.latency_ms, api_key_env=key.env,
         first_turn_tool_choice=settings.get("tool_choice") or (local.tool_choice if local else "auto"),
         timeout_s=settings.get("timeout_s"), max_retries=settings.get("max_retries"))
-    config = _config(req, settings, endpoint, name)
+    config = _config(req, settings, endpoint, name, local.harness if local else {})
     if req.no_builtin_tools and not own:
         raise UsageError("--no-builtin-tools leaves no tool: give --tool MODULE:ATTRIBUTE")
     if own:
@@ -164,15 +166,19 @@ def _endpoint_choice(req: RunRequest, settings: Settings) -> tuple[str | None, s
     return url, model, local
 
 
-def _config(req: RunRequest, settings: Settings, endpoint: Endpoint, scenario: str) -> RunConfig:
+def _config(req: RunRequest, settings: Settings, endpoint: Endpoint, scenario: str,
+            model_defaults: dict[str, Any]) -> RunConfig:
     fields: dict[str, Any] = {
+        **model_defaults,
         "dedupe": req.dedupe, "dedupe_all": req.dedupe_all, "tool_errors": req.tool_errors,
         "permanent_errors": req.permanent_errors, "auto_approve": req.auto_approve,
         "price_in_usd_per_mtok": settings.get("price_in_usd_per_mtok"),
         "price_out_usd_per_mtok": settings.get("price_out_usd_per_mtok"),
         "research_max_turns": req.research_max_turns, "research_max_budget_usd": req.research_max_budget_usd,
-        "on_slip": req.on_slip, "answer_after_tool_turns": req.answer_after,
+        "on_slip": req.on_slip,
     }
+    if req.answer_after is not None or "answer_after_tool_turns" not in fields:
+        fields["answer_after_tool_turns"] = req.answer_after
     limits = Limits(max_turns=settings.get("max_turns") or None, max_budget_usd=settings.get("max_budget_usd"),
                     cap_max_tokens=req.cap_max_tokens, max_identical_failures=req.max_identical_failures)
     config = RunConfig(endpoint=endpoint, limits=limits, **fields)
@@ -234,11 +240,14 @@ def local_choice(model: str) -> LocalChoice | None:
         if not path.is_file():
             raise UsageError(f"--model {model}: no such file")
         entry = models.entry_for(path.stem, path, manifest)
-        return LocalChoice(path.stem, str(path.resolve()), entry.first_turn_tool_choice if entry else "auto", path)
+        return LocalChoice(path.stem, str(path.resolve()), entry.first_turn_tool_choice if entry else "auto", path,
+                           entry.harness_defaults() if entry else {})
     name = models.manifest_name(model, manifest)
     if name not in [m.name for m in manifest.models]:
         return None
-    return LocalChoice(name, name, manifest.entry(name).first_turn_tool_choice, models.resolve(name, manifest))
+    entry = manifest.entry(name)
+    return LocalChoice(name, name, entry.first_turn_tool_choice, models.resolve(name, manifest),
+                       entry.harness_defaults())
 
 
 def never_reached(state: RunState) -> bool:

@@ -252,3 +252,28 @@ def test_unreachable_hub_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(PullError, match=f"from {closed}: .*(Connection refused|ConnectError)"):
         models.pull(QWEN, False, manifest=manifest_with(None), directory=tmp_path, endpoint=closed)
     assert not (tmp_path / FILENAME).exists() and not leftovers(tmp_path)
+
+
+def test_a_local_run_takes_the_manifest_harness_defaults_unless_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner import start
+    from runner.request import RunRequest
+
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF")  # prepare() only records the file; nothing loads it
+    entry = ModelEntry(name="tiny", source="hub", repo_id="x/tiny", filename=gguf.name, quantization="Q4_K_M",
+                       first_turn_tool_choice="required", answer_after_tool_turns=3, answer_on_stall=True,
+                       answer_restates_results="always", parallel_tool_calls=False)
+    (tmp_path / "manifest.json").write_text(Manifest(default="tiny", fallback="tiny", models=[entry]).model_dump_json())
+    monkeypatch.setenv("RUNNER_MANIFEST", str(tmp_path / "manifest.json"))
+    monkeypatch.chdir(tmp_path)
+    config = start.prepare(RunRequest(prompt="How many files?", model=str(gguf))).state.config
+    assert (config.answer_after_tool_turns, config.answer_on_stall) == (3, True)
+    assert (config.answer_restates_results, config.parallel_tool_calls) == ("always", False)
+    assert config.endpoint.first_turn_tool_choice == "required"
+    given = start.prepare(RunRequest(prompt="How many files?", model=str(gguf), answer_after=1)).state.config
+    assert (given.answer_after_tool_turns, given.answer_on_stall) == (1, True)
+    elsewhere = start.prepare(RunRequest(prompt="hi", model="m", base_url="http://127.0.0.1:9/v1")).state.config
+    assert (elsewhere.answer_after_tool_turns, elsewhere.answer_on_stall, elsewhere.parallel_tool_calls) == (
+        None, False, None)
