@@ -25,7 +25,7 @@ import pytest
 
 from runner.state import Endpoint, RunConfig, new_run
 from runner.store import FileStore
-from tests.conftest import Backend, cli, cli_json
+from tests.conftest import Backend, cli_process, cli_process_json
 from tests.fakeprovider import FakeProvider, completion, tool_call
 
 pytestmark = pytest.mark.slow  # each test starts servers and processes: seconds to tens of seconds
@@ -112,7 +112,7 @@ def script_run(backend: Backend) -> str:
         return completion({"role": "assistant", "content": "There is no file <b>named</b> " + SCRIPT})
 
     with FakeProvider(handler) as fake:
-        code, out = cli_json("run", "Read the file.", "--base-url", fake.base_url, "--model", "fake",
+        code, out = cli_process_json("run", "Read the file.", "--base-url", fake.base_url, "--model", "fake",
                              runs_dir=backend.runs, env=backend.env)
     assert code == 0, out
     return str(out["run_id"])
@@ -122,10 +122,10 @@ def script_run(backend: Backend) -> str:
 def test_browser_runs_run_transcript_chart_and_approval(backend: Backend, tmp_path: Path, page: Any) -> None:
     runs, env = backend.runs, backend.env
     shots = tmp_path / "screenshots"
-    code, plan = cli_json("run", "--scenario", "plan", runs_dir=runs, env=env)
+    code, plan = cli_process_json("run", "--scenario", "plan", runs_dir=runs, env=env)
     assert code == 0
     scripted = script_run(backend)
-    code, waiting = cli_json("run", "--scenario", "destructive", runs_dir=runs, env=env)
+    code, waiting = cli_process_json("run", "--scenario", "destructive", runs_dir=runs, env=env)
     assert code == 3 and waiting["interruption"]["type"] == "approval", waiting
     call_id = waiting["interruption"]["call_id"]
 
@@ -173,7 +173,7 @@ def test_browser_runs_run_transcript_chart_and_approval(backend: Backend, tmp_pa
             worker.stop()
         assert f"worker: {waiting['run_id']}: completed" in worker.stderr
     trace = [json.loads(line) for line in
-             cli("trace", waiting["run_id"], "--json", runs_dir=runs, env=env).stdout.splitlines()]
+             cli_process("trace", waiting["run_id"], "--json", runs_dir=runs, env=env).stdout.splitlines()]
     verdicts = [e for e in trace if e["type"] == "verdict"]
     assert len(verdicts) == 1 and verdicts[0]["verdict"] == "approve" and verdicts[0]["callId"] == call_id
     assert verdicts[0]["by"].startswith("web: ")
@@ -247,7 +247,7 @@ def test_live_runs_list_follows_a_local_model_suite_turn_by_turn(tmp_path: Path,
 
 
 def test_non_loopback_needs_a_token(tmp_path: Path) -> None:
-    proc = cli("view", "--host", "0.0.0.0", runs_dir=tmp_path / "runs", timeout=60)
+    proc = cli_process("view", "--host", "0.0.0.0", runs_dir=tmp_path / "runs", timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--token" in proc.stderr, proc.stderr
 
@@ -255,7 +255,7 @@ def test_non_loopback_needs_a_token(tmp_path: Path) -> None:
 def test_token_csrf_and_host_checks(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     env = {"RUNNER_RUNS_DIR": str(runs)}
-    code, waiting = cli_json("run", "--scenario", "destructive", runs_dir=runs)
+    code, waiting = cli_process_json("run", "--scenario", "destructive", runs_dir=runs)
     assert code == 3
     run_id, call_id = waiting["run_id"], waiting["interruption"]["call_id"]
     with view_server({**env, "RUNNER_VIEW_TOKEN": "s3cret-token"}, "--host", "0.0.0.0") as url:
@@ -283,16 +283,16 @@ def test_token_csrf_and_host_checks(tmp_path: Path) -> None:
                                headers={"Sec-Fetch-Site": "cross-site"})
             assert site.status_code == 403
             assert client.get(f"/runs/{run_id}/verdict").status_code == 405  # state changes only by POST
-            state = json.loads(cli("runs", "--json", runs_dir=runs).stdout)[0]
+            state = json.loads(cli_process("runs", "--json", runs_dir=runs).stdout)[0]
             assert state["status"] == "interrupted"  # nothing above gave a verdict
             given = client.post(f"/runs/{run_id}/verdict", data={**form, "verdict": "reject", "reason": "keep it",
                                                                  "csrf": csrf.group(1)},
                                 headers={"Origin": url.rstrip("/")})
             assert given.status_code == 303
-    trace = [json.loads(line) for line in cli("trace", run_id, "--json", runs_dir=runs).stdout.splitlines()]
+    trace = [json.loads(line) for line in cli_process("trace", run_id, "--json", runs_dir=runs).stdout.splitlines()]
     verdict = next(e for e in trace if e["type"] == "verdict")
     assert verdict["verdict"] == "reject" and verdict["reason"] == "keep it" and verdict["by"].startswith("web: ")
-    code, resumed = cli_json("resume", run_id, runs_dir=runs)  # a web verdict, then a plain resume
+    code, resumed = cli_process_json("resume", run_id, runs_dir=runs)  # a web verdict, then a plain resume
     assert code == 0 and resumed["status"] == "completed" and "did not delete" in resumed["answer"], resumed
 
     with view_server(env) as url:  # loopback without a token: only loopback host names
@@ -305,8 +305,8 @@ def test_runs_filters_totals_and_suites(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     env = {"RUNNER_RUNS_DIR": str(runs)}
     for scenario in ("plan", "plan", "repeat"):
-        cli_json("run", "--scenario", scenario, runs_dir=runs)
-    code, report = cli_json("suite", "--provider", "scripted", runs_dir=runs, timeout=120)
+        cli_process_json("run", "--scenario", scenario, runs_dir=runs)
+    code, report = cli_process_json("suite", "--provider", "scripted", runs_dir=runs, timeout=120)
     assert code == 0
     with view_server(env) as url:
         everything = httpx.get(url).text
