@@ -38,7 +38,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with what it needs, from its module and its fixtures, so that
-    `-m "not llama and not postgres and not ray and not slow"` is the fast subset."""
+    `-m "not llama and not postgres and not ray and not slow"` is the fast subset. A test that
+    starts a llama.cpp server of its own is marked `llama` by hand."""
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""  # type: ignore[attr-defined]
         fixtures = set(getattr(item, "fixturenames", ()))
