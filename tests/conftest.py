@@ -36,6 +36,19 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{marker}: needs {what} (left out by ./scripts/test.sh --fast)")
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave unimported a test module whose every test `-m` leaves out (with an expression of
+    the form "not A and not B ..."): the fast subset imports neither Ray nor llama.cpp's models."""
+    markexpr = str(config.getoption("markexpr") or "")
+    excluded = {part.strip().removeprefix("not ").strip() for part in markexpr.split(" and ")
+                if part.strip().startswith("not ")}
+    if " or " in markexpr or not excluded:
+        return None
+    if any(collection_path.stem in modules for marker, (_, modules, _) in NEEDS.items() if marker in excluded):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with what it needs, from its module and its fixtures, so that
     `-m "not llama and not postgres and not ray and not slow"` is the fast subset. A test that
