@@ -171,7 +171,8 @@ def test_an_empty_prompt_or_prompt_file_and_a_port_out_of_range_are_usage_errors
                           (["run", "", "--scenario", "plan"], "the PROMPT is empty"),
                           (["view", "--port", "99999"], "65535"),
                           (["scripted", "serve", "--port", "99999"], "65535")):
-        proc = cli(*args, runs_dir=runs)
+        serves = args[0] in ("view", "scripted")  # in a child process: refused or not, it ends
+        proc = (cli_process if serves else cli)(*args, runs_dir=runs)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
         assert "bug in runner" not in proc.stderr
     assert not runs.exists()  # nothing was run

@@ -1,7 +1,7 @@
 """OpenTelemetry export against a real receiver: Arize Phoenix (`phoenix serve`, the `phoenix`
 extra, in the dev extra too) started by the test on free loopback ports, fed over OTLP/HTTP by
-the real CLI, and read back through Phoenix's REST API. The runs are the scripted provider's,
-so their turns, tokens and tools are known."""
+the real CLI, and read back through Phoenix's REST API (those tests are marked slow). The runs
+are the scripted provider's, so their turns, tokens and tools are known."""
 
 from __future__ import annotations
 
@@ -18,9 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import cli_process, cli_process_json
-
-pytestmark = pytest.mark.slow  # Phoenix takes 10-15 s to start
+from tests.conftest import cli, cli_process, cli_process_json
 
 STARTUP_S = 120.0
 """Phoenix's start-up took 12.6 s on this machine at load 4.7 (migrations of a new SQLite file)."""
@@ -94,6 +92,7 @@ def spans_of(phoenix: str, trace_id: str, want: int, *, settle_s: float = 0.0) -
         time.sleep(0.3)
 
 
+@pytest.mark.slow  # Phoenix takes 10-15 s to start
 def test_a_scripted_run_exported_live_then_twice_is_one_trace(phoenix: str, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     code, run = cli_process_json("run", "--scenario", "plan", "--otlp-endpoint", phoenix, runs_dir=runs)
@@ -128,6 +127,7 @@ def test_a_scripted_run_exported_live_then_twice_is_one_trace(phoenix: str, tmp_
     assert len(spans_of(phoenix, trace_id, 6, settle_s=2.0)) == 6  # exported twice: still one trace of 6 spans
 
 
+@pytest.mark.slow  # Phoenix takes 10-15 s to start
 def test_child_runs_nest_under_the_research_call_and_a_resumed_run_is_one_trace(phoenix: str, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     code, parent = cli_process_json("run", "--scenario", "research", runs_dir=runs)
@@ -173,12 +173,13 @@ def test_no_endpoint_imports_nothing_of_opentelemetry(tmp_path: Path) -> None:
 
 def test_export_needs_an_endpoint_and_a_known_run(tmp_path: Path) -> None:
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": ""}
-    proc = cli_process("export", "nope", runs_dir=tmp_path / "runs", env=env)
+    proc = cli("export", "nope", runs_dir=tmp_path / "runs", env=env)
     assert proc.returncode == 2 and "--otlp-endpoint" in proc.stderr
-    proc = cli_process("export", "nope", "--otlp-endpoint", "http://127.0.0.1:9", runs_dir=tmp_path / "runs", env=env)
+    proc = cli("export", "nope", "--otlp-endpoint", "http://127.0.0.1:9", runs_dir=tmp_path / "runs", env=env)
     assert proc.returncode == 2 and "nope" in proc.stderr
 
 
+@pytest.mark.slow  # Phoenix takes 10-15 s to start
 def test_a_worker_and_a_suite_export_live(phoenix: str, tmp_path: Path) -> None:
     """`--otlp-endpoint` on `runner worker` (every run it drives) and on `runner suite`."""
     from runner.otel import trace_id_of

@@ -1,7 +1,8 @@
-"""`runner view` in a real headless Chromium (Debian's `chromium`, driven by playwright), over
-runs made by the real CLI against the real scripted provider, and a worker driving a run the
-page approved. Also the view's guard over plain HTTP: the token, the loopback Host check and
-the CSRF defence. Screenshots of each browser step go to the test's temp folder.
+"""`runner view` in a real headless Chromium (Debian's `chromium`, driven by playwright; those
+tests are marked slow), over runs made by the real CLI against the real scripted provider, and
+a worker driving a run the page approved. Also the view's guard over plain HTTP: the token, the
+loopback Host check and the CSRF defence. Screenshots of each browser step go to the test's
+temp folder.
 
 Needs /usr/bin/chromium (`.ci/run` installs it: `apt-get install chromium`) and the
 `playwright` package (dev extra); playwright's own browser download is never used.
@@ -25,10 +26,8 @@ import pytest
 
 from runner.state import Endpoint, RunConfig, new_run
 from runner.store import FileStore
-from tests.conftest import Backend, cli_process, cli_process_json
+from tests.conftest import Backend, cli, cli_json, cli_process, cli_process_json
 from tests.fakeprovider import FakeProvider, completion, tool_call
-
-pytestmark = pytest.mark.slow  # each test starts servers and processes: seconds to tens of seconds
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -118,6 +117,7 @@ def script_run(backend: Backend) -> str:
     return str(out["run_id"])
 
 
+@pytest.mark.slow  # a headless Chromium
 @pytest.mark.parametrize("backend", ["files", "postgres"], indirect=True)
 def test_browser_runs_run_transcript_chart_and_approval(backend: Backend, tmp_path: Path, page: Any) -> None:
     runs, env = backend.runs, backend.env
@@ -182,6 +182,7 @@ def test_browser_runs_run_transcript_chart_and_approval(backend: Backend, tmp_pa
                                                        "4-waiting.png", "5-completed.png"]
 
 
+@pytest.mark.slow  # a headless Chromium
 @pytest.mark.parametrize("backend", ["files", "postgres"], indirect=True)
 def test_live_page_shows_turns_before_the_run_ends(backend: Backend, page: Any, tmp_path: Path) -> None:
     """A slow scripted run (700 ms per reply) driven by `runner run` in another process: the
@@ -220,6 +221,7 @@ new MutationObserver(record).observe(document.getElementById("runs-list"), {chil
 """Records every (run id, status, turns) the live runs list shows, as it is updated."""
 
 
+@pytest.mark.slow  # a headless Chromium
 @pytest.mark.llama
 def test_live_runs_list_follows_a_local_model_suite_turn_by_turn(tmp_path: Path, page: Any) -> None:
     """`runner suite --provider local` (the packaged SmolLM2 on the real llama.cpp server) in
@@ -247,7 +249,7 @@ def test_live_runs_list_follows_a_local_model_suite_turn_by_turn(tmp_path: Path,
 
 
 def test_non_loopback_needs_a_token(tmp_path: Path) -> None:
-    proc = cli_process("view", "--host", "0.0.0.0", runs_dir=tmp_path / "runs", timeout=60)
+    proc = cli_process("view", "--host", "0.0.0.0", runs_dir=tmp_path / "runs", timeout=60)  # or it serves on
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--token" in proc.stderr, proc.stderr
 
@@ -255,7 +257,7 @@ def test_non_loopback_needs_a_token(tmp_path: Path) -> None:
 def test_token_csrf_and_host_checks(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     env = {"RUNNER_RUNS_DIR": str(runs)}
-    code, waiting = cli_process_json("run", "--scenario", "destructive", runs_dir=runs)
+    code, waiting = cli_json("run", "--scenario", "destructive", runs_dir=runs)
     assert code == 3
     run_id, call_id = waiting["run_id"], waiting["interruption"]["call_id"]
     with view_server({**env, "RUNNER_VIEW_TOKEN": "s3cret-token"}, "--host", "0.0.0.0") as url:
@@ -283,16 +285,16 @@ def test_token_csrf_and_host_checks(tmp_path: Path) -> None:
                                headers={"Sec-Fetch-Site": "cross-site"})
             assert site.status_code == 403
             assert client.get(f"/runs/{run_id}/verdict").status_code == 405  # state changes only by POST
-            state = json.loads(cli_process("runs", "--json", runs_dir=runs).stdout)[0]
+            state = json.loads(cli("runs", "--json", runs_dir=runs).stdout)[0]
             assert state["status"] == "interrupted"  # nothing above gave a verdict
             given = client.post(f"/runs/{run_id}/verdict", data={**form, "verdict": "reject", "reason": "keep it",
                                                                  "csrf": csrf.group(1)},
                                 headers={"Origin": url.rstrip("/")})
             assert given.status_code == 303
-    trace = [json.loads(line) for line in cli_process("trace", run_id, "--json", runs_dir=runs).stdout.splitlines()]
+    trace = [json.loads(line) for line in cli("trace", run_id, "--json", runs_dir=runs).stdout.splitlines()]
     verdict = next(e for e in trace if e["type"] == "verdict")
     assert verdict["verdict"] == "reject" and verdict["reason"] == "keep it" and verdict["by"].startswith("web: ")
-    code, resumed = cli_process_json("resume", run_id, runs_dir=runs)  # a web verdict, then a plain resume
+    code, resumed = cli_json("resume", run_id, runs_dir=runs)  # a web verdict, then a plain resume
     assert code == 0 and resumed["status"] == "completed" and "did not delete" in resumed["answer"], resumed
 
     with view_server(env) as url:  # loopback without a token: only loopback host names
@@ -305,8 +307,8 @@ def test_runs_filters_totals_and_suites(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     env = {"RUNNER_RUNS_DIR": str(runs)}
     for scenario in ("plan", "plan", "repeat"):
-        cli_process_json("run", "--scenario", scenario, runs_dir=runs)
-    code, report = cli_process_json("suite", "--provider", "scripted", runs_dir=runs, timeout=120)
+        cli_json("run", "--scenario", scenario, runs_dir=runs)
+    code, report = cli_json("suite", "--provider", "scripted", runs_dir=runs, timeout=120)
     assert code == 0
     with view_server(env) as url:
         everything = httpx.get(url).text
