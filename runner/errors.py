@@ -11,6 +11,7 @@ with `--debug` for the traceback.
     │   └── NotFound (2)            a run, model, scenario, tool or call that does not exist
     │       ├── RunNotFound, UnknownTool, UnknownScenario, NotPending
     │       └── ModelNotFound       (also a ModelError)
+    │   └── MissingExtra (2)        an optional dependency is not installed (also an ImportError)
     ├── RunBusy (2)                 another process is driving the run
     ├── CorruptState (1)            a saved state or trace that cannot be read
     │   ├── StaleState              a state behind the stored one (an old copy)
@@ -25,12 +26,23 @@ with `--debug` for the traceback.
     └── ServiceError (1)            a helper server (scripted provider, llama.cpp) did not start
         └── LocalServerError        the llama.cpp server, with its log tail
 
-Each class lives here; the modules that raise them re-export the ones callers catch.
+Each class lives here; the modules that raise them re-export the ones callers catch. A command
+that drove a run exits with the code `EXIT_CODES` gives the status the run stopped with.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+if TYPE_CHECKING:
+    from runner.state import RunStatus
+
+EXIT_CODES: dict[RunStatus, int] = {
+    "completed": 0, "failed": 1, "max_turns_exceeded": 3, "budget_exceeded": 3, "interrupted": 3,
+    "running": 3,
+}
+"""Exit code per run status: 0 completed; 1 failed; 3 stopped resumably (max turns, budget,
+interrupted: approval, cancel, provider unavailable). A test checks every `RunStatus` has one."""
 
 
 class RunnerError(Exception):
@@ -43,6 +55,11 @@ class UsageError(RunnerError, ValueError):
     """Bad input from the user (options, arguments, a verdict for the wrong call)."""
 
     exit_code = 2
+
+
+class MissingExtra(UsageError, ImportError):
+    """An optional dependency a feature needs is not installed; the message names the extra
+    that installs it (pip install 'runner[otel]')."""
 
 
 class NotFound(UsageError, LookupError):

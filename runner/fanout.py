@@ -450,8 +450,11 @@ def executor(name: str, *, address: str | None = None, actors: int | None = None
     """The executor called `name` ("local" or "ray").
 
     Raises:
-        UsageError: an unknown name, or "ray" when Ray is not installed (`pip install runner[ray]`).
+        UsageError: an unknown name, `address` or `actors` for "local", or "ray" when Ray is not
+            installed (`pip install runner[ray]`).
     """
+    if name == "local" and (address or actors):
+        raise UsageError("--address and --actors need --executor ray")
     if name == "local":
         return LocalExecutor()
     if name != "ray":

@@ -1,25 +1,30 @@
 """Driving one run in the foreground of a terminal: its endpoint opened for it, Ctrl-C (SIGINT)
-and SIGTERM as the run's Stop signal, progress reported through callbacks.
+and SIGTERM as the run's Stop signal, progress reported through callbacks (`Feedback`).
 
 The first Ctrl-C while the loop runs reaches the HTTP call and any running tool through the
 run's `CancelToken`; the loop saves the run `interrupted` and returns. A Ctrl-C while the
-endpoint starts saves the run `interrupted` too and raises `StoppedEarly`. Further Ctrl-Cs are
-ignored, so that nothing cuts a save short.
+endpoint starts saves the run `interrupted` too, says so, and ends the process at once with
+the run's exit code. Further Ctrl-Cs are ignored, so that nothing cuts a save short.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from runner.cancel import CancelToken
 from runner.endpoints import open_endpoint
+from runner.errors import EXIT_CODES
 from runner.harness import drive
 from runner.state import CancelledInterruption, RunState
 
 if TYPE_CHECKING:
+    from runner.client import RetryCallback
     from runner.scripted import InProcessProvider, ScriptedProcess
     from runner.store import Lease, RunStore
     from runner.streaming import TurnProgress
@@ -28,12 +33,22 @@ OnToolProgress = Callable[[str, str, float], None]
 """Called with (tool name, label, ms since the run started in this process)."""
 
 
-class StoppedEarly(Exception):
-    """Ctrl-C came outside the loop's own handler; `state` is saved, `interrupted`, resumable."""
+@dataclass(frozen=True)
+class Feedback:
+    """What a run driven in the foreground reports as it goes; every callback is optional
+    (`runner.render.live_feedback` draws them on stderr)."""
 
-    def __init__(self, state: RunState) -> None:
-        super().__init__(f"run {state.run_id} interrupted")
-        self.state = state
+    on_note: Callable[[str], None] | None = None
+    """A line about how the run starts (the local model runner serves for it)."""
+    on_progress: OnToolProgress | None = None
+    on_turn: Callable[[TurnProgress], None] | None = None
+    """The progress of each model call (the live turn line)."""
+    on_retry: RetryCallback | None = None
+    """Each retry of a failed request, before its back-off."""
+    on_stopped_early: Callable[[RunState], None] | None = None
+    """A Ctrl-C came before the loop ran: the run is saved `interrupted`, the process exits next."""
+    on_end: Callable[[], None] | None = None
+    """The drive ended, however it ended (an open turn line is closed)."""
 
 
 class StopSignals:
@@ -74,32 +89,36 @@ class StopSignals:
             raise KeyboardInterrupt
 
 
-def drive_in_foreground(state: RunState, runs: RunStore, lease: Lease, signals: StopSignals, *,
-                        faults: str | None = None, provider: ScriptedProcess | InProcessProvider | None = None,
-                        on_progress: OnToolProgress | None = None,
-                        on_turn: Callable[[TurnProgress], None] | None = None, **options: Any) -> RunState:
+def drive_in_foreground(state: RunState, runs: RunStore, lease: Lease, signals: StopSignals,
+                        feedback: Feedback = Feedback(), *, faults: str | None = None,
+                        provider: ScriptedProcess | InProcessProvider | None = None, **options: Any) -> RunState:
     """Drive `state` under `lease` to its stop, starting its endpoint (or using `provider`, a
     scripted provider already starting for it, stopped here); releases the lease at the stop.
-    After it returns or raises, SIGINT and SIGTERM are ignored (the run is saved: nothing may
-    cut the report short).
+    After it returns, SIGINT and SIGTERM are ignored (the run is saved: nothing may cut the
+    report short).
 
-    `options` go to `runner.harness.drive` (`tools`, `api_key`, `on_retry`).
+    `options` go to `runner.harness.drive` (`tools`, `api_key`).
 
-    Raises:
-        StoppedEarly: a press came before the loop ran (while the run was created or its
-            endpoint started); the run is saved `interrupted`.
+    A press before the loop ran (while the run was created or its endpoint started) saves the
+    run `interrupted`, calls `feedback.on_stopped_early`, and ends the process at once with the
+    run's exit code (`runner.errors.EXIT_CODES`): this function does not return then.
     """
     try:
         signals.arm()
-        return _drive(state, runs, lease, faults, provider, on_progress, on_turn, signals, options)
+        return _drive(state, runs, lease, faults, provider, feedback, signals, options)
     except KeyboardInterrupt:
-        raise stopped_early(state, runs, lease) from None
+        _save_stopped_early(state, runs, lease)
     finally:
         _ignore_stop_signals()
         runs.release(lease)
+        if feedback.on_end is not None:
+            feedback.on_end()
+    if feedback.on_stopped_early is not None:
+        feedback.on_stopped_early(state)
+    _exit_now(EXIT_CODES[state.status])
 
 
-def stopped_early(state: RunState, runs: RunStore, lease: Lease) -> StoppedEarly:
+def _save_stopped_early(state: RunState, runs: RunStore, lease: Lease) -> None:
     """Save a run that Ctrl-C stopped before the loop ran as `interrupted` (unless it saved a
     stop already), ignoring further Ctrl-Cs so nothing cuts that short."""
     _ignore_stop_signals()
@@ -107,7 +126,15 @@ def stopped_early(state: RunState, runs: RunStore, lease: Lease) -> StoppedEarly
         state.status, state.reason = "interrupted", "cancelled: user pressed Stop before the run started"
         state.interruption = CancelledInterruption(reason="user pressed Stop")
         runs.save(state, (), lease)
-    return StoppedEarly(state)
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Leave the process with `code` once stdout and stderr are flushed: the run is saved,
+    released and said. A normal exit after a KeyboardInterrupt was seen to die of SIGINT (exit
+    -2) about 1 time in 15 during interpreter shutdown on this machine."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _ignore_stop_signals() -> None:
@@ -115,10 +142,11 @@ def _ignore_stop_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def _drive(state: RunState, runs: RunStore, lease: Lease, faults: str | None, provider: ScriptedProcess | InProcessProvider | None,
-           on_progress: OnToolProgress | None, on_turn: Callable[[TurnProgress], None] | None,
-           signals: StopSignals, options: dict[str, Any]) -> RunState:
+def _drive(state: RunState, runs: RunStore, lease: Lease, faults: str | None,
+           provider: ScriptedProcess | InProcessProvider | None, feedback: Feedback, signals: StopSignals,
+           options: dict[str, Any]) -> RunState:
     began = time.perf_counter()
+    on_progress = feedback.on_progress
 
     def progress(tool: str, label: str) -> None:
         if on_progress is not None:
@@ -129,7 +157,8 @@ def _drive(state: RunState, runs: RunStore, lease: Lease, faults: str | None, pr
         began = time.perf_counter()  # the run's clock, not the endpoint's start-up
         signals.loop = asyncio.get_running_loop()
         return await drive(state, base_url, runs, cancel=signals.cancel, on_progress=progress, lease=lease,
-                           on_turn=on_turn, server_settings=server_settings, **options)
+                           on_turn=feedback.on_turn, on_retry=feedback.on_retry, server_settings=server_settings,
+                           **options)
 
     if provider is not None:
         with provider as base_url:

@@ -36,6 +36,7 @@ from runner.procs import die_with
 
 if TYPE_CHECKING:
     from runner.kvprefix import PrefixStore
+    from runner.request import ServeRequest
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -189,6 +190,23 @@ def settings(**fields: Any) -> LocalSettings:
         problem = exc.errors()[0]
         where = ".".join(str(p) for p in problem["loc"])
         raise UsageError(f"local server setting {where}: {problem['msg'].removeprefix('Value error, ')}") from None
+
+
+def serve_settings(req: ServeRequest) -> tuple[str, Path, LocalSettings]:
+    """What `runner serve` serves: (the name it shows, the GGUF, its settings) for `req.model`
+    (a manifest name, a unique start of one, a .gguf path, or None: the default local model),
+    with the manifest's chat format and the settings `req` gives.
+
+    Raises:
+        ModelNotFound: no such model on disk. UsageError: as `settings`.
+    """
+    from runner import models
+
+    name, path = models.resolve_choice(models.manifest_name(req.model) if req.model else None)
+    entry = models.entry_for(name, path)
+    given = {"chat_format": entry.chat_format if entry else None, "n_threads": req.threads, "n_batch": req.n_batch}
+    return name, path, settings(model=path, port=req.port, n_ctx=req.n_ctx,
+                                **{k: v for k, v in given.items() if v is not None})
 
 
 def _flag(key: str) -> str:
@@ -439,6 +457,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def serve_until_stopped(settings: LocalSettings, on_ready: Callable[[str], None], say: Callable[[str], None]) -> None:
+    """Serve until SIGINT or SIGTERM: `on_ready` is called with the base URL, `say` with each
+    request's line of the server's log (see `follow_requests`) and once stopping."""
+    with LocalServer(settings) as server:
+        on_ready(server.base_url)
+        # Block only now: a child started with these signals blocked would ignore SIGTERM.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        follow_requests(server.log_path, lambda line: say(f"  {line}"))
+        say("stopping the server")
 
 
 def follow_requests(log_path: Path | None, say: Callable[[str], None]) -> None:

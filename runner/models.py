@@ -339,6 +339,13 @@ def resolve_choice(
     return (model if known else path.stem), path
 
 
+def manifest_name(model: str, manifest: Manifest | None = None) -> str:
+    """A manifest name for a unique start of one ("smollm2" -> "smollm2-135m-instruct"), else `model`."""
+    names = [m.name for m in (manifest or load_manifest()).models]
+    matches = [n for n in names if n == model] or [n for n in names if n.startswith(model.lower())]
+    return matches[0] if len(matches) == 1 else model
+
+
 def entry_for(name: str, path: Path | None = None, manifest: Manifest | None = None) -> ModelEntry | None:
     """The manifest entry for a model chosen on the command line: by name, else by the GGUF's
     file name; None for a model the manifest does not know (serve it with the defaults)."""

@@ -24,7 +24,8 @@ and tools still arrive, under the same span).
 
 OpenInference attributes (``openinference.span.kind``, ``llm.token_count.*``) ride along so
 Phoenix's own views show kinds and tokens. Only this module imports OpenTelemetry, and only
-`runner.cli` imports this module, when an endpoint is set.
+`runner.cli` imports this module, when an endpoint is set; without OpenTelemetry installed,
+importing it raises `MissingExtra` (a usage error naming the extra).
 """
 
 from __future__ import annotations
@@ -37,15 +38,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExportResult
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
-
 from runner import __version__
-from runner.errors import RunnerError, RunNotFound, UsageError
+from runner.errors import MissingExtra, RunnerError, RunNotFound, UsageError
+
+try:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExportResult
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+except ImportError as exc:
+    raise MissingExtra(f"--otlp-endpoint needs OpenTelemetry ({exc.name} is missing): "
+                       "pip install 'runner[otel]'") from None
 from runner.state import RunState
 from runner.store import RunStore
 from runner.trace import (
@@ -366,6 +371,29 @@ def export_runs(store: RunStore, run_ids: Sequence[str], endpoint: str) -> tuple
         return exporter.send(spans), unfinished
     finally:
         exporter.close()
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    """What `export` sent: the traces URL, how many spans, each run's trace id (32 hex
+    digits), and the runs that have not stopped (sent without their `invoke_agent` span)."""
+
+    endpoint: str
+    spans_sent: int
+    traces: dict[str, str]
+    unfinished: list[str]
+
+
+def export(store: RunStore, run_ids: Sequence[str], endpoint: str) -> ExportReport:
+    """`export_runs` to the traces URL of `endpoint` (see `traces_url`), with each run's trace id.
+
+    Raises:
+        UsageError: not an http(s) URL. RunNotFound, CorruptState, ExportFailed: as `export_runs`.
+    """
+    url = traces_url(endpoint)
+    sent, unfinished = export_runs(store, run_ids, url)
+    traces = {run_id: f"{trace_id_of(root_of(store, run_id)):032x}" for run_id in run_ids}
+    return ExportReport(url, sent, traces, unfinished)
 
 
 class LiveExport:

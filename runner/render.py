@@ -1,5 +1,6 @@
 """Everything runner shows a person: tables fitted to the terminal, a run at its stop, the live
-per-turn line, and the suite's reports (a terminal table, Markdown, a turn-time plot).
+per-turn line, and the suite's reports (a terminal table, Markdown, a turn-time plot); and what
+each command prints at its end, text or `--json` (stdout: the result; stderr: `say`).
 
 The library never prints: it returns data or reports through callbacks, and the CLI hands what
 it gets to the functions here. One helper, `print_table`, fits every table to the terminal
@@ -8,21 +9,26 @@ it gets to the functions here. One helper, `print_table`, fits every table to th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import shlex
 import shutil
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from runner.interactive import Feedback
     from runner.models import ModelStatus
+    from runner.otel import ExportReport
+    from runner.start import Started
     from runner.state import Message, RunState, TurnRecord
-    from runner.store import RepairReport, RunInfo
+    from runner.store import RepairReport, RunInfo, RunStore
     from runner.suite import SuiteReport, TaskResult, TaskSummary
     from runner.trace import TraceEvent
 
@@ -33,6 +39,16 @@ def console() -> Any:
     from rich.console import Console
 
     return Console()
+
+
+def terminal_width() -> int:
+    """The terminal's width in columns ($COLUMNS, else 80 when piped)."""
+    return shutil.get_terminal_size((80, 24)).columns
+
+
+def say(line: str) -> None:
+    """One line on stderr (progress and notices; stdout carries the result)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
@@ -92,7 +108,7 @@ class TurnLine:
 
     def __init__(self) -> None:
         self.tty = sys.stderr.isatty()
-        self.width = shutil.get_terminal_size((80, 24)).columns
+        self.width = terminal_width()
         self.drawn_at = 0.0
         self.open = False
 
@@ -137,13 +153,19 @@ class PullLine:
         now = time.perf_counter()
         if label != self.label or now - self.drawn_at >= 0.2:
             self.label, self.drawn_at = label, now
-            sys.stderr.write("\r\x1b[2K" + line[: shutil.get_terminal_size((80, 24)).columns - 1])
+            sys.stderr.write("\r\x1b[2K" + line[: terminal_width() - 1])
             sys.stderr.flush()
 
     def close(self) -> None:
         if self.tty and self.label:
             sys.stderr.write("\n")
             sys.stderr.flush()
+
+    def __enter__(self) -> PullLine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def run_lines(state: RunState, trace_at: str, width: int = 80) -> list[str]:
@@ -753,6 +775,11 @@ def repair_lines(report: RepairReport) -> list[str]:
             f"continue it with: runner resume {report.run_id}"]
 
 
+def repaired(report: RepairReport, as_json: bool) -> None:
+    """`runner repair`: what it did (see `repair_lines`), or with `as_json` the report as JSON."""
+    print(json.dumps(dataclasses.asdict(report)) if as_json else "\n".join(repair_lines(report)))
+
+
 def transcript(state: RunState, events: Sequence[TraceEvent], fmt: str, width: int, full: bool) -> str:
     """`runner show`: the transcript as text fitted to `width` (`full`: nothing cut), Markdown
     (`fmt` "md") or JSON, ending with a newline."""
@@ -776,8 +803,11 @@ def suite_cancelled(report: SuiteReport) -> str:
                + " (all in the JSON report)" if unfinished else ""))
 
 
-def print_models(rows: Sequence[ModelStatus]) -> None:
-    """The `runner models list` table."""
+def print_models(rows: Sequence[ModelStatus], as_json: bool = False) -> None:
+    """The `runner models list` table, or with `as_json` each model's status."""
+    if as_json:
+        print(json.dumps([r.model_dump(mode="json") for r in rows]))
+        return
     print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "path")],
                 [[r.name, "yes" if r.present else "no", r.source, f"{r.size_bytes / 1e6:.0f}" if r.size_bytes else "-",
                   str(r.path or "")] for r in rows])
@@ -788,3 +818,147 @@ def unkept_lines(state: RunState, width: int) -> list[str]:
     return [*textwrap.wrap(f"error: {state.reason}", width, subsequent_indent="  ", break_on_hyphens=False,
                            break_long_words=False),
             f"not kept: run {state.run_id} never got a reply; --keep keeps such runs"]
+
+
+def created_runs_dir(path: Path) -> None:
+    say(f"created runs directory {path}")
+
+
+def live_feedback(show_progress: bool = True) -> Feedback:
+    """What a run driven in this terminal shows on stderr: the local model it starts, the live
+    turn line and each tool's progress (only with `show_progress`), each retry of a failed
+    request, and a Ctrl-C that stopped it before the loop ran (how to continue it)."""
+    from runner.interactive import Feedback
+
+    turn_line = TurnLine()
+
+    def on_progress(tool: str, label: str, ms: float) -> None:
+        say(f"  progress: {tool}: {label}  (t+{ms:,.0f} ms)")
+
+    def on_retry(attempt: int, most: int, error: str, wait_s: float) -> None:
+        turn_line.close()
+        say(fit(f"  retry {attempt}/{most} in {wait_s:.1f} s: {' '.join(error.split())}", terminal_width()))
+
+    def on_stopped_early(state: RunState) -> None:
+        say(f"interrupted: run {state.run_id} ({state.status}); continue it with: runner resume {state.run_id}")
+
+    if not show_progress:
+        return Feedback(on_retry=on_retry, on_stopped_early=on_stopped_early, on_end=turn_line.close)
+    return Feedback(on_note=say, on_progress=on_progress, on_turn=turn_line, on_retry=on_retry,
+                    on_stopped_early=on_stopped_early, on_end=turn_line.close)
+
+
+def result_json(state: RunState) -> dict[str, Any]:
+    """The `--json` shape of a run: its `RunResult`."""
+    from runner.result import RunResult
+
+    return RunResult.of(state).model_dump(mode="json")
+
+
+def started(started: Started, runs: RunStore, as_json: bool) -> None:
+    """The end of `runner run` and `runner resume`: the run at its stop, a queued run and how
+    a worker gets it, or why a new run was not kept (stderr); with `as_json`, its `RunResult`
+    (with status "queued", or "kept": false)."""
+    from runner.store import FileStore
+
+    state = started.state
+    if as_json:
+        marks = {"status": "queued"} if started.queued else {} if started.kept else {"kept": False}
+        print(json.dumps({**result_json(state), **marks}))
+    elif started.queued:
+        print(f"queued run {state.run_id}; a worker drives it: runner worker --store {shlex.quote(str(runs.url))}")
+    elif not started.kept:
+        say("\n".join(unkept_lines(state, terminal_width())))
+    else:
+        trace_at = (str(runs.trace_path(state.run_id)) if isinstance(runs, FileStore)
+                    else f"runner trace {state.run_id} --store URL")
+        print("\n".join(run_lines(state, trace_at, terminal_width())))
+
+
+def trace(events: Sequence[TraceEvent], info: RunInfo | None, problems: Sequence[str], as_json: bool) -> None:
+    """`runner trace`: a warning on stderr per problem reading it, then the trace (see
+    `trace_lines`), or with `as_json` each event as a line of JSON."""
+    for problem in problems:
+        say(f"warning: {problem}")
+    if as_json:
+        print("".join(e.model_dump_json(exclude_none=True) + "\n" for e in events), end="")
+    else:
+        print("\n".join(trace_lines(events, info, terminal_width())))
+
+
+def runs_list(infos: Sequence[RunInfo], where: RunStore, as_json: bool, status: str | None = None) -> None:
+    """`runner runs`: a warning on stderr per unreadable run skipped, then the table (or that
+    there are none), or with `as_json` each run's `RunResult` (without its per-turn prompt
+    tokens) with its shown status, its driver and any damage."""
+    for problem in getattr(where, "problems", []):
+        say(f"warning: skipped an unreadable run: {problem}")
+    if as_json:
+        print(json.dumps([{**{k: v for k, v in result_json(i.state).items() if k != "per_turn_prompt_tokens"},
+                           "status": i.shown_status, "driver": i.driver, **({"damage": i.damage} if i.damage else {})}
+                          for i in infos]))
+    elif infos:
+        print_runs(infos)
+    else:
+        print(f"no runs in {where.url}" + (f" with status {status}" if status else ""))
+
+
+def runs_totals(infos: Sequence[RunInfo], by: str | None, as_json: bool) -> None:
+    """`runner runs --totals`: the sums (see `run_totals`) as a table, or as JSON rows."""
+    rows = run_totals([(i.state, i.shown_status) for i in infos], by)
+    if as_json:
+        print(json.dumps([{**dataclasses.asdict(r), "cost_usd": round(r.cost_usd, 9)} for r in rows]))
+    else:
+        print_totals(rows, by)
+
+
+def pruned(deleted: Sequence[str], skipped: Sequence[str], dry_run: bool, url: str, as_json: bool) -> None:
+    """What `runner runs --prune` did: one line per run deleted (or that would be, with
+    `dry_run`), each run skipped and why (stderr), then a count."""
+    if as_json:
+        print(json.dumps({"deleted" if not dry_run else "would_delete": list(deleted), "skipped": list(skipped)}))
+        return
+    verb = "would delete" if dry_run else "deleted"
+    print("".join(f"{verb} {run_id}\n" for run_id in deleted), end="", flush=True)
+    print("".join(f"skipped {line}\n" for line in skipped), end="", file=sys.stderr, flush=True)
+    print(f"{verb} {len(deleted)} run(s) from {url}" + (f", skipped {len(skipped)}" if skipped else ""))
+
+
+def suite_done(report: SuiteReport, as_json: bool) -> None:
+    """The end of `runner suite`: the report (the table, or with `as_json` the whole report as
+    JSON), where its files are, and for a cancelled suite how to finish it (stderr)."""
+    if as_json:
+        print(report.model_dump_json())
+    else:
+        print_suite(report)
+        say(f"report: {report.report_path} (.json, .png beside it)")
+    if report.cancelled:
+        say(suite_cancelled(report))
+
+
+def settings(rows: Sequence[tuple[str, str, str]], files: Sequence[Path], user_file: Path, as_json: bool) -> None:
+    """`runner config show`: the config files read, then each setting's (name, value, source)."""
+    if as_json:
+        print(json.dumps({"files": [str(p) for p in files],
+                          "settings": [{"name": n, "value": v, "source": src} for n, v, src in rows]}))
+        return
+    print("config files read: " + (", ".join(map(str, files)) if files else f"none (./runner.toml or {user_file})"))
+    print_table([("setting", "id"), ("value", "text"), ("source", "path")], [list(r) for r in rows])
+
+
+def exported(report: ExportReport, as_json: bool) -> None:
+    """What `runner export` sent: each run's trace id (and whether it is unfinished), then the
+    spans sent; or with `as_json` the report as JSON."""
+    if as_json:
+        print(json.dumps(dataclasses.asdict(report)))
+        return
+    waits = "  (not stopped: its invoke_agent span waits)"
+    for run_id, trace_id in report.traces.items():
+        print(f"{run_id}  trace {trace_id}" + (waits if run_id in report.unfinished else ""))
+    again = " (all were sent before)" if not report.spans_sent else ""
+    print(f"sent {report.spans_sent} span(s) to {report.endpoint}{again}")
+
+
+def view_ready(where: str, token: str | None) -> Callable[[str], None]:
+    """What `runner view` prints once it listens: its URL, the store, how to stop it."""
+    how = "; open it once as URL?token=TOKEN" if token else ""
+    return lambda url: print(f"runner view: {url}  (store: {where}; Ctrl-C stops{how})", flush=True)

@@ -11,8 +11,15 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner.errors import UsageError
+
+if TYPE_CHECKING:
+    from runner.request import ExperimentsRequest
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -58,3 +65,22 @@ def models_dir() -> Path:
         return Path(override).expanduser()
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(cache) / "runner" / "models"
+
+
+def run_experiments(req: ExperimentsRequest, runs_dir: Path | None = None) -> int:
+    """Run the checkout's `scripts/experiments.py` (the chapter's measurements) as `req` asks,
+    in this process; returns its exit code.
+
+    Raises:
+        UsageError: no checkout holds the script (runner is installed as a wheel).
+    """
+    import runpy
+
+    root = checkout_root()
+    script = root / "scripts" / "experiments.py" if root else Path("scripts/experiments.py")
+    if not script.exists():
+        raise UsageError(f"{script} not found (experiments run from a checkout)")
+    main: Callable[[list[str]], int] = runpy.run_path(str(script), run_name="runner_experiments")["main"]
+    return main([*(req.names or []), *(["--skip-local"] if req.skip_local else []),
+                 *(["--list"] if req.list_names else []), *(["--out", str(req.out)] if req.out else []),
+                 *(["--runs-dir", str(runs_dir)] if runs_dir else [])])

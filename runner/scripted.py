@@ -23,11 +23,14 @@ import threading
 import time
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Union
 
 from runner import inprocess
 from runner.errors import RunnerError, ServiceError, UsageError
 from runner.procs import die_with
+
+if TYPE_CHECKING:
+    from runner.request import ScriptedServeRequest
 
 Call = tuple[str, str, dict[str, Any]]  # (call id, tool name, arguments)
 Reply = Union[str, list[Call], dict[str, Any]]  # prose, tool calls, or a raw message
@@ -574,6 +577,24 @@ class InProcessProvider:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def serve_until_stopped(req: ScriptedServeRequest, on_ready: Callable[[str], None]) -> None:
+    """Serve the scripted provider as `runner scripted serve` asks, in a background thread,
+    until SIGINT or SIGTERM (blocked in this thread from the start); `on_ready` is called with
+    its base URL.
+
+    Raises:
+        UsageError: a bad --fault.
+    """
+    settings = ScriptedSettings(latency_ms=req.latency_ms, faults=parse_faults(req.fault))
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    with ScriptedServer(settings, host=req.host, port=req.port) as server:
+        on_ready(server.base_url)
+        try:
+            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        except KeyboardInterrupt:
+            pass
 
 
 def scripted_provider(latency_ms: float = 0, faults: str | None = None, *,

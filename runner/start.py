@@ -1,5 +1,7 @@
-"""Starting a run from what a person asked for: a `RunRequest` (the options of `runner run`)
-checked and resolved against the config files and the environment into a new `RunState`.
+"""Starting and continuing runs from what a person asked for: a `RunRequest` (the options of
+`runner run`) checked and resolved against the config files and the environment into a new
+`RunState`, then queued or driven here (`launch`); a `ResumeRequest` applied to a stopped run,
+then queued or driven here (`resume`).
 
 `prepare` decides the endpoint (a scenario's scripted provider, a base URL, or a local model
 runner serves itself), reads the prompt (an argument, a file, or stdin), finds the API key and
@@ -9,59 +11,30 @@ is raised here as a `UsageError`, before any run exists.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from runner import catalog
+from runner import catalog, store
 from runner.config import Key, Settings
-from runner.errors import UnknownScenario, UsageError
+from runner.errors import EXIT_CODES, UnknownScenario, UsageError
+from runner.harness import Reopening, reopen
+from runner.interactive import Feedback, StopSignals, drive_in_foreground
+from runner.request import ResumeRequest, RunRequest
 from runner.state import Endpoint, Limits, RunConfig, RunState, new_run
 
 if TYPE_CHECKING:
     from runner.tools import Tool
 
 
-@dataclass(frozen=True)
-class RunRequest:
-    """The options of `runner run`; None means "not given" (the config file or a default
-    decides). Units as in `RunConfig`."""
-
-    prompt: str | None = None
-    """The task; "-" reads it from stdin."""
-    prompt_file: Path | None = None
-    scenario: str | None = None
-    base_url: str | None = None
-    model: str | None = None
-    api_key: str | None = None
-    api_key_env: str | None = None
-    tools: list[str] = field(default_factory=list)
-    """Tools of one's own: MODULE:ATTRIBUTE or plugin names."""
-    no_builtin_tools: bool = False
-    tool_choice: str | None = None
-    max_turns: int | None = None
-    max_budget_usd: float | None = None
-    dedupe: bool = False
-    dedupe_all: bool = False
-    tool_errors: str = "text"
-    permanent_errors: bool = True
-    max_identical_failures: int = 2
-    auto_approve: bool = False
-    on_slip: str = "corrective"
-    answer_after: int | None = None
-    cap_max_tokens: bool = False
-    price_in: float | None = None
-    price_out: float | None = None
-    timeout_s: float | None = None
-    max_retries: int | None = None
-    research: bool = False
-    research_max_turns: int = 6
-    research_max_budget_usd: float = 0.05
-    latency_ms: float = 0.0
-    fault: str | None = None
-    detach: bool = False
+Watch = Callable[[str], AbstractContextManager[object]]
+"""Called with a run's id for a context held while the run is driven here (e.g. a live
+OpenTelemetry export of it)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +61,23 @@ class Prepared:
     """Queue the run for a worker instead of driving it here."""
     faults: str | None = None
     """The scripted provider's faults (``KIND@TURN,...``), for a provider started here."""
+    keep: bool = False
+    """Keep the run even if it never gets a reply from its endpoint."""
+
+
+@dataclass(frozen=True)
+class Started:
+    """What `launch` or `resume` came to: the run at its stop (or as queued), whether it was
+    queued for a worker, and whether it was kept (a new run that never got a reply is not)."""
+
+    state: RunState
+    queued: bool = False
+    kept: bool = True
+
+    @property
+    def exit_code(self) -> int:
+        """0 for a queued run, 1 for a run not kept, else the run's own (`EXIT_CODES`)."""
+        return 0 if self.queued else EXIT_CODES[self.state.status] if self.kept else 1
 
 
 def prepare(req: RunRequest) -> Prepared:
@@ -128,7 +118,7 @@ def prepare(req: RunRequest) -> Prepared:
     if own:
         builtin = [] if req.no_builtin_tools else config.tools
         catalog.offer(config, [*builtin, *own], {t.name: ref for t, ref in zip(own, refs.values())})
-    return Prepared(new_run(task, config), key, own, local, req.detach, req.fault)
+    return Prepared(new_run(task, config), key, own, local, req.detach, req.fault, req.keep)
 
 
 def _check_choices(req: RunRequest) -> None:
@@ -245,19 +235,10 @@ def local_choice(model: str) -> LocalChoice | None:
             raise UsageError(f"--model {model}: no such file")
         entry = models.entry_for(path.stem, path, manifest)
         return LocalChoice(path.stem, str(path.resolve()), entry.first_turn_tool_choice if entry else "auto", path)
-    name = manifest_name(model)
+    name = models.manifest_name(model, manifest)
     if name not in [m.name for m in manifest.models]:
         return None
     return LocalChoice(name, name, manifest.entry(name).first_turn_tool_choice, models.resolve(name, manifest))
-
-
-def manifest_name(model: str) -> str:
-    """A manifest name for a unique start of one ("smollm2" -> "smollm2-135m-instruct"), else `model`."""
-    from runner import models
-
-    names = [m.name for m in models.load_manifest().models]
-    matches = [n for n in names if n == model] or [n for n in names if n.startswith(model.lower())]
-    return matches[0] if len(matches) == 1 else model
 
 
 def never_reached(state: RunState) -> bool:
@@ -270,3 +251,66 @@ def never_reached(state: RunState) -> bool:
         return True
     return state.status == "failed" and state.error is not None and state.error.type in (
         "auth", "not_found", "invalid_request", "bad_endpoint")
+
+
+def _unwatched(run_id: str) -> AbstractContextManager[object]:
+    return contextlib.nullcontext()
+
+
+def launch(prepared: Prepared, runs: store.RunStore, feedback: Feedback = Feedback(), *,
+          on_runs_dir: Callable[[Path], None] | None = None, watch: Watch = _unwatched) -> Started:
+    """Queue a prepared run for a worker (`detach`), or create it and drive it here to its stop
+    (see `runner.interactive.drive_in_foreground`: Ctrl-C is the run's Stop signal from before
+    it exists). A new run that never got a reply from its endpoint is deleted unless `keep`,
+    and so is a runs directory made for it alone; `on_runs_dir` is called with one made here.
+    """
+    from runner.scripted import scripted_provider
+
+    state, endpoint = prepared.state, prepared.state.config.endpoint
+    made_dir = store.make_runs_dir(runs)
+    if made_dir is not None and on_runs_dir is not None:
+        on_runs_dir(made_dir)
+    if prepared.detach:
+        runs.create(state)
+        return Started(state, queued=True)
+    if prepared.local is not None and feedback.on_note is not None:
+        feedback.on_note(f"model: {prepared.local.name}, first turn tool_choice={endpoint.first_turn_tool_choice}\n"
+                         f"  starting llama.cpp on {prepared.local.path.name} for this run")
+    provider = (scripted_provider(latency_ms=endpoint.latency_ms, faults=prepared.faults, in_process=True)
+                if endpoint.kind == "scripted" else None)
+    signals = StopSignals.install()  # before the run exists: a Ctrl-C from here on keeps it resumable
+    lease = runs.create(state, owner=store.default_owner())
+    assert lease is not None
+    with watch(state.run_id):
+        state = drive_in_foreground(state, runs, lease, signals, feedback, faults=prepared.faults, provider=provider,
+                                    api_key=prepared.key.value, tools=prepared.tools)
+    if prepared.keep or not never_reached(state):
+        return Started(state)
+    runs.delete(runs.claim(state.run_id))
+    if made_dir is not None:
+        with contextlib.suppress(OSError):
+            made_dir.rmdir()  # only if empty
+    return Started(state, kept=False)
+
+
+def resume(run_id: str, req: ResumeRequest, runs: store.RunStore, feedback: Feedback = Feedback(), *,
+           watch: Watch = _unwatched) -> Started:
+    """Apply `req` to a stopped run (a verdict, new limits; see `runner.harness.reopen`), then
+    queue it for a worker (`detach`) or drive it here to its next stop.
+
+    Raises:
+        UsageError: as `reopen`, or a tool of the run's own that cannot be found.
+        RunBusy: another process drives the run.
+    """
+    own = [catalog.load(catalog.spec_to_ref(spec)) for spec in req.tools]
+    signals = StopSignals.install() if not req.detach else None
+    asked = Reopening(approve=req.approve, reject=req.reject, reason=req.reason,
+                      empty_rejection=req.unsafe_empty_rejection, max_turns=req.max_turns,
+                      max_budget_usd=req.max_budget_usd, latency_ms=req.latency_ms, force=req.force)
+    state, lease = reopen(runs, run_id, asked, tools=own)
+    if signals is None:
+        runs.release(lease, runnable=True)
+        return Started(state, queued=True)
+    with watch(run_id):
+        state = drive_in_foreground(state, runs, lease, signals, feedback, api_key=req.api_key, tools=own)
+    return Started(state)

@@ -27,10 +27,11 @@ from runner.chat_adapter import HANDLER_NAME
 from runner.endpoints import Endpoint
 from runner.errors import UsageError
 from runner.fanout import Batch, Executor, LocalExecutor, RayExecutor
+from runner.request import SuiteRequest
 from runner.resources import tasks_dir
 from runner.result import RunResult
 from runner.state import Limits, RunConfig, RunState, new_run
-from runner.store import Durability, RunStore, StoreAt
+from runner.store import Durability, FileStore, RunStore, StoreAt, make_runs_dir
 
 Provider = Literal["scripted", "local"]
 ToolChoiceSetting = Literal["auto", "required", "none"]
@@ -352,6 +353,32 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
         report.load_average = [round(x, 2) for x in os.getloadavg()]
         report.local_turns = executor.server_turns.get(local[0].label, [])
     return report
+
+
+def run_requested(req: SuiteRequest, runs_root: Path, *, store_location: str | None = None,
+                  durability: Durability = "process", on_note: Callable[[str], None] | None = None,
+                  on_result: Callable[[TaskResult], None] | None = None,
+                  on_runs_dir: Callable[[Path], None] | None = None) -> SuiteReport:
+    """Run the suite as `runner suite` asks, or finish the cancelled one whose report
+    `req.resume_report` names. The executor and the model columns are checked before anything
+    is written; with no `store_location` the runs go to `runs_root`, made if it is missing
+    (`on_runs_dir` is called with it then). `on_note`, `on_result`: as `run_suite`.
+
+    Raises:
+        UsageError, models.ModelNotFound: as `runner.fanout.executor` and `model_columns`.
+    """
+    executor = fanout.executor(req.executor, address=req.address, actors=req.actors)
+    columns = (None if req.resume_report is not None
+               else model_columns(req.provider, req.models, req.base_url, req.latency_ms, on_note=on_note))
+    made_dir = make_runs_dir(FileStore(runs_root)) if store_location is None else None
+    if made_dir is not None and on_runs_dir is not None:
+        on_runs_dir(made_dir)
+    if req.resume_report is not None:
+        return resume_suite(req.resume_report, runs_root, store_location=store_location, durability=durability,
+                            on_result=on_result, executor=executor)
+    return run_suite(req.provider, runs_root, models=req.models, base_url=req.base_url, max_turns=req.max_turns,
+                     max_tokens=req.max_tokens, repeats=req.repeats, store_location=store_location,
+                     durability=durability, on_result=on_result, columns=columns, executor=executor)
 
 
 Jobs = dict[str, tuple[Endpoint, "Task", int]]

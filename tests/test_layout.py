@@ -98,6 +98,15 @@ def test_importing_runner_does_no_work() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_no_function_in_runner_is_over_60_lines() -> None:
+    """Every function reads whole on one screen: at most 60 lines from its `def` to its end."""
+    functions = [(p, n) for p in sorted((ROOT / "runner").rglob("*.py")) for n in ast.walk(ast.parse(p.read_text()))
+                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    long = [f"{p.relative_to(ROOT)}:{n.lineno} {n.name} ({(n.end_lineno or 0) - n.lineno + 1} lines)"
+            for p, n in functions if (n.end_lineno or 0) - n.lineno + 1 > 60]
+    assert not long, long
+
+
 def test_ruff_is_clean() -> None:
     proc = subprocess.run([sys.executable, "-m", "ruff", "check", "runner", "scripts", "tests"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -150,7 +159,7 @@ LAYOUT = [
     "runner.harness", "runner.result", "runner.endpoints", "runner.local", "runner.local_app", "runner.chat_adapter",
     "runner.kvprefix", "runner.models", "runner.scripted", "runner.catalog", "runner.research", "runner.loop", "runner.client",
     "runner.streaming", "runner.inprocess", "runner.store", "runner.trace", "runner.tools", "runner.tokens", "runner.resources",
-    "runner.cancel", "runner.procs", "runner.config", "runner.state", "runner.errors",
+    "runner.cancel", "runner.procs", "runner.config", "runner.state", "runner.request", "runner.errors",
 ]
 """runner's modules from the top layer down (a package by its name): each imports only
 modules below it. docs/architecture.md describes each layer."""

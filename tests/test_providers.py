@@ -18,7 +18,7 @@ import pytest
 
 from runner import store
 from runner.cancel import CancelToken
-from runner.cli import EXIT_CODES
+from runner.errors import EXIT_CODES
 from runner.harness import execute, workspace_template
 from runner.result import RunResult
 from runner.scripted import PROMPTS

@@ -132,9 +132,9 @@ def test_the_counts_file_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_cli_help_default_turn_cap_is_the_state_default() -> None:
-    from runner import cli, state
+    from runner import request, state
 
-    assert cli.DEFAULT_MAX_TURNS == state.DEFAULT_MAX_TURNS
+    assert request.DEFAULT_MAX_TURNS == state.DEFAULT_MAX_TURNS
 
 
 def test_a_scenario_run_is_answered_in_process_like_the_served_provider(tmp_path: Path, provider: str) -> None:

@@ -9,9 +9,11 @@ FileStore's, kept for scripts and tests that work on a runs directory directly.
 from __future__ import annotations
 
 import os
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.errors import UsageError
 from runner.state import RunState
 from runner.store.base import (
     DEFAULT_DURABILITY,
@@ -41,7 +43,7 @@ __all__ = [
     "DEFAULT_DURABILITY", "DURABILITIES", "CorruptState", "DamagedRun", "DiskFull", "Durability", "FileStore",
     "Lease", "LeaseLost", "RepairReport", "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore", "ShownStatus",
     "StaleState", "StoreAt", "StoreError", "crash_point", "default_owner", "durability_of", "list_runs", "load",
-    "open_store", "prune", "run_dir", "runs_dir", "save", "trace_path", "workspace_path",
+    "make_runs_dir", "open_store", "prune", "run_dir", "runs_dir", "save", "select", "trace_path", "workspace_path",
 ]
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -100,11 +102,39 @@ class StoreAt:
         return is_postgres(self.location)
 
 
+def make_runs_dir(store: RunStore) -> Path | None:
+    """Create a FileStore's runs directory if it is missing; returns it when made here. One
+    that cannot be made is left to the store, whose error says why in one line."""
+    if not isinstance(store, FileStore) or store.root.exists():
+        return None
+    try:
+        store.root.mkdir(parents=True)
+    except OSError:
+        return None
+    return store.root
+
+
+def select(store: RunStore, status: str | None = None, limit: int | None = None, offset: int = 0) -> list[RunInfo]:
+    """`store.list_runs`, with `status` checked first.
+
+    Raises:
+        UsageError: `status` is not a status runs are shown with (`ShownStatus`).
+    """
+    shown = typing.get_args(ShownStatus)
+    if status is not None and status not in shown:
+        raise UsageError(f"--status must be one of {', '.join(shown)}; got {status!r}")
+    return store.list_runs(status=status, limit=limit, offset=offset)
+
+
 def prune(store: RunStore, status: str | None = None, dry_run: bool = False) -> tuple[list[str], list[str]]:
     """Delete the final runs (completed, failed), or those shown with `status`; never one that
     is being driven. Returns (ids deleted, or that would be with `dry_run`; "id: why" of those
-    skipped)."""
-    chosen = [i for i in store.list_runs(status=status)
+    skipped).
+
+    Raises:
+        UsageError: as `select`.
+    """
+    chosen = [i for i in select(store, status=status)
               if (i.shown_status == status if status else i.shown_status in ("completed", "failed"))]
     deleted, skipped = [], []
     for info in chosen:

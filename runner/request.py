@@ -1,0 +1,258 @@
+"""What a person asks a command for, as data: `RunRequest` (`runner run`), `ResumeRequest`
+(`runner resume`), `SuiteRequest` (`runner suite`), `RunsRequest` (`runner runs`),
+`WorkerRequest` (`runner worker`), `ServeRequest` (`runner serve`), `ScriptedServeRequest`
+(`runner scripted serve`), `ViewRequest` (`runner view`) and `ExperimentsRequest` (`runner
+experiments`).
+
+Each field is one command-line option and carries its help text, its flags and click's settings
+(`min`, `metavar`, ...) as field metadata, so an option is declared once: the CLI builds the
+command's options from the fields, and the library (`runner.start.prepare`,
+`runner.start.resume`, `runner.suite.run_requested`, `runner.local.serve_settings`, ...) takes
+the request whole. A request whose options contradict each other raises `UsageError` when
+made. Standard library only: `runner --help` reads these without loading pydantic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from runner.errors import UsageError
+
+DEFAULT_MAX_TURNS = 20
+"""= runner.state.DEFAULT_MAX_TURNS, for the help text (a test checks they agree): importing
+runner.state here would load pydantic for `runner --help`."""
+
+
+def option(default: Any, help: str, *flags: str, **click: Any) -> Any:
+    """A field that is a command-line option: its default, its help text, its flags (none
+    given: --the-field-name, with --no-the-field-name for a bool) and click's own settings of
+    it (`min`, `max`, `metavar`, `hidden`, `envvar`)."""
+    metadata = {"help": help, "flags": flags, **click}
+    if isinstance(default, list):
+        return field(default_factory=list, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def argument(help: str, **click: Any) -> Any:
+    """A field that is the command's one optional positional argument."""
+    return field(default=None, metadata={"help": help, "argument": True, **click})
+
+
+def _max_turns() -> Any:
+    return option(None, f"Stop before turn N+1 (a new run's default: {DEFAULT_MAX_TURNS}; 0: no turn cap).",
+                  "--max-turns", min=0)
+
+
+def _max_budget() -> Any:
+    return option(None, "Stop once spend reaches this many USD. Checked before each turn, so spend can pass "
+                        "the cap by at most one turn's cost (use --cap-max-tokens to keep it under).",
+                  "--max-budget", min=0.0)
+
+
+def _latency_ms(default: float | None, note: str = "") -> Any:
+    return option(default, f"Scripted provider: delay every reply by this many ms{note}.", min=0.0)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """The options of `runner run`; None means "not given" (the config file or a default
+    decides). Units as in `RunConfig`."""
+
+    prompt: str | None = argument("The user's task (default: the scenario's own); - reads it from stdin.")
+    scenario: str | None = option(
+        None, "A scripted scenario: plan, runaway, stuck, recover, destructive, repeat, double_delete, denied, "
+              "slow, research, quirks, unknown_tool, bad_arguments, or a suite task (timeout_file, count_files, "
+              "read_notes, read_each, largest_file, rotate_logs).")
+    base_url: str | None = option(
+        None, "Any OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env RUNNER_BASE_URL, "
+              "OPENAI_BASE_URL; config base_url].", "--base-url")
+    model: str | None = option(
+        None, "Model name sent to --base-url; with no base URL, a local model (a name from `runner models list`, "
+              "a unique start of one, or a .gguf path) that runner serves with llama.cpp for this run "
+              "[env RUNNER_MODEL; config model].")
+    prompt_file: Path | None = option(None, "Read the prompt from this file.", "--prompt-file")
+    api_key: str | None = option(
+        None, "API key for --base-url (never saved; a resume needs it again). Prefer an environment variable: "
+              "$RUNNER_API_KEY, the one the config's api_key_env names, or $OPENAI_API_KEY.", "--api-key")
+    api_key_env: str | None = option(
+        None, "NAME of the environment variable that holds the key (recorded, so resume finds it).", "--api-key-env")
+    tools: list[str] = option(
+        [], "Offer a tool of your own (repeatable): MODULE:ATTRIBUTE (a runner.Tool subclass or instance; "
+            "./MODULE.py is found) or the name of an installed plugin (entry point group runner.tools) "
+            "[config tools].", "--tool", metavar="MODULE:ATTRIBUTE")
+    no_builtin_tools: bool = option(False, "Offer only the --tool tools, not the built-in workspace tools.",
+                                    "--no-builtin-tools")
+    tool_choice: str | None = option(
+        None, "tool_choice of the first turn [default: the local model's manifest value, else auto].",
+        "--tool-choice", metavar="auto|required|none")
+    max_turns: int | None = _max_turns()
+    max_budget_usd: float | None = _max_budget()
+    dedupe: bool = option(False, "Answer a repeated read-only call from the cache.")
+    dedupe_all: bool = option(False, "UNSAFE: dedupe write tools too (a second, intended write is swallowed).")
+    tool_errors: str = option(
+        "text", "text: 'Error: <message>'; generic: 'Error: the tool failed.'; fatal: stop as failed.")
+    permanent_errors: bool = option(True, "Stop as failed on errors the model cannot fix.")
+    max_identical_failures: int = option(
+        2, "Same failing call this many times in a row is permanent (0: off).", min=0)
+    auto_approve: bool = option(False, "Run needs-approval tools without stopping.")
+    on_slip: str = option(
+        "corrective", "A reply with no answer and no usable call: corrective (ask again with a message saying "
+                      "what went wrong), repeat (ask again as before) or fail.")
+    answer_after: int | None = option(
+        None, "After this many turns of tool calls, ask for the answer (tool_choice none) [default: never].", min=1)
+    cap_max_tokens: bool = option(
+        False, "Also cap each reply's max_tokens from the budget left (after an estimate of the prompt), so spend "
+               "stays under --max-budget as far as the estimate holds.")
+    price_in: float | None = option(
+        None, "USD per million prompt tokens [default: 2.0; config price_in_usd_per_mtok].", min=0.0)
+    price_out: float | None = option(
+        None, "USD per million completion tokens [default: 12.0; config price_out_usd_per_mtok].", min=0.0)
+    timeout_s: float | None = option(None, "Per-request timeout, seconds [default: 600].", min=0.001)
+    max_retries: int | None = option(
+        None, "Retries for 429/5xx/timeouts/refused connections, each shown as it happens [default: 4].", min=0)
+    research: bool = option(
+        False, "Also offer the research tool (a child agent); on by default for --scenario research.", "--research")
+    research_max_turns: int = option(6, "Turn cap of each research child run.", min=1)
+    research_max_budget_usd: float = option(
+        0.05, "Budget of each research child run, USD.", "--research-max-budget", min=0.0)
+    latency_ms: float = _latency_ms(0.0)
+    fault: str | None = option(None, "Scripted provider: faults KIND@TURN,... (429, 500, 401, truncated, slow).")
+    detach: bool = option(False, "Queue the run for `runner worker` instead of driving it here.", "--detach")
+    keep: bool = option(
+        False, "Keep the run even if it never got a reply from its endpoint (by default such a run is not kept: "
+               "nothing was paid, nothing to resume).", "--keep")
+
+
+@dataclass(frozen=True)
+class ResumeRequest:
+    """The options of `runner resume` (the run's id aside); None keeps what the run recorded."""
+
+    approve: str | None = option(None, "Approve this pending call id, then continue.")
+    reject: str | None = option(None, "Reject this pending call id, then continue.")
+    reason: str = option("", "Why the call was rejected (the model reads it).")
+    unsafe_empty_rejection: bool = option(
+        False, "DEMONSTRATION ONLY: write an empty tool result for --reject, to show the false report an agent "
+               "gives when a refusal is not written down.", hidden=True)
+    max_turns: int | None = _max_turns()
+    max_budget_usd: float | None = _max_budget()
+    latency_ms: float | None = _latency_ms(None, " (default: as the run recorded)")
+    force: bool = option(
+        False, "Continue from the saved state even if it is an older copy than the run's history (recorded in "
+               "the trace).", "--force")
+    api_key: str | None = option(
+        None, "API key (never saved) [default: from the variable the run recorded, $RUNNER_API_KEY, "
+              "$OPENAI_API_KEY].", "--api-key")
+    tools: list[str] = option(
+        [], "Where to find a tool of the run's own (repeatable): MODULE:ATTRIBUTE or a plugin name [default: "
+            "where the run recorded each].", "--tool", metavar="MODULE:ATTRIBUTE")
+    detach: bool = option(False, "Record the verdict or limits and queue the run for `runner worker`.", "--detach")
+
+
+@dataclass(frozen=True)
+class SuiteRequest:
+    """The options of `runner suite`: which model columns, how many runs of each task, and
+    which executor drives them; or a cancelled suite's report to finish."""
+
+    provider: str = option("both", "scripted, local or both (the columns when no --model is given).")
+    models: list[str] = option(
+        [], "A model column (repeatable): a name from `runner models list`, a .gguf path, or 'scripted' "
+            "[default: Qwen if pulled, else SmolLM2]. With --provider both the scripted column comes first.",
+        "--model")
+    base_url: str | None = option(
+        None, "Use this OpenAI-compatible endpoint as the 'local' provider instead of starting llama.cpp.",
+        "--base-url")
+    max_turns: int = option(8, "Turn cap per task.", min=1)
+    max_tokens: int | None = option(None, "Cap on each reply, tokens [default: the server's].", min=1)
+    latency_ms: float = _latency_ms(0.0)
+    repeats: int = option(1, "Runs per task and model (the report gives pass rates over them).", "--repeat", min=1)
+    executor: str = option(
+        "local", "local (this process, one run at a time) or ray (Ray actors; pip install 'runner[ray]').")
+    address: str | None = option(
+        None, "--executor ray: the cluster to join (auto or HOST:PORT) [default: start a local one].")
+    actors: int | None = option(
+        None, "--executor ray: actors per model column, each with its own endpoint [default: 2 per node].", min=1)
+    resume_report: Path | None = option(
+        None, "Finish a cancelled suite: drive the runs its report (suite-*.json) lists as unfinished, then write "
+              "a report of all of them.", "--resume", metavar="REPORT")
+
+
+@dataclass(frozen=True)
+class RunsRequest:
+    """The options of `runner runs`: which runs, and whether to list, sum or delete them."""
+
+    status: str | None = option(None, "Only runs with this status (running, died, queued, completed, ...).")
+    limit: int | None = option(None, "At most this many runs (newest first).", min=1)
+    offset: int = option(0, "Skip this many runs first (paging).", min=0)
+    prune: bool = option(
+        False, "Delete the runs listed: by default the final ones (completed, failed); --status picks others. A run "
+               "being driven is never deleted.", "--prune")
+    dry_run: bool = option(False, "With --prune: only list what would be deleted.", "--dry-run")
+    totals: bool = option(
+        False, "Sum runs, turns, tool runs, tokens and USD (of the runs --status/--limit select).", "--totals")
+    by: Literal["model", "day", "status"] | None = option(
+        None, "With --totals: one row per model, day (UTC) or status, then TOTAL.", "--by", metavar="model|day|status")
+
+    def __post_init__(self) -> None:
+        if self.dry_run and not self.prune:
+            raise UsageError("--dry-run goes with --prune")
+        if self.by is not None and not self.totals:
+            raise UsageError("--by goes with --totals")
+
+
+@dataclass(frozen=True)
+class WorkerRequest:
+    """The options of `runner worker` (its store aside)."""
+
+    concurrency: int = option(1, "Runs driven at once by this process.", min=1)
+    lease_s: float | None = option(
+        None, "PostgreSQL lease length, seconds (renewed every third of it) [default: $RUNNER_LEASE_S or 30].",
+        min=0.1)
+    idle_exit_s: float | None = option(
+        None, "Exit once nothing was runnable for this many seconds [default: never].", "--idle-exit", min=0.0)
+    poll_s: float = option(0.5, "Seconds between claims when nothing is runnable.", "--poll", min=0.01)
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """The options of `runner serve`: the local model and its llama.cpp server's settings."""
+
+    model: str | None = option(
+        None, "A name from `runner models list` or a .gguf path [default: Qwen if pulled, else SmolLM2].")
+    port: int = option(8080, "Port on 127.0.0.1 (0: a free one).", min=0, max=65535)
+    n_ctx: int = option(4096, "Context size, tokens.")
+    threads: int | None = option(None, "CPU threads [default: min(2, physical cores)].", min=1)
+    n_batch: int | None = option(None, "Prompt tokens per llama.cpp decode call [default: 512].", min=1)
+
+
+@dataclass(frozen=True)
+class ScriptedServeRequest:
+    """The options of `runner scripted serve`: where it listens, and its latency and faults."""
+
+    host: str = option("127.0.0.1", "Interface to bind (loopback by default).")
+    port: int = option(8765, "Port (0: a free one).", min=0, max=65535)
+    latency_ms: float = option(0.0, "Delay every reply by this many ms.")
+    fault: str | None = option(None, "KIND@TURN,... with KIND in 429, 500, 401, truncated, slow.")
+
+
+@dataclass(frozen=True)
+class ViewRequest:
+    """The options of `runner view` (its store aside)."""
+
+    host: str = option("127.0.0.1", "Interface to bind (loopback by default; any other needs --token).")
+    port: int = option(8700, "Port (0: a free one).", min=0, max=65535)
+    token: str | None = option(
+        None, "Every request must carry it (?token= once, then a cookie; or Authorization: Bearer).",
+        envvar="RUNNER_VIEW_TOKEN")
+
+
+@dataclass(frozen=True)
+class ExperimentsRequest:
+    """The options of `runner experiments` (its runs directory aside)."""
+
+    names: list[str] | None = argument("Experiments to run (default: all).")
+    skip_local: bool = option(
+        False, "Leave out the local-model experiments (local_suite, local_harness: the slow ones).")
+    list_names: bool = option(False, "List the experiments and exit.", "--list")
+    out: Path | None = option(None, "Where reports go [default: experiments/ in the runs directory].", "--out")
