@@ -158,14 +158,15 @@ def cli(*args: str, runs_dir: Path | None, check_json: bool = False, timeout: fl
     a child process with piped output. Returns what a finished `python -m runner ARGS` would.
 
     For what only a real process shows (a signal, a kill, its exit status, its imports, a tool
-    module found in its working directory), use `cli_process`. With a PostgreSQL store the
-    command runs in a child process too: a command leaves its store's connection pool open
-    until its process exits. `timeout` is the child's only."""
+    module found in its working directory), use `cli_process`. The command runs in a child
+    process too with a PostgreSQL store (a command leaves its store's connection pool open
+    until its process exits) and while this thread runs an event loop (playwright's sync API
+    keeps one; a command runs its own). `timeout` is the child's only."""
     from click.testing import CliRunner
 
     from runner.cli import main
 
-    if "--store" in args or (env or {}).get("RUNNER_STORE"):
+    if "--store" in args or (env or {}).get("RUNNER_STORE") or _loop_running():
         return cli_process(*args, runs_dir=runs_dir, check_json=check_json, timeout=timeout, env=env, cwd=cwd,
                            stdin=stdin)
     env = {"COLUMNS": "80", "LINES": "24", "RUNNER_RUNS_DIR": str(runs_dir) if runs_dir else None, **(env or {})}
@@ -192,6 +193,14 @@ def cli(*args: str, runs_dir: Path | None, check_json: bool = False, timeout: fl
     if check_json:
         json.loads(proc.stdout)
     return proc
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def cli_process(*args: str, runs_dir: Path | None, check_json: bool = False, timeout: float = 120,
