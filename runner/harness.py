@@ -6,35 +6,36 @@ experiments call; `loop.run` stays free of all this wiring.
 from __future__ import annotations
 
 import contextlib
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from runner import catalog, loop
+from runner import loop
 from runner.cancel import CancelToken
-from runner.client import ChatClient, RetryCallback
-from runner.config import key_for
-from runner.endpoints import open_endpoint
 from runner.errors import UsageError
-from runner.resources import tasks_dir
-from runner.result import RunResult
 from runner.state import RunState, pending
-from runner.store import FileStore, Lease, RunHandle, RunNotFound, RunStore, default_owner
-from runner.streaming import TurnProgress
 from runner.tools import Tool, Workspace
 from runner.trace import Tracer, _Event
 
 if TYPE_CHECKING:
     import httpx
 
+    from runner.client import ChatClient, RetryCallback
+    from runner.result import RunResult
+    from runner.store import Lease, RunHandle, RunStore
+    from runner.streaming import TurnProgress
+
+# The catalog, the client, the config, the endpoints, the result, the store, shutil and tempfile
+# are imported where they are used: `from runner import execute` loads little more than the loop.
+
 __all__ = ["drive", "execute", "workspace_template"]
 
 
 def workspace_template() -> Path:
     """The checked-in three-file workspace the tools work over (copied per run)."""
+    from runner.resources import tasks_dir
+
     return tasks_dir() / "workspace"
 
 
@@ -76,10 +77,10 @@ async def drive(
         RunBusy: another process drives the run. StaleState: `state` is behind the stored one.
         LeaseLost: another driver took the run over (its lease expired).
     """
-    given = [t for t in tools or [] if not isinstance(t, str)]
-    if tools is not None and state.seq == 0:
-        catalog.offer(state.config, tools)
-    catalog_tools = catalog.build(state.config, given)
+    from runner.endpoints import open_endpoint
+    from runner.store import FileStore
+
+    catalog_tools = _offered(state, tools)
     with contextlib.ExitStack() as cleanup:
         store = FileStore(runs) if isinstance(runs, Path) else runs
         cancel = cancel or CancelToken()
@@ -88,9 +89,7 @@ async def drive(
         if base_url is None:  # open the run's own endpoint for this run alone
             opened = cleanup.enter_context(open_endpoint(cfg.endpoint))
             base_url, server_settings = opened.base_url, server_settings or opened.server_settings
-        key = key_for(cfg.endpoint.api_key_env, api_key)
-        async with ChatClient(base_url, timeout_s=cfg.endpoint.timeout_s, max_retries=cfg.endpoint.max_retries,
-                              http=http, api_key=key, on_retry=on_retry) as client:
+        async with _client(state, base_url, http, api_key, on_retry) as client:
             rt = loop.Runtime(
                 client=client, tools=catalog_tools, workspace=workspace, run=handle, cancel=cancel,
                 on_progress=on_progress, tracer=handle.tracer() if handle else Tracer(None),
@@ -98,6 +97,27 @@ async def drive(
                 on_turn=on_turn,
             )
             return await loop.run(state, rt)
+
+
+def _offered(state: RunState, tools: Sequence[Tool | str] | None) -> list[Tool]:
+    """The run's tool objects; for a new run, `tools` are first recorded as the catalog it offers."""
+    from runner import catalog
+
+    given = [t for t in tools or [] if not isinstance(t, str)]
+    if tools is not None and state.seq == 0:
+        catalog.offer(state.config, tools)
+    return catalog.build(state.config, given)
+
+
+def _client(state: RunState, base_url: str, http: httpx.AsyncClient | None, api_key: str | None,
+            on_retry: RetryCallback | None) -> ChatClient:
+    """The run's chat client: its endpoint's timeout and retries, the key `drive` describes."""
+    from runner.client import ChatClient
+    from runner.config import key_for
+
+    endpoint = state.config.endpoint
+    return ChatClient(base_url, timeout_s=endpoint.timeout_s, max_retries=endpoint.max_retries, http=http,
+                      api_key=key_for(endpoint.api_key_env, api_key), on_retry=on_retry)
 
 
 def _placed(state: RunState, store: RunStore | None, lease: Lease | None, cancel: CancelToken,
@@ -108,6 +128,9 @@ def _placed(state: RunState, store: RunStore | None, lease: Lease | None, cancel
     template = workspace_template()
     if store is None:
         def scratch_copy() -> Path:
+            import shutil
+            import tempfile
+
             scratch = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="runner-")))
             return Path(shutil.copytree(template, scratch / "workspace", symlinks=True))
 
@@ -125,6 +148,8 @@ def _child_driver(store: RunStore | None, client: ChatClient, workspace: Workspa
     and is a run of its own in the store, resumed (not restarted) if it already exists."""
 
     async def run_child(child: RunState, child_cancel: CancelToken) -> RunState:
+        from runner import catalog
+
         with contextlib.ExitStack() as child_cleanup:
             child_handle = None
             if store is not None:
@@ -143,6 +168,8 @@ async def execute(state: RunState, base_url: str | None = None, runs: Path | Run
                   **options: Any) -> RunResult:
     """Run (or resume) `state` to its stop and return what it came to (see `drive` for the
     arguments; with no `base_url`, the run's own endpoint is opened and stopped here)."""
+    from runner.result import RunResult
+
     return RunResult.of(await drive(state, base_url, runs, **options))
 
 
@@ -151,12 +178,20 @@ def _claimed(store: RunStore, state: RunState, lease: Lease | None, cancel: Canc
     """The run's handle under `lease`, or under a new claim (creating the run if the store
     has none) released when `cleanup` closes; and whether it was created here. Losing the
     lease cancels the run."""
+    from runner.store import RunNotFound, StaleState, default_owner
+
     created = False
     if lease is None:
-        try:
-            lease = store.claim(state.run_id)
-        except RunNotFound:
-            lease, created = store.create(state, owner=default_owner()), True
+        if state.seq == 0:  # never stored: create it (one round trip), else claim the stored one
+            try:
+                lease, created = store.create(state, owner=default_owner()), True
+            except StaleState:
+                lease = store.claim(state.run_id)
+        else:
+            try:
+                lease = store.claim(state.run_id)
+            except RunNotFound:
+                lease, created = store.create(state, owner=default_owner()), True
         assert lease is not None
         cleanup.callback(store.release, lease)
     lease.on_lost = lambda: cancel.cancel("another worker took the run over (lease lost)")
@@ -244,6 +279,8 @@ def reopen(store: RunStore, run_id: str, asked: Reopening,
             waits for a verdict none was given for; a tool the run offers that cannot be found.
         RunBusy: another process drives the run.
     """
+    from runner import catalog
+
     if asked.approve and asked.reject:
         raise UsageError("give --approve or --reject, not both")
     if asked.reason and not asked.reject:

@@ -18,12 +18,10 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from runner import store
 from runner.cancel import Cancelled, CancelToken, race
-from runner.client import ChatClient, ChatReply
-from runner.errors import NotPending, ProviderError
+from runner.errors import DiskFull, NotPending, ProviderError
 from runner.state import (
     FORMAT_VERSION,
     ApprovalInterruption,
@@ -42,7 +40,6 @@ from runner.state import (
     call_signature,
     pending,
 )
-from runner.store import RunHandle
 from runner.streaming import TurnMeter, TurnProgress
 from runner.tools import Tool, ToolContext, ToolError, Workspace
 from runner.trace import (
@@ -59,6 +56,10 @@ from runner.trace import (
     TurnEvent,
     _Event,
 )
+
+if TYPE_CHECKING:  # the client and the store load where a run uses them, not with `from runner import run`
+    from runner.client import ChatClient, ChatReply
+    from runner.store import RunHandle
 
 GENERIC_TOOL_ERROR = "Error: the tool failed."
 SLIPS = {
@@ -83,6 +84,13 @@ CORRECTIONS = {
 """The corrective user message for each slip: what went wrong and what to do."""
 ASK_FOR_ANSWER = "Using the tool results above, answer my question in one short sentence: {question}"
 """The user message of answer forcing (sent with ``tool_choice: "none"``)."""
+
+
+def _crash_point(name: str) -> None:
+    """`runner.store.crash_point` (the kill tests' hook), imported on first use."""
+    from runner.store.base import crash_point
+
+    crash_point(name)
 
 
 def default_tool_error_text(exc: Exception) -> str:
@@ -206,7 +214,7 @@ async def run(state: RunState, rt: Runtime) -> RunState:
         raise
     except ProviderError as exc:
         _stop_for_provider(state, exc)
-    except store.DiskFull as exc:  # the stop below still commits: the store freed its reserve
+    except DiskFull as exc:  # the stop below still commits: the store freed its reserve
         _stop(state, "interrupted", CancelledInterruption(reason="disk full"), str(exc))
     finally:
         state.wall_ms += (time.perf_counter() - began) * 1000
@@ -402,7 +410,7 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
         rewrites=rewrites or None, neutralised=reply.neutralised or None, corrective=corrective,
         toolChoice=tool_choice,
     ))
-    store.crash_point("reply")
+    _crash_point("reply")
 
 
 def _fail_if_slipping(state: RunState) -> None:
@@ -550,7 +558,7 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
         state.started[call.id] = signature  # from here until recorded, the call is in doubt
         rt.commit(state, start)
         rt.before_effect()
-    store.crash_point("tool_start")
+    _crash_point("tool_start")
     if tool.read_only:
         rt.tracer.emit(start)
     cancel = rt.cancel
@@ -581,7 +589,7 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
         raise
     except Exception as exc:
         error, text = exc, ""
-    store.crash_point("tool_done")
+    _crash_point("tool_done")
     ms = (time.perf_counter() - began) * 1000
     record = ToolRun(call_id=call.id, tool_name=tool.name, signature=signature, ok=error is None,
                      ms=ms, error=None if error is None else str(error))
@@ -620,7 +628,7 @@ def _answer(state: RunState, rt: Runtime, call: ToolCall, text: str, record: Too
     rt.commit(state, ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id,
                                 ms=round(record.ms, 3), ok=record.ok, source=record.source,
                                 error=record.error, childRunId=child, omittedChars=omitted or None))
-    store.crash_point("tool_result")
+    _crash_point("tool_result")
 
 
 def cap_text(text: str, max_chars: int | None) -> tuple[str, int]:

@@ -14,6 +14,9 @@ same two tools (list_files, read_file over a copy of tasks/workspace). Harnesses
                      transition committed with its trace lines at the default durability
                      ("process": a kill of the process loses nothing), one client made once
                      as each peer makes its own
+    runner_power     the same on `FileStore(runs_root, durability="power")`: what must survive an
+                     OS crash or power loss is flushed before each effect (a paid model request,
+                     a tool that may write)
     runner_memory    the same with runs_root=None (nothing written)
 
 The peers are pip-installed (pinned, PEERS below) into a venv of this script's own
@@ -69,7 +72,7 @@ EXPECTED_REQUESTS = [["plan", 1], ["plan", 2], ["plan", 3]]
 TURNS = 3
 API_KEY = "sk-local"
 HARNESSES = ("bare", "openai_sdk", "smolagents", "openai_agents", "langgraph", "pydantic_ai",
-             "runner_durable", "runner_memory")
+             "runner_durable", "runner_power", "runner_memory")
 IMPORTS = {
     "bare": "import httpx",
     "openai_sdk": "import openai",
@@ -80,6 +83,7 @@ IMPORTS = {
     "pydantic_ai": "from pydantic_ai import Agent; from pydantic_ai.models.openai import OpenAIChatModel; "
                    "from pydantic_ai.providers.openai import OpenAIProvider",
     "runner_durable": "from runner import Endpoint, RunConfig, execute, new_run",
+    "runner_power": "from runner import Endpoint, RunConfig, execute, new_run",
     "runner_memory": "from runner import Endpoint, RunConfig, execute, new_run",
 }
 LABELS = {
@@ -90,8 +94,11 @@ LABELS = {
     "langgraph": "langgraph",
     "pydantic_ai": "pydantic-ai",
     "runner_durable": "runner, every transition committed (durable against a kill)",
+    "runner_power": "runner, durability power (durable against a power loss)",
     "runner_memory": "runner, run in memory",
 }
+TARGETS_MS_PER_TURN = {"runner_durable": 0.5, "runner_power": 1.5}
+"""Overhead per turn over the bare loop that runner's durable harnesses must stay within."""
 DISTS = {"openai_sdk": "openai", "smolagents": "smolagents", "openai_agents": "openai-agents",
          "langgraph": "langgraph", "pydantic_ai": "pydantic-ai-slim", "bare": "httpx"}
 
@@ -271,17 +278,20 @@ async def make_pydantic_ai(url: str, tools: Tools) -> Run:
     return run
 
 
-def _make_runner(durable: bool) -> Callable[[str, Tools, Path], Awaitable[Run]]:
+def _make_runner(durability: str | None) -> Callable[[str, Tools, Path], Awaitable[Run]]:
+    """runner's harness on a FileStore at `durability` ("process", "power"), or in memory (None)."""
     async def make(url: str, tools: Tools, runs_root: Path) -> Run:
         from runner import Endpoint, RunConfig, new_run
         from runner.client import new_http_client
         from runner.harness import drive
+        from runner.store import FileStore
 
         http = new_http_client(url)  # made once, as each peer makes its client once
+        store = FileStore(runs_root, durability=durability) if durability else None  # type: ignore[arg-type]
 
         async def run() -> str:
             state = new_run(PROMPT, RunConfig(endpoint=Endpoint(model=SCENARIO, base_url=url)))
-            state = await drive(state, url, runs_root if durable else None, http=http)
+            state = await drive(state, url, store, http=http)
             for m in state.messages:  # runner works on its own per-run workspace copy
                 for call in m.tool_calls or []:
                     tools.calls.append((call.function.name, json.loads(call.function.arguments or "{}")))
@@ -303,7 +313,8 @@ async def build(name: str, url: str, tools: Tools, runs_root: Path) -> Run:
         "openai_agents": make_openai_agents, "langgraph": make_langgraph, "pydantic_ai": make_pydantic_ai,
     }
     if name.startswith("runner_"):
-        return await _make_runner(name == "runner_durable")(url, tools, runs_root / name)
+        durability = {"runner_durable": "process", "runner_power": "power"}.get(name)
+        return await _make_runner(durability)(url, tools, runs_root / name)
     return await makers[name](url, tools)
 
 
@@ -474,6 +485,12 @@ def render(r: dict[str, Any]) -> str:
             over = run = "failed: " + errors.get(name, "no runs").replace("|", "/")
         lines.append(f"| {LABELS[name]} | {version} | {over} | {run} | "
                      f"{'' if imp is None else f'{imp:.0f}'} | {'' if rss is None else f'{rss:.0f}'} |")
+    checks = [f"- {LABELS[name]}: {(statistics.median(times[name]) - floor) / TURNS:.2f} ms/turn over the bare loop "
+              f"(target <= {limit} ms/turn: "
+              f"{'meets' if (statistics.median(times[name]) - floor) / TURNS <= limit else 'MISSES'})"
+              for name, limit in TARGETS_MS_PER_TURN.items() if name in times and floor is not None]
+    if checks:
+        lines += ["", *checks]
     return "\n".join(lines) + "\n"
 
 

@@ -19,6 +19,8 @@ rotates every round), medians over >= 30 rounds after a warm-up. One round runs:
                  token counts are not on record yet, so the o200k tokenizer loads
     ref_pydantic python -c "import pydantic"             the reference of import_api
     ref_cli      python -c "import httpx, pydantic, typer"  the reference of scenario
+    ref_model    python -c "from pydantic import BaseModel; class M(BaseModel): ..."  one deferred
+                 model and no runner: pydantic's floor under import_api, printed beside its ratio
 
 Start-up targets are ratios to a reference measured in the same rounds (absolute times
 differ ~2x between two machines of one kind): import_api <= 2.0x ref_pydantic and scenario
@@ -71,6 +73,8 @@ SCENARIO_TARGET_MS = 1000.0
 """`runner run --scenario plan`, wall of the whole command, starting its own provider (target 3)."""
 REF_PYDANTIC = "import pydantic"
 REF_CLI = "import httpx, pydantic, typer"
+REF_MODEL = "from pydantic import BaseModel\nclass M(BaseModel, defer_build=True): x: int = 0"
+"""One deferred pydantic model, no runner: the floor under any import that defines a model."""
 API_RATIO_TARGET = 2.0
 """import_api wall <= this x `python -c "import pydantic"` wall."""
 SCENARIO_RATIO_TARGET = 1.5
@@ -232,6 +236,7 @@ def measure(runs: int, warmup: int, work: Path, candidates: list[Path]) -> dict[
             "scenario_new": ([*runner_cli(), "run", PLAN_PROMPT + " (round {round})", *scenario[-4:]], warm),
             "ref_pydantic": ([sys.executable, "-c", REF_PYDANTIC], warm),
             "ref_cli": ([sys.executable, "-c", REF_CLI], warm),
+            "ref_model": ([sys.executable, "-c", REF_MODEL], warm),
         }
         for cand in candidates:
             cases[f"import@{cand}"] = ([sys.executable, "-c", IMPORT], with_path(warm, cand))
@@ -304,6 +309,13 @@ def _ratio_lines(r: dict[str, Any]) -> list[str]:
         verdict = "meets" if x["wall"] <= x["target"] else "MISSES"
         lines.append(f"| {names[key]} | {x['ms']:.1f} | {refs[key]} | {x['ref_ms']:.1f} | **{x['wall']:.2f}x** | "
                      f"<= {x['target']:.1f}x: {verdict} | {x['net']:.2f}x |")
+    model = r["cases"].get("ref_model")
+    if model is not None:
+        floor, api, pyd = model["ms"]["median"], r["ratios"]["import_api"]["ms"], r["ratios"]["import_api"]["ref_ms"]
+        lines += ["", f"pydantic's floor, measured in the same rounds: one deferred model and no runner "
+                      f"(`{REF_MODEL.replace(chr(10), '; ')}`) = {floor:.1f} ms = **{floor / pyd:.2f}x** "
+                      f"`import pydantic`; the API import is {api / floor:.2f}x that floor "
+                      f"({api - floor:.1f} ms over it)."]
     return lines
 
 

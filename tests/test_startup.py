@@ -39,6 +39,16 @@ def test_library_import_leaves_httpx_until_a_client_is_made() -> None:
     loaded = _loaded_after("from runner import run, RunState, RunConfig, execute")
     assert {"runner.loop", "runner.harness", "pydantic"} <= loaded
     assert not {"httpx", "tiktoken", "uvicorn", "fastapi", "typer"} & loaded
+    assert not {"runner.store", "runner.client", "runner.catalog", "runner.config", "runner.endpoints"} & loaded
+
+
+def test_a_scenario_run_loads_no_network_stack(tmp_path: Path) -> None:
+    """The in-process provider's client has no network transport: no httpcore, h11, h2 or anyio."""
+    loaded = _loaded_after(f"import sys\nsys.argv = ['runner', 'run', '--scenario', 'plan', '--runs-dir', "
+                           f"{str(tmp_path / 'runs')!r}]\nfrom runner.cli import main\n"
+                           "try:\n    main()\nexcept SystemExit:\n    pass")
+    assert {"httpx", "runner.loop", "runner.store"} <= loaded
+    assert not {"httpcore", "h11", "h2", "anyio"} & loaded
 
 
 def test_requests_log_reports_each_answered_call_from_an_index(provider_server: ScriptedServer) -> None:

@@ -2,7 +2,8 @@
 database (`initdb --no-locale`, a C-locale machine's default) and a UTF8 one hold non-ASCII
 runs and list them; `pg_ctl restart -m fast` while 4 workers drive 100 runs loses no commit,
 doubles none and drives each run once (checked from the traces and the provider's request
-log); a server unreachable for 10 s holds a save up, then it commits once."""
+log); a server unreachable for 10 s holds a save up, then it commits once; a fresh 3-turn run
+takes 11 statements with its trace in order."""
 
 from __future__ import annotations
 
@@ -169,3 +170,40 @@ def test_no_workspace_folder_is_left_behind(pg_url: str, provider: str, tmp_path
     assert code == 0 and done["answer"] == "Deleted access.log to free space."
     assert cli("runs", runs_dir=tmp_path, env=env).returncode == 0
     assert [p.name for p in scratch.iterdir() if p.name.startswith("runner-ws-")] == []  # ...the next one sweeps it
+
+
+def test_a_fresh_plan_run_takes_eleven_statements_and_its_trace_keeps_its_order(pg_url: str, provider: str,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new 3-turn run: create (no claim that misses first), run_started, 6 saves, the two
+    read-only tools' tool_start (each written before its tool runs, no seq of its own), release."""
+    import asyncio
+
+    import psycopg
+
+    from runner.endpoints import Endpoint
+    from runner.harness import drive
+    from runner.state import RunConfig, new_run
+
+    store = PostgresStore(pg_url)
+    try:
+        sent: list[str] = []
+        execute = psycopg.Connection.execute
+
+        def counted(conn: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(" ".join(str(query).split()[:3]))
+            return execute(conn, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Connection, "execute", counted)
+        state = new_run("Which log file mentions a timeout?", RunConfig(endpoint=Endpoint(model="scripted/plan")))
+        state = asyncio.run(drive(state, provider, store))
+        monkeypatch.undo()
+        assert state.status == "completed"
+        assert len(sent) == 11, sent
+        rows = store.trace_rows(state.run_id)
+    finally:
+        store.close()
+    types = [event["type"] for _, _, _, event in rows]
+    assert types == ["run_started", "turn", "tool_start", "tool_result", "turn", "tool_start", "tool_result", "turn",
+                     "run_stopped"], types
+    seqs = {event["type"]: seq for seq, _, _, event in rows}
+    assert seqs["run_started"] is None and seqs["tool_start"] is None and seqs["run_stopped"] == 7

@@ -510,17 +510,17 @@ class PostgresStore(RunStore):
         "CASE WHEN %(claimed)s THEN now() + make_interval(secs => %(lease_s)s) END, %(queued)s, %(token)s) "
         "ON CONFLICT (run_id) DO NOTHING RETURNING epoch, extract(epoch FROM coalesce(leased_since, now())) AS since), "
         "i AS (INSERT INTO run_items (run_id, kind, idx, item) SELECT %(id)s, t.kind, t.idx, t.item::jsonb "
-        "FROM r, unnest(%(kinds)s::text[], %(idxs)s::int[], %(items)s::text[]) AS t(kind, idx, item)) "
+        "FROM r, unnest(%(kinds)s::text[], %(idxs)s::int[], %(items)b::text[]) AS t(kind, idx, item)) "
         "SELECT epoch, since FROM r")
 
     _SAVE = (  # one statement: fenced update, then the new items and events only if it matched
         "WITH u AS (UPDATE runs SET seq = seq + 1, status = %(status)s, state = %(rest)s::jsonb, updated_at = now(), "
         "last_write = %(token)s WHERE run_id = %(id)s AND epoch = %(epoch)s AND seq = %(seq)s RETURNING seq), "
         "i AS (INSERT INTO run_items (run_id, kind, idx, item) SELECT %(id)s, t.kind, t.idx, t.item::jsonb "
-        "FROM u, unnest(%(kinds)s::text[], %(idxs)s::int[], %(items)s::text[]) AS t(kind, idx, item)), "
+        "FROM u, unnest(%(kinds)s::text[], %(idxs)s::int[], %(items)b::text[]) AS t(kind, idx, item)), "
         "e AS (INSERT INTO trace_events (run_id, seq, epoch, owner, event) "
         "SELECT %(id)s, u.seq, %(epoch)s, %(owner)s, t.event::jsonb "
-        "FROM u, unnest(%(events)s::text[]) WITH ORDINALITY AS t(event, n) ORDER BY t.n) "
+        "FROM u, unnest(%(events)b::text[]) WITH ORDINALITY AS t(event, n) ORDER BY t.n) "
         "SELECT seq FROM u")
 
     def save(self, state: RunState, events: Sequence[_Event] = (), lease: Lease | None = None,
@@ -654,16 +654,20 @@ class PostgresStore(RunStore):
             head.has_events = True
 
     def _emit(self, run_id: str, lines: list[str], lease: Lease | None) -> None:
+        """Append `lines`; under a lease, only while it is the run's current one (a driver
+        fenced out by a takeover writes nothing after the new driver's events)."""
         params = {"id": run_id, "epoch": lease.epoch if lease else None, "owner": lease.owner if lease else None,
                   "events": lines}
+        fence = ["EXISTS (SELECT 1 FROM runs r WHERE r.run_id = %(id)s AND r.epoch = %(epoch)s)"] if lease else []
 
         def work(conn: Any, attempt: int) -> None:
             # on a retry, the earlier attempt may have committed: never the same event twice
+            once = ["NOT EXISTS (SELECT 1 FROM trace_events e WHERE e.run_id = %(id)s AND e.event = t.event::jsonb)"]
+            where = " AND ".join(fence + (once if attempt else []))
             conn.execute(
                 "INSERT INTO trace_events (run_id, epoch, owner, event) SELECT %(id)s, %(epoch)s, %(owner)s, "
-                "t.event::jsonb FROM unnest(%(events)s::text[]) WITH ORDINALITY AS t(event, n) "
-                + ("WHERE NOT EXISTS (SELECT 1 FROM trace_events e WHERE e.run_id = %(id)s AND e.event = t.event::jsonb) "
-                   if attempt else "") + "ORDER BY t.n", params, prepare=not attempt)
+                "t.event::jsonb FROM unnest(%(events)b::text[]) WITH ORDINALITY AS t(event, n) "
+                + (f"WHERE {where} " if where else "") + "ORDER BY t.n", params, prepare=not attempt)
 
         self._retry(work)
 
