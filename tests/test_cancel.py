@@ -204,7 +204,14 @@ def test_research_completes_with_the_childs_summary(runs: Path) -> None:
 def test_one_cancel_stops_parent_and_child(faulty, runs: Path) -> None:  # type: ignore[no-untyped-def]
     server = faulty("", latency_ms=400)
     token = CancelToken()
-    threading.Timer(1.0, token.cancel, args=("user pressed Stop",)).start()  # during the child's turns
+
+    def stop_once_the_child_runs() -> None:  # its first reply is then 400 ms away
+        deadline = time.monotonic() + 60
+        while not any(runs.glob("*.c1/trace.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        token.cancel("user pressed Stop")
+
+    threading.Thread(target=stop_once_the_child_runs, daemon=True).start()
     state = scripted_run("research", tools=[*DEFAULT_TOOLS, "research"],
                          research_model="scripted/research_child")
     state = drive(state, server.base_url, runs, cancel=token)
