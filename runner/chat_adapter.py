@@ -654,6 +654,8 @@ class ChatRequest:
         tool_choice: as `parse_tool_choice` reads it.
         max_tokens: reply cap, tokens (None: the server's default).
         stop: extra stop strings.
+        parallel_tool_calls: False: at most one call in the reply (OpenAI's
+            ``parallel_tool_calls``); True: up to `MAX_CALLS_PER_TURN`.
     """
 
     messages: list[JsonObject]
@@ -661,6 +663,7 @@ class ChatRequest:
     tool_choice: Any = None
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
+    parallel_tool_calls: bool = True
 
 
 class CallForcer:
@@ -745,6 +748,7 @@ class _Reply:
     inject: str = ""
     held: str | None = None
     watching: bool = False
+    max_calls: int = MAX_CALLS_PER_TURN
 
 
 class Engine:
@@ -871,7 +875,8 @@ class Engine:
         # auto: free text, watched for the opening tag; required/named: the grammar from token 1.
         watching = bool(tools) and choice.mode == "auto"
         constrained = bool(tools) and choice.mode in ("required", "named")
-        sampler = self._prose_sampler() if prose_only else self._sampler(tools, choice if constrained else None)
+        calls = MAX_CALLS_PER_TURN if request.parallel_tool_calls else 1
+        sampler = self._prose_sampler() if prose_only else self._sampler(tools, choice if constrained else None, calls)
         return _Reply(
             splitter=splitter,
             sampler=sampler,
@@ -886,6 +891,7 @@ class Engine:
             # Untagged calls: the reply's opening is held back until `untagged_start` decides.
             held="" if watching and self.untagged_calls else None,
             watching=watching,
+            max_calls=MAX_CALLS_PER_TURN if request.parallel_tool_calls else 1,
         )
 
     def _decode(self, reply: _Reply, cancel: threading.Event) -> Iterator[Event]:
@@ -954,7 +960,7 @@ class Engine:
             return True
         self._rewind_reply(reply.header)
         reply.decoder.reset()
-        reply.sampler = self._untagged_sampler(reply.tools)
+        reply.sampler = self._untagged_sampler(reply.tools, reply.max_calls)
         reply.splitter.start_untagged()
         reply.held, reply.watching = None, False
         return True
@@ -987,7 +993,7 @@ class Engine:
         yield from reply.splitter.feed(head)
         self.llama.eval(replacement)
         reply.watching, reply.tail = False, ""
-        reply.sampler = self._sampler(reply.tools, reply.choice, after_open=True)
+        reply.sampler = self._sampler(reply.tools, reply.choice, reply.max_calls, after_open=True)
 
     def _finished(self, reply: _Reply, prompt_tokens: int, cached: int, prompt_done: float) -> Finished:
         """The reply's `Finished` event, with the timings `stream` documents.
@@ -1075,27 +1081,29 @@ class Engine:
         sampler.add_greedy()
         return sampler
 
-    def _untagged_sampler(self, tools: list[JsonObject]) -> Any:
+    def _untagged_sampler(self, tools: list[JsonObject], calls: int) -> Any:
         """Greedy sampling under `untagged_call_grammar` from the reply's first token."""
         from llama_cpp._internals import LlamaSampler
         from llama_cpp.llama_grammar import LlamaGrammar
 
         sampler: Any = LlamaSampler()  # type: ignore[no-untyped-call]
-        sampler.add_grammar(self.llama._model, LlamaGrammar.from_string(untagged_call_grammar(tools), verbose=False))
+        sampler.add_grammar(self.llama._model, LlamaGrammar.from_string(untagged_call_grammar(tools, calls), verbose=False))
         sampler.add_greedy()
         return sampler
 
     def _tokenize(self, text: str) -> list[int]:
         return self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
 
-    def _sampler(self, tools: list[JsonObject], choice: ToolChoice | None, after_open: bool = False) -> Any:
-        """Greedy sampling, under the call grammar unless `choice` is None (free text)."""
+    def _sampler(self, tools: list[JsonObject], choice: ToolChoice | None, calls: int = MAX_CALLS_PER_TURN,
+                 after_open: bool = False) -> Any:
+        """Greedy sampling, under the call grammar (at most `calls` calls with ``tool_choice``
+        auto) unless `choice` is None (free text)."""
         from llama_cpp._internals import LlamaSampler
         from llama_cpp.llama_grammar import LlamaGrammar
 
         sampler: Any = LlamaSampler()  # type: ignore[no-untyped-call]
         if choice is not None and choice.mode != "none" and tools:
-            calls = MAX_CALLS_PER_TURN if choice.mode == "auto" else 1
+            calls = calls if choice.mode == "auto" else 1
             text = call_grammar(tools, choice.name, calls=calls, after_open=after_open)
             sampler.add_grammar(self.llama._model, LlamaGrammar.from_string(text, verbose=False))
         sampler.add_greedy()

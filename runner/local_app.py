@@ -89,6 +89,7 @@ class ChatBody(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     stop: str | list[str] | None = None
+    parallel_tool_calls: bool = True
 
     def to_request(self) -> ChatRequest:
         tools = self.tools or [{"type": "function", "function": f} for f in self.functions or []]
@@ -97,6 +98,7 @@ class ChatBody(BaseModel):
             messages=[m.model_dump(exclude_none=True) | {"content": m.content} for m in self.messages],
             tools=tools, tool_choice=self.tool_choice, stop=stop,
             max_tokens=self.max_completion_tokens or self.max_tokens,
+            parallel_tool_calls=self.parallel_tool_calls,
         )
 
 

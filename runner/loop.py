@@ -84,6 +84,10 @@ CORRECTIONS = {
 """The corrective user message for each slip: what went wrong and what to do."""
 ASK_FOR_ANSWER = "Using the tool results above, answer my question in one short sentence: {question}"
 """The user message of answer forcing (sent with ``tool_choice: "none"``)."""
+ASK_WITH_RESULTS = "Here is what the tools returned:\n\n{results}\n\nUsing only this, answer in one short sentence: {question}"
+"""The user message of answer forcing with `RunConfig.answer_restates_results`."""
+RESTATED_RESULT_CHARS = 4_000
+"""Each restated tool result is cut to this many characters."""
 
 
 def _crash_point(name: str) -> None:
@@ -302,11 +306,13 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     if cap is not None:
         max_tokens = cap if max_tokens is None else min(max_tokens, cap)
     tool_choice = _tool_choice(state)
-    extra = {"tool_choice": tool_choice} if tool_choice else None
+    extra: dict[str, Any] = {"tool_choice": tool_choice} if tool_choice else {}
+    if cfg.parallel_tool_calls is not None:
+        extra["parallel_tool_calls"] = cfg.parallel_tool_calls
     if _answer_is_due(state):
         _ask_for_answer(state)
     meter = TurnMeter(state.turns + 1, rt.on_turn) if rt.on_turn else None  # live per-turn line
-    reply = await rt.client.chat(cfg.endpoint.model, state.messages, rt.tool_schemas, max_tokens=max_tokens, extra=extra,
+    reply = await rt.client.chat(cfg.endpoint.model, state.messages, rt.tool_schemas, max_tokens=max_tokens, extra=extra or None,
                                  on_delta=meter.update if meter else None, call_ids=call_id_stem(state))
     if meter:
         meter.finish(reply.completion_tokens, reply.message.content or "")
@@ -333,19 +339,96 @@ def _tool_choice(state: RunState) -> str | None:
 
 
 def _answer_is_due(state: RunState) -> bool:
-    """Answer forcing: `answer_after_tool_turns` assistant turns of tool calls, and the last
-    message is not the model's (a tool result or a corrective message)."""
-    after = state.config.answer_after_tool_turns
-    if after is None or state.messages[-1].role == "assistant":
+    """Answer forcing: the last message is not the model's (a tool result or a corrective
+    message), and there were `answer_after_tool_turns` assistant turns of tool calls, or
+    (`answer_on_stall`) the last of them brought nothing new."""
+    cfg = state.config
+    if state.messages[-1].role == "assistant":
         return False
-    return sum(1 for m in state.messages if m.role == "assistant" and m.tool_calls) >= after
+    after = cfg.answer_after_tool_turns
+    if after is not None and sum(1 for m in state.messages if m.role == "assistant" and m.tool_calls) >= after:
+        return True
+    return cfg.answer_on_stall and (_stalled(state) or _blank_after_results(state))
+
+
+def _blank_after_results(state: RunState) -> bool:
+    """The model's last reply was empty, after some tool call succeeded: it has nothing more
+    to call, so its answer is asked for."""
+    last = state.per_turn[-1] if state.per_turn else None
+    return last is not None and last.slip == "blank_content" and any(r.ok for r in state.tool_runs)
+
+
+def _stalled(state: RunState) -> bool:
+    """The last turn of tool calls brought nothing new: each of its calls failed or repeated
+    an earlier successful call, and some earlier call had succeeded (there is something to
+    answer from)."""
+    last = next((m for m in reversed(state.messages) if m.role == "assistant"), None)
+    if last is None or not last.tool_calls:
+        return False
+    ids = {c.id for c in last.tool_calls}
+    before = [r for r in state.tool_runs if r.call_id not in ids]
+    known = {r.signature for r in before if r.ok}
+    runs = [r for r in state.tool_runs if r.call_id in ids]
+    if not known or len(runs) < len(ids):
+        return False
+    return all(not r.ok or r.signature in known for r in runs)
+
+
+def restated_results(state: RunState) -> str:
+    """Every distinct successful tool result of the run, in order, each under a header naming
+    the call (``--- read_file notes.txt ---``: the tool and its argument values), each cut to
+    `RESTATED_RESULT_CHARS`; "" when no call succeeded."""
+    calls = {c.id: c for m in state.messages for c in (m.tool_calls or [])}
+    texts = {m.tool_call_id: m.content or "" for m in state.messages if m.role == "tool"}
+    seen: set[str] = set()
+    parts = []
+    for record in state.tool_runs:
+        if not record.ok or record.signature in seen or record.call_id not in calls:
+            continue
+        seen.add(record.signature)
+        parts.append(f"--- {_call_label(calls[record.call_id])} ---\n"
+                     f"{cap_text(texts.get(record.call_id, ''), RESTATED_RESULT_CHARS)[0]}")
+    return "\n\n".join(parts)
+
+
+def _last_calls_failed(state: RunState) -> bool:
+    """Some call of the last assistant turn of tool calls failed."""
+    last = next((m for m in reversed(state.messages) if m.role == "assistant" and m.tool_calls), None)
+    ids = {c.id for c in last.tool_calls or []} if last is not None else set()
+    return any(not r.ok for r in state.tool_runs if r.call_id in ids)
+
+
+def _call_label(call: ToolCall) -> str:
+    """A call in words: the tool's name and its argument values (``read_file notes.txt``)."""
+    try:
+        args = json.loads(call.function.arguments or "{}")
+    except json.JSONDecodeError:
+        args = {}
+    values = args.values() if isinstance(args, dict) else [args]
+    shown = " ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values)
+    return f"{call.function.name} {shown}".strip()
+
+
+def _answer_request(state: RunState) -> str:
+    """The user message asking for the answer: the task restated, after the run's successful
+    tool results as `RunConfig.answer_restates_results` says."""
+    mode = state.config.answer_restates_results
+    restate = mode == "always" or (mode == "after_failure" and _last_calls_failed(state))
+    results = restated_results(state) if restate else ""
+    if results:
+        return ASK_WITH_RESULTS.format(results=results, question=_question(state))
+    return ASK_FOR_ANSWER.format(question=_question(state))
 
 
 def _correct(state: RunState, rt: Runtime, slip: str) -> str:
     """Add the corrective user message for `slip` (replacing one added for the slip before,
-    so corrections never pile up) and return its text."""
+    so corrections never pile up) and return its text. When the answer is due (answer
+    forcing, or an empty reply after results with `answer_on_stall`), the correction is the
+    request for the answer itself: the next request hides the tools."""
     text = CORRECTIONS.get(slip, CORRECTIONS["blank_content"]).format(
         tools=", ".join(t.name for t in rt.tools), question=_question(state))
+    if _answer_is_due(state):
+        text = _answer_request(state)
     message = Message(role="user", content=text, name=CORRECTIVE_NAME)
     if _harness_message_last(state):
         state.messages[-1] = message
@@ -358,8 +441,7 @@ def _ask_for_answer(state: RunState) -> None:
     """Answer forcing: add the user message asking for the answer, unless the last message
     is already one the harness wrote (a correction, or this request made before a crash)."""
     if not _harness_message_last(state):
-        state.messages.append(Message(role="user", content=ASK_FOR_ANSWER.format(question=_question(state)),
-                                      name=CORRECTIVE_NAME))
+        state.messages.append(Message(role="user", content=_answer_request(state), name=CORRECTIVE_NAME))
 
 
 def _harness_message_last(state: RunState) -> bool:

@@ -111,6 +111,15 @@ class ModelEntry(BaseModel):
     answer_after_tool_turns: int | None = Field(default=None, ge=1)
     """Harness default for runs on this model: after this many turns of tool calls, ask for
     the answer with ``tool_choice: "none"`` (None: never)."""
+    answer_on_stall: bool = False
+    """Harness default for runs on this model: also ask for the answer once a turn of tool
+    calls brings nothing new (`RunConfig.answer_on_stall`)."""
+    answer_restates_results: Literal["never", "after_failure", "always"] = "never"
+    """Harness default for runs on this model: the request for the answer restates the
+    successful tool results (`RunConfig.answer_restates_results`)."""
+    parallel_tool_calls: bool | None = None
+    """Harness default for runs on this model: OpenAI's ``parallel_tool_calls`` (False: one
+    call per turn); None: not sent."""
     system_addendum: str = ""
     """Harness default for runs on this model: text added to the end of the system prompt."""
     description: str = ""

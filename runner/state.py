@@ -365,6 +365,20 @@ class RunConfig(BaseModel, defer_build=True):
     asking for the answer to the task (restated) and is sent with ``tool_choice: "none"``: the
     model must answer from what it has read. None: never. The model manifest gives small local
     models a value."""
+    answer_on_stall: bool = False
+    """Also ask for the answer (as `answer_after_tool_turns` does) as soon as a turn of tool
+    calls brought nothing new: each of its calls repeated an earlier call (same tool, same
+    arguments) or failed, and some earlier call succeeded. A model that keeps making new
+    successful calls keeps going, up to `answer_after_tool_turns`."""
+    answer_restates_results: Literal["never", "after_failure", "always"] = "never"
+    """Whether the message that asks for the answer (answer forcing, or after an empty reply)
+    restates every distinct successful tool result under a header naming the call, before the
+    task: ``always``, or ``after_failure`` (only when a call of the last turn of calls failed,
+    which would otherwise be the last thing the model reads). A small model then reads the
+    results next to the question, and failed calls stay out of it."""
+    parallel_tool_calls: bool | None = None
+    """Sent as OpenAI's ``parallel_tool_calls`` (False: at most one call per turn; runner's
+    local server then allows one call under its grammar). None: not sent."""
     max_tool_result_chars: int | None = 20_000
     """Longer tool results are cut, with a marker the model reads (None: no cap)."""
     auto_approve: bool = False

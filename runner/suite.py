@@ -278,14 +278,19 @@ def harness_settings(column: Endpoint, run_settings: dict[str, Any] | None = Non
     (`RunConfig` fields, text added to the system prompt). The scripted column gets none.
 
     A local model's manifest entry (found by name, or by the file name of its GGUF) gives
-    ``answer_after_tool_turns`` and ``system_addendum``; `run_settings` and `system_addendum`
+    ``answer_after_tool_turns``, ``answer_on_stall``, ``answer_restates_results``,
+    ``parallel_tool_calls`` and ``system_addendum``; `run_settings` and `system_addendum`
     take precedence."""
     if column.scripted:
         return {}, ""
     from runner import models as models_mod
 
     entry = models_mod.entry_for(column.model, Path(column.local_model) if column.local_model else None)
-    settings: dict[str, Any] = {"answer_after_tool_turns": entry.answer_after_tool_turns} if entry else {}
+    settings: dict[str, Any] = {}
+    if entry is not None:
+        settings = {"answer_after_tool_turns": entry.answer_after_tool_turns, "answer_on_stall": entry.answer_on_stall,
+                    "answer_restates_results": entry.answer_restates_results,
+                    "parallel_tool_calls": entry.parallel_tool_calls}
     settings |= run_settings or {}
     addendum = system_addendum if system_addendum is not None else (entry.system_addendum if entry else "")
     return settings, addendum

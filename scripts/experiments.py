@@ -718,16 +718,36 @@ def local_suite(lab: Lab) -> Outcome:
 
 HARNESS_STEPS: list[tuple[str, dict[str, Any]]] = [
     ("tagged calls only", {"untagged_calls": "off", "first_turn_tool_choice": "auto", "on_slip": "repeat",
-                           "answer_after_tool_turns": None, "prompting": False}),
+                           "answer_after_tool_turns": None, "answer_on_stall": False,
+                           "answer_restates_results": "never", "parallel_tool_calls": None, "prompting": False}),
     ("+ first-turn required", {"first_turn_tool_choice": "required"}),
     ("+ untagged calls", {"untagged_calls": "on"}),
     ("+ corrective retries", {"on_slip": "corrective"}),
-    ("+ answer forcing", {"answer_after_tool_turns": "manifest"}),
+    ("+ answer forcing after N tool turns", {"answer_after_tool_turns": "fixed"}),
+    ("+ answer on stall (N: manifest's cap)", {"answer_on_stall": "manifest", "answer_after_tool_turns": "manifest"}),
+    ("+ one call per turn", {"parallel_tool_calls": "manifest"}),
+    ("+ results restated when asking (manifest's mode)", {"answer_restates_results": "manifest"}),
     ("+ manifest prompting", {"prompting": True}),
 ]
-"""The techniques of `local_harness`, each added to the ones above it."""
+"""The techniques of `local_harness`, each added to the ones above it ("manifest": the model
+manifest's value, "fixed": `DEFAULT_ANSWER_AFTER` or the manifest's N if smaller)."""
 DEFAULT_ANSWER_AFTER = 2
 """Answer forcing for a model whose manifest sets no `answer_after_tool_turns`."""
+CANDIDATE_ADDENDUM = " If the tool results above already answer the question, answer it without calling a tool again."
+"""The system-prompt addendum the "+ manifest prompting" row measures for a model whose manifest
+keeps none (general: it names no tool, file or task)."""
+HARNESS_RUN_SETTINGS = ("on_slip", "answer_after_tool_turns", "answer_on_stall", "answer_restates_results",
+                        "parallel_tool_calls")
+"""The `RunConfig` fields a `local_harness` row sets."""
+
+
+def _resolve_step(settings: dict[str, Any], entry: Any) -> dict[str, Any]:
+    """`settings` with "manifest" and "fixed" replaced by the values they stand for."""
+    fixed = min(entry.answer_after_tool_turns or DEFAULT_ANSWER_AFTER, DEFAULT_ANSWER_AFTER)
+    manifest = {"answer_after_tool_turns": entry.answer_after_tool_turns or DEFAULT_ANSWER_AFTER,
+                "answer_on_stall": entry.answer_on_stall, "answer_restates_results": entry.answer_restates_results,
+                "parallel_tool_calls": entry.parallel_tool_calls}
+    return {k: manifest[k] if v == "manifest" else fixed if v == "fixed" else v for k, v in settings.items()}
 
 
 def local_harness(lab: Lab) -> Outcome:
@@ -749,10 +769,8 @@ def local_harness(lab: Lab) -> Outcome:
         try:
             for label, step in HARNESS_STEPS:
                 before = dict(settings)
-                settings |= step
-                if settings["answer_after_tool_turns"] == "manifest":
-                    settings["answer_after_tool_turns"] = entry.answer_after_tool_turns or DEFAULT_ANSWER_AFTER
-                if settings == before or (label == "+ manifest prompting" and not entry.system_addendum):
+                settings = _resolve_step(settings | step, entry)
+                if settings == before:
                     rows.append([entry.name, label, "(no change for this model: not run again)"] + [""] * 6)
                     continue
                 if server is None or server.settings.untagged_calls != settings["untagged_calls"]:
@@ -760,7 +778,10 @@ def local_harness(lab: Lab) -> Outcome:
                         server.stop()
                     server = LocalServer(path, model_name=path.stem, untagged_calls=settings["untagged_calls"]).start()
                 print(f"local_harness: {name}: {label}", file=sys.stderr, flush=True)
-                row = _harness_row(lab, name, path, server, settings, entry.system_addendum, run_suite)
+                addendum = entry.system_addendum or CANDIDATE_ADDENDUM
+                row = _harness_row(lab, name, path, server, settings, addendum, run_suite)
+                if settings["prompting"] and not entry.system_addendum:
+                    label = "+ system addendum (a candidate: the manifest keeps none)"
                 rows.append([entry.name, label, f"{row['passed']}/6", str(row["turns"]), str(row["calls"]),
                              str(row["malformed"]), str(row["slip_failures"]), f"{row['mean_turn_ms']:,.0f}",
                              row["statuses"]])
@@ -793,8 +814,7 @@ def _harness_row(lab: Lab, name: str, path: Path, server: Any, settings: dict[st
     column = Endpoint(model=path.stem, base_url=server.base_url, local_model=str(path),
                       first_turn_tool_choice=settings["first_turn_tool_choice"])
     report = run_suite("local", root, columns=[column], max_turns=8,
-                       run_settings={"on_slip": settings["on_slip"],
-                                     "answer_after_tool_turns": settings["answer_after_tool_turns"]},
+                       run_settings={k: settings[k] for k in HARNESS_RUN_SETTINGS},
                        system_addendum=addendum if settings["prompting"] else "")
     results = report.results
     per_turn = [t for r in results for t in store.load(root, r.run_id).per_turn]

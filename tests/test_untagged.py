@@ -19,6 +19,7 @@ from runner.chat_adapter import (
     CallDelta,
     ReplySplitter,
     TextDelta,
+    call_grammar,
     parse_untagged,
     untagged_call_grammar,
     untagged_start,
@@ -100,6 +101,24 @@ def test_the_untagged_grammar_admits_only_valid_calls() -> None:
     }
     for why, text in bad.items():
         assert not grammar_allows(vocab_model, grammar, text), why
+
+
+def test_one_call_per_turn_admits_one_untagged_or_tagged_call_and_not_two() -> None:
+    """``parallel_tool_calls: false`` reaches the engine as one call per turn, under both grammars."""
+    from llama_cpp import Llama
+
+    from runner.local_app import ChatBody
+
+    request = ChatBody.model_validate({"messages": [{"role": "user", "content": "Go."}], "parallel_tool_calls": False})
+    assert request.to_request().parallel_tool_calls is False
+    assert ChatBody.model_validate({"messages": [{"role": "user", "content": "Go."}]}).to_request().parallel_tool_calls
+    vocab_model = Llama(model_path=str(models.resolve(SMOL)), vocab_only=True, verbose=False)
+    one, many = untagged_call_grammar(TOOLS, calls=1), untagged_call_grammar(TOOLS)
+    assert grammar_allows(vocab_model, one, READ) and grammar_allows(vocab_model, many, f"{LIST}\n{READ}")
+    assert not grammar_allows(vocab_model, one, f"{LIST}\n{READ}")
+    tagged_one = call_grammar(TOOLS, calls=1, after_open=True)
+    assert grammar_allows(vocab_model, tagged_one, f"\n{READ}\n</tool_call>")
+    assert not grammar_allows(vocab_model, tagged_one, f"\n{READ}\n</tool_call>\n<tool_call>\n{LIST}\n</tool_call>")
 
 
 def test_the_prose_grammar_of_tool_choice_none_admits_no_call() -> None:
