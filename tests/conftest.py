@@ -1,16 +1,19 @@
 """Shared fixtures: the real scripted provider on loopback, isolated runs directories, a
 throwaway PostgreSQL cluster (one per session, a fresh database per test), the two run stores
-side by side (`backend`), and a helper that drives the real CLI in a subprocess."""
+side by side (`backend`), and helpers that drive the real CLI: in this process (`cli`) or in a
+child process (`cli_process`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import pytest
 
@@ -33,9 +36,23 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{marker}: needs {what} (left out by ./scripts/test.sh --fast)")
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave unimported a test module whose every test `-m` leaves out (with an expression of
+    the form "not A and not B ..."): the fast subset imports neither Ray nor llama.cpp's models."""
+    markexpr = str(config.getoption("markexpr") or "")
+    excluded = {part.strip().removeprefix("not ").strip() for part in markexpr.split(" and ")
+                if part.strip().startswith("not ")}
+    if " or " in markexpr or not excluded:
+        return None
+    if any(collection_path.stem in modules for marker, (_, modules, _) in NEEDS.items() if marker in excluded):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with what it needs, from its module and its fixtures, so that
-    `-m "not llama and not postgres and not ray and not slow"` is the fast subset."""
+    `-m "not llama and not postgres and not ray and not slow"` is the fast subset. A test that
+    starts a llama.cpp server of its own is marked `llama` by hand."""
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""  # type: ignore[attr-defined]
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -132,19 +149,84 @@ def drive(state: RunState, base_url: str, runs_root: Path | RunStore | None, **k
     return asyncio.run(harness.drive(state, base_url, runs_root, **kw))
 
 
-def cli(*args: str, runs_dir: Path, check_json: bool = False, timeout: float = 120,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `python -m runner ARGS` with its own runs directory; returns the finished process."""
-    full_env = {**os.environ, "RUNNER_RUNS_DIR": str(runs_dir), **(env or {})}
+def cli(*args: str, runs_dir: Path | None, check_json: bool = False, timeout: float = 120,
+        env: Mapping[str, str | None] | None = None, cwd: Path | None = None,
+        stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the CLI (`runner.cli.main`, the `runner` entry point) in this process with its own runs
+    directory (None: $RUNNER_RUNS_DIR unset) and `env` over this process's (None: unset): stdin, stdout, stderr, the environment and the working directory are its own for
+    the call (click's CliRunner isolation), and so is the terminal: not one, 80 columns, as for
+    a child process with piped output. Returns what a finished `python -m runner ARGS` would.
+
+    For what only a real process shows (a signal, a kill, its exit status, its imports, a tool
+    module found in its working directory), use `cli_process`. The command runs in a child
+    process too with a PostgreSQL store (a command leaves its store's connection pool open
+    until its process exits) and while this thread runs an event loop (playwright's sync API
+    keeps one; a command runs its own). `timeout` is the child's only."""
+    from click.testing import CliRunner
+
+    from runner.cli import main
+
+    if "--store" in args or (env or {}).get("RUNNER_STORE") or _loop_running():
+        return cli_process(*args, runs_dir=runs_dir, check_json=check_json, timeout=timeout, env=env, cwd=cwd,
+                           stdin=stdin)
+    env = {"COLUMNS": "80", "LINES": "24", "RUNNER_RUNS_DIR": str(runs_dir) if runs_dir else None, **(env or {})}
+    assert "RUNNER_CRASH_AT" not in env, "a crash point kills the process: use cli_process"
+    assert "--debug" not in args, "--debug stays on for the process: use cli_process"
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    code: int | str | None = 0
+    with contextlib.chdir(cwd or os.getcwd()), CliRunner().isolation(input=stdin, env=env) as (out, err, _):
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code
+        finally:  # a foreground run owns SIGINT and SIGTERM, and ignores them once it stops
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            sys.stdout.flush()  # what print() left in the buffer, as a process's exit flushes it
+            sys.stderr.flush()
+        stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
+    if isinstance(code, str):  # sys.exit("message"): printed, exit 1
+        stderr, code = stderr + code + "\n", 1
+    proc = subprocess.CompletedProcess(["runner", *args], code or 0, stdout, stderr)
+    if check_json:
+        json.loads(proc.stdout)
+    return proc
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def cli_process(*args: str, runs_dir: Path | None, check_json: bool = False, timeout: float = 120,
+                env: Mapping[str, str | None] | None = None, cwd: Path | None = None,
+                stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m runner ARGS` in a child process, as `cli` does in this one; returns the
+    finished process."""
+    given = {"RUNNER_RUNS_DIR": str(runs_dir) if runs_dir else None, **(env or {})}
+    full_env = {k: v for k, v in {**os.environ, **given}.items() if v is not None}
     proc = subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True, text=True,
-                          timeout=timeout, env=full_env)
+                          timeout=timeout, env=full_env, cwd=cwd, input=stdin)
     if check_json:
         json.loads(proc.stdout)
     return proc
 
 
 def cli_json(*args: str, runs_dir: Path, **kw: Any) -> tuple[int, Any]:
-    """Run the CLI with --json; returns (exit code, the parsed JSON: an object, or a list for `runs`)."""
+    """Run the CLI in this process with --json; returns (exit code, the parsed JSON: an object,
+    or a list for `runs`)."""
     proc = cli(*args, "--json", runs_dir=runs_dir, **kw)
+    assert proc.stdout.strip(), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def cli_process_json(*args: str, runs_dir: Path, **kw: Any) -> tuple[int, Any]:
+    """`cli_json` in a child process."""
+    proc = cli_process(*args, "--json", runs_dir=runs_dir, **kw)
     assert proc.stdout.strip(), proc.stderr
     return proc.returncode, json.loads(proc.stdout)

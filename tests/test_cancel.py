@@ -34,15 +34,20 @@ class DeafScanArchive(ScanArchive):
         return super().run_sync(args, dataclasses.replace(ctx, cancel=CancelToken()))
 
 
-def _slow_run(provider: str, runs: Path, cancel_at_s: float | None, tools_hear_stop: bool = True):  # type: ignore[no-untyped-def]
+def _slow_run(provider: str, runs: Path, stop_at_report: int | None, tools_hear_stop: bool = True):  # type: ignore[no-untyped-def]
+    """The `slow` scenario: scan_archive makes five progress reports over about 3 s. With
+    `stop_at_report`, Stop is pressed as that report arrives: mid-scan, whatever the load."""
     token = CancelToken()
     progress: list[tuple[float, str]] = []
+
+    def on_progress(tool: str, label: str) -> None:
+        progress.append((time.perf_counter(), label))
+        if len(progress) == stop_at_report:
+            token.cancel("user pressed Stop")
+
     began = time.perf_counter()
-    if cancel_at_s is not None:
-        threading.Timer(cancel_at_s, token.cancel, args=("user pressed Stop",)).start()
     tools = None if tools_hear_stop else [*(t for t in DEFAULT_TOOLS if t != "scan_archive"), DeafScanArchive()]
-    state = drive(scripted_run("slow"), provider, runs, cancel=token, tools=tools,
-                  on_progress=lambda tool, label: progress.append((time.perf_counter(), label)))
+    state = drive(scripted_run("slow"), provider, runs, cancel=token, tools=tools, on_progress=on_progress)
     ended = time.perf_counter()
     return state, token, progress, began, ended
 
@@ -64,7 +69,7 @@ def test_slow_without_cancel_reports_progress_every_half_second(provider: str, r
 def test_cancel_reaches_the_running_tool_and_stops_the_scan(provider: str, runs: Path) -> None:
     """Order, not milliseconds (the stop latency is measured by `runner experiments cancel`):
     after Stop the tool reports nothing more and the run stops before the scan could end."""
-    state, token, progress, _began, ended = _slow_run(provider, runs, 1.2)
+    state, token, progress, _began, ended = _slow_run(provider, runs, 2)
     assert state.status == "interrupted"
     assert state.interruption is not None and state.interruption.type == "cancelled"
     assert state.interruption.reason == "user pressed Stop" and "user pressed Stop" in (state.reason or "")
@@ -77,7 +82,7 @@ def test_cancel_reaches_the_running_tool_and_stops_the_scan(provider: str, runs:
 
 def test_cancel_wired_only_to_http_waits_for_the_tool(provider: str, runs: Path) -> None:
     """The contrast: with the signal kept from the tools, Stop waits out the whole scan."""
-    state, token, progress, _began, _ended = _slow_run(provider, runs, 1.2, tools_hear_stop=False)
+    state, token, progress, _began, _ended = _slow_run(provider, runs, 2, tools_hear_stop=False)
     assert token.cancelled_at is not None
     assert len(progress) == 5  # the scan ran to the end after Stop was pressed
     assert any(t > token.cancelled_at for t, _ in progress)
@@ -106,11 +111,15 @@ def test_ctrl_c_is_the_stop_button_and_the_run_resumes(runs: Path) -> None:
 
 
 def test_progress_goes_to_stderr_and_json_stays_clean(runs: Path) -> None:
+    # the --json run in a child process alongside the other (each scan takes about 3 s)
+    as_json = subprocess.Popen([sys.executable, "-m", "runner", "run", "--scenario", "slow", "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "RUNNER_RUNS_DIR": str(runs)})
     proc = cli("run", "--scenario", "slow", runs_dir=runs)
     assert proc.returncode == 0
     assert "progress: scan_archive: scanned 200 of 1200 files" in proc.stderr
-    proc = cli("run", "--scenario", "slow", "--json", runs_dir=runs)
-    assert json.loads(proc.stdout)["status"] == "completed" and "progress" not in proc.stdout
+    out, err = as_json.communicate(timeout=60)
+    assert json.loads(out)["status"] == "completed" and "progress" not in out, err
 
 
 @pytest.fixture
@@ -195,7 +204,14 @@ def test_research_completes_with_the_childs_summary(runs: Path) -> None:
 def test_one_cancel_stops_parent_and_child(faulty, runs: Path) -> None:  # type: ignore[no-untyped-def]
     server = faulty("", latency_ms=400)
     token = CancelToken()
-    threading.Timer(1.0, token.cancel, args=("user pressed Stop",)).start()  # during the child's turns
+
+    def stop_once_the_child_runs() -> None:  # its first reply is then 400 ms away
+        deadline = time.monotonic() + 60
+        while not any(runs.glob("*.c1/trace.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        token.cancel("user pressed Stop")
+
+    threading.Thread(target=stop_once_the_child_runs, daemon=True).start()
     state = scripted_run("research", tools=[*DEFAULT_TOOLS, "research"],
                          research_model="scripted/research_child")
     state = drive(state, server.base_url, runs, cancel=token)

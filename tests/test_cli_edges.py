@@ -1,6 +1,7 @@
 """The command line where a new user meets it: errors, Ctrl-C, narrow terminals, odd endpoints.
 
-Every test drives the real `runner` CLI in a subprocess against real servers on loopback.
+Every test drives the real `runner` CLI against real servers on loopback: in this process, or
+in a child process where a signal or the process's own state is the subject.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 
 from runner import store
 from runner.scripted import ScriptedServer, ScriptedSettings, parse_faults
-from tests.conftest import cli, cli_json
+from tests.conftest import cli, cli_json, cli_process
 
 
 def _popen(*args: str, runs: Path, **env: str) -> subprocess.Popen[str]:
@@ -93,14 +94,14 @@ def test_runs_table_fits_80_columns_and_keeps_ids_and_numbers_whole(runs: Path) 
 
 
 def test_debug_is_accepted_anywhere_and_a_bug_hint_is_not_a_usage_error(runs: Path) -> None:
-    proc = cli("runs", "--debug", runs_dir=runs)
+    proc = cli_process("runs", "--debug", runs_dir=runs)
     assert proc.returncode == 0
     proc = cli("trace", "no-such-run", runs_dir=runs)
     assert proc.returncode == 2 and proc.stderr.startswith("error:") and "Traceback" not in proc.stderr
 
 
 def test_ctrl_c_mid_suite_writes_the_report_of_the_tasks_done(runs: Path) -> None:
-    proc = _popen("suite", "--provider", "scripted", "--latency-ms", "400", runs=runs)
+    proc = _popen("suite", "--provider", "scripted", "--latency-ms", "150", runs=runs)
     assert proc.stderr is not None
     first = proc.stderr.readline()  # the first task's line: the second task is now in flight
     if first.startswith("created runs directory"):
@@ -170,7 +171,8 @@ def test_an_empty_prompt_or_prompt_file_and_a_port_out_of_range_are_usage_errors
                           (["run", "", "--scenario", "plan"], "the PROMPT is empty"),
                           (["view", "--port", "99999"], "65535"),
                           (["scripted", "serve", "--port", "99999"], "65535")):
-        proc = cli(*args, runs_dir=runs)
+        serves = args[0] in ("view", "scripted")  # in a child process: refused or not, it ends
+        proc = (cli_process if serves else cli)(*args, runs_dir=runs)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
         assert "bug in runner" not in proc.stderr
     assert not runs.exists()  # nothing was run

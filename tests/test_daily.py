@@ -1,16 +1,21 @@
-"""Daily use, through the real CLI in subprocesses: keys and the config file, misconfiguration
-that fails fast, retries shown as they happen, tools of one's own (Python, --tool, plugins),
-prompts from stdin and files."""
+"""Daily use, through the real CLI (in this process, or in a child process where the process
+is the subject: a tool module found in its working directory, a plugin on its PYTHONPATH,
+output read while it runs, Ctrl-C): keys and the config file, misconfiguration that fails
+fast, retries shown as they happen, tools of one's own (Python, --tool, plugins), prompts from
+stdin and files."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import http.server
 import importlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,8 +25,10 @@ import pytest
 from runner.endpoints import Endpoint
 from runner.errors import UnknownTool
 from runner.harness import execute
+from runner.scripted import ScriptedServer
 from runner.state import RunConfig, new_run
 from runner.store import FileStore
+from tests.conftest import cli, cli_process
 from tests.fakeprovider import Answer, FakeProvider, completion, error, scripted, tool_call
 
 KEY = "sk-test-9f3c2e71d0a84b5f-secret"
@@ -44,15 +51,27 @@ class Weather(Tool):
 '''
 
 
-def runner(*args: str, cwd: Path, env: dict[str, str] | None = None, stdin: str | None = None,
-           timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """`runner ARGS` in `cwd`, with no key or base URL inherited from this process."""
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("RUNNER_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "RUNNER_BASE_URL", "RUNNER_RUNS_DIR",
-                         "RUNNER_STORE")}
-    base["XDG_CONFIG_HOME"] = str(cwd / "xdg")  # no user config file but the test's own
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**base, **(env or {})}, input=stdin)
+INHERITED = ("RUNNER_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "RUNNER_BASE_URL", "RUNNER_RUNS_DIR",
+             "RUNNER_STORE")
+"""What a user's shell may set that these tests must not inherit."""
+
+
+def _env(cwd: Path, env: dict[str, str] | None) -> dict[str, str | None]:
+    """No key, base URL or store inherited; no user config file but the test's own."""
+    return {**dict.fromkeys(INHERITED), "XDG_CONFIG_HOME": str(cwd / "xdg"), **(env or {})}
+
+
+def runner(*args: str, cwd: Path, env: dict[str, str] | None = None,
+           stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`runner ARGS` in `cwd`, run by the CLI in this process (`tests.conftest.cli`)."""
+    return cli(*args, runs_dir=None, cwd=cwd, env=_env(cwd, env), stdin=stdin)
+
+
+def runner_process(*args: str, cwd: Path, env: dict[str, str] | None = None, stdin: str | None = None,
+                   timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`runner ARGS` in `cwd`, in a child process: for what the process finds on its own (a tool
+    module in its working directory, a plugin on its PYTHONPATH)."""
+    return cli_process(*args, runs_dir=None, cwd=cwd, env=_env(cwd, env), stdin=stdin, timeout=timeout)
 
 
 def weather_handler(body: dict[str, Any]) -> Answer:
@@ -156,22 +175,17 @@ def test_plain_text_200_and_405_fail_without_retry(tmp_path: Path) -> None:
 
 
 def test_a_plain_web_server_fails_at_once_with_a_hint(tmp_path: Path) -> None:
-    """Python's own http.server answers a POST with an HTML 501 page: not retried, one hint."""
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], cwd=tmp_path,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """Python's own http.server (the handler `python -m http.server` serves with) answers a POST
+    with an HTML 501 page: not retried, one hint."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
-        proc = runner("run", "hi", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m", "--runs-dir", "runs",
-                      cwd=tmp_path)
+        proc = runner("run", "hi", "--base-url", f"http://127.0.0.1:{server.server_address[1]}/v1", "--model", "m",
+                      "--runs-dir", "runs", cwd=tmp_path)
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        server.shutdown()
+        server.server_close()
     assert proc.returncode == 1 and "retry" not in proc.stderr
     assert proc.stderr.count("OpenAI-compatible") == 1 and "HTTP 501" in proc.stderr and "not kept" in proc.stderr
 
@@ -197,21 +211,19 @@ def test_refused_connection_prints_each_retry_as_it_happens_and_keeps_no_run(tmp
 
 def test_endpoint_listening_two_seconds_late_is_reached(tmp_path: Path) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("RUNNER_RUNS_DIR", "RUNNER_STORE")}
-    run = subprocess.Popen([sys.executable, "-m", "runner", "run", "--scenario", "plan", "--base-url",
-                            f"http://127.0.0.1:{port}/v1", "--runs-dir", "runs", "--json"], cwd=tmp_path, env=env,
-                           text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(2.0)
-    server = subprocess.Popen([sys.executable, "-m", "runner", "scripted", "serve", "--port", str(port)],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    late: list[ScriptedServer] = []
+    timer = threading.Timer(2.0, lambda: late.append(ScriptedServer(port=port).__enter__()))
+    timer.start()
     try:
-        out, err = run.communicate(timeout=60)
+        proc = runner("run", "--scenario", "plan", "--base-url", f"http://127.0.0.1:{port}/v1", "--runs-dir", "runs",
+                      "--json", cwd=tmp_path)
     finally:
-        server.terminate()
-        server.wait(timeout=10)
-    assert run.returncode == 0, err
-    assert json.loads(out)["status"] == "completed"
-    assert "  retry 1/4" in err
+        timer.join()
+        for server in late:
+            server.__exit__(None, None, None)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "completed"
+    assert "  retry 1/4" in proc.stderr
 
 
 def test_runs_dir_created_only_by_commands_that_write(tmp_path: Path) -> None:
@@ -245,8 +257,8 @@ def test_prompt_from_stdin_and_file(tmp_path: Path) -> None:
 def test_own_tool_from_cli_and_missing_on_resume_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "mytools.py").write_text(WEATHER)
     with FakeProvider(weather_handler) as fake:
-        proc = runner("run", "Weather in Lisbon?", "--base-url", fake.base_url, "--model", "m", "--tool",
-                      "mytools:Weather", "--max-turns", "1", "--runs-dir", "runs", "--json", cwd=tmp_path)
+        proc = runner_process("run", "Weather in Lisbon?", "--base-url", fake.base_url, "--model", "m", "--tool",
+                              "mytools:Weather", "--max-turns", "1", "--runs-dir", "runs", "--json", cwd=tmp_path)
         assert proc.returncode == 3, proc.stderr
         run_id = json.loads(proc.stdout)["run_id"]
         assert "get_weather" in [t["function"]["name"] for t in fake.requests[0]["tools"]]
@@ -254,17 +266,18 @@ def test_own_tool_from_cli_and_missing_on_resume_is_one_line(tmp_path: Path) -> 
         assert state.config.tool_refs == {"get_weather": "mytools:Weather"}
         assert state.messages[-1].content == "Lisbon: 21 C, clear"
         (tmp_path / "mytools.py").rename(tmp_path / "elsewhere.py")
-        proc = runner("resume", run_id, "--max-turns", "3", "--runs-dir", "runs", cwd=tmp_path)
+        proc = runner_process("resume", run_id, "--max-turns", "3", "--runs-dir", "runs", cwd=tmp_path)
         assert proc.returncode == 2
         assert proc.stderr.count("\n") == 1 and "get_weather" in proc.stderr and "mytools" in proc.stderr
-        proc = runner("resume", run_id, "--max-turns", "3", "--tool", "elsewhere:Weather", "--runs-dir", "runs",
-                      "--json", cwd=tmp_path)
+        proc = runner_process("resume", run_id, "--max-turns", "3", "--tool", "elsewhere:Weather", "--runs-dir", "runs",
+                              "--json", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["answer"] == "The weather: Lisbon: 21 C, clear"
 
 
 def test_missing_tool_at_start_leaves_no_run(tmp_path: Path) -> None:
-    proc = runner("run", "hi", "--scenario", "plan", "--tool", "nosuch:Thing", "--runs-dir", "runs", cwd=tmp_path)
+    proc = runner_process("run", "hi", "--scenario", "plan", "--tool", "nosuch:Thing", "--runs-dir", "runs",
+                          cwd=tmp_path)
     assert proc.returncode == 2 and "nosuch" in proc.stderr
     assert not (tmp_path / "runs").exists()
     state = new_run("hi", RunConfig(endpoint=Endpoint(model="scripted/plan"), tools=["list_files", "get_weather"]))
@@ -302,12 +315,12 @@ def test_plugin_tool_by_entry_point(tmp_path: Path) -> None:
     (site / "weatherplug-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: weatherplug\nVersion: 0.1\n")
     (site / "weatherplug-0.1.dist-info" / "entry_points.txt").write_text("[runner.tools]\nweather = weatherplug:Weather\n")
     with FakeProvider(weather_handler) as fake:
-        proc = runner("run", "Weather?", "--base-url", fake.base_url, "--model", "m", "--tool", "weather",
-                      "--runs-dir", "runs", "--json", cwd=tmp_path, env={"PYTHONPATH": str(site)})
+        proc = runner_process("run", "Weather?", "--base-url", fake.base_url, "--model", "m", "--tool", "weather",
+                              "--runs-dir", "runs", "--json", cwd=tmp_path, env={"PYTHONPATH": str(site)})
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["answer"] == "The weather: Lisbon: 21 C, clear"
-    proc = runner("run", "Weather?", "--scenario", "plan", "--tool", "nosuchplugin", "--runs-dir", "runs", cwd=tmp_path,
-                  env={"PYTHONPATH": str(site)})
+    proc = runner_process("run", "Weather?", "--scenario", "plan", "--tool", "nosuchplugin", "--runs-dir", "runs",
+                          cwd=tmp_path, env={"PYTHONPATH": str(site)})
     assert proc.returncode == 2 and "weather" in proc.stderr
 
 
@@ -482,7 +495,7 @@ def test_suite_total_adds_up_and_the_report_names_models_date_and_runs(tmp_path:
 
 def test_suite_resume_finishes_a_cancelled_suite(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RUNNER_RUNS_DIR", "RUNNER_STORE")}
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "suite", "--provider", "scripted", "--latency-ms", "400",
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "suite", "--provider", "scripted", "--latency-ms", "150",
                              "--runs-dir", "runs"], cwd=tmp_path, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stderr is not None
@@ -522,7 +535,7 @@ def test_config_file_tools_and_model_apply_to_a_run(tmp_path: Path) -> None:
     with FakeProvider(weather_handler) as fake:
         (tmp_path / "runner.toml").write_text(f'base_url = "{fake.base_url}"\nmodel = "m-from-config"\n'
                                               'tools = ["mytools:Weather"]\nmax_retries = 0\n')
-        proc = runner("run", "Weather in Lisbon?", "--runs-dir", "runs", "--json", cwd=tmp_path)
+        proc = runner_process("run", "Weather in Lisbon?", "--runs-dir", "runs", "--json", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert fake.requests[0]["model"] == "m-from-config"
         assert "get_weather" in [t["function"]["name"] for t in fake.requests[0]["tools"]]
@@ -535,11 +548,12 @@ def test_a_worker_finds_the_runs_tool_and_key_again(tmp_path: Path) -> None:
     (tmp_path / "runner.toml").write_text('api_key_env = "MY_PROVIDER_KEY"\n')
     env = {"MY_PROVIDER_KEY": KEY}
     with FakeProvider(weather_handler) as fake:
-        proc = runner("run", "Weather in Lisbon?", "--base-url", fake.base_url, "--model", "m", "--tool",
-                      "mytools:Weather", "--detach", "--runs-dir", "runs", "--json", cwd=tmp_path, env=env)
+        proc = runner_process("run", "Weather in Lisbon?", "--base-url", fake.base_url, "--model", "m", "--tool",
+                              "mytools:Weather", "--detach", "--runs-dir", "runs", "--json", cwd=tmp_path, env=env)
         assert proc.returncode == 0, proc.stderr
         run_id = json.loads(proc.stdout)["run_id"]
-        worker = runner("worker", "--idle-exit", "1", "--runs-dir", "runs", cwd=tmp_path, env=env, timeout=120)
+        worker = runner_process("worker", "--idle-exit", "0.5", "--runs-dir", "runs", cwd=tmp_path, env=env,
+                                timeout=120)
         assert worker.returncode == 0, worker.stderr
         assert fake.auth and all(a == f"Bearer {KEY}" for a in fake.auth)
     state = FileStore(tmp_path / "runs").load(run_id)

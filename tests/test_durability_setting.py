@@ -18,7 +18,7 @@ import pytest
 
 from runner.scripted import ScriptedServer
 from runner.store import FileStore, open_store
-from tests.conftest import cli, cli_json, drive, scripted_run
+from tests.conftest import cli, cli_json, cli_process, drive, scripted_run
 
 
 def _count_flushes(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
@@ -146,7 +146,7 @@ def test_sigkill_mid_run_then_resume_at_each_setting(
     for a recorded turn again and ends as an uninterrupted run does."""
     env = {"RUNNER_DURABILITY": durability, "RUNNER_CRASH_AT": "reply:2"}
     before = len(provider_server.requests)
-    killed = cli("run", "--scenario", "plan", "--base-url", provider_server.base_url, runs_dir=runs, env=env)
+    killed = cli_process("run", "--scenario", "plan", "--base-url", provider_server.base_url, runs_dir=runs, env=env)
     assert killed.returncode == -9
     (run_id,) = [p.name for p in runs.iterdir()]
     code, out = cli_json("resume", run_id, runs_dir=runs, env={"RUNNER_DURABILITY": durability})

@@ -2,7 +2,8 @@
 dropped, a bad record in the middle makes the run `damaged` (listed, refused by resume) until
 `runner repair` rebuilds it from the last good record and says what was dropped; journals
 written before checksums still load; `runner trace` rebuilds from the journal when the trace
-file is gone. Real CLI processes, the real scripted provider over loopback."""
+file is gone. The real CLI (in a child process where it is killed), the real scripted provider
+over loopback."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ from runner.harness import workspace_template
 from runner.scripted import ScriptedServer
 from runner.store import DamagedRun, FileStore
 from runner.tools import deleted_files
-from tests.conftest import cli, cli_json
+from tests.conftest import cli, cli_json, cli_process
 
 
 def _killed_after_two_replies(server: ScriptedServer, runs: Path) -> str:
     """A `plan` run SIGKILLed right after its second reply was committed: the journal holds
     the header and saves 1 (new run), 2 (reply 1), 3 (result 1), 4 (reply 2)."""
-    killed = cli("run", "--scenario", "plan", "--base-url", server.base_url, runs_dir=runs,
-                 env={"RUNNER_CRASH_AT": "reply:2"})
+    killed = cli_process("run", "--scenario", "plan", "--base-url", server.base_url, runs_dir=runs,
+                         env={"RUNNER_CRASH_AT": "reply:2"})
     assert killed.returncode == -9, killed.stderr
     (run_id,) = [p.name for p in runs.iterdir()]
     return run_id
@@ -93,7 +94,7 @@ def test_a_damaged_write_call_is_in_doubt_after_repair(provider: str, runs: Path
     code, out = cli_json("run", "--scenario", "destructive", "--base-url", provider, runs_dir=runs)
     assert code == 3
     run_id = out["run_id"]
-    killed = cli("resume", run_id, "--approve", "c2", runs_dir=runs, env={"RUNNER_CRASH_AT": "tool_start:1"})
+    killed = cli_process("resume", run_id, "--approve", "c2", runs_dir=runs, env={"RUNNER_CRASH_AT": "tool_start:1"})
     assert killed.returncode == -9
     journal = runs / run_id / "journal.jsonl"
     _flip_a_byte(journal, len(journal.read_bytes().splitlines()))

@@ -7,24 +7,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner import store
-from tests.conftest import cli, cli_json
+from tests.conftest import cli_process, cli_process_json
 
 FIVE = {"completed", "failed", "max_turns_exceeded", "budget_exceeded", "interrupted"}
 
 
 def test_a_killed_local_suite_run_resumes_on_the_local_model(runs: Path) -> None:
-    killed = cli("suite", "--provider", "local", "--model", "smollm2-135m-instruct", "--max-turns", "2",
+    killed = cli_process("suite", "--provider", "local", "--model", "smollm2-135m-instruct", "--max-turns", "2",
                  "--max-tokens", "48", "--json",
                  runs_dir=runs, timeout=900, env={"RUNNER_CRASH_AT": "reply:1"})
     assert killed.returncode == -9, killed.stderr[-2000:]
-    code, listed = cli_json("runs", runs_dir=runs)
+    code, listed = cli_process_json("runs", runs_dir=runs)
     # the suite saves every run first (queued); the one being driven when the kill came died
     assert code == 0 and sorted(r["status"] for r in listed) == ["died", *["queued"] * 5]
     run_id = next(r["run_id"] for r in listed if r["status"] == "died")
     saved = store.load(runs, run_id)
     assert saved.config.endpoint.base_url is None and saved.config.endpoint.local_model is not None
     assert saved.config.endpoint.local_model.endswith(".gguf") and saved.turns == 1
-    code, done = cli_json("resume", run_id, runs_dir=runs, timeout=900)
+    code, done = cli_process_json("resume", run_id, runs_dir=runs, timeout=900)
     assert done["status"] in FIVE and "unknown scenario" not in (done["reason"] or ""), done
     assert done["model"] == "SmolLM2-135M-Instruct.Q4_1" and done["turns"] >= 1
     events = store.FileStore(runs).read_trace(run_id)

@@ -215,6 +215,7 @@ def test_hash_mismatch_deletes_the_file_and_names_both_digests(hub: HubStub, tmp
     assert not (tmp_path / models.LOCK_FILENAME).exists()
 
 
+@pytest.mark.llama
 def test_a_pulled_model_is_served(hub: HubStub, tmp_path: Path) -> None:
     """The real SmolLM2 bytes, pulled through the stand-in hub, answer a chat completion."""
     real = models.resolve("smollm2-135m-instruct")

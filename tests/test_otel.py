@@ -1,7 +1,7 @@
 """OpenTelemetry export against a real receiver: Arize Phoenix (`phoenix serve`, the `phoenix`
 extra, in the dev extra too) started by the test on free loopback ports, fed over OTLP/HTTP by
-the real CLI, and read back through Phoenix's REST API. The runs are the scripted provider's,
-so their turns, tokens and tools are known."""
+the real CLI, and read back through Phoenix's REST API (those tests are marked slow). The runs
+are the scripted provider's, so their turns, tokens and tools are known."""
 
 from __future__ import annotations
 
@@ -18,9 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import cli, cli_json
-
-pytestmark = pytest.mark.slow  # Phoenix takes 10-15 s to start
+from tests.conftest import cli, cli_process, cli_process_json
 
 STARTUP_S = 120.0
 """Phoenix's start-up took 12.6 s on this machine at load 4.7 (migrations of a new SQLite file)."""
@@ -94,11 +92,12 @@ def spans_of(phoenix: str, trace_id: str, want: int, *, settle_s: float = 0.0) -
         time.sleep(0.3)
 
 
+@pytest.mark.slow  # Phoenix takes 10-15 s to start
 def test_a_scripted_run_exported_live_then_twice_is_one_trace(phoenix: str, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    code, run = cli_json("run", "--scenario", "plan", "--otlp-endpoint", phoenix, runs_dir=runs)
+    code, run = cli_process_json("run", "--scenario", "plan", "--otlp-endpoint", phoenix, runs_dir=runs)
     assert code == 0
-    code, exported = cli_json("export", run["run_id"], "--otlp-endpoint", phoenix, runs_dir=runs)
+    code, exported = cli_process_json("export", run["run_id"], "--otlp-endpoint", phoenix, runs_dir=runs)
     assert code == 0
     trace_id = exported["traces"][run["run_id"]]
     assert exported["spans_sent"] == 6  # this process had not sent them; the receiver keeps one copy
@@ -123,16 +122,17 @@ def test_a_scripted_run_exported_live_then_twice_is_one_trace(phoenix: str, tmp_
     assert all(s["parent_id"] == root_id for s in chats + tools)
     assert {s["context"]["trace_id"] for s in spans} == {trace_id}
 
-    code, again = cli_json("export", run["run_id"], "--otlp-endpoint", phoenix, runs_dir=runs)
+    code, again = cli_process_json("export", run["run_id"], "--otlp-endpoint", phoenix, runs_dir=runs)
     assert code == 0 and again["traces"] == exported["traces"]
     assert len(spans_of(phoenix, trace_id, 6, settle_s=2.0)) == 6  # exported twice: still one trace of 6 spans
 
 
+@pytest.mark.slow  # Phoenix takes 10-15 s to start
 def test_child_runs_nest_under_the_research_call_and_a_resumed_run_is_one_trace(phoenix: str, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    code, parent = cli_json("run", "--scenario", "research", runs_dir=runs)
+    code, parent = cli_process_json("run", "--scenario", "research", runs_dir=runs)
     assert code == 0
-    code, sent = cli_json("export", parent["run_id"], "--otlp-endpoint", phoenix, runs_dir=runs)
+    code, sent = cli_process_json("export", parent["run_id"], "--otlp-endpoint", phoenix, runs_dir=runs)
     assert code == 0
     trace_id = sent["traces"][parent["run_id"]]
     spans = spans_of(phoenix, trace_id, sent["spans_sent"])
@@ -145,15 +145,15 @@ def test_child_runs_nest_under_the_research_call_and_a_resumed_run_is_one_trace(
     assert child["parent_id"] == research["context"]["span_id"]
     assert attr(child, "runner.parent_run_id") == parent["run_id"]
 
-    code, waiting = cli_json("run", "--scenario", "destructive", runs_dir=runs)
+    code, waiting = cli_process_json("run", "--scenario", "destructive", runs_dir=runs)
     assert code == 3
-    code, done = cli_json("resume", waiting["run_id"], "--approve", waiting["interruption"]["call_id"],
+    code, done = cli_process_json("resume", waiting["run_id"], "--approve", waiting["interruption"]["call_id"],
                           "--otlp-endpoint", phoenix, runs_dir=runs)
     assert code == 0 and done["status"] == "completed"
-    trace = [json.loads(line) for line in cli("trace", waiting["run_id"], "--json", runs_dir=runs).stdout.splitlines()]
+    trace = [json.loads(line) for line in cli_process("trace", waiting["run_id"], "--json", runs_dir=runs).stdout.splitlines()]
     turns = sum(1 for e in trace if e["type"] == "turn")
     tools = sum(1 for e in trace if e["type"] == "tool_result")
-    code, sent = cli_json("export", waiting["run_id"], "--otlp-endpoint", phoenix, runs_dir=runs)
+    code, sent = cli_process_json("export", waiting["run_id"], "--otlp-endpoint", phoenix, runs_dir=runs)
     spans = spans_of(phoenix, sent["traces"][waiting["run_id"]], 1 + turns + tools, settle_s=1.0)
     assert len(spans) == 1 + turns + tools  # both processes' turns, in one trace, each once
     root = next(s for s in spans if s["name"] == "invoke_agent runner")
@@ -179,20 +179,21 @@ def test_export_needs_an_endpoint_and_a_known_run(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "nope" in proc.stderr
 
 
+@pytest.mark.slow  # Phoenix takes 10-15 s to start
 def test_a_worker_and_a_suite_export_live(phoenix: str, tmp_path: Path) -> None:
     """`--otlp-endpoint` on `runner worker` (every run it drives) and on `runner suite`."""
     from runner.otel import trace_id_of
 
     runs = tmp_path / "runs"
-    code, queued = cli_json("run", "--scenario", "plan", "--detach", runs_dir=runs)
+    code, queued = cli_process_json("run", "--scenario", "plan", "--detach", runs_dir=runs)
     assert code == 0
-    worker = cli("worker", "--idle-exit", "1", "--poll", "0.1", "--otlp-endpoint", phoenix, runs_dir=runs)
+    worker = cli_process("worker", "--idle-exit", "1", "--poll", "0.1", "--otlp-endpoint", phoenix, runs_dir=runs)
     assert worker.returncode == 0, worker.stderr
     spans = spans_of(phoenix, f"{trace_id_of(queued['run_id']):032x}", 6)
     root = next(s for s in spans if s["name"] == "invoke_agent runner")
     assert attr(root, "runner.status") == "completed" and len(spans) == 6
 
-    code, report = cli_json("suite", "--provider", "scripted", "--otlp-endpoint", phoenix, runs_dir=runs)
+    code, report = cli_process_json("suite", "--provider", "scripted", "--otlp-endpoint", phoenix, runs_dir=runs)
     assert code == 0 and len(report["results"]) == 6
     for result in report["results"]:
         spans = spans_of(phoenix, f"{trace_id_of(result['run_id']):032x}", 1 + result["turns"] + result["tool_runs"])

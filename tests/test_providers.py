@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import typing
 from pathlib import Path
 from typing import Any, Iterator
@@ -435,9 +434,9 @@ def test_rewritten_call_ids_and_arguments_are_recorded(provider: str, runs: Path
 
 
 def test_stop_during_a_tool_is_traced_as_tool_cancelled(provider: str, runs: Path) -> None:
-    token = CancelToken()
-    threading.Timer(1.0, token.cancel, args=("user pressed Stop",)).start()
-    state = drive(scripted_run("slow"), provider, runs, cancel=token)
+    token = CancelToken()  # Stop pressed as the scan makes its first progress report
+    state = drive(scripted_run("slow"), provider, runs, cancel=token,
+                  on_progress=lambda tool, label: token.cancel("user pressed Stop"))
     assert state.status == "interrupted" and [c.id for c in pending(state)] == ["c1"]
     types = [e.type for e in _events(runs, state.run_id)]
     assert types[-3:] == ["tool_progress", "tool_cancelled", "run_stopped"]

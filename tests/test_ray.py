@@ -25,7 +25,7 @@ from runner.render import write_suite_report
 from runner.scripted import ScriptedServer, ScriptedSettings
 from runner.state import RunStatus
 from runner.suite import SuiteReport, TaskResult, percentile, run_suite, summarize
-from tests.conftest import cli, cli_json
+from tests.conftest import cli_process, cli_process_json
 
 REPEATS = 5
 KEYS = ("status", "turns", "tool_runs", "prompt_tokens", "completion_tokens", "cost_usd", "answer", "correct")
@@ -146,7 +146,7 @@ def test_runner_suite_executor_ray_joins_a_running_cluster(ray_cluster: None, tm
     """The CLI as a second driver of the module's cluster (`--address`), two model columns
     (the scripted provider twice would collapse: --model is de-duplicated)."""
     address = ray.get_runtime_context().gcs_address
-    code, out = cli_json("suite", "--executor", "ray", "--address", address, "--actors", "2", "--provider",
+    code, out = cli_process_json("suite", "--executor", "ray", "--address", address, "--actors", "2", "--provider",
                          "scripted", "--repeat", "2", runs_dir=tmp_path / "runs", timeout=300)
     assert code == 0, out
     assert out["executor"] == "ray" and out["repeats"] == 2 and out["models"] == ["scripted"]
@@ -203,7 +203,7 @@ def test_the_report_files(tmp_path: Path) -> None:
     (("--provider", "scripted", "--model", "smollm2-135m-instruct"), "--provider scripted runs no local model"),
 ])
 def test_suite_usage_errors(args: tuple[str, ...], message: str, tmp_path: Path) -> None:
-    proc = cli("suite", *args, runs_dir=tmp_path / "runs")
+    proc = cli_process("suite", *args, runs_dir=tmp_path / "runs")
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert not (tmp_path / "runs").exists()  # refused before any run was created
 

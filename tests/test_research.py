@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runner import store
-from tests.conftest import cli, cli_json
+from tests.conftest import cli_json, cli_process
 
 
 @pytest.mark.parametrize("crash", ["reply:2", "reply:3", "tool_result:2"])
@@ -16,7 +16,7 @@ def test_kill_inside_the_child_then_resume_counts_its_cost_once(crash: str, tmp_
     _, clean = cli_json("run", "--scenario", "research", runs_dir=tmp_path / "clean")
     assert clean["status"] == "completed" and clean["child_cost_usd"] > 0
     runs = tmp_path / "runs"
-    killed = cli("run", "--scenario", "research", runs_dir=runs, env={"RUNNER_CRASH_AT": crash})
+    killed = cli_process("run", "--scenario", "research", runs_dir=runs, env={"RUNNER_CRASH_AT": crash})
     assert killed.returncode == -9, killed.stderr
     parent = next(s for s in store.list_runs(runs) if s.parent_run_id is None)
     child = store.load(runs, f"{parent.run_id}.c1")

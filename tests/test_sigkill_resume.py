@@ -1,9 +1,10 @@
-"""Durable runs: SIGKILL after each kind of transition, resume in a new process,
-on both run stores (the FileStore and PostgreSQL).
+"""Durable runs: SIGKILL after each kind of transition, resume in another process, on both
+run stores (the FileStore and PostgreSQL).
 
-Each case runs the real CLI against the in-process scripted provider (which counts the
-requests it answers), kills it with RUNNER_CRASH_AT, checks the run is readable, resumes in
-a fresh process, and compares with an uninterrupted run.
+Each case runs the real CLI in a child process against the in-process scripted provider
+(which counts the requests it answers), kills it with RUNNER_CRASH_AT, checks the run is
+readable, resumes it with the CLI in the test's own process, and compares with an
+uninterrupted run.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from runner.harness import workspace_template
 from runner.scripted import ScriptedServer
 from runner.state import FunctionCall, Message, RunConfig, RunState, ToolCall, new_run
 from runner.tools import Tool, ToolContext, deleted_files
-from tests.conftest import Backend, cli, cli_json, drive, scripted_run
+from tests.conftest import Backend, cli_json, cli_process, drive, scripted_run
 
 
 def _only_run(b: Backend) -> str:
@@ -37,8 +38,8 @@ def _transcript(state: RunState) -> list[dict[str, Any]]:
 def _kill_and_resume(scenario: str, crash: str, b: Backend, base_url: str, *extra: str) -> str:
     from runner.scripted import PROMPTS
 
-    killed = cli("run", PROMPTS[scenario], "--base-url", base_url, "--model", f"scripted/{scenario}", "--json",
-                 *extra, runs_dir=b.runs, env={**b.env, "RUNNER_CRASH_AT": crash})
+    killed = cli_process("run", PROMPTS[scenario], "--base-url", base_url, "--model", f"scripted/{scenario}",
+                         "--json", *extra, runs_dir=b.runs, env={**b.env, "RUNNER_CRASH_AT": crash})
     assert killed.returncode == -9, f"expected SIGKILL at {crash}: {killed.stdout} {killed.stderr}"
     run_id = _only_run(b)
     b.store.load(run_id)  # readable after the kill, whatever the point

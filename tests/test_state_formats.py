@@ -8,25 +8,20 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from runner import store
 from runner.state import FORMAT_VERSION, RunConfig
+from tests.conftest import cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
 V2_RUN = "20261201-151329-fdbd7e"
 
 
-def _runner(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True, text=True, timeout=120)
-
-
 def test_a_format_2_run_lists_resumes_and_takes_a_verdict(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     shutil.copytree(FIXTURES / "runs_v2", runs)
-    listed = _runner("runs", "--runs-dir", str(runs), "--json")
+    listed = cli("runs", "--json", runs_dir=runs)
     assert listed.returncode == 0, listed.stderr
     [row] = json.loads(listed.stdout)
     assert row["run_id"] == V2_RUN and row["status"] == "interrupted"
@@ -35,7 +30,7 @@ def test_a_format_2_run_lists_resumes_and_takes_a_verdict(tmp_path: Path) -> Non
     assert old.config.endpoint.model == "scripted/destructive" and old.config.limits.max_turns == 20
     assert old.interruption is not None and old.interruption.type == "approval"
 
-    resumed = _runner("resume", V2_RUN, "--approve", "c2", "--runs-dir", str(runs), "--json")
+    resumed = cli("resume", V2_RUN, "--approve", "c2", "--json", runs_dir=runs)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["status"] == "completed"
     new = store.load(runs, V2_RUN)

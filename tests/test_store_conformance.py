@@ -22,7 +22,7 @@ from runner.state import Message, TurnRecord
 from runner.store import LeaseLost, RunBusy, RunNotFound, RunStore, StaleState, open_store
 from runner.tools import deleted_files
 from runner.trace import TurnEvent
-from tests.conftest import Backend, cli, cli_json, scripted_run
+from tests.conftest import Backend, cli, cli_json, cli_process, scripted_run
 
 
 def _turn(state, n: int) -> TurnEvent:  # type: ignore[no-untyped-def]
@@ -237,8 +237,8 @@ def test_two_approvals_at_once_run_the_call_once(backend: Backend) -> None:
 
 
 def test_a_killed_run_shows_died_and_resumes(backend: Backend) -> None:
-    killed = cli("run", "--scenario", "plan", "--json", runs_dir=backend.runs,
-                 env={**backend.env, "RUNNER_CRASH_AT": "tool_result:1"})
+    killed = cli_process("run", "--scenario", "plan", "--json", runs_dir=backend.runs,
+                         env={**backend.env, "RUNNER_CRASH_AT": "tool_result:1"})
     assert killed.returncode == -9
     code, listed = cli_json("runs", runs_dir=backend.runs, env=backend.env)
     assert code == 0 and [r["status"] for r in listed] == ["died"]
@@ -255,8 +255,8 @@ def test_a_research_child_killed_mid_run_is_counted_once(backend: Backend) -> No
     code, ref = cli_json("run", "--scenario", "research", runs_dir=backend.runs, env=backend.env)
     assert code == 0
     # reply 1 is the parent's (it calls research), reply 2 the child's first: die there
-    killed = cli("run", "--scenario", "research", "--json", runs_dir=backend.runs,
-                 env={**backend.env, "RUNNER_CRASH_AT": "reply:2"})
+    killed = cli_process("run", "--scenario", "research", "--json", runs_dir=backend.runs,
+                         env={**backend.env, "RUNNER_CRASH_AT": "reply:2"})
     assert killed.returncode == -9
     parent_id = next(i.state.run_id for i in backend.store.list_runs()
                      if i.state.parent_run_id is None and i.state.run_id != ref["run_id"])

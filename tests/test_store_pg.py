@@ -20,7 +20,7 @@ import pytest
 from runner.scripted import ScriptedServer
 from runner.store import StoreError
 from runner.store.postgres import PostgresStore
-from tests.conftest import cli, cli_json, scripted_run
+from tests.conftest import cli, cli_json, cli_process, scripted_run
 from tests.test_store_conformance import _turn, _turns
 
 WORKER_LEASE_S = 10.0
@@ -162,8 +162,8 @@ def test_no_workspace_folder_is_left_behind(pg_url: str, provider: str, tmp_path
     env = {"RUNNER_STORE": pg_url, "TMPDIR": str(scratch)}
     code, out = cli_json("run", "--scenario", "destructive", "--base-url", provider, runs_dir=tmp_path, env=env)
     assert code == 3
-    killed = cli("resume", out["run_id"], "--approve", "c2", runs_dir=tmp_path,
-                 env={**env, "RUNNER_CRASH_AT": "tool_result:1"})
+    killed = cli_process("resume", out["run_id"], "--approve", "c2", runs_dir=tmp_path,
+                         env={**env, "RUNNER_CRASH_AT": "tool_result:1"})
     assert killed.returncode == -9
     assert [p.name for p in scratch.iterdir() if p.name.startswith("runner-ws-")]  # a SIGKILL leaves one...
     code, done = cli_json("resume", out["run_id"], runs_dir=tmp_path, env=env)

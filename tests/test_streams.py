@@ -210,6 +210,7 @@ def smollm2() -> Iterator[str]:
         yield server.base_url
 
 
+@pytest.mark.llama
 @pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "plain"])
 def test_the_local_servers_dropped_call_is_a_slip(smollm2: str, streamed: bool) -> None:
     """The real llama.cpp server: turn 1 must be a call (tool_choice required) and max_tokens

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from runner import store
 from runner.trace import RunStarted, read_trace
-from tests.conftest import cli_json
+from tests.conftest import cli_process_json
 
 FIVE = {"completed", "failed", "max_turns_exceeded", "budget_exceeded", "interrupted"}
 
 
 def test_local_suite_json_on_the_packaged_model(runs: Path) -> None:
-    code, out = cli_json("suite", "--provider", "local", "--model", "smollm2-135m-instruct", "--max-turns", "2",
+    code, out = cli_process_json("suite", "--provider", "local", "--model", "smollm2-135m-instruct", "--max-turns", "2",
                          "--max-tokens", "96",
                          runs_dir=runs, timeout=900)
     assert code == 0

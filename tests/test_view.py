@@ -1,7 +1,8 @@
-"""`runner view` in a real headless Chromium (Debian's `chromium`, driven by playwright), over
-runs made by the real CLI against the real scripted provider, and a worker driving a run the
-page approved. Also the view's guard over plain HTTP: the token, the loopback Host check and
-the CSRF defence. Screenshots of each browser step go to the test's temp folder.
+"""`runner view` in a real headless Chromium (Debian's `chromium`, driven by playwright; those
+tests are marked slow), over runs made by the real CLI against the real scripted provider, and
+a worker driving a run the page approved. Also the view's guard over plain HTTP: the token, the
+loopback Host check and the CSRF defence. Screenshots of each browser step go to the test's
+temp folder.
 
 Needs /usr/bin/chromium (`.ci/run` installs it: `apt-get install chromium`) and the
 `playwright` package (dev extra); playwright's own browser download is never used.
@@ -25,10 +26,8 @@ import pytest
 
 from runner.state import Endpoint, RunConfig, new_run
 from runner.store import FileStore
-from tests.conftest import Backend, cli, cli_json
+from tests.conftest import Backend, cli, cli_json, cli_process, cli_process_json
 from tests.fakeprovider import FakeProvider, completion, tool_call
-
-pytestmark = pytest.mark.slow  # each test starts servers and processes: seconds to tens of seconds
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -112,20 +111,21 @@ def script_run(backend: Backend) -> str:
         return completion({"role": "assistant", "content": "There is no file <b>named</b> " + SCRIPT})
 
     with FakeProvider(handler) as fake:
-        code, out = cli_json("run", "Read the file.", "--base-url", fake.base_url, "--model", "fake",
+        code, out = cli_process_json("run", "Read the file.", "--base-url", fake.base_url, "--model", "fake",
                              runs_dir=backend.runs, env=backend.env)
     assert code == 0, out
     return str(out["run_id"])
 
 
+@pytest.mark.slow  # a headless Chromium
 @pytest.mark.parametrize("backend", ["files", "postgres"], indirect=True)
 def test_browser_runs_run_transcript_chart_and_approval(backend: Backend, tmp_path: Path, page: Any) -> None:
     runs, env = backend.runs, backend.env
     shots = tmp_path / "screenshots"
-    code, plan = cli_json("run", "--scenario", "plan", runs_dir=runs, env=env)
+    code, plan = cli_process_json("run", "--scenario", "plan", runs_dir=runs, env=env)
     assert code == 0
     scripted = script_run(backend)
-    code, waiting = cli_json("run", "--scenario", "destructive", runs_dir=runs, env=env)
+    code, waiting = cli_process_json("run", "--scenario", "destructive", runs_dir=runs, env=env)
     assert code == 3 and waiting["interruption"]["type"] == "approval", waiting
     call_id = waiting["interruption"]["call_id"]
 
@@ -173,7 +173,7 @@ def test_browser_runs_run_transcript_chart_and_approval(backend: Backend, tmp_pa
             worker.stop()
         assert f"worker: {waiting['run_id']}: completed" in worker.stderr
     trace = [json.loads(line) for line in
-             cli("trace", waiting["run_id"], "--json", runs_dir=runs, env=env).stdout.splitlines()]
+             cli_process("trace", waiting["run_id"], "--json", runs_dir=runs, env=env).stdout.splitlines()]
     verdicts = [e for e in trace if e["type"] == "verdict"]
     assert len(verdicts) == 1 and verdicts[0]["verdict"] == "approve" and verdicts[0]["callId"] == call_id
     assert verdicts[0]["by"].startswith("web: ")
@@ -182,6 +182,7 @@ def test_browser_runs_run_transcript_chart_and_approval(backend: Backend, tmp_pa
                                                        "4-waiting.png", "5-completed.png"]
 
 
+@pytest.mark.slow  # a headless Chromium
 @pytest.mark.parametrize("backend", ["files", "postgres"], indirect=True)
 def test_live_page_shows_turns_before_the_run_ends(backend: Backend, page: Any, tmp_path: Path) -> None:
     """A slow scripted run (700 ms per reply) driven by `runner run` in another process: the
@@ -220,6 +221,7 @@ new MutationObserver(record).observe(document.getElementById("runs-list"), {chil
 """Records every (run id, status, turns) the live runs list shows, as it is updated."""
 
 
+@pytest.mark.slow  # a headless Chromium
 @pytest.mark.llama
 def test_live_runs_list_follows_a_local_model_suite_turn_by_turn(tmp_path: Path, page: Any) -> None:
     """`runner suite --provider local` (the packaged SmolLM2 on the real llama.cpp server) in
@@ -247,7 +249,7 @@ def test_live_runs_list_follows_a_local_model_suite_turn_by_turn(tmp_path: Path,
 
 
 def test_non_loopback_needs_a_token(tmp_path: Path) -> None:
-    proc = cli("view", "--host", "0.0.0.0", runs_dir=tmp_path / "runs", timeout=60)
+    proc = cli_process("view", "--host", "0.0.0.0", runs_dir=tmp_path / "runs", timeout=60)  # or it serves on
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--token" in proc.stderr, proc.stderr
 

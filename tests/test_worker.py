@@ -108,7 +108,7 @@ def test_workers_on_either_store_drive_queued_runs_once(backend: Backend, provid
         queued.append(out["run_id"])
     assert {i.shown_status for i in backend.store.list_runs()} == {"queued"}
     env = {**os.environ, "RUNNER_RUNS_DIR": str(backend.runs), **backend.env}
-    workers = [subprocess.Popen([sys.executable, "-m", "runner", "worker", "--idle-exit", "2", "--poll", "0.1"],
+    workers = [subprocess.Popen([sys.executable, "-m", "runner", "worker", "--idle-exit", "0.5", "--poll", "0.1"],
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     errors = [w.communicate(timeout=300)[1] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], errors
@@ -126,7 +126,7 @@ def test_a_verdict_given_with_detach_is_carried_out_by_a_worker(backend: Backend
     assert code == 0 and queued["status"] == "queued"
     assert backend.store.info(run_id).shown_status == "queued"
     env = {**os.environ, "RUNNER_RUNS_DIR": str(backend.runs), **backend.env}
-    worker = subprocess.run([sys.executable, "-m", "runner", "worker", "--idle-exit", "1", "--poll", "0.1"],
+    worker = subprocess.run([sys.executable, "-m", "runner", "worker", "--idle-exit", "0.5", "--poll", "0.1"],
                             env=env, capture_output=True, text=True, timeout=300)
     assert worker.returncode == 0, worker.stderr
     done = backend.store.load(run_id)
