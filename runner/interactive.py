@@ -103,13 +103,18 @@ def drive_in_foreground(state: RunState, runs: RunStore, lease: Lease, signals: 
     run `interrupted`, calls `feedback.on_stopped_early`, and ends the process at once with the
     run's exit code (`runner.errors.EXIT_CODES`): this function does not return then.
     """
+    # The event loop is made before a press may raise: a loop cut short in its constructor
+    # prints a traceback when it is collected.
+    runner = asyncio.Runner()
+    runner.get_loop()
     try:
         signals.arm()
-        return _drive(state, runs, lease, faults, provider, feedback, signals, options)
+        return _drive(state, runs, lease, faults, provider, feedback, signals, runner, options)
     except KeyboardInterrupt:
         _save_stopped_early(state, runs, lease)
     finally:
         _ignore_stop_signals()
+        runner.close()
         runs.release(lease)
         if feedback.on_end is not None:
             feedback.on_end()
@@ -144,7 +149,7 @@ def _ignore_stop_signals() -> None:
 
 def _drive(state: RunState, runs: RunStore, lease: Lease, faults: str | None,
            provider: ScriptedProcess | InProcessProvider | None, feedback: Feedback, signals: StopSignals,
-           options: dict[str, Any]) -> RunState:
+           runner: asyncio.Runner, options: dict[str, Any]) -> RunState:
     began = time.perf_counter()
     on_progress = feedback.on_progress
 
@@ -155,13 +160,16 @@ def _drive(state: RunState, runs: RunStore, lease: Lease, faults: str | None,
     async def go(base_url: str, server_settings: dict[str, Any] | None) -> RunState:
         nonlocal began
         began = time.perf_counter()  # the run's clock, not the endpoint's start-up
-        signals.loop = asyncio.get_running_loop()
         return await drive(state, base_url, runs, cancel=signals.cancel, on_progress=progress, lease=lease,
                            on_turn=feedback.on_turn, on_retry=feedback.on_retry, server_settings=server_settings,
                            **options)
 
+    def run(base_url: str, server_settings: dict[str, Any] | None) -> RunState:
+        signals.loop = runner.get_loop()  # from here a press is the run's Stop signal, seen by the loop
+        return runner.run(go(base_url, server_settings))
+
     if provider is not None:
         with provider as base_url:
-            return asyncio.run(go(base_url, None))
+            return run(base_url, None)
     with open_endpoint(state.config.endpoint, faults=faults) as opened:
-        return asyncio.run(go(opened.base_url, opened.server_settings))
+        return run(opened.base_url, opened.server_settings)
