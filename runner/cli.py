@@ -292,8 +292,8 @@ def show(run_id: RunId,
     """The transcript as a person reads it: the prompt, each turn's text and tool calls, the
     results, approvals and verdicts, the answer, why it stopped and how to continue."""
     runs = store.open_store(store_url, runs=runs_dir)
-    state, events = runs.load(run_id), runs.read_trace(run_id)
-    typer.echo(render.transcript(state, events, fmt, render.terminal_width(), full), nl=False)
+    info = runs.info(run_id)  # the status `runner runs` shows; a damaged run: its last good state
+    typer.echo(render.transcript(info.state, runs.read_trace(run_id), fmt, render.terminal_width(), full, info), nl=False)
     return 0
 
 

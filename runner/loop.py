@@ -187,7 +187,7 @@ async def run(state: RunState, rt: Runtime) -> RunState:
     fresh = state.turns == 0 and not state.tool_runs and not rt.tracer.has_events()
     state.status, state.interruption, state.reason = "running", None, None
     state.format_version = FORMAT_VERSION  # from here on it is written in this version's shape
-    rt.tracer.emit(
+    opening = (
         RunStarted(runId=state.run_id, formatVersion=TRACE_FORMAT_VERSION, model=state.config.endpoint.model, parentRunId=state.parent_run_id,
                    prompt=next((m.content or "" for m in state.messages if m.role == "user"), ""),
                    endpoint=rt.client.base_url, server=rt.server_settings)
@@ -196,6 +196,10 @@ async def run(state: RunState, rt: Runtime) -> RunState:
                                  endpoint=rt.client.base_url)
     )
     try:
+        if fresh:
+            rt.tracer.emit(opening)
+        else:  # committed as running before it acts: a kill from here on shows as `died`, not as the last stop
+            rt.commit(state, opening)
         while state.status == "running":
             calls = pending(state)
             if calls:

@@ -512,19 +512,21 @@ def _body(text: str, width: int, full: bool, indent: str, *, wrap: bool = False,
     return out
 
 
-def run_header(state: RunState) -> list[str]:
-    """Three lines: the run, its model and status; when it started, turns, tool runs and wall
-    time; tokens and cost."""
+def run_header(state: RunState, shown: str | None = None) -> list[str]:
+    """Three lines: the run, its model and status (`shown`, the status `runner runs` shows,
+    else the state's); when it started, turns, tool runs and wall time; tokens and cost."""
     tools = state.tool_run_count
-    return [f"run {state.run_id}  {state.config.endpoint.model}  {state.status}",
+    return [f"run {state.run_id}  {state.config.endpoint.model}  {shown or state.status}",
             f"started {when(state.created_at)} UTC · {state.turns} turn{'s' * (state.turns != 1)} · "
             f"{tools} tool run{'s' * (tools != 1)} · {state.wall_ms / 1000:.1f} s",
             f"tokens {state.prompt_tokens:,} in / {state.completion_tokens:,} out · cost ${state.cost_usd:.6f}"]
 
 
-def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int = 80, full: bool = False) -> list[str]:
-    """The transcript as plain text lines of at most `width` characters (unless `full`)."""
-    out = [fit(line, width) for line in run_header(state)]
+def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int = 80, full: bool = False,
+                     info: RunInfo | None = None) -> list[str]:
+    """The transcript as plain text lines of at most `width` characters (unless `full`);
+    `info` (the run as `runner runs` lists it) gives the status to show."""
+    out = [fit(line, width) for line in run_header(state, info.shown_status if info else None)]
     records = list(state.per_turn)
     at = 0  # the next turn record: kept replies are assistant messages, slipped ones are not
 
@@ -569,7 +571,7 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
             out.pop()
     out += slips()
     out.append("")
-    out += [fit(line, width) if not full else line for line in _ending(state)]
+    out += [fit(line, width) if not full else line for line in _ending(state, info, width)]
     return out
 
 
@@ -587,7 +589,10 @@ def _assistant(m: Message, record: TurnRecord | None, width: int, full: bool) ->
     return out
 
 
-def _ending(state: RunState) -> list[str]:
+def _ending(state: RunState, info: RunInfo | None = None, width: int = 80) -> list[str]:
+    shown = info.shown_status if info else state.status
+    if info is not None and shown in ("died", "damaged", "running", "queued"):
+        return _not_stopped(info, width)
     lines = []
     if state.answer:
         lines.append("answer: " + " ".join(state.answer.split()))
@@ -597,10 +602,27 @@ def _ending(state: RunState) -> list[str]:
     return lines + next_steps(state)
 
 
-def transcript_markdown(state: RunState, events: Sequence[TraceEvent]) -> str:
+def _not_stopped(info: RunInfo, width: int) -> list[str]:
+    """What a run that did not stop where its state says is doing (wrapped to `width`), and
+    what to do about it."""
+    if info.shown_status == "damaged":
+        why, _, command = (info.damage or "").partition("; repair: ")
+        return _wrap(f"damaged: {why}", width) + ([f"repair with: {command}"] if command else [])
+    said = {"died": "died: its process was killed after the last event",
+            "running": f"running: driven by {info.driver}",
+            "queued": "queued: waiting for a worker"}.get(info.shown_status, f"stopped: {info.shown_status}")
+    return _wrap(said, width) + ([f"resume with: runner resume {info.state.run_id}"] if info.shown_status == "died" else [])
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
+
+
+def transcript_markdown(state: RunState, events: Sequence[TraceEvent], info: RunInfo | None = None) -> str:
     """The whole transcript as Markdown: nothing cut."""
-    head = run_header(state)
-    out = [f"# Run {state.run_id}", "", f"**{state.config.endpoint.model}** · {state.status}", "", head[1], "", head[2], ""]
+    head = run_header(state, info.shown_status if info else None)
+    shown = info.shown_status if info else state.status
+    out = [f"# Run {state.run_id}", "", f"**{state.config.endpoint.model}** · {shown}", "", head[1], "", head[2], ""]
     records = iter(_turns(state))
     verdicts = _verdicts(events)
     fence = "```"
@@ -624,7 +646,7 @@ def transcript_markdown(state: RunState, events: Sequence[TraceEvent]) -> str:
             if m.tool_call_id in verdicts:
                 out += [f"*{verdicts[m.tool_call_id]}*", ""]
             out += [fence, m.content or "", fence, ""]
-    out += ["## Stop", ""] + [f"- {line}" for line in _ending(state)]
+    out += ["## Stop", ""] + [f"- {line}" for line in _ending(state, info, width=10**6)]
     return "\n".join(out) + "\n"
 
 
@@ -742,22 +764,18 @@ def trace_lines(events: Sequence[TraceEvent], info: RunInfo | None, width: int) 
         lines.append(fit(f"+{(e.ts - t0) * 1000:9.0f} ms  {e.type:<17} {shown}", width))
     stops = [e for e in events if e.type == "run_stopped"]
     processes = sum(1 for e in events if e.type in ("run_started", "run_resumed"))
-    if stops:
+    stopped = bool(events) and events[-1].type == "run_stopped"
+    moving = info if info is not None and info.shown_status in ("died", "running", "queued") and not stopped else None
+    if stops and moving is None:  # a stop followed by a resume is not how the run ended
         last = stops[-1]
         lines.append(f"stopped: {last.status}  turns={last.turns}  cost=${last.costUsd:.6f}  processes={processes}")
         lines += textwrap.wrap(f"reason: {last.reason}", width, subsequent_indent="  ",
                                break_on_hyphens=False, break_long_words=False)
-    stopped = bool(events) and events[-1].type == "run_stopped"
-    if info is not None and info.shown_status == "damaged":
-        lines.append(f"damaged: {info.damage}")
-    elif info is None or stopped:
-        pass
-    elif info.shown_status == "died":
-        lines += ["died: its process was killed after the last event", f"resume with: runner resume {info.state.run_id}"]
-    elif info.shown_status == "running":
-        lines.append(f"running: driven by {info.driver}")
-    elif info.shown_status == "queued":
-        lines.append("queued: waiting for a worker")
+    if moving is not None:
+        s = moving.state
+        lines.append(f"{moving.shown_status}  turns={s.turns}  cost=${s.cost_usd:.6f}  processes={processes}")
+    if info is not None and (moving is not None or info.shown_status == "damaged"):
+        lines += _not_stopped(info, width)
     return lines
 
 
@@ -780,14 +798,16 @@ def repaired(report: RepairReport, as_json: bool) -> None:
     print(json.dumps(dataclasses.asdict(report)) if as_json else "\n".join(repair_lines(report)))
 
 
-def transcript(state: RunState, events: Sequence[TraceEvent], fmt: str, width: int, full: bool) -> str:
+def transcript(state: RunState, events: Sequence[TraceEvent], fmt: str, width: int, full: bool,
+               info: RunInfo | None = None) -> str:
     """`runner show`: the transcript as text fitted to `width` (`full`: nothing cut), Markdown
-    (`fmt` "md") or JSON, ending with a newline."""
+    (`fmt` "md") or JSON, ending with a newline; `info` (the run as `runner runs` lists it)
+    gives the status to show."""
     if fmt == "json":
         return json.dumps(transcript_json(state, events), ensure_ascii=False) + "\n"
     if fmt == "md":
-        return transcript_markdown(state, events)
-    return "\n".join(transcript_lines(state, events, width=width, full=full)) + "\n"
+        return transcript_markdown(state, events, info)
+    return "\n".join(transcript_lines(state, events, width=width, full=full, info=info)) + "\n"
 
 
 def suite_cancelled(report: SuiteReport) -> str:

@@ -176,3 +176,43 @@ def test_an_empty_prompt_or_prompt_file_and_a_port_out_of_range_are_usage_errors
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
         assert "bug in runner" not in proc.stderr
     assert not runs.exists()  # nothing was run
+
+
+def _events_after(runs: Path, run_id: str, kind: str, since: str) -> bool:
+    """The run's trace holds an event `kind` after its last `since` event."""
+    path = runs / run_id / "trace.jsonl"
+    kinds = [json.loads(line)["type"] for line in path.read_text().splitlines() if line.endswith("}")]
+    return since in kinds and kind in kinds[len(kinds) - kinds[::-1].index(since):]
+
+
+def test_a_resume_killed_mid_tool_shows_as_died_everywhere_and_resumes_once(runs: Path) -> None:
+    """Stop a slow run with Ctrl-C, resume it, kill -9 the resume while its tool runs: every
+    view says `died` (not the earlier stop), and a second resume finishes it, paying each
+    turn once."""
+    proc = _popen("run", "--scenario", "slow", runs=runs)
+    _wait_for(lambda: any(runs.glob("*/trace.jsonl")) and _events_after(
+        runs, next(runs.glob("*/trace.jsonl")).parent.name, "tool_progress", "run_started"))
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 3
+    run_id = next(runs.glob("*/trace.jsonl")).parent.name
+    resumed = _popen("resume", run_id, runs=runs)
+    _wait_for(lambda: _events_after(runs, run_id, "tool_progress", "run_resumed"))
+    resumed.kill()
+    resumed.communicate(timeout=60)
+    assert resumed.returncode == -9
+
+    listed = cli("runs", runs_dir=runs)
+    assert run_id in listed.stdout and " died " in listed.stdout and "interrupted" not in listed.stdout
+    _, rows = cli_json("runs", runs_dir=runs)
+    assert rows[0]["status"] == "died"
+    shown = cli("show", run_id, runs_dir=runs).stdout
+    assert f"{run_id}  scripted/slow  died" in shown and "user pressed Stop" not in shown, shown
+    assert f"resume with: runner resume {run_id}" in shown
+    traced = cli("trace", run_id, runs_dir=runs).stdout
+    assert "died: its process was killed after the last event" in traced and "stopped: interrupted" not in traced, traced
+
+    code, done = cli_json("resume", run_id, runs_dir=runs)
+    assert (code, done["status"], done["turns"]) == (0, "completed", 2), done
+    state = store.load(runs, run_id)
+    assert len(state.per_turn) == 2 and state.cost_usd == pytest.approx(sum(t.cost_usd for t in state.per_turn))

@@ -59,8 +59,8 @@ def test_a_flipped_byte_in_a_middle_record_is_listed_damaged_then_repaired(
     assert table.returncode == 0 and "damaged" in table.stdout and "skipped" not in table.stderr
 
     shown = cli("trace", run_id, runs_dir=runs)
-    assert shown.returncode == 0 and shown.stdout.splitlines()[-1] == (
-        f"damaged: journal line 4: the record fails its checksum; repair: runner repair {run_id}")
+    assert shown.returncode == 0 and shown.stdout.splitlines()[-2:] == [
+        "damaged: journal line 4: the record fails its checksum", f"repair with: runner repair {run_id}"]
     for args in (("resume", run_id), ("resume", run_id, "--force")):
         refused = cli(*args, runs_dir=runs)
         assert refused.returncode == 1, refused.stderr
@@ -146,3 +146,36 @@ def test_trace_is_rebuilt_from_the_journal_when_its_file_is_gone(provider: str, 
     assert shown.stdout.count(" turn ") == 3 and "stopped: completed" in shown.stdout
     code, listed = cli_json("runs", runs_dir=runs)
     assert code == 0 and listed[0]["status"] == "completed"
+
+
+def test_a_cut_off_last_line_is_damaged_everywhere_and_repair_fixes_it(provider: str, runs: Path) -> None:
+    """A journal whose last line was cut by hand (the trace witnessed that save): every
+    command calls the run damaged in a short message, `trace` still prints its events,
+    `repair` rebuilds it, and a resume finishes it without paying a turn again."""
+    code, out = cli_json("run", "--scenario", "plan", "--base-url", provider, runs_dir=runs)
+    assert code == 0
+    run_id, journal = out["run_id"], runs / out["run_id"] / "journal.jsonl"
+    journal.write_bytes(journal.read_bytes()[:-40])
+    problem = "the trace records save 7, the journal ends at save 6"
+
+    code, listed = cli_json("runs", "--status", "damaged", runs_dir=runs)
+    assert [(r["run_id"], r["status"]) for r in listed] == [(run_id, "damaged")], listed
+    assert listed[0]["damage"].startswith(problem) and listed[0]["damage"].count(run_id) == 1
+    table = cli("runs", runs_dir=runs)
+    assert "damaged" in table.stdout and table.stderr == ""
+    shown = cli("show", run_id, runs_dir=runs)
+    assert shown.returncode == 0 and f"{run_id}  scripted/plan  damaged" in shown.stdout
+    assert f"damaged: {problem}" in shown.stdout and f"repair with: runner repair {run_id}" in shown.stdout and all(len(line) <= 80 for line in shown.stdout.splitlines())
+    traced = cli("trace", run_id, runs_dir=runs)
+    assert traced.returncode == 0 and traced.stdout.count("  turn  ") == 3 and f"damaged: {problem}" in traced.stdout
+    refused = cli("resume", run_id, runs_dir=runs)
+    assert refused.returncode == 1 and refused.stderr.startswith(f"error: {problem}")
+    assert f"runner repair {run_id}" in refused.stderr and refused.stderr.count(run_id) == 1
+    assert len(refused.stderr) < 200, refused.stderr
+
+    repaired = cli("repair", run_id, runs_dir=runs)
+    assert repaired.returncode == 0 and "nothing to repair" not in repaired.stdout, repaired.stdout
+    assert "save 7: run_stopped completed" in repaired.stdout
+    assert cli("repair", run_id, runs_dir=runs).stdout.endswith("nothing to repair\n")
+    code, done = cli_json("resume", run_id, runs_dir=runs)
+    assert (code, done["status"], done["turns"], done["cost_usd"]) == (0, "completed", 3, out["cost_usd"]), done

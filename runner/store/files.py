@@ -242,8 +242,7 @@ class FileStore(RunStore):
             if not has_snapshot and base > 0:
                 raise CorruptState(f"{snapshot} is missing: the run's journal starts after save {base}")
             if base > replay.seq:
-                replay.stale = (f"{snapshot} is an older copy (seq {replay.seq}) than the run's journal "
-                                f"(from seq {base}): loading it would undo newer history")
+                replay.stale = f"state.json is an older copy (save {replay.seq}) than the journal (from save {base})"
             return None
         seq = record.get("seq")
         if not isinstance(seq, int):
@@ -290,8 +289,7 @@ class FileStore(RunStore):
         if replay.damage:
             raise _damaged(run_id, replay)
         if replay.stale and not force:
-            raise StaleState(f"run {run_id}: {replay.stale}. Resume with --force to continue from it "
-                             "anyway (recorded in the trace).")
+            raise StaleState(f"{replay.stale}; repair with: runner repair {run_id} (or resume with --force)")
         return self._state(replay, run_id)
 
     def list_runs(self, *, status: str | None = None, limit: int | None = None, offset: int = 0) -> list[RunInfo]:
@@ -304,9 +302,8 @@ class FileStore(RunStore):
                 continue
             try:
                 replay = self._replay(folder.name)
-                if replay.damage:  # listed, never hidden: as of its last good record
-                    infos.append(RunInfo(self._state(replay, folder.name), "damaged",
-                                         damage=f"{replay.damage_brief}; repair: runner repair {folder.name}"))
+                if replay.damage or replay.stale:  # listed, never hidden: as of its last good record
+                    infos.append(self._damaged_info(replay, folder.name))
                     continue
                 state = self._loaded(replay, folder.name)
             except RunNotFound:  # its creation was killed before the first line was whole: no run
@@ -322,10 +319,14 @@ class FileStore(RunStore):
 
     def info(self, run_id: str) -> RunInfo:
         replay = self._replay(run_id)
-        if replay.damage:
-            return RunInfo(self._state(replay, run_id), "damaged",
-                           damage=f"{replay.damage_brief}; repair: runner repair {run_id}")
+        if replay.damage or replay.stale:
+            return self._damaged_info(replay, run_id)
         return self._info(self._loaded(replay, run_id), self.run_dir(run_id))
+
+    def _damaged_info(self, replay: _Replay, run_id: str) -> RunInfo:
+        """A run whose journal is damaged, or behind its trace: shown as of its last good record."""
+        return RunInfo(self._state(replay, run_id), "damaged",
+                       damage=f"{replay.damage_brief or replay.stale}; repair: runner repair {run_id}")
 
     def _info(self, state: RunState, folder: Path) -> RunInfo:
         if state.status != "running":
@@ -723,7 +724,7 @@ class FileStore(RunStore):
         try:
             replay = self._replay(run_id, events=True)
             trace = folder / "trace.jsonl"
-            if not replay.damage:
+            if not replay.damage and not replay.stale:
                 report = RepairReport(run_id, replay.seq, replay.seq, notes=["the journal is whole: nothing to repair"])
                 if not trace.exists() and replay.events:
                     _write_atomic(trace, "".join(e + "\n" for e in replay.events).encode(), sync=True)
@@ -734,6 +735,8 @@ class FileStore(RunStore):
             kept = folder / f"journal.jsonl.damaged-{replay.seq}"
             shutil.copyfile(folder / "journal.jsonl", kept)
             report.notes.insert(0, f"the damaged journal is kept as {kept}")
+            if replay.stale:
+                report.notes.insert(0, replay.stale)
             state.seq = report.new_seq = max(replay.seq, replay.journal_seq, _trace_seq(trace)) + 1
             _write_atomic(folder / "state.json", state.model_dump_json().encode(), sync=True)
             _write_atomic(folder / "journal.jsonl", _seal(json.dumps({"base": state.seq}).encode()), sync=True)
@@ -1004,7 +1007,5 @@ def _check_against_trace(replay: _Replay, traced: int, has_snapshot: bool) -> No
     """Mark `replay` stale when the trace witnessed a later save than the state holds."""
     replay.journal_seq = max(replay.journal_seq, traced)
     if traced > replay.seq and not replay.stale and not replay.damage:
-        replay.stale = (f"the trace records save {traced} but the saved state (journal.jsonl"
-                        f"{' and state.json' if has_snapshot else ''}) ends at save {replay.seq}: it is an "
-                        "older copy (a restored backup, or its last lines were lost in an OS crash), and "
-                        "loading it would undo newer history")
+        replay.stale = (f"the trace records save {traced}, the journal ends at save {replay.seq} "
+                        "(lines lost, or an older copy)")
