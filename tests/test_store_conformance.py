@@ -245,6 +245,9 @@ def test_a_killed_run_shows_died_and_resumes(backend: Backend) -> None:
     run_id = listed[0]["run_id"]
     shown = cli("trace", run_id, runs_dir=backend.runs, env=backend.env)
     assert shown.returncode == 0 and f"died: its process was killed after the last event\nresume with: runner resume {run_id}" in shown.stdout
+    transcript = cli("show", run_id, runs_dir=backend.runs, env=backend.env).stdout
+    assert transcript.startswith(f"run {run_id}  scripted/plan  died\n") and "running" not in transcript, transcript
+    assert transcript.endswith(f"died: its process was killed after the last event\nresume with: runner resume {run_id}\n")
     code, done = cli_json("resume", run_id, runs_dir=backend.runs, env=backend.env)
     assert code == 0 and done["status"] == "completed" and done["turns"] == 3
     code, listed = cli_json("runs", "--status", "completed", runs_dir=backend.runs, env=backend.env)
