@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -253,6 +256,61 @@ def test_a_killed_run_shows_died_and_resumes(backend: Backend) -> None:
     code, listed = cli_json("runs", "--status", "completed", runs_dir=backend.runs, env=backend.env)
     assert [r["run_id"] for r in listed] == [run_id]
 
+
+
+def _popen(b: Backend, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "runner", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **b.env})
+
+
+def _wait_for(predicate: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def _progress_since(b: Backend, since: str) -> str | None:
+    """The only run's id once its trace holds a tool_progress event after its last `since` event."""
+    infos = b.store.list_runs()
+    if not infos:
+        return None
+    run_id = infos[0].state.run_id
+    kinds = [e.type for e in b.store.read_trace(run_id)] if b.store.has_events(run_id) else []
+    return run_id if since in kinds and "tool_progress" in kinds[len(kinds) - kinds[::-1].index(since):] else None
+
+
+def test_a_resume_killed_mid_tool_shows_died_everywhere_and_resumes_once(backend: Backend) -> None:
+    """Stop a slow run with Ctrl-C, resume it, kill -9 the resume while its tool runs: `runs`,
+    `runs --json`, `show` and `trace` say `died` (not the earlier stop), and a second resume
+    finishes it, paying each turn once."""
+    first = _popen(backend, "run", "--scenario", "slow")
+    _wait_for(lambda: _progress_since(backend, "run_started") is not None)
+    first.send_signal(signal.SIGINT)
+    first.communicate(timeout=60)
+    assert first.returncode == 3
+    run_id = backend.store.list_runs()[0].state.run_id
+    resumed = _popen(backend, "resume", run_id)
+    _wait_for(lambda: _progress_since(backend, "run_resumed") is not None)
+    resumed.kill()
+    resumed.communicate(timeout=60)
+    assert resumed.returncode == -9
+
+    _wait_for(lambda: backend.store.info(run_id).shown_status == "died")  # PostgreSQL: once the lease lapses
+    listed = cli("runs", runs_dir=backend.runs, env=backend.env)
+    assert run_id in listed.stdout and " died " in listed.stdout and "interrupted" not in listed.stdout
+    _, rows = cli_json("runs", runs_dir=backend.runs, env=backend.env)
+    assert rows[0]["status"] == "died"
+    shown = cli("show", run_id, runs_dir=backend.runs, env=backend.env).stdout
+    assert f"{run_id}  scripted/slow  died" in shown and "user pressed Stop" not in shown, shown
+    assert shown.endswith(f"died: its process was killed after the last event\nresume with: runner resume {run_id}\n")
+    traced = cli("trace", run_id, runs_dir=backend.runs, env=backend.env).stdout
+    assert "died: its process was killed after the last event" in traced and "stopped: interrupted" not in traced, traced
+
+    code, done = cli_json("resume", run_id, runs_dir=backend.runs, env=backend.env)
+    assert (code, done["status"], done["turns"]) == (0, "completed", 2), done
+    state = backend.store.load(run_id)
+    assert len(state.per_turn) == 2 and state.cost_usd == pytest.approx(sum(t.cost_usd for t in state.per_turn))
 
 def test_a_research_child_killed_mid_run_is_counted_once(backend: Backend) -> None:
     code, ref = cli_json("run", "--scenario", "research", runs_dir=backend.runs, env=backend.env)
