@@ -64,7 +64,8 @@ def test_a_flipped_byte_in_a_middle_record_is_listed_damaged_then_repaired(
     for args in (("resume", run_id), ("resume", run_id, "--force")):
         refused = cli(*args, runs_dir=runs)
         assert refused.returncode == 1, refused.stderr
-        assert refused.stderr.startswith(f"error: run {run_id} is damaged: {journal}:4: the record fails its checksum")
+        assert refused.stderr == (f"error: the run is damaged at journal line 4: the record fails its checksum "
+                                  f"(last good: save 2); repair with: runner repair {run_id}\n"), refused.stderr
         assert f"runner repair {run_id}" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
 
     before = len(provider_server.requests)

@@ -308,8 +308,8 @@ class FileStore(RunStore):
                 state = self._loaded(replay, folder.name)
             except RunNotFound:  # its creation was killed before the first line was whole: no run
                 continue
-            except CorruptState as exc:
-                self.problems.append(f"{folder.name}: {exc}")
+            except CorruptState as exc:  # named once: the message may already say which run
+                self.problems.append(str(exc) if folder.name in str(exc) else f"{folder.name}: {exc}")
                 continue
             infos.append(self._info(state, folder))
         infos.sort(key=lambda i: i.state.created_at, reverse=True)
@@ -933,8 +933,8 @@ def _describe(event: dict[str, Any]) -> str:
 
 
 def _damaged(run_id: str, replay: _Replay) -> DamagedRun:
-    return DamagedRun(f"run {run_id} is damaged: {replay.damage}; its last good record is save {replay.seq}. "
-                      f"Repair it with: runner repair {run_id} (it says which transitions are dropped)")
+    return DamagedRun(f"the run is damaged at {replay.damage_brief} (last good: save {replay.seq}); "
+                      f"repair with: runner repair {run_id}")
 
 
 def _trace_seq(path: Path) -> int:
