@@ -34,6 +34,7 @@ from runner.request import (
     SuiteRequest,
     ViewRequest,
     WorkerRequest,
+    choice,
 )
 
 
@@ -122,13 +123,13 @@ def _guard(fn: Callable[[], int]) -> None:
     except (RunnerError, OSError) as exc:
         if _debug:
             raise
-        typer.echo(f"error: {exc}", err=True)
+        render.error(str(exc))
         raise typer.Exit(exc.exit_code if isinstance(exc, RunnerError) else 1) from None
     except Exception as exc:
         if _debug:
             raise
-        typer.echo(f"error: internal error ({type(exc).__name__}: {exc}); this is a bug in runner. "
-                   "Rerun with --debug for the traceback.", err=True)
+        render.error(f"internal error ({type(exc).__name__}: {exc}); this is a bug in runner. "
+                     "Rerun with --debug for the traceback.")
         raise typer.Exit(1) from None
     raise typer.Exit(code)
 
@@ -285,9 +286,8 @@ def repair(run_id: Annotated[str, typer.Argument(help="The damaged run.", metava
 @_command()
 def show(run_id: RunId,
          full: Annotated[bool, typer.Option("--full", help="Show tool results and prompts whole.")] = False,
-         fmt: Annotated[typing.Literal["text", "md", "json"], typer.Option(
-             "--format", metavar="text|md|json", help="text (fits the terminal), md (Markdown, nothing cut) or json.")
-         ] = "text",
+         fmt: Annotated[str, typer.Option("--format", metavar="text|md|json", parser=choice("text", "md", "json"),
+                                          help="text (fits the terminal), md (Markdown, nothing cut) or json.")] = "text",
          runs_dir: RunsDir = None, store_url: StoreOpt = None) -> int:
     """The transcript as a person reads it: the prompt, each turn's text and tool calls, the
     results, approvals and verdicts, the answer, why it stopped and how to continue."""
@@ -389,8 +389,9 @@ def suite(request: SuiteRequest, runs_dir: RunsDir = None, store_url: StoreOpt =
 
 @_command()
 def experiments(request: ExperimentsRequest, runs_dir: RunsDir = None) -> int:
-    """Reproduce the chapter's measurements: tables and a plot, written to experiments/ in the
-    runs directory (or --out), never into the checkout (scripts/experiments.py)."""
+    """Reproduce runner's measurements of its own behaviour (turn caps, budgets, tool errors,
+    dedupe, approval, resume, cancel, latency, the local-model suite): tables and a plot, written
+    to experiments/ in the runs directory (or --out), never into the checkout."""
     from runner.resources import run_experiments
 
     return run_experiments(request, runs_dir)

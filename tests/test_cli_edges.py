@@ -21,7 +21,7 @@ import pytest
 
 from runner import store
 from runner.scripted import ScriptedServer, ScriptedSettings, parse_faults
-from tests.conftest import cli, cli_json, cli_process
+from tests.conftest import cli, cli_json, cli_process, one_error
 
 
 def _popen(*args: str, runs: Path, **env: str) -> subprocess.Popen[str]:
@@ -146,7 +146,7 @@ def test_an_unreachable_postgres_store_fails_at_once_with_its_cause(runs: Path, 
     began = time.monotonic()
     proc = cli("runs", "--store", f"postgresql:///runner?host={tmp_path}/nowhere", runs_dir=runs)
     assert proc.returncode == 1 and "No such file or directory" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    assert one_error(proc.stderr)
     assert time.monotonic() - began < 25  # not the pool's 30 s wait
 
 
@@ -173,6 +173,32 @@ def test_an_empty_prompt_or_prompt_file_and_a_port_out_of_range_are_usage_errors
                           (["scripted", "serve", "--port", "99999"], "65535")):
         serves = args[0] in ("view", "scripted")  # in a child process: refused or not, it ends
         proc = (cli_process if serves else cli)(*args, runs_dir=runs)
-        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+        assert proc.returncode == 2 and message in " ".join(proc.stderr.split()), (args, proc.stderr)
         assert "bug in runner" not in proc.stderr
     assert not runs.exists()  # nothing was run
+
+
+def test_errors_are_wrapped_to_the_terminal_and_usage_errors_say_what_is_wrong(runs: Path, tmp_path: Path) -> None:
+    proc = cli("run", "--scenario", "nosuch", runs_dir=runs)
+    assert proc.returncode == 2 and "known: plan, runaway" in one_error(proc.stderr)
+    narrow = cli("run", "--scenario", "nosuch", runs_dir=runs, env={"COLUMNS": "50"})
+    assert one_error(narrow.stderr, width=50) == one_error(proc.stderr)
+    for args, said in [
+        (("run", ""), "error: the PROMPT is empty"),
+        (("runs", "--status", "nosuch"), "--status must be one of running,"),
+        (("experiments", "nosuch"), "error: unknown experiment(s) nosuch; known: turn_cap,"),
+        (("runs", "--runs-dir", str(tmp_path / "a-file")), f"the runs directory {tmp_path / 'a-file'} is a file"),
+        (("run", "--scenario", "plan", "--store", "bogus://x"), "the store bogus://x has a URL scheme runner does not "
+                                                                 "know; give a postgresql:// or postgres:// URL"),
+        (("runs", "--prune", "--dry-run", "--totals"), "--totals does not go with --prune"),
+        (("suite", "--provider", "scripted", "--base-url", "http://127.0.0.1:9/v1"), "--provider scripted has no"),
+    ]:
+        (tmp_path / "a-file").write_text("")
+        proc = cli(*args, runs_dir=runs, cwd=tmp_path)
+        assert proc.returncode == 2 and said in one_error(proc.stderr), (args, proc.stderr)
+    assert not (tmp_path / "bogus:").exists()
+    for args, said in [(("runs", "--totals", "--by", "week"), "'week' is not one of 'model', 'day', 'status'."),
+                       (("show", "x", "--format", "nope"), "'nope' is not one of 'text', 'md', 'json'."),
+                       (("scripted", "serve", "--latency-ms", "-5"), "greater than or equal to 0")]:
+        proc = cli(*args, runs_dir=runs)
+        assert proc.returncode == 2 and said in proc.stderr and "Value error" not in proc.stderr, proc.stderr
