@@ -202,3 +202,16 @@ def test_errors_are_wrapped_to_the_terminal_and_usage_errors_say_what_is_wrong(r
                        (("scripted", "serve", "--latency-ms", "-5"), "greater than or equal to 0")]:
         proc = cli(*args, runs_dir=runs)
         assert proc.returncode == 2 and said in proc.stderr and "Value error" not in proc.stderr, proc.stderr
+
+
+def test_config_file_and_environment_values_keep_the_options_bounds(runs: Path, tmp_path: Path) -> None:
+    for line, said in [("max_turns = -3", "runner.toml: max_turns must be at least 0, got -3"),
+                       ("price_in_usd_per_mtok = -5", "runner.toml: price_in_usd_per_mtok must be at least 0, got -5"),
+                       ("timeout_s = 0", "runner.toml: timeout_s must be at least 0.001, got 0")]:
+        (tmp_path / "runner.toml").write_text(line + "\n")
+        for args in (("run", "--scenario", "plan"), ("config", "show")):
+            proc = cli(*args, runs_dir=runs, cwd=tmp_path, env={"RUNNER_CONFIG": str(tmp_path / "none.toml")})
+            assert proc.returncode == 2 and said in one_error(proc.stderr), (args, proc.stderr)
+    (tmp_path / "runner.toml").write_text("max_turns = 0\nprice_in_usd_per_mtok = 0\n")
+    code, out = cli_json("run", "--scenario", "plan", runs_dir=runs, cwd=tmp_path)
+    assert code == 0 and out["status"] == "completed"
