@@ -261,7 +261,7 @@ def model_columns(provider: str, models: Sequence[str] = (), base_url: str | Non
             columns.append(Endpoint(model=name or "default", base_url=base_url,
                                     first_turn_tool_choice=entry.first_turn_tool_choice if entry else "auto"))
             continue
-        shown, path = models_mod.resolve_choice(name)
+        shown, path = models_mod.resolve_choice(models_mod.manifest_name(name) if name else None)
         entry = models_mod.entry_for(shown, path)
         choice: ToolChoiceSetting = entry.first_turn_tool_choice if entry else "auto"
         if on_note is not None:

@@ -20,6 +20,7 @@ from typing import Iterator
 import pytest
 
 from runner import store
+from runner.errors import ModelNotFound
 from runner.scripted import ScriptedServer, ScriptedSettings, parse_faults
 from tests.conftest import cli, cli_json, cli_process, one_error
 
@@ -215,3 +216,11 @@ def test_config_file_and_environment_values_keep_the_options_bounds(runs: Path, 
     (tmp_path / "runner.toml").write_text("max_turns = 0\nprice_in_usd_per_mtok = 0\n")
     code, out = cli_json("run", "--scenario", "plan", runs_dir=runs, cwd=tmp_path)
     assert code == 0 and out["status"] == "completed"
+
+
+def test_the_suite_takes_a_unique_start_of_a_model_name_as_run_does() -> None:
+    from runner.suite import model_columns
+
+    assert model_columns("local", ["smollm2"]) == model_columns("local", ["smollm2-135m-instruct"])
+    with pytest.raises(ModelNotFound, match=r"unknown model 'qwen2\.5'"):  # the start of three names
+        model_columns("local", ["qwen2.5"])
