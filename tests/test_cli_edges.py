@@ -193,8 +193,11 @@ def test_errors_are_wrapped_to_the_terminal_and_usage_errors_say_what_is_wrong(r
                                                                  "know; give a postgresql:// or postgres:// URL"),
         (("runs", "--prune", "--dry-run", "--totals"), "--totals does not go with --prune"),
         (("suite", "--provider", "scripted", "--base-url", "http://127.0.0.1:9/v1"), "--provider scripted has no"),
+        (("suite", "--resume", "README.md"), "cannot read the suite report README.md (read as README.json)"),
+        (("suite", "--resume", "notes.txt"), "--resume notes.txt: not a suite report"),
     ]:
-        (tmp_path / "a-file").write_text("")
+        for name in ("a-file", "README.md", "notes.txt"):
+            (tmp_path / name).write_text("# not a report\n")
         proc = cli(*args, runs_dir=runs, cwd=tmp_path)
         assert proc.returncode == 2 and said in one_error(proc.stderr), (args, proc.stderr)
     assert not (tmp_path / "bogus:").exists()
