@@ -74,7 +74,8 @@ class RunRequest:
     """The options of `runner run`; None means "not given" (the config file or a default
     decides). Units as in `RunConfig`."""
 
-    prompt: str | None = argument("The user's task (default: the scenario's own); - reads it from stdin.")
+    prompt: str | None = argument("The user's task (default: the scenario's own); - reads it from stdin.",
+                                  metavar="PROMPT")
     scenario: str | None = option(
         None, "A scripted scenario: plan, runaway, stuck, recover, destructive, repeat, double_delete, denied, "
               "slow, research, quirks, unknown_tool, bad_arguments, or a suite task (timeout_file, count_files, "
@@ -277,7 +278,7 @@ class ViewRequest:
 class ExperimentsRequest:
     """The options of `runner experiments` (its runs directory aside)."""
 
-    names: list[str] | None = argument("Experiments to run (default: all).")
+    names: list[str] | None = argument("Experiments to run (default: all).", metavar="NAME")
     skip_local: bool = option(
         False, "Leave out the local-model experiments (local_suite, local_harness: the slow ones).")
     list_names: bool = option(False, "List the experiments and exit.", "--list")

@@ -227,3 +227,14 @@ def test_the_suite_takes_a_unique_start_of_a_model_name_as_run_does() -> None:
     assert model_columns("local", ["smollm2"]) == model_columns("local", ["smollm2-135m-instruct"])
     with pytest.raises(ModelNotFound, match=r"unknown model 'qwen2\.5'"):  # the start of three names
         model_columns("local", ["qwen2.5"])
+
+
+def test_help_names_values_not_python_types(runs: Path) -> None:
+    helps = {name: cli(*name.split(), "--help", runs_dir=runs) for name in ("run", "suite", "export", "experiments")}
+    for name, proc in helps.items():
+        assert proc.returncode == 0 and "list[" not in proc.stdout and "chapter" not in proc.stdout, (name, proc.stdout)
+    assert "RUN_ID  Runs to send" in helps["export"].stdout and "NAME  Experiments to run" in helps["experiments"].stdout
+    for name, shown in [("run", "--tool-errors text|generic|fatal"), ("run", "--on-slip corrective|repeat|fail"),
+                        ("run", "PROMPT  The user's task"), ("suite", "--provider scripted|local|both"),
+                        ("suite", "--executor local|ray"), ("suite", "--model NAME")]:
+        assert shown in helps[name].stdout, (name, shown)
