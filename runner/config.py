@@ -110,8 +110,8 @@ def read_file(path: Path) -> dict[str, Any]:
 
     Raises:
         UsageError: unreadable TOML, an unknown setting, a value of the wrong type or below its
-            least (`MINIMUMS`), or a key
-            written in the file (name its environment variable with `api_key_env` instead).
+            least (`MINIMUMS`), or a key written in the file (name its environment variable
+            with `api_key_env` instead).
     """
     try:
         data = tomllib.loads(path.read_text())

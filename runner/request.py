@@ -36,8 +36,8 @@ def option(default: Any, help: str, *flags: str, **click: Any) -> Any:
 
 
 def choice(*choices: str) -> Any:
-    """A parser (an option's `parser=`) that takes one of `choices`; anything else is click's
-    usage error in click's own words (typer carries its own click) (a ValueError would reach the user as pydantic's)."""
+    """A parser (an option's `parser=`) that takes one of `choices`; anything else is a usage
+    error in click's words (a ValueError would reach the user in pydantic's: "Value error, ...")."""
 
     def parse(value: str) -> str:
         if value not in choices:
