@@ -34,6 +34,7 @@ from runner.request import (
     SuiteRequest,
     ViewRequest,
     WorkerRequest,
+    choice,
 )
 
 
@@ -61,12 +62,10 @@ else:  # `runner --help` needs neither the event loop nor the store's pydantic m
 app = typer.Typer(help="runner: drive, measure and govern an agent loop on your own machine.",
                   no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None)
-scripted_app = typer.Typer(help="The scripted provider (replies are a pure function of the conversation).",
-                           no_args_is_help=True, rich_markup_mode=None)
-models_app = typer.Typer(help="Local GGUF models: list and download.", no_args_is_help=True,
-                         rich_markup_mode=None)
-config_app = typer.Typer(help="Settings: the config files, the environment, and where each value comes from.",
-                         no_args_is_help=True, rich_markup_mode=None)
+_group = functools.partial(typer.Typer, no_args_is_help=True, rich_markup_mode=None)
+scripted_app = _group(help="The scripted provider (replies are a pure function of the conversation).")
+models_app = _group(help="Local GGUF models: list and download.")
+config_app = _group(help="Settings: the config files, the environment, and where each value comes from.")
 app.add_typer(config_app, name="config")
 app.add_typer(scripted_app, name="scripted")
 app.add_typer(models_app, name="models")
@@ -109,9 +108,9 @@ def _print_version(shown: bool) -> None:
 
 
 def _guard(fn: Callable[[], int]) -> None:
-    """Run a command body; a `RunnerError` becomes one line and its exit code, an OSError
-    (disk full, permission denied on the runs directory) one line and exit 1, anything else
-    is a bug: exit 1 with a hint (or the traceback with --debug)."""
+    """Run a command body; a `RunnerError` becomes one error (`render.error`) and its exit code,
+    an OSError (disk full, permission denied on the runs directory) one error and exit 1,
+    anything else is a bug: exit 1 with a hint (or the traceback with --debug)."""
     try:
         code = fn()
     except typer.Exit:
@@ -119,17 +118,13 @@ def _guard(fn: Callable[[], int]) -> None:
     except BrokenPipeError:  # stdout closed early (`| head`): not an error of the command
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise typer.Exit(0) from None
-    except (RunnerError, OSError) as exc:
-        if _debug:
-            raise
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(exc.exit_code if isinstance(exc, RunnerError) else 1) from None
     except Exception as exc:
         if _debug:
             raise
-        typer.echo(f"error: internal error ({type(exc).__name__}: {exc}); this is a bug in runner. "
-                   "Rerun with --debug for the traceback.", err=True)
-        raise typer.Exit(1) from None
+        expected = isinstance(exc, (RunnerError, OSError))
+        render.error(str(exc) if expected else f"internal error ({type(exc).__name__}: {exc}); this is a bug in "
+                     "runner. Rerun with --debug for the traceback.")
+        raise typer.Exit(exc.exit_code if isinstance(exc, RunnerError) else 1) from None
     raise typer.Exit(code)
 
 
@@ -159,9 +154,17 @@ def _command(group: typer.Typer = app, name: str | None = None) -> Callable[[Cal
             at = parameters.index(request)
             parameters[at:at + 1] = [_parameter(f, hints[f.name]) for f in fields]
             command.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-        return group.command(name)(command)
+        return group.command(name, cls=_Command)(command)
 
     return register
+
+
+class _Command(typer.core.TyperCommand):
+    """A command whose help names each argument by its metavar alone, not its Python type."""
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        for param in (p for p in self.get_params(ctx) if p.param_type_name == "argument"):
+            param.display_type_rich = lambda ctx: None  # type: ignore[attr-defined]
+        super().format_options(ctx, formatter)
 
 
 def _parameter(field: dataclasses.Field[Any], hint: Any) -> inspect.Parameter:
@@ -285,9 +288,8 @@ def repair(run_id: Annotated[str, typer.Argument(help="The damaged run.", metava
 @_command()
 def show(run_id: RunId,
          full: Annotated[bool, typer.Option("--full", help="Show tool results and prompts whole.")] = False,
-         fmt: Annotated[typing.Literal["text", "md", "json"], typer.Option(
-             "--format", metavar="text|md|json", help="text (fits the terminal), md (Markdown, nothing cut) or json.")
-         ] = "text",
+         fmt: Annotated[str, typer.Option("--format", metavar="text|md|json", parser=choice("text", "md", "json"),
+                                          help="text (fits the terminal), md (Markdown, nothing cut) or json.")] = "text",
          runs_dir: RunsDir = None, store_url: StoreOpt = None) -> int:
     """The transcript as a person reads it: the prompt, each turn's text and tool calls, the
     results, approvals and verdicts, the answer, why it stopped and how to continue."""
@@ -389,8 +391,9 @@ def suite(request: SuiteRequest, runs_dir: RunsDir = None, store_url: StoreOpt =
 
 @_command()
 def experiments(request: ExperimentsRequest, runs_dir: RunsDir = None) -> int:
-    """Reproduce the chapter's measurements: tables and a plot, written to experiments/ in the
-    runs directory (or --out), never into the checkout (scripts/experiments.py)."""
+    """Reproduce runner's measurements of its own behaviour (turn caps, budgets, tool errors,
+    dedupe, approval, resume, cancel, latency, the local-model suite): tables and a plot, written
+    to experiments/ in the runs directory (or --out), never into the checkout."""
     from runner.resources import run_experiments
 
     return run_experiments(request, runs_dir)

@@ -50,6 +50,13 @@ SETTINGS: dict[str, tuple[type, tuple[str, ...], Any, str]] = {
 """Every setting a config file may hold, in the order `runner config show` prints them; each
 applies to `runner run` (the runs directory is `--runs-dir` or `$RUNNER_RUNS_DIR`)."""
 
+MINIMUMS: dict[str, float] = {
+    "price_in_usd_per_mtok": 0.0, "price_out_usd_per_mtok": 0.0, "max_turns": 0, "max_budget_usd": 0.0,
+    "timeout_s": 0.001, "max_retries": 0,
+}
+"""The least value of each numeric setting, the bounds `runner run`'s options have (`--price-in`,
+`--max-turns`, ...): a config file or the environment is checked against them too."""
+
 _KIND_WORDS: dict[type, str] = {str: "a string", int: "a whole number", float: "a number", list: "a list"}
 
 _KEYISH = re.compile(r"(^|_)(api_?key|key|token|secret|password)$", re.IGNORECASE)
@@ -102,8 +109,9 @@ def read_file(path: Path) -> dict[str, Any]:
     """One config file's settings, checked.
 
     Raises:
-        UsageError: unreadable TOML, an unknown setting, a value of the wrong type, or a key
-            written in the file (name its environment variable with `api_key_env` instead).
+        UsageError: unreadable TOML, an unknown setting, a value of the wrong type or below its
+            least (`MINIMUMS`), or a key written in the file (name its environment variable
+            with `api_key_env` instead).
     """
     try:
         data = tomllib.loads(path.read_text())
@@ -119,6 +127,8 @@ def read_file(path: Path) -> dict[str, Any]:
         ok = isinstance(value, kind) or (kind is float and isinstance(value, int) and not isinstance(value, bool))
         if not ok or (kind is int and isinstance(value, bool)):
             raise UsageError(f"config file {path}: {name} must be {_KIND_WORDS[kind]}, got {value!r}")
+        if name in MINIMUMS and value < MINIMUMS[name]:
+            raise UsageError(f"config file {path}: {name} must be at least {MINIMUMS[name]:g}, got {value!r}")
     return data
 
 
@@ -142,7 +152,7 @@ class Settings:
         for env in envs:
             raw = os.environ.get(env)
             if raw:
-                return Value(_parse(kind, raw, env), f"env {env}")
+                return Value(_parse(name, kind, raw, env), f"env {env}")
         for path, data in self.files:
             if name in data:
                 return Value(float(data[name]) if kind is float else data[name], str(path))
@@ -194,13 +204,16 @@ def key_for(api_key_env: str | None, flag_key: str | None = None) -> str:
     return LOCAL_KEY
 
 
-def _parse(kind: type, raw: str, env: str) -> Any:
+def _parse(name: str, kind: type, raw: str, env: str) -> Any:
     if kind is list:
         return [part for part in raw.split(",") if part]
     try:
-        return kind(raw)
+        value = kind(raw)
     except ValueError:
         raise UsageError(f"${env} must be {_KIND_WORDS[kind]}, got {raw!r}") from None
+    if name in MINIMUMS and value < MINIMUMS[name]:
+        raise UsageError(f"${env} must be at least {MINIMUMS[name]:g}, got {raw!r}")
+    return value
 
 
 def _show(value: Any) -> str:

@@ -46,6 +46,16 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((80, 24)).columns
 
 
+def error(message: str) -> None:
+    """An error on stderr as "error: MESSAGE", wrapped to the terminal's width (continuation
+    lines indented two columns); a line break in the message starts a new paragraph. A word
+    longer than the width (a path, a URL) stays whole."""
+    width = max(terminal_width(), 40)
+    for i, part in enumerate(f"error: {message}".splitlines() or [""]):
+        print(textwrap.fill(part, width, subsequent_indent="  ", initial_indent="" if i == 0 else "  ",
+                            break_long_words=False, break_on_hyphens=False), file=sys.stderr, flush=True)
+
+
 def say(line: str) -> None:
     """One line on stderr (progress and notices; stdout carries the result)."""
     print(line, file=sys.stderr, flush=True)

@@ -35,6 +35,20 @@ def option(default: Any, help: str, *flags: str, **click: Any) -> Any:
     return field(default=default, metadata=metadata)
 
 
+def choice(*choices: str) -> Any:
+    """A parser (an option's `parser=`) that takes one of `choices`; anything else is a usage
+    error in click's words (a ValueError would reach the user in pydantic's: "Value error, ...")."""
+
+    def parse(value: str) -> str:
+        if value not in choices:
+            import typer
+
+            raise typer.BadParameter(f"{value!r} is not one of {', '.join(map(repr, choices))}.")
+        return value
+
+    return parse
+
+
 def argument(help: str, **click: Any) -> Any:
     """A field that is the command's one optional positional argument."""
     return field(default=None, metadata={"help": help, "argument": True, **click})
@@ -60,7 +74,8 @@ class RunRequest:
     """The options of `runner run`; None means "not given" (the config file or a default
     decides). Units as in `RunConfig`."""
 
-    prompt: str | None = argument("The user's task (default: the scenario's own); - reads it from stdin.")
+    prompt: str | None = argument("The user's task (default: the scenario's own); - reads it from stdin.",
+                                  metavar="PROMPT")
     scenario: str | None = option(
         None, "A scripted scenario: plan, runaway, stuck, recover, destructive, repeat, double_delete, denied, "
               "slow, research, quirks, unknown_tool, bad_arguments, or a suite task (timeout_file, count_files, "
@@ -92,14 +107,16 @@ class RunRequest:
     dedupe: bool = option(False, "Answer a repeated read-only call from the cache.")
     dedupe_all: bool = option(False, "UNSAFE: dedupe write tools too (a second, intended write is swallowed).")
     tool_errors: str = option(
-        "text", "text: 'Error: <message>'; generic: 'Error: the tool failed.'; fatal: stop as failed.")
+        "text", "text: 'Error: <message>'; generic: 'Error: the tool failed.'; fatal: stop as failed.",
+        metavar="text|generic|fatal")
     permanent_errors: bool = option(True, "Stop as failed on errors the model cannot fix.")
     max_identical_failures: int = option(
         2, "Same failing call this many times in a row is permanent (0: off).", min=0)
     auto_approve: bool = option(False, "Run needs-approval tools without stopping.")
     on_slip: str = option(
         "corrective", "A reply with no answer and no usable call: corrective (ask again with a message saying "
-                      "what went wrong), repeat (ask again as before) or fail.")
+                      "what went wrong), repeat (ask again as before) or fail.",
+        metavar="corrective|repeat|fail")
     answer_after: int | None = option(
         None, "After this many turns of tool calls, ask for the answer (tool_choice none) [default: the local "
               "model's manifest value, else never].", min=1)
@@ -156,11 +173,12 @@ class SuiteRequest:
     """The options of `runner suite`: which model columns, how many runs of each task, and
     which executor drives them; or a cancelled suite's report to finish."""
 
-    provider: str = option("both", "scripted, local or both (the columns when no --model is given).")
+    provider: str = option(
+        "both", "scripted, local or both (the columns when no --model is given).", metavar="scripted|local|both")
     models: list[str] = option(
         [], "A model column (repeatable): a name from `runner models list`, a .gguf path, or 'scripted' "
             "[default: Qwen if pulled, else SmolLM2]. With --provider both the scripted column comes first.",
-        "--model")
+        "--model", metavar="NAME")
     base_url: str | None = option(
         None, "Use this OpenAI-compatible endpoint as the 'local' provider instead of starting llama.cpp.",
         "--base-url")
@@ -169,7 +187,8 @@ class SuiteRequest:
     latency_ms: float = _latency_ms(0.0)
     repeats: int = option(1, "Runs per task and model (the report gives pass rates over them).", "--repeat", min=1)
     executor: str = option(
-        "local", "local (this process, one run at a time) or ray (Ray actors; pip install 'runner[ray]').")
+        "local", "local (this process, one run at a time) or ray (Ray actors; pip install 'runner[ray]').",
+        metavar="local|ray")
     address: str | None = option(
         None, "--executor ray: the cluster to join (auto or HOST:PORT) [default: start a local one].")
     actors: int | None = option(
@@ -177,6 +196,10 @@ class SuiteRequest:
     resume_report: Path | None = option(
         None, "Finish a cancelled suite: drive the runs its report (suite-*.json) lists as unfinished, then write "
               "a report of all of them.", "--resume", metavar="REPORT")
+
+    def __post_init__(self) -> None:
+        if self.base_url is not None and self.provider == "scripted" and not self.models:
+            raise UsageError("--base-url names the local column's endpoint; --provider scripted has no local column")
 
 
 @dataclass(frozen=True)
@@ -193,13 +216,16 @@ class RunsRequest:
     totals: bool = option(
         False, "Sum runs, turns, tool runs, tokens and USD (of the runs --status/--limit select).", "--totals")
     by: Literal["model", "day", "status"] | None = option(
-        None, "With --totals: one row per model, day (UTC) or status, then TOTAL.", "--by", metavar="model|day|status")
+        None, "With --totals: one row per model, day (UTC) or status, then TOTAL.", "--by", metavar="model|day|status",
+        parser=choice("model", "day", "status"))
 
     def __post_init__(self) -> None:
         if self.dry_run and not self.prune:
             raise UsageError("--dry-run goes with --prune")
         if self.by is not None and not self.totals:
             raise UsageError("--by goes with --totals")
+        if self.prune and self.totals:
+            raise UsageError("--totals does not go with --prune (sum the runs first, then prune them)")
 
 
 @dataclass(frozen=True)
@@ -233,7 +259,7 @@ class ScriptedServeRequest:
 
     host: str = option("127.0.0.1", "Interface to bind (loopback by default).")
     port: int = option(8765, "Port (0: a free one).", min=0, max=65535)
-    latency_ms: float = option(0.0, "Delay every reply by this many ms.")
+    latency_ms: float = option(0.0, "Delay every reply by this many ms.", min=0.0)
     fault: str | None = option(None, "KIND@TURN,... with KIND in 429, 500, 401, truncated, slow.")
 
 
@@ -252,7 +278,7 @@ class ViewRequest:
 class ExperimentsRequest:
     """The options of `runner experiments` (its runs directory aside)."""
 
-    names: list[str] | None = argument("Experiments to run (default: all).")
+    names: list[str] | None = argument("Experiments to run (default: all).", metavar="NAME")
     skip_local: bool = option(
         False, "Leave out the local-model experiments (local_suite, local_harness: the slow ones).")
     list_names: bool = option(False, "List the experiments and exit.", "--list")

@@ -72,7 +72,8 @@ def run_experiments(req: ExperimentsRequest, runs_dir: Path | None = None) -> in
     in this process; returns its exit code.
 
     Raises:
-        UsageError: no checkout holds the script (runner is installed as a wheel).
+        UsageError: no checkout holds the script (runner is installed as a wheel), or an
+            experiment named is not one of the script's.
     """
     import runpy
 
@@ -80,7 +81,11 @@ def run_experiments(req: ExperimentsRequest, runs_dir: Path | None = None) -> in
     script = root / "scripts" / "experiments.py" if root else Path("scripts/experiments.py")
     if not script.exists():
         raise UsageError(f"{script} not found (experiments run from a checkout)")
-    main: Callable[[list[str]], int] = runpy.run_path(str(script), run_name="runner_experiments")["main"]
+    script_globals = runpy.run_path(str(script), run_name="runner_experiments")
+    main: Callable[[list[str]], int] = script_globals["main"]
+    known = list(script_globals["EXPERIMENTS"])
+    if unknown := [n for n in req.names or [] if n not in known]:
+        raise UsageError(f"unknown experiment(s) {', '.join(unknown)}; known: {', '.join(known)}")
     return main([*(req.names or []), *(["--skip-local"] if req.skip_local else []),
                  *(["--list"] if req.list_names else []), *(["--out", str(req.out)] if req.out else []),
                  *(["--runs-dir", str(runs_dir)] if runs_dir else [])])

@@ -151,6 +151,8 @@ def _endpoint_choice(req: RunRequest, settings: Settings) -> tuple[str | None, s
         if model:
             raise UsageError(f"{model!r} is not a local model (runner models list); to send it to an endpoint, "
                              "give --base-url URL")
+        if req.prompt is not None and not req.prompt.strip():
+            raise UsageError("the PROMPT is empty")
         raise UsageError("give --scenario NAME (scripted), --model NAME (a local model runner serves), or "
                          "--base-url URL --model NAME; both --scenario and --base-url run the scenario on a "
                          "scripted provider already serving at URL")

@@ -261,7 +261,7 @@ def model_columns(provider: str, models: Sequence[str] = (), base_url: str | Non
             columns.append(Endpoint(model=name or "default", base_url=base_url,
                                     first_turn_tool_choice=entry.first_turn_tool_choice if entry else "auto"))
             continue
-        shown, path = models_mod.resolve_choice(name)
+        shown, path = models_mod.resolve_choice(models_mod.manifest_name(name) if name else None)
         entry = models_mod.entry_for(shown, path)
         choice: ToolChoiceSetting = entry.first_turn_tool_choice if entry else "auto"
         if on_note is not None:
@@ -362,7 +362,7 @@ def run_requested(req: SuiteRequest, runs_root: Path, *, store_location: str | N
     """Run the suite as `runner suite` asks, or finish the cancelled one whose report
     `req.resume_report` names. The executor and the model columns are checked before anything
     is written; with no `store_location` the runs go to `runs_root`, made if it is missing
-    (`on_runs_dir` is called with it then). `on_note`, `on_result`: as `run_suite`.
+    (`on_runs_dir` is called with it then; a resumed suite's runs are there already). `on_note`, `on_result`: as `run_suite`.
 
     Raises:
         UsageError, models.ModelNotFound: as `runner.fanout.executor` and `model_columns`.
@@ -370,12 +370,12 @@ def run_requested(req: SuiteRequest, runs_root: Path, *, store_location: str | N
     executor = fanout.executor(req.executor, address=req.address, actors=req.actors)
     columns = (None if req.resume_report is not None
                else model_columns(req.provider, req.models, req.base_url, req.latency_ms, on_note=on_note))
+    if req.resume_report is not None:  # its runs are in the store already: nothing to make
+        return resume_suite(req.resume_report, runs_root, store_location=store_location, durability=durability,
+                            on_result=on_result, executor=executor)
     made_dir = make_runs_dir(FileStore(runs_root)) if store_location is None else None
     if made_dir is not None and on_runs_dir is not None:
         on_runs_dir(made_dir)
-    if req.resume_report is not None:
-        return resume_suite(req.resume_report, runs_root, store_location=store_location, durability=durability,
-                            on_result=on_result, executor=executor)
     return run_suite(req.provider, runs_root, models=req.models, base_url=req.base_url, max_turns=req.max_turns,
                      max_tokens=req.max_tokens, repeats=req.repeats, store_location=store_location,
                      durability=durability, on_result=on_result, columns=columns, executor=executor)
@@ -438,14 +438,19 @@ def resume_suite(report_file: Path, runs_root: Path, *, executor: Executor | Non
             must be in that store).
 
     Raises:
-        UsageError: an unreadable report, or one with nothing left to run.
+        UsageError: a file not named as a report, an unreadable report, or one with nothing
+            left to run.
         RunNotFound: a run of the report is not in the store.
     """
+    if report_file.suffix not in (".json", ".md"):
+        raise UsageError(f"--resume {report_file}: not a suite report (give the suite-*.json a suite wrote, or its .md)")
     path = report_file.with_suffix(".json")
     try:
         old = SuiteReport.model_validate_json(path.read_text())
     except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot read the suite report {path}: {exc}") from None
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        read = f" (read as {path.name})" if path != report_file else ""
+        raise UsageError(f"cannot read the suite report {report_file}{read}: {why}") from None
     todo = [r.run_id for r in old.results if _cancelled(r)] + old.unfinished
     if not todo:
         raise UsageError(f"nothing to resume: every run of {path} finished")

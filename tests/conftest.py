@@ -217,6 +217,16 @@ def cli_process(*args: str, runs_dir: Path | None, check_json: bool = False, tim
     return proc
 
 
+def one_error(stderr: str, width: int = 80) -> str:
+    """The one error `stderr` holds, as one line: it opens with "error: ", every further line
+    is an indented continuation of it, none wider than `width` (save one that is a single word:
+    a long path or URL is never cut)."""
+    first, *rest = stderr.rstrip("\n").splitlines()
+    assert first.startswith("error: ") and all(line.startswith("  ") for line in rest), stderr
+    assert all(len(line) <= width or " " not in line.strip() for line in [first, *rest]), stderr
+    return " ".join(line.strip() for line in [first, *rest])
+
+
 def cli_json(*args: str, runs_dir: Path, **kw: Any) -> tuple[int, Any]:
     """Run the CLI in this process with --json; returns (exit code, the parsed JSON: an object,
     or a list for `runs`)."""

@@ -20,8 +20,9 @@ from typing import Iterator
 import pytest
 
 from runner import store
+from runner.errors import ModelNotFound
 from runner.scripted import ScriptedServer, ScriptedSettings, parse_faults
-from tests.conftest import cli, cli_json, cli_process
+from tests.conftest import cli, cli_json, cli_process, one_error
 
 
 def _popen(*args: str, runs: Path, **env: str) -> subprocess.Popen[str]:
@@ -146,7 +147,7 @@ def test_an_unreachable_postgres_store_fails_at_once_with_its_cause(runs: Path, 
     began = time.monotonic()
     proc = cli("runs", "--store", f"postgresql:///runner?host={tmp_path}/nowhere", runs_dir=runs)
     assert proc.returncode == 1 and "No such file or directory" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    assert one_error(proc.stderr)
     assert time.monotonic() - began < 25  # not the pool's 30 s wait
 
 
@@ -173,7 +174,67 @@ def test_an_empty_prompt_or_prompt_file_and_a_port_out_of_range_are_usage_errors
                           (["scripted", "serve", "--port", "99999"], "65535")):
         serves = args[0] in ("view", "scripted")  # in a child process: refused or not, it ends
         proc = (cli_process if serves else cli)(*args, runs_dir=runs)
-        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+        assert proc.returncode == 2 and message in " ".join(proc.stderr.split()), (args, proc.stderr)
         assert "bug in runner" not in proc.stderr
     assert not runs.exists()  # nothing was run
 
+
+def test_errors_are_wrapped_to_the_terminal_and_usage_errors_say_what_is_wrong(runs: Path, tmp_path: Path) -> None:
+    proc = cli("run", "--scenario", "nosuch", runs_dir=runs)
+    assert proc.returncode == 2 and "known: plan, runaway" in one_error(proc.stderr)
+    narrow = cli("run", "--scenario", "nosuch", runs_dir=runs, env={"COLUMNS": "50"})
+    assert one_error(narrow.stderr, width=50) == one_error(proc.stderr)
+    for args, said in [
+        (("run", ""), "error: the PROMPT is empty"),
+        (("runs", "--status", "nosuch"), "--status must be one of running,"),
+        (("experiments", "nosuch"), "error: unknown experiment(s) nosuch; known: turn_cap,"),
+        (("runs", "--runs-dir", str(tmp_path / "a-file")), f"the runs directory {tmp_path / 'a-file'} is a file"),
+        (("run", "--scenario", "plan", "--store", "bogus://x"), "the store bogus://x has a URL scheme runner does not "
+                                                                 "know; give a postgresql:// or postgres:// URL"),
+        (("runs", "--prune", "--dry-run", "--totals"), "--totals does not go with --prune"),
+        (("suite", "--provider", "scripted", "--base-url", "http://127.0.0.1:9/v1"), "--provider scripted has no"),
+        (("suite", "--resume", "README.md"), "cannot read the suite report README.md (read as README.json)"),
+        (("suite", "--resume", "notes.txt"), "--resume notes.txt: not a suite report"),
+    ]:
+        for name in ("a-file", "README.md", "notes.txt"):
+            (tmp_path / name).write_text("# not a report\n")
+        proc = cli(*args, runs_dir=runs, cwd=tmp_path)
+        assert proc.returncode == 2 and said in one_error(proc.stderr), (args, proc.stderr)
+    assert not (tmp_path / "bogus:").exists()
+    for args, said in [(("runs", "--totals", "--by", "week"), "'week' is not one of 'model', 'day', 'status'."),
+                       (("show", "x", "--format", "nope"), "'nope' is not one of 'text', 'md', 'json'."),
+                       (("scripted", "serve", "--latency-ms", "-5"), "greater than or equal to 0")]:
+        proc = cli(*args, runs_dir=runs)
+        assert proc.returncode == 2 and said in proc.stderr and "Value error" not in proc.stderr, proc.stderr
+
+
+def test_config_file_and_environment_values_keep_the_options_bounds(runs: Path, tmp_path: Path) -> None:
+    for line, said in [("max_turns = -3", "runner.toml: max_turns must be at least 0, got -3"),
+                       ("price_in_usd_per_mtok = -5", "runner.toml: price_in_usd_per_mtok must be at least 0, got -5"),
+                       ("timeout_s = 0", "runner.toml: timeout_s must be at least 0.001, got 0")]:
+        (tmp_path / "runner.toml").write_text(line + "\n")
+        for args in (("run", "--scenario", "plan"), ("config", "show")):
+            proc = cli(*args, runs_dir=runs, cwd=tmp_path, env={"RUNNER_CONFIG": str(tmp_path / "none.toml")})
+            assert proc.returncode == 2 and said in one_error(proc.stderr), (args, proc.stderr)
+    (tmp_path / "runner.toml").write_text("max_turns = 0\nprice_in_usd_per_mtok = 0\n")
+    code, out = cli_json("run", "--scenario", "plan", runs_dir=runs, cwd=tmp_path)
+    assert code == 0 and out["status"] == "completed"
+
+
+def test_the_suite_takes_a_unique_start_of_a_model_name_as_run_does() -> None:
+    from runner.suite import model_columns
+
+    assert model_columns("local", ["smollm2"]) == model_columns("local", ["smollm2-135m-instruct"])
+    with pytest.raises(ModelNotFound, match=r"unknown model 'qwen2\.5'"):  # the start of three names
+        model_columns("local", ["qwen2.5"])
+
+
+def test_help_names_values_not_python_types(runs: Path) -> None:
+    helps = {name: cli(*name.split(), "--help", runs_dir=runs) for name in ("run", "suite", "export", "experiments")}
+    for name, proc in helps.items():
+        assert proc.returncode == 0 and "list[" not in proc.stdout and "chapter" not in proc.stdout, (name, proc.stdout)
+    assert "RUN_ID  Runs to send" in helps["export"].stdout and "NAME  Experiments to run" in helps["experiments"].stdout
+    for name, shown in [("run", "--tool-errors text|generic|fatal"), ("run", "--on-slip corrective|repeat|fail"),
+                        ("run", "PROMPT  The user's task"), ("suite", "--provider scripted|local|both"),
+                        ("suite", "--executor local|ray"), ("suite", "--model NAME")]:
+        assert shown in helps[name].stdout, (name, shown)

@@ -9,7 +9,7 @@ import pytest
 
 from runner import store
 from runner.trace import read_trace
-from tests.conftest import cli, cli_json, drive, scripted_run
+from tests.conftest import cli, cli_json, drive, one_error, scripted_run
 
 
 def test_plan_completes_in_three_turns_with_growing_prompts(runs: Path) -> None:
@@ -149,17 +149,16 @@ def test_raising_the_cap_resumes_a_capped_run(runs: Path) -> None:
 def test_usage_errors_exit_2_with_one_line(runs: Path, args: list[str], message: str) -> None:
     proc = cli(*args, runs_dir=runs)
     assert proc.returncode == 2
-    assert message in proc.stderr and "Traceback" not in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    assert message in one_error(proc.stderr) and "Traceback" not in proc.stderr
 
 
 def test_resume_without_room_under_the_limit_that_stopped_it_is_a_usage_error(runs: Path) -> None:
     _, capped = cli_json("run", "--scenario", "plan", "--max-turns", "1", runs_dir=runs)
     proc = cli("resume", capped["run_id"], runs_dir=runs)
-    assert proc.returncode == 2 and "give --max-turns larger than 1" in proc.stderr
+    assert proc.returncode == 2 and "give --max-turns larger than 1" in one_error(proc.stderr)
     _, broke = cli_json("run", "--scenario", "runaway", "--max-budget", "0.002", runs_dir=runs)
     proc = cli("resume", broke["run_id"], "--max-budget", "0.001", runs_dir=runs)
-    assert proc.returncode == 2 and "give --max-budget larger than that" in proc.stderr
+    assert proc.returncode == 2 and "give --max-budget larger than that" in one_error(proc.stderr)
     assert store.load(runs, broke["run_id"]).config.limits.max_budget_usd == 0.002  # nothing saved
 
 

@@ -28,7 +28,7 @@ from runner.harness import execute
 from runner.scripted import ScriptedServer
 from runner.state import RunConfig, new_run
 from runner.store import FileStore
-from tests.conftest import cli, cli_process
+from tests.conftest import cli, cli_process, one_error
 from tests.fakeprovider import Answer, FakeProvider, completion, error, scripted, tool_call
 
 KEY = "sk-test-9f3c2e71d0a84b5f-secret"
@@ -268,7 +268,7 @@ def test_own_tool_from_cli_and_missing_on_resume_is_one_line(tmp_path: Path) -> 
         (tmp_path / "mytools.py").rename(tmp_path / "elsewhere.py")
         proc = runner_process("resume", run_id, "--max-turns", "3", "--runs-dir", "runs", cwd=tmp_path)
         assert proc.returncode == 2
-        assert proc.stderr.count("\n") == 1 and "get_weather" in proc.stderr and "mytools" in proc.stderr
+        assert "get_weather" in one_error(proc.stderr) and "mytools" in proc.stderr
         proc = runner_process("resume", run_id, "--max-turns", "3", "--tool", "elsewhere:Weather", "--runs-dir", "runs",
                               "--json", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
@@ -426,7 +426,7 @@ def test_experiments_write_to_the_runs_directory_and_name_unknown_ones(tmp_path:
     listed = runner("experiments", "--list", cwd=tmp_path, env={"COLUMNS": "80"})
     assert listed.returncode == 0 and "turn_cap" in listed.stdout and max(map(len, listed.stdout.splitlines())) <= 80
     proc = runner("experiments", "nope", cwd=tmp_path)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "known: turn_cap" in proc.stderr
+    assert proc.returncode == 2 and "known: turn_cap" in one_error(proc.stderr)
     proc = runner("experiments", "local_suite", "--skip-local", cwd=tmp_path)
     assert proc.returncode == 2 and "nothing to run" in proc.stderr
     proc = runner("experiments", "dedupe", "--runs-dir", "mine", cwd=tmp_path, env={"COLUMNS": "80"})

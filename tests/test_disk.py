@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.conftest import cli, cli_json
+from tests.conftest import cli, cli_json, one_error
 
 
 @pytest.fixture
@@ -81,6 +81,6 @@ def test_a_disk_that_fills_mid_run_stops_it_interrupted_and_it_resumes(small_dis
 def test_a_runs_directory_that_cannot_exist_is_one_clear_line(tmp_path: Path) -> None:
     proc = cli("run", "--scenario", "plan", runs_dir=Path("/proc/nope"))
     assert proc.returncode == 1
-    assert proc.stderr.strip() == ("error: cannot keep runs in /proc/nope: No such file or directory "
+    assert one_error(proc.stderr) == ("error: cannot keep runs in /proc/nope: No such file or directory "
                                    "(choose another folder with --runs-dir or $RUNNER_RUNS_DIR)")
     assert "Errno" not in proc.stderr

@@ -18,7 +18,7 @@ import pytest
 
 from runner.scripted import ScriptedServer
 from runner.store import FileStore, open_store
-from tests.conftest import cli, cli_json, cli_process, drive, scripted_run
+from tests.conftest import cli, cli_json, cli_process, drive, one_error, scripted_run
 
 
 def _count_flushes(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
@@ -110,7 +110,7 @@ def test_the_setting_comes_from_the_flag_or_the_environment(tmp_path: Path, monk
     assert open_store(tmp_path, durability="Power").durability == "power"
     proc = cli("run", "--scenario", "plan", "--durability", "disk", runs_dir=tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert "--durability (or $RUNNER_DURABILITY) must be one of process, power; got 'disk'" in proc.stderr
+    assert "--durability (or $RUNNER_DURABILITY) must be one of process, power; got 'disk'" in one_error(proc.stderr)
 
 
 def test_a_run_whose_creation_was_killed_is_not_listed_and_hides_no_other(provider: str, tmp_path: Path) -> None:

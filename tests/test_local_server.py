@@ -404,7 +404,7 @@ def test_an_unknown_chat_format_is_a_clear_error(tmp_path: Path) -> None:
     env = {**os.environ, "RUNNER_MANIFEST": str(bad), "RUNNER_RUNS_DIR": str(tmp_path / "runs")}
     suite = subprocess.run([sys.executable, "-m", "runner", "suite", "--provider", "local"],
                            capture_output=True, text=True, timeout=120, env=env)
-    assert suite.returncode == 2 and "unknown chat_format 'gemma-9000'" in suite.stderr
+    assert suite.returncode == 2 and "unknown chat_format 'gemma-9000'" in " ".join(suite.stderr.split())
     assert "Traceback" not in suite.stderr and "internal error" not in suite.stderr
 
 

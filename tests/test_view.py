@@ -26,7 +26,7 @@ import pytest
 
 from runner.state import Endpoint, RunConfig, new_run
 from runner.store import FileStore
-from tests.conftest import Backend, cli, cli_json, cli_process, cli_process_json
+from tests.conftest import Backend, cli, cli_json, cli_process, cli_process_json, one_error
 from tests.fakeprovider import FakeProvider, completion, tool_call
 
 CHROMIUM = "/usr/bin/chromium"
@@ -251,7 +251,7 @@ def test_live_runs_list_follows_a_local_model_suite_turn_by_turn(tmp_path: Path,
 def test_non_loopback_needs_a_token(tmp_path: Path) -> None:
     proc = cli_process("view", "--host", "0.0.0.0", runs_dir=tmp_path / "runs", timeout=60)  # or it serves on
     assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1 and "--token" in proc.stderr, proc.stderr
+    assert "--token" in one_error(proc.stderr), proc.stderr
 
 
 def test_token_csrf_and_host_checks(tmp_path: Path) -> None:

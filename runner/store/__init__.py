@@ -72,17 +72,24 @@ def open_store(value: str | Path | None = None, *, runs: str | Path | None = Non
 
     Raises:
         StoreError: the database cannot be reached or migrated.
-        UsageError: an unknown durability.
+        UsageError: an unknown durability, a URL of a scheme runner does not know, or a runs
+            directory that is a file.
     """
     chosen = value or os.environ.get("RUNNER_STORE") or None
     level = durability_of(durability or os.environ.get("RUNNER_DURABILITY"))
+    if isinstance(chosen, str) and "://" in chosen and not is_postgres(chosen):
+        raise UsageError(f"the store {chosen} has a URL scheme runner does not know; give a "
+                         f"{' or '.join(POSTGRES_SCHEMES)} URL or a runs directory")
     if is_postgres(str(chosen) if chosen else None):
         from runner.store.postgres import DEFAULT_LEASE_S, PostgresStore
 
         lease_s = lease_s or float(os.environ.get("RUNNER_LEASE_S") or 0) or None
         pg: RunStore = PostgresStore(str(chosen), lease_s=lease_s or DEFAULT_LEASE_S, durability=level)
         return pg
-    return FileStore(Path(chosen) if chosen else runs_dir(runs), durability=level)
+    root = Path(chosen) if chosen else runs_dir(runs)
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"the runs directory {root} is a file, not a directory")
+    return FileStore(root, durability=level)
 
 
 @dataclass(frozen=True)
