@@ -229,7 +229,7 @@ def list_runs(request: RunsRequest, runs_dir: RunsDir = None, store_url: StoreOp
     runs = store.open_store(store_url, runs=runs_dir)
     status, dry_run = request.status, request.dry_run
     if request.prune:
-        render.pruned(*store.prune(runs, status, dry_run), dry_run, runs.url, as_json)
+        render.pruned(*store.prune(runs, status, dry_run, request.limit, request.offset), dry_run, runs.url, as_json)
     elif request.totals:
         render.runs_totals(store.select(runs, status, request.limit, request.offset), request.by, as_json)
     else:

@@ -345,8 +345,23 @@ def test_prune_deletes_final_runs_never_one_being_driven(backend: Backend) -> No
     assert left == {waiting["run_id"]: "interrupted", driven.run_id: "running"}
     with pytest.raises(RunNotFound):
         backend.store.load(done["run_id"])
+    code, dry = cli_json("runs", "--prune", "--status", "running", "--dry-run", runs_dir=backend.runs, env=backend.env)
+    assert code == 0 and dry["would_delete"] == [] and "being driven by a live driver" in dry["skipped"][0]
     code, busy = cli_json("runs", "--prune", "--status", "running", runs_dir=backend.runs, env=backend.env)
     assert code == 0 and busy["deleted"] == [] and "being driven by a live driver" in busy["skipped"][0]
     assert backend.store.info(driven.run_id).shown_status == "running"
     proc = cli("runs", "--dry-run", runs_dir=backend.runs, env=backend.env)
     assert proc.returncode == 2 and "--dry-run goes with --prune" in proc.stderr
+
+
+def test_prune_deletes_only_the_runs_listed(backend: Backend) -> None:
+    ids = [cli_json("run", "--scenario", "plan", runs_dir=backend.runs, env=backend.env)[1]["run_id"]
+           for _ in range(4)]
+    newest_first = [i.state.run_id for i in backend.store.list_runs()]
+    assert sorted(newest_first) == sorted(ids)
+    code, dry = cli_json("runs", "--prune", "--limit", "2", "--offset", "1", "--dry-run", runs_dir=backend.runs,
+                         env=backend.env)
+    assert code == 0 and dry["would_delete"] == newest_first[1:3]
+    code, pruned = cli_json("runs", "--prune", "--limit", "2", runs_dir=backend.runs, env=backend.env)
+    assert code == 0 and pruned["deleted"] == newest_first[:2]
+    assert [i.state.run_id for i in backend.store.list_runs()] == newest_first[2:]

@@ -133,24 +133,29 @@ def select(store: RunStore, status: str | None = None, limit: int | None = None,
     return store.list_runs(status=status, limit=limit, offset=offset)
 
 
-def prune(store: RunStore, status: str | None = None, dry_run: bool = False) -> tuple[list[str], list[str]]:
-    """Delete the final runs (completed, failed), or those shown with `status`; never one that
-    is being driven. Returns (ids deleted, or that would be with `dry_run`; "id: why" of those
+def prune(store: RunStore, status: str | None = None, dry_run: bool = False, limit: int | None = None,
+          offset: int = 0) -> tuple[list[str], list[str]]:
+    """Delete the runs `runner runs` lists with the same `status`, `limit` and `offset`: of
+    those, the final ones (completed, failed), or all of them with `status`; never one that is
+    being driven. Returns (ids deleted, or that would be with `dry_run`; "id: why" of those
     skipped).
 
     Raises:
         UsageError: as `select`.
     """
-    chosen = [i for i in select(store, status=status)
+    chosen = [i for i in select(store, status, limit, offset)
               if (i.shown_status == status if status else i.shown_status in ("completed", "failed"))]
     deleted, skipped = [], []
     for info in chosen:
+        run_id = info.state.run_id
         try:
+            if dry_run and info.shown_status == "running":
+                raise RunBusy(f"run {run_id} is being driven by {info.driver or 'another process'}")
             if not dry_run:
-                store.delete(store.claim(info.state.run_id))
-            deleted.append(info.state.run_id)
+                store.delete(store.claim(run_id))
+            deleted.append(run_id)
         except (RunBusy, LeaseLost, RunNotFound) as exc:
-            skipped.append(f"{info.state.run_id}: {exc}")
+            skipped.append(f"{run_id}: {exc}")
     return deleted, skipped
 
 
