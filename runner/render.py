@@ -57,8 +57,20 @@ def error(message: str) -> None:
 
 
 def say(line: str) -> None:
-    """One line on stderr (progress and notices; stdout carries the result)."""
-    print(line, file=sys.stderr, flush=True)
+    """One line on stderr (progress and notices; stdout carries the result), wrapped as
+    `wrap` does."""
+    print(wrap(line), file=sys.stderr, flush=True)
+
+
+def wrap(line: str) -> str:
+    """`line` unchanged if it fits the terminal, else wrapped to its width with continuation
+    lines indented two columns (a word longer than the width, a path or a URL, stays whole)."""
+    width = max(terminal_width(), 40)
+    if len(line) <= width:
+        return line
+    indent = " " * (len(line) - len(line.lstrip(" ")))
+    return textwrap.fill(line, width, initial_indent="", subsequent_indent=indent + "  ",
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
@@ -805,7 +817,7 @@ def repair_lines(report: RepairReport) -> list[str]:
 
 def repaired(report: RepairReport, as_json: bool) -> None:
     """`runner repair`: what it did (see `repair_lines`), or with `as_json` the report as JSON."""
-    print(json.dumps(dataclasses.asdict(report)) if as_json else "\n".join(repair_lines(report)))
+    print(json.dumps(dataclasses.asdict(report)) if as_json else "\n".join(map(wrap, repair_lines(report))))
 
 
 def transcript(state: RunState, events: Sequence[TraceEvent], fmt: str, width: int, full: bool,
@@ -949,7 +961,7 @@ def pruned(deleted: Sequence[str], skipped: Sequence[str], dry_run: bool, url: s
         return
     verb = "would delete" if dry_run else "deleted"
     print("".join(f"{verb} {run_id}\n" for run_id in deleted), end="", flush=True)
-    print("".join(f"skipped {line}\n" for line in skipped), end="", file=sys.stderr, flush=True)
+    print("".join(wrap(f"skipped {line}") + "\n" for line in skipped), end="", file=sys.stderr, flush=True)
     print(f"{verb} {len(deleted)} run(s) from {url}" + (f", skipped {len(skipped)}" if skipped else ""))
 
 

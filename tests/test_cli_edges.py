@@ -238,3 +238,17 @@ def test_help_names_values_not_python_types(runs: Path) -> None:
                         ("run", "PROMPT  The user's task"), ("suite", "--provider scripted|local|both"),
                         ("suite", "--executor local|ray"), ("suite", "--model NAME")]:
         assert shown in helps[name].stdout, (name, shown)
+
+
+def test_notices_wider_than_the_terminal_wrap_and_short_lines_keep_their_spacing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner import render
+
+    monkeypatch.setenv("COLUMNS", "50")
+    short = "  scripted  plan #1  turns=3  tools=2    6 ms"
+    assert render.wrap(short) == short
+    long = ("warning: otel export: the OTLP receiver at http://127.0.0.1:6006/v1/traces did not take "
+            "6 span(s): unreachable through the exporter's retries")
+    lines = render.wrap(long).splitlines()
+    assert len(lines) > 1 and all(len(x) <= 50 or " " not in x.strip() for x in lines)
+    assert all(x.startswith("  ") for x in lines[1:]) and " ".join(x.strip() for x in lines) == long
