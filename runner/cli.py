@@ -188,7 +188,7 @@ def _live_export(runs: RunStore | None, endpoint: str | None) -> Callable[[list[
     from runner import otel  # MissingExtra, a usage error, when OpenTelemetry is not installed
 
     return functools.partial(otel.LiveExport, runs, otel.traces_url(endpoint),
-                             on_problem=lambda line: render.say(f"warning: {line}"))
+                             on_problem=lambda line: render.say(render.wrap(f"warning: {line}")))
 
 
 @_command()

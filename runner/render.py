@@ -57,9 +57,8 @@ def error(message: str) -> None:
 
 
 def say(line: str) -> None:
-    """One line on stderr (progress and notices; stdout carries the result), wrapped as
-    `wrap` does."""
-    print(wrap(line), file=sys.stderr, flush=True)
+    """One line on stderr (progress and notices; stdout carries the result)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def wrap(line: str) -> str:

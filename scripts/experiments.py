@@ -885,8 +885,8 @@ def main(argv: list[str] | None = None) -> int:
             write_outcome(name, outcome)
             failures += [f"{name}: {c.label}" for c in outcome.checks if not c.ok]
     summary = write_summary()
-    written = ", ".join(f"{name}.md" for name in names)
-    print(f"\nwrote {written} (each with its .json) in {OUT_DIR}, and {summary}")
+    print(f"\nwrote {', '.join(f'{name}.md' for name in names)} (each with its .json) in {OUT_DIR}")
+    print(f"summary: {summary}")
     print(f"total time: {time.perf_counter() - began:.1f} s for {len(names)} experiment(s)")
     for failure in failures:
         print(f"FAILED: {failure}", file=sys.stderr)
