@@ -221,6 +221,19 @@ def test_config_file_and_environment_values_keep_the_options_bounds(runs: Path, 
     assert code == 0 and out["status"] == "completed"
 
 
+def test_config_minimums_are_the_bounds_of_runner_runs_options() -> None:
+    import dataclasses
+
+    from runner.config import MINIMUMS
+    from runner.request import RunRequest
+
+    option_of = {"max_turns": "max_turns", "max_budget_usd": "max_budget_usd", "price_in_usd_per_mtok": "price_in",
+                 "price_out_usd_per_mtok": "price_out", "timeout_s": "timeout_s", "max_retries": "max_retries"}
+    bounds = {f.name: f.metadata.get("min") for f in dataclasses.fields(RunRequest)}
+    assert MINIMUMS == {setting: bounds[option_of[setting]] for setting in MINIMUMS}
+    assert set(MINIMUMS) == set(option_of)
+
+
 def test_the_suite_takes_a_unique_start_of_a_model_name_as_run_does() -> None:
     from runner.suite import model_columns
 
