@@ -3,7 +3,7 @@ database (`initdb --no-locale`, a C-locale machine's default) and a UTF8 one hol
 runs and list them; `pg_ctl restart -m fast` while 4 workers drive 100 runs loses no commit,
 doubles none and drives each run once (checked from the traces and the provider's request
 log); a server unreachable for 10 s holds a save up, then it commits once; a fresh 3-turn run
-takes 11 statements with its trace in order."""
+takes 11 statements in 4 round trips with its trace in order."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -172,33 +173,77 @@ def test_no_workspace_folder_is_left_behind(pg_url: str, provider: str, tmp_path
     assert [p.name for p in scratch.iterdir() if p.name.startswith("runner-ws-")] == []  # ...the next one sweeps it
 
 
-def test_a_fresh_plan_run_takes_eleven_statements_and_its_trace_keeps_its_order(pg_url: str, provider: str,
-                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def _protocol_counts(trace: str) -> tuple[int, int]:
+    """(statements, round trips) in a libpq protocol trace of one connection: an Execute or a
+    simple Query is a statement; a round trip is the client turning from sending (F lines) to
+    reading what the server sent back (B lines). libpq writes a B line when the client reads
+    the message, so the count is the driver's own waits, whatever the server's speed."""
+    statements = round_trips = 0
+    last = ""
+    for line in trace.splitlines():
+        side, _, message = (line.split("\t") + ["", "", ""])[:3]
+        if side == "F" and message in ("Execute", "Query"):
+            statements += 1
+        if side == "B" and last == "F":
+            round_trips += 1
+        last = side or last
+    return statements, round_trips
+
+
+def test_a_fresh_plan_run_takes_eleven_statements_in_four_round_trips_and_its_trace_keeps_its_order(
+        pg_url: str, provider: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A new 3-turn run: create (no claim that misses first), run_started, 6 saves, the two
-    read-only tools' tool_start (each written before its tool runs, no seq of its own), release."""
+    read-only tools' tool_start (each sent before its tool runs, no seq of its own), release.
+    The driver waits for the server 4 times: the create (it returns the lease), before the
+    model requests of turns 2 and 3 (each after saves), and the release (after the last two
+    saves). libpq's own protocol trace of every connection counts them."""
     import asyncio
 
     import psycopg
+    from psycopg import pq
 
     from runner.endpoints import Endpoint
     from runner.harness import drive
     from runner.state import RunConfig, new_run
 
+    conns: list[Any] = []
+    tracing: list[Any] = []  # (connection, trace file) while counting
+
+    def trace(conn: Any) -> None:
+        out = open(tmp_path / f"conn{len(tracing)}.trace", "w")
+        tracing.append((conn, out))
+        conn.pgconn.trace(out.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+
+    connect = psycopg.Connection.connect
+
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        conn = connect(*args, **kwargs)
+        conns.append(conn)
+        if tracing:
+            trace(conn)
+        return conn
+
+    monkeypatch.setattr(psycopg.Connection, "connect", traced)  # the pool's connections
+    monkeypatch.setattr(psycopg, "connect", traced)  # the pipeline's
     store = PostgresStore(pg_url)
     try:
-        sent: list[str] = []
-        execute = psycopg.Connection.execute
+        def plan_run() -> Any:
+            state = new_run("Which log file mentions a timeout?", RunConfig(endpoint=Endpoint(model="scripted/plan")))
+            return asyncio.run(drive(state, provider, store))
 
-        def counted(conn: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-            sent.append(" ".join(str(query).split()[:3]))
-            return execute(conn, query, *args, **kwargs)
-
-        monkeypatch.setattr(psycopg.Connection, "execute", counted)
-        state = new_run("Which log file mentions a timeout?", RunConfig(endpoint=Endpoint(model="scripted/plan")))
-        state = asyncio.run(drive(state, provider, store))
-        monkeypatch.undo()
+        plan_run()  # the first run prepares the statements on its connections
+        for conn in conns:
+            if not conn.closed:
+                trace(conn)
+        state = plan_run()
+        for conn, out in tracing:
+            conn.pgconn.untrace()  # flushes libpq's buffer
+            out.close()
         assert state.status == "completed"
-        assert len(sent) == 11, sent
+        counts = [_protocol_counts(Path(out.name).read_text()) for _, out in tracing]
+        assert sum(c[0] for c in counts) == 11, counts
+        assert sum(c[1] for c in counts) == 4, counts
         rows = store.trace_rows(state.run_id)
     finally:
         store.close()

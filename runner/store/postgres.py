@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shutil
 import socket
 import tempfile
@@ -39,7 +40,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Iterable, Sequence, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -50,15 +51,17 @@ from runner.store.base import (
     DEFAULT_DURABILITY,
     Durability,
     Lease,
+    RunHandle,
     RunInfo,
     RunStore,
     Written,
+    _HandleTracer,
     crash_point,
     default_owner,
     delta,
     event_line,
 )
-from runner.trace import StateForced, TraceEvent, _Event
+from runner.trace import StateForced, TraceEvent, Tracer, _Event
 
 DEFAULT_LEASE_S = 30.0
 DEFAULT_RETRY_S = 30.0
@@ -125,6 +128,8 @@ class _Head:
     created: bool = False
     """Created by this process: it has no workspace files and no events but those written here."""
     has_events: bool = False
+    refused: Exception | None = None
+    """Why a write sent down the pipeline was refused (raised by the run's next operation)."""
 
 
 class PostgresStore(RunStore):
@@ -176,17 +181,28 @@ class PostgresStore(RunStore):
         self._renewer: threading.Thread | None = None
         _sweep_workspaces()
         self._ws_root = Path(tempfile.gettempdir()) / f"{_WS_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+        def connect() -> Any:
+            conn = psycopg.connect(url, connect_timeout=5, application_name=_pipeline_name(os.getpid()),
+                                   **settings)  # type: ignore[arg-type]
+            configure(conn)
+            return conn
+
+        self._pipe = _Pipeline(connect)
         self._migrate()
 
     # --- reaching the server -------------------------------------------------------------
 
-    def _retry(self, work: Callable[[Any, int], _T], *, patience_s: float | None = None) -> _T:
+    def _retry(self, work: Callable[[Any, int], _T], *, patience_s: float | None = None, drain: bool = True,
+               attempt: int = 0) -> _T:
         """`work(conn, attempt)` on a pooled connection; on a broken connection or a server
         that is restarting or unreachable, again on a fresh one (attempt 1, 2, ...) until
         `patience_s` (default `retry_s`) has passed. `work` must be safe to repeat: a write
-        checks, on attempt > 0, whether its earlier attempt committed (its token)."""
+        checks, on attempt > 0, whether its earlier attempt committed (its token). With
+        `drain`, the pipeline's writes are read first (what is read here sees them)."""
+        if drain:
+            self._pipe.drain()
         deadline = time.monotonic() + (self.retry_s if patience_s is None else patience_s)
-        attempt = 0
         while True:
             try:
                 with self.pool.connection(timeout=max(0.5, deadline - time.monotonic())) as conn:
@@ -362,6 +378,7 @@ class PostgresStore(RunStore):
             if busy is None:
                 raise RunNotFound(f"no run {run_id!r} in {self.url}")
             if _dead_here(busy[0]):  # its driver was on this machine and is gone: no need to wait
+                self._await_pipeline_of(busy[0])
                 row = self._retry(lambda conn, attempt: (
                     attempt and conn.execute(self._CLAIMED, (args["token"],)).fetchone()) or conn.execute(
                     f"UPDATE runs SET {self._CLAIM_SET} WHERE run_id = %(run_id)s AND owner = %(dead)s "
@@ -371,6 +388,20 @@ class PostgresStore(RunStore):
             raise RunBusy(f"run {run_id} is being driven by {busy[0]} since {_iso(busy[1])} "
                           f"(lease until {_iso(busy[2])})")
         return self._held(Lease(run_id=run_id, owner=owner, epoch=0), row)
+
+    def _await_pipeline_of(self, owner: str) -> None:
+        """Wait (up to 5 s) until the server has run what a dead driver on this machine sent
+        down its pipeline: its connection's backend exits only after reading all of it. A
+        takeover before that would fence those writes out, and lose them."""
+        match = re.search(r" pid (\d+)", owner)
+        if match is None:
+            return
+        name = _pipeline_name(int(match.group(1)))
+        deadline = time.monotonic() + 5.0
+        while self._one("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = %s)", (name,)) == (True,):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.005)
 
     def claim_next(self, owner: str) -> Lease | None:
         """The oldest top-level run that is queued, or saved `running` with an expired lease
@@ -404,7 +435,7 @@ class PostgresStore(RunStore):
             "UPDATE runs SET lease_expires_at = now() + make_interval(secs => %s) "
             "FROM unnest(%s::text[], %s::bigint[]) AS l(run_id, epoch) "
             "WHERE runs.run_id = l.run_id AND runs.epoch = l.epoch RETURNING runs.run_id",
-            (self.lease_s, ids, epochs)).fetchall(), patience_s=patience_s)
+            (self.lease_s, ids, epochs)).fetchall(), patience_s=patience_s, drain=False)
         kept = {row[0] for row in rows}
         lost = [x for x in leases if x.run_id not in kept]
         for lease in leases:
@@ -440,9 +471,11 @@ class PostgresStore(RunStore):
         if head is not None and head.ws_dir is not None:
             shutil.rmtree(head.ws_dir, ignore_errors=True)
             _rmdir_if_empty(self._ws_root)
-        self._retry(lambda conn, _: conn.execute(
-            "UPDATE runs SET lease_expires_at = NULL, runnable = %s, updated_at = now() "
-            "WHERE run_id = %s AND epoch = %s", (runnable, lease.run_id, lease.epoch)))
+        self._pipe.send(_Statement("release", self._RELEASE, [_bool(runnable), lease.run_id.encode(), _int(lease.epoch)],
+                                   lambda _: None, self._redo))
+        self._pipe.drain()  # released on return: another process may claim the run now
+
+    _RELEASE = "UPDATE runs SET lease_expires_at = NULL, runnable = $1, updated_at = now() WHERE run_id = $2 AND epoch = $3"
 
     def delete(self, lease: Lease) -> None:
         with self._lock:
@@ -464,6 +497,8 @@ class PostgresStore(RunStore):
 
     def _head(self, lease: Lease) -> _Head:
         head = self._heads.get(lease.run_id)
+        if head is not None and head.refused is not None:
+            raise head.refused
         if head is None or head.lease is not lease or lease.lost.is_set():
             raise LeaseLost(f"run {lease.run_id}: lease epoch {lease.epoch} of {lease.owner} is no longer held")
         return head
@@ -514,13 +549,13 @@ class PostgresStore(RunStore):
         "SELECT epoch, since FROM r")
 
     _SAVE = (  # one statement: fenced update, then the new items and events only if it matched
-        "WITH u AS (UPDATE runs SET seq = seq + 1, status = %(status)s, state = %(rest)s::jsonb, updated_at = now(), "
-        "last_write = %(token)s WHERE run_id = %(id)s AND epoch = %(epoch)s AND seq = %(seq)s RETURNING seq), "
-        "i AS (INSERT INTO run_items (run_id, kind, idx, item) SELECT %(id)s, t.kind, t.idx, t.item::jsonb "
-        "FROM u, unnest(%(kinds)s::text[], %(idxs)s::int[], %(items)b::text[]) AS t(kind, idx, item)), "
+        "WITH u AS (UPDATE runs SET seq = seq + 1, status = $1, state = $2::jsonb, updated_at = now(), "
+        "last_write = $3 WHERE run_id = $4 AND epoch = $5::bigint AND seq = $6::bigint RETURNING seq), "
+        "i AS (INSERT INTO run_items (run_id, kind, idx, item) SELECT $4, t.kind, t.idx, t.item::jsonb "
+        "FROM u, unnest($7::text[], $8::int[], $9::text[]) AS t(kind, idx, item)), "
         "e AS (INSERT INTO trace_events (run_id, seq, epoch, owner, event) "
-        "SELECT %(id)s, u.seq, %(epoch)s, %(owner)s, t.event::jsonb "
-        "FROM u, unnest(%(events)b::text[]) WITH ORDINALITY AS t(event, n) ORDER BY t.n) "
+        "SELECT $4, u.seq, $5::bigint, $10, t.event::jsonb "
+        "FROM u, unnest($11::text[]) WITH ORDINALITY AS t(event, n) ORDER BY t.n) "
         "SELECT seq FROM u")
 
     def save(self, state: RunState, events: Sequence[_Event] = (), lease: Lease | None = None,
@@ -539,48 +574,62 @@ class PostgresStore(RunStore):
                 return self.save(state, events, lease, force=force)
             finally:
                 self.release(lease)
+        self._commit(state, events, lease, force=force)
+        self.sync(lease)
+
+    def _commit(self, state: RunState, events: Sequence[_Event], lease: Lease, *, force: bool = False) -> None:
+        """Save `state` and `events`. The usual save (the new list items, no workspace change)
+        is one statement sent down the pipeline: its result is read by the run's next `sync`
+        (before any effect) or the store's next read, and a refusal is raised then."""
         head = self._head(lease)
         lines = [event_line(e) for e in events]
         change = delta(state, None if force else head.written)
         ws = self._workspace_changes(head, state.run_id)
         token = uuid.uuid4().hex
         if change.added is not None and not force and ws is None:
-            new_seq = self._save_one(state, lease, change.added, change.start, change.rest, lines, token)
+            self._save_one(state, lease, head, change.added, change.start, change.rest, lines, token)
+            state.seq += 1  # the statement only applies on top of state.seq (or is refused)
         else:
-            new_seq = self._save_tx(state, lease, change.added, change.start, change.rest, lines, token, force, ws)
-        state.seq = new_seq
+            state.seq = self._save_tx(state, lease, change.added, change.start, change.rest, lines, token, force, ws)
         head.has_events = head.has_events or bool(lines)
         head.written = head.written.advanced(change.added, state) if head.written and not force else Written.of(state)
         if ws is not None:
             head.ws_seen = ws[2]
 
-    def _committed(self, conn: Any, state: RunState, token: str) -> int | None:
+    def _committed(self, conn: Any, run_id: str, token: str) -> int | None:
         """On a retry: the new seq if the earlier attempt of this write committed, else None."""
-        row = conn.execute("SELECT seq, last_write FROM runs WHERE run_id = %s", (state.run_id,)).fetchone()
+        row = conn.execute("SELECT seq, last_write FROM runs WHERE run_id = %s", (run_id,)).fetchone()
         return int(row[0]) if row is not None and row[1] == token else None
 
-    def _save_one(self, state: RunState, lease: Lease, added: dict[str, list[str]], start: dict[str, int],
-                  rest: str, lines: list[str], token: str) -> int:
+    def _save_one(self, state: RunState, lease: Lease, head: _Head, added: dict[str, list[str]],
+                  start: dict[str, int], rest: str, lines: list[str], token: str) -> None:
         kinds, idxs, items = [], [], []
         for key in APPEND_ONLY:
             for i, item in enumerate(added[key]):
                 kinds.append(key)
                 idxs.append(start[key] + i)
                 items.append(item)
-        params = {"status": state.status, "rest": rest, "token": token, "id": state.run_id, "epoch": lease.epoch,
-                  "seq": state.seq, "kinds": kinds, "idxs": idxs, "items": items, "owner": lease.owner,
-                  "events": lines}
+        run_id, seq = state.run_id, state.seq
+        params = [state.status.encode(), rest.encode(), token.encode(), run_id.encode(), _int(lease.epoch), _int(seq),
+                  _texts(kinds), _ints(idxs), _texts(items), lease.owner.encode(), _texts(lines)]
 
-        def work(conn: Any, attempt: int) -> int:
-            if attempt and (done := self._committed(conn, state, token)) is not None:
-                return done
-            crash_point("save")  # the kill tests: die with the commit not sent
-            row = conn.execute(self._SAVE, params, prepare=True).fetchone()
-            if row is None:
-                self._refused(conn, state, lease)
-            return int(row[0])
+        def check(result: Any) -> None:
+            if result.ntuples == 0:
+                head.refused = self._refusal(run_id, seq, lease)
 
-        return self._retry(work)
+        crash_point("save")  # the kill tests: die with the commit not sent
+        self._pipe.send(_Statement("save", self._SAVE, params, check, self._redo, run_id=run_id, token=token,
+                                   commit=True))
+
+    def _redo(self, statement: _Statement) -> Any:
+        """`statement` again on a pooled connection, after the pipeline's connection broke
+        with it in flight: a write that carries a token is not made twice."""
+        def work(conn: Any, attempt: int) -> Any:
+            if statement.token and (done := self._committed(conn, statement.run_id, statement.token)) is not None:
+                return _Done(done)
+            return _execute(conn, statement.sql, statement.params)
+
+        return self._retry(work, drain=False, attempt=1)
 
     def _save_tx(self, state: RunState, lease: Lease, added: dict[str, list[str]] | None, start: dict[str, int],
                  rest: str, lines: list[str], token: str, force: bool,
@@ -594,7 +643,7 @@ class PostgresStore(RunStore):
                      for i, item in enumerate(getattr(state, key))]
 
         def work(conn: Any, attempt: int) -> int:
-            if attempt and (done := self._committed(conn, state, token)) is not None:
+            if attempt and (done := self._committed(conn, state.run_id, token)) is not None:
                 return done
             events = list(lines)
             with conn.transaction():
@@ -605,7 +654,7 @@ class PostgresStore(RunStore):
                     {"status": state.status, "rest": rest, "id": state.run_id, "epoch": lease.epoch, "seq": state.seq,
                      "force": force, "token": token}).fetchone()
                 if row is None:
-                    self._refused(conn, state, lease)
+                    raise self._refusal(state.run_id, state.seq, lease, conn)
                 new_seq = int(row[0])
                 if force and new_seq != state.seq + 1:
                     events.append(event_line(StateForced(runId=state.run_id, fromSeq=state.seq, storedSeq=new_seq - 1,
@@ -635,41 +684,67 @@ class PostgresStore(RunStore):
 
         return self._retry(work)
 
-    def _refused(self, conn: Any, state: RunState, lease: Lease) -> NoReturn:
-        row = conn.execute("SELECT epoch, seq, owner FROM runs WHERE run_id = %s", (state.run_id,)).fetchone()
+    def _refusal(self, run_id: str, seq: int, lease: Lease, conn: Any = None) -> Exception:
+        """Why a save of `run_id` at `seq` under `lease` matched no row (the lease is marked
+        lost if it was taken over)."""
+        sql = "SELECT epoch, seq, owner FROM runs WHERE run_id = %s"
+        if conn is not None:
+            row = conn.execute(sql, (run_id,)).fetchone()
+        else:
+            row = self._retry(lambda c, _: c.execute(sql, (run_id,)).fetchone(), drain=False)
         if row is None:
-            raise RunNotFound(f"no run {state.run_id!r} in {self.url}")
+            return RunNotFound(f"no run {run_id!r} in {self.url}")
         if int(row[0]) != lease.epoch:
             lease.lost.set()
-            raise LeaseLost(f"run {state.run_id}: lease epoch {lease.epoch} of {lease.owner} was taken over "
-                            f"by {row[2]} (epoch {row[0]}); this process must not write")
-        raise StaleState(f"run {state.run_id}: this state is at seq {state.seq} but the store holds seq {row[1]}; "
-                         "it is an old copy (or missed newer history) and would undo it. "
-                         "Resume with --force to replace the stored state anyway.")
+            return LeaseLost(f"run {run_id}: lease epoch {lease.epoch} of {lease.owner} was taken over "
+                             f"by {row[2]} (epoch {row[0]}); this process must not write")
+        return StaleState(f"run {run_id}: this state is at seq {seq} but the store holds seq {row[1]}; "
+                          "it is an old copy (or missed newer history) and would undo it. "
+                          "Resume with --force to replace the stored state anyway.")
 
     def emit(self, run_id: str, event: _Event, lease: Lease | None = None) -> None:
         self._emit(run_id, [event_line(event)], lease)
+        self._pipe.drain()
+
+    def _emit(self, run_id: str, lines: list[str], lease: Lease | None) -> None:
+        """Append `lines` (sent down the pipeline); under a lease, only while it is the run's
+        current one (a driver fenced out by a takeover writes nothing after the new driver's
+        events)."""
         head = self._heads.get(run_id)
         if head is not None:
             head.has_events = True
+        params = [run_id.encode(), None if lease is None else _int(lease.epoch),
+                  None if lease is None else lease.owner.encode(), _texts(lines)]
+        self._pipe.send(_Statement("emit_fenced" if lease else "emit", self._EMIT[bool(lease)], params,
+                                   lambda _: None, self._redo_emit))
 
-    def _emit(self, run_id: str, lines: list[str], lease: Lease | None) -> None:
-        """Append `lines`; under a lease, only while it is the run's current one (a driver
-        fenced out by a takeover writes nothing after the new driver's events)."""
-        params = {"id": run_id, "epoch": lease.epoch if lease else None, "owner": lease.owner if lease else None,
-                  "events": lines}
-        fence = ["EXISTS (SELECT 1 FROM runs r WHERE r.run_id = %(id)s AND r.epoch = %(epoch)s)"] if lease else []
+    _EMIT: ClassVar[dict[bool, str]] = {fenced: (
+        "INSERT INTO trace_events (run_id, epoch, owner, event) SELECT $1, $2::bigint, $3, t.event::jsonb "
+        "FROM unnest($4::text[]) WITH ORDINALITY AS t(event, n) "
+        + ("WHERE EXISTS (SELECT 1 FROM runs r WHERE r.run_id = $1 AND r.epoch = $2::bigint) " if fenced else "")
+        + "ORDER BY t.n") for fenced in (False, True)}
 
-        def work(conn: Any, attempt: int) -> None:
-            # on a retry, the earlier attempt may have committed: never the same event twice
-            once = ["NOT EXISTS (SELECT 1 FROM trace_events e WHERE e.run_id = %(id)s AND e.event = t.event::jsonb)"]
-            where = " AND ".join(fence + (once if attempt else []))
-            conn.execute(
-                "INSERT INTO trace_events (run_id, epoch, owner, event) SELECT %(id)s, %(epoch)s, %(owner)s, "
-                "t.event::jsonb FROM unnest(%(events)b::text[]) WITH ORDINALITY AS t(event, n) "
-                + (f"WHERE {where} " if where else "") + "ORDER BY t.n", params, prepare=not attempt)
+    def _redo_emit(self, statement: _Statement) -> Any:
+        """An emit again after the pipeline's connection broke: the earlier attempt may have
+        committed, so only events the run does not hold yet (never the same event twice)."""
+        once = "NOT EXISTS (SELECT 1 FROM trace_events e WHERE e.run_id = $1 AND e.event = t.event::jsonb)"
+        sql = statement.sql.replace("ORDER BY t.n", ("AND " if "WHERE" in statement.sql else "WHERE ") + once
+                                    + " ORDER BY t.n")
+        return self._retry(lambda conn, _: _execute(conn, sql, statement.params), drain=False, attempt=1)
 
-        self._retry(work)
+    def sync(self, lease: Lease) -> None:
+        """Read the results of the writes sent down the pipeline (so they are on the server,
+        and on its disk at "power"); raise a refusal of one of this run's. At "process", events
+        alone (no state change, nothing to refuse) are left in flight: they are in the
+        operating system already, and the next read takes their results."""
+        if self.durability == "power" or self._pipe.commits_in_flight():
+            self._pipe.drain()
+        head = self._heads.get(lease.run_id)
+        if head is not None and head.refused is not None:
+            raise head.refused
+
+    def handle(self, lease: Lease) -> RunHandle:
+        return _PipelinedHandle(self, lease)
 
     # --- workspace -----------------------------------------------------------------------
 
@@ -750,8 +825,202 @@ class PostgresStore(RunStore):
                 self.release(lease)
             except (self._psycopg.Error, StoreError):
                 pass
+        self._pipe.close()
         self.pool.close()
         shutil.rmtree(self._ws_root, ignore_errors=True)
+
+
+@dataclass
+class _Statement:
+    """One write for the pipeline: a named statement ($1... placeholders), its parameters in
+    text form, what to do with its result, and how to do it again on a pooled connection."""
+
+    name: str
+    sql: str
+    params: Sequence[bytes | None]
+    check: Callable[[Any], None]
+    """Called with the result (a libpq result, or `_Done`) once it is read."""
+    redo: Callable[[_Statement], Any]
+    run_id: str = ""
+    token: str = ""
+    """The write's `runs.last_write` token: a redo that finds it committed does nothing."""
+    commit: bool = False
+    """A state change (a save): `PostgresStore.sync` reads its result before an effect."""
+
+
+class _Done:
+    """The result of a redo that found its earlier attempt committed (one row, like a save's)."""
+
+    ntuples = 1
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+
+
+class _Pipeline:
+    """The driving path's writes, on a connection of their own in libpq's pipeline mode.
+
+    Each statement is sent at once with a sync of its own (so it is its own implicit
+    transaction) and is in the operating system when `send` returns: a kill of this process
+    then does not lose it (the server reads what the socket holds before it sees the close).
+    Its result is read later, by `drain`: before an effect (`PostgresStore.sync`), before any
+    read through the pool, or when 64 are in flight. A run of writes with no effect between
+    them thus waits for the server once. If the connection breaks, every statement in flight
+    is done again through the pool, in order (`_Statement.redo`; a write's token keeps it
+    from being made twice).
+    """
+
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self._connect = connect
+        self._conn: Any = None
+        self._prepared: set[str] = set()
+        self._in_flight: list[_Statement] = []
+        self._lock = threading.RLock()
+
+    def send(self, statement: _Statement) -> None:
+        from psycopg import OperationalError
+
+        with self._lock:
+            try:
+                pg = self._pgconn()
+                if statement.name not in self._prepared:
+                    pg.send_prepare(statement.name.encode(), statement.sql.encode())
+                    pg.pipeline_sync()
+                    self._in_flight.append(_Statement("", "", [], lambda _: None, lambda _: None))
+                    self._prepared.add(statement.name)
+                pg.send_query_prepared(statement.name.encode(), statement.params)
+                pg.pipeline_sync()
+                self._in_flight.append(statement)
+                while pg.flush():  # blocking mode: returns 0 once all is in the socket
+                    pass
+            except OperationalError:
+                if not self._in_flight or self._in_flight[-1] is not statement:
+                    self._in_flight.append(statement)
+                self._broken()
+                return
+            if len(self._in_flight) >= 64:
+                self.drain()
+
+    def commits_in_flight(self) -> bool:
+        return any(s.commit for s in self._in_flight)
+
+    def drain(self) -> None:
+        """Read the result of every statement in flight, oldest first, and pass it on."""
+        from psycopg import Error, OperationalError
+
+        with self._lock:
+            while self._in_flight:
+                try:
+                    result = self._read_one(self._conn.pgconn)
+                except OperationalError:  # the connection broke (or the server shut it)
+                    self._broken()
+                    return
+                except Error:  # the statement failed: it is done with
+                    self._in_flight.pop(0)
+                    raise
+                self._in_flight.pop(0).check(result)
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self.drain()
+            finally:
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn, self._prepared = None, set()
+
+    def _pgconn(self) -> Any:
+        if self._conn is None:
+            self._conn = self._connect()
+            self._conn.pgconn.nonblocking = 0
+            self._conn.pgconn.enter_pipeline_mode()
+        return self._conn.pgconn
+
+    @staticmethod
+    def _read_one(pg: Any) -> Any:
+        """The first result of the oldest statement in flight, up to its sync. Raises
+        OperationalError if the connection broke."""
+        from psycopg import OperationalError, pq
+        from psycopg.errors import error_from_result
+
+        first = None
+        while True:
+            while pg.is_busy():
+                select.select([pg.socket], [], [])
+                pg.consume_input()
+            result = pg.get_result()
+            if result is None:
+                if pg.status == pq.ConnStatus.BAD:
+                    raise OperationalError(pg.get_error_message())
+                continue
+            if result.status == pq.ExecStatus.PIPELINE_SYNC:
+                break
+            first = first or result
+        if first is not None and first.status not in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK):
+            raise error_from_result(first, encoding="utf-8")
+        return first
+
+    def _broken(self) -> None:
+        """The connection broke with statements in flight: do them again through the pool."""
+        if self._conn is not None:
+            self._conn.close()
+        self._conn, self._prepared = None, set()
+        in_flight, self._in_flight = self._in_flight, []
+        for statement in in_flight:
+            if statement.name:
+                statement.check(statement.redo(statement))
+
+
+class _PipelinedHandle(RunHandle):
+    """A run as the loop writes it on PostgreSQL: commits and events go down the pipeline,
+    and `sync` (before each effect) reads their results."""
+
+    store: PostgresStore
+
+    def commit(self, state: RunState, events: Iterable[_Event] = ()) -> None:
+        self.store._commit(state, list(events), self.lease)
+
+    def tracer(self) -> Tracer:
+        return _PipelinedTracer(self)
+
+
+class _PipelinedTracer(_HandleTracer):
+    handle: _PipelinedHandle
+
+    def emit(self, event: _Event) -> None:
+        store, lease = self.handle.store, self.handle.lease
+        store._head(lease)  # a refused write of this run stops it here
+        store._emit(lease.run_id, [event_line(event)], lease)
+
+
+def _execute(conn: Any, sql: str, params: Sequence[bytes | None]) -> Any:
+    """Run `sql` with text parameters on a pooled connection; its libpq result."""
+    from psycopg import OperationalError, pq
+    from psycopg.errors import error_from_result
+
+    result = conn.pgconn.exec_params(sql.encode(), params)
+    if result.status in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK):
+        return result
+    if conn.pgconn.status == pq.ConnStatus.BAD:
+        raise OperationalError(conn.pgconn.get_error_message())
+    raise error_from_result(result, encoding="utf-8")
+
+
+def _int(value: int) -> bytes:
+    return str(value).encode()
+
+
+def _bool(value: bool) -> bytes:
+    return b"t" if value else b"f"
+
+
+def _ints(values: list[int]) -> bytes:
+    return ("{" + ",".join(map(str, values)) + "}").encode()
+
+
+def _texts(values: list[str]) -> bytes:
+    """A text[] literal."""
+    return ("{" + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}").encode()
 
 
 class _Lost(LeaseLost):
@@ -790,6 +1059,11 @@ def _rmdir_if_empty(folder: Path) -> None:
         folder.rmdir()
     except OSError:
         pass
+
+
+def _pipeline_name(pid: int) -> str:
+    """The `application_name` of the pipeline connection of process `pid` on this machine."""
+    return f"runner pipeline {pid} {uuid.uuid5(uuid.NAMESPACE_DNS, socket.gethostname()).hex[:12]}"
 
 
 def _dead_here(owner: str | None) -> bool:
