@@ -513,44 +513,48 @@ class PostgresStore(RunStore):
     def create(self, state: RunState, *, owner: str | None = None) -> Lease | None:
         state.seq = 1
         rest = state.model_dump_json(exclude={*APPEND_ONLY, "seq"})
-        items = [(state.run_id, key, i, item.model_dump_json())
-                 for key in APPEND_ONLY for i, item in enumerate(getattr(state, key))]
+        items = [(key, i, item.model_dump_json()) for key in APPEND_ONLY for i, item in enumerate(getattr(state, key))]
         token = uuid.uuid4().hex
-
-        def work(conn: Any, attempt: int) -> Any:
-            if attempt and (done := conn.execute(self._CLAIMED, (token,)).fetchone()) is not None:
-                return done
-            crash_point("save")  # the kill tests: die with the commit not sent
-            row = conn.execute(self._CREATE, {
-                "id": state.run_id, "parent": state.parent_run_id, "created": state.created_at,
-                "status": state.status, "rest": rest, "epoch": 1 if owner else 0, "owner": owner,
-                "claimed": owner is not None, "lease_s": self.lease_s, "queued": owner is None, "token": token,
-                "kinds": [i[1] for i in items], "idxs": [i[2] for i in items], "items": [i[3] for i in items]},
-                prepare=True).fetchone()
-            if row is None:
-                raise StaleState(f"run {state.run_id} already exists in {self.url}")
-            return row
-
+        params = [state.run_id.encode(), None if state.parent_run_id is None else state.parent_run_id.encode(),
+                  repr(state.created_at).encode(), state.status.encode(), rest.encode(), _int(1 if owner else 0),
+                  None if owner is None else owner.encode(), _bool(owner is not None), repr(self.lease_s).encode(),
+                  _bool(owner is None), token.encode(), _texts([i[0] for i in items]), _ints([i[1] for i in items]),
+                  _texts([i[2] for i in items])]
+        rows: list[_Row] = []
         try:
-            row = self._retry(work)
+            self._pipe.drain()
+            crash_point("save")  # the kill tests: die with the commit not sent
+            self._pipe.send(_Statement("create", self._CREATE, params, rows.extend, self._redo_create,
+                                       run_id=state.run_id, token=token))
+            self._pipe.drain()
+            if not rows:
+                raise StaleState(f"run {state.run_id} already exists in {self.url}")
         except BaseException:
             state.seq = 0
             raise
         if owner is None:
             return None
-        lease = self._held(Lease(run_id=state.run_id, owner=owner, epoch=0), row)
+        lease = self._held(Lease(run_id=state.run_id, owner=owner, epoch=0), rows[0])
         head = self._heads[state.run_id]
         head.written, head.created = Written.of(state), True
         return lease
 
+    def _redo_create(self, statement: _Statement) -> list[_Row]:
+        def work(conn: Any, attempt: int) -> list[_Row]:
+            if (done := conn.execute(self._CLAIMED, (statement.token,)).fetchone()) is not None:
+                return [(str(done[0]).encode(), str(done[1]).encode())]  # the earlier attempt committed
+            return _rows(_execute(conn, statement.sql, statement.params))
+
+        return self._retry(work, drain=False, attempt=1)
+
     _CREATE = (  # one statement: the run's row, then its items only if the row was new
         "WITH r AS (INSERT INTO runs (run_id, parent_run_id, created_at, status, seq, state, epoch, owner, "
-        "leased_since, lease_expires_at, runnable, last_write) VALUES (%(id)s, %(parent)s, %(created)s, "
-        "%(status)s, 1, %(rest)s::jsonb, %(epoch)s, %(owner)s, CASE WHEN %(claimed)s THEN now() END, "
-        "CASE WHEN %(claimed)s THEN now() + make_interval(secs => %(lease_s)s) END, %(queued)s, %(token)s) "
+        "leased_since, lease_expires_at, runnable, last_write) VALUES ($1, $2, $3::double precision, "
+        "$4, 1, $5::jsonb, $6::bigint, $7, CASE WHEN $8::boolean THEN now() END, "
+        "CASE WHEN $8::boolean THEN now() + make_interval(secs => $9::double precision) END, $10::boolean, $11) "
         "ON CONFLICT (run_id) DO NOTHING RETURNING epoch, extract(epoch FROM coalesce(leased_since, now())) AS since), "
-        "i AS (INSERT INTO run_items (run_id, kind, idx, item) SELECT %(id)s, t.kind, t.idx, t.item::jsonb "
-        "FROM r, unnest(%(kinds)s::text[], %(idxs)s::int[], %(items)b::text[]) AS t(kind, idx, item)) "
+        "i AS (INSERT INTO run_items (run_id, kind, idx, item) SELECT $1, t.kind, t.idx, t.item::jsonb "
+        "FROM r, unnest($12::text[], $13::int[], $14::text[]) AS t(kind, idx, item)) "
         "SELECT epoch, since FROM r")
 
     _SAVE = (  # one statement: fenced update, then the new items and events only if it matched
@@ -581,10 +585,10 @@ class PostgresStore(RunStore):
                 self.release(lease)
         head = self._head(lease)
         seq, written = state.seq, head.written
-        self._commit(state, events, lease, force=force)
         try:
+            self._commit(state, events, lease, force=force)
             self.sync(lease)
-        except (StaleState, LeaseLost, RunNotFound):  # refused: raised here, once, as before it was sent
+        except BaseException:  # not saved: the state is as it was; a refusal is raised here, once
             state.seq, head.written, head.refused = seq, written, None
             raise
 
@@ -624,21 +628,21 @@ class PostgresStore(RunStore):
         params = [state.status.encode(), rest.encode(), token.encode(), run_id.encode(), _int(lease.epoch), _int(seq),
                   _texts(kinds), _ints(idxs), _texts(items), lease.owner.encode(), _texts(lines)]
 
-        def check(result: Any) -> None:
-            if result.ntuples == 0:
+        def check(rows: list[_Row]) -> None:
+            if not rows:
                 head.refused = self._refusal(run_id, seq, lease)
 
         crash_point("save")  # the kill tests: die with the commit not sent
         self._pipe.send(_Statement("save", self._SAVE, params, check, self._redo, run_id=run_id, token=token,
                                    commit=True))
 
-    def _redo(self, statement: _Statement) -> Any:
+    def _redo(self, statement: _Statement) -> list[_Row]:
         """`statement` again on a pooled connection, after the pipeline's connection broke
         with it in flight: a write that carries a token is not made twice."""
-        def work(conn: Any, attempt: int) -> Any:
+        def work(conn: Any, attempt: int) -> list[_Row]:
             if statement.token and (done := self._committed(conn, statement.run_id, statement.token)) is not None:
-                return _Done(done)
-            return _execute(conn, statement.sql, statement.params)
+                return [(str(done).encode(),)]
+            return _rows(_execute(conn, statement.sql, statement.params))
 
         return self._retry(work, drain=False, attempt=1)
 
@@ -735,13 +739,13 @@ class PostgresStore(RunStore):
         + ("WHERE EXISTS (SELECT 1 FROM runs r WHERE r.run_id = $1 AND r.epoch = $2::bigint) " if fenced else "")
         + "ORDER BY t.n") for fenced in (False, True)}
 
-    def _redo_emit(self, statement: _Statement) -> Any:
+    def _redo_emit(self, statement: _Statement) -> list[_Row]:
         """An emit again after the pipeline's connection broke: the earlier attempt may have
         committed, so only events the run does not hold yet (never the same event twice)."""
         once = "NOT EXISTS (SELECT 1 FROM trace_events e WHERE e.run_id = $1 AND e.event = t.event::jsonb)"
         sql = statement.sql.replace("ORDER BY t.n", ("AND " if "WHERE" in statement.sql else "WHERE ") + once
                                     + " ORDER BY t.n")
-        return self._retry(lambda conn, _: _execute(conn, sql, statement.params), drain=False, attempt=1)
+        return self._retry(lambda conn, _: _rows(_execute(conn, sql, statement.params)), drain=False, attempt=1)
 
     def sync(self, lease: Lease) -> None:
         """Read the results of the writes sent down the pipeline (so they are on the server,
@@ -849,23 +853,14 @@ class _Statement:
     name: str
     sql: str
     params: Sequence[bytes | None]
-    check: Callable[[Any], None]
-    """Called with the result (a libpq result, or `_Done`) once it is read."""
-    redo: Callable[[_Statement], Any]
+    check: Callable[[list[_Row]], None]
+    """Called with the rows it returned once they are read."""
+    redo: Callable[[_Statement], list[_Row]]
     run_id: str = ""
     token: str = ""
     """The write's `runs.last_write` token: a redo that finds it committed does nothing."""
     commit: bool = False
     """A state change (a save): `PostgresStore.sync` reads its result before an effect."""
-
-
-class _Done:
-    """The result of a redo that found its earlier attempt committed (one row, like a save's)."""
-
-    ntuples = 1
-
-    def __init__(self, seq: int) -> None:
-        self.seq = seq
 
 
 class _Pipeline:
@@ -897,7 +892,7 @@ class _Pipeline:
                 if statement.name not in self._prepared:
                     pg.send_prepare(statement.name.encode(), statement.sql.encode())
                     pg.pipeline_sync()
-                    self._in_flight.append(_Statement("", "", [], lambda _: None, lambda _: None))
+                    self._in_flight.append(_Statement("", "", [], lambda _: None, lambda _: []))
                     self._prepared.add(statement.name)
                 pg.send_query_prepared(statement.name.encode(), statement.params)
                 pg.pipeline_sync()
@@ -929,7 +924,7 @@ class _Pipeline:
                 except Error:  # the statement failed: it is done with
                     self._in_flight.pop(0)
                     raise
-                self._in_flight.pop(0).check(result)
+                self._in_flight.pop(0).check(_rows(result))
 
     def close(self) -> None:
         with self._lock:
@@ -949,8 +944,8 @@ class _Pipeline:
 
     @staticmethod
     def _read_one(pg: Any) -> Any:
-        """The first result of the oldest statement in flight, up to its sync. Raises
-        OperationalError if the connection broke."""
+        """The first result (None for a prepare) of the oldest statement in flight, up to its
+        sync. Raises OperationalError if the connection broke."""
         from psycopg import OperationalError, pq
         from psycopg.errors import error_from_result
 
@@ -1002,6 +997,17 @@ class _PipelinedTracer(_HandleTracer):
 
     def emit(self, event: _Event) -> None:  # fenced by the server: nothing to refuse here
         self.handle.store._emit(self.handle.lease.run_id, [event_line(event)], self.handle.lease)
+
+
+_Row = tuple[bytes | None, ...]
+"""A row as the server sent it (text format)."""
+
+
+def _rows(result: Any) -> list[_Row]:
+    """The rows of a libpq result (None: no rows)."""
+    if result is None:
+        return []
+    return [tuple(result.get_value(r, c) for c in range(result.nfields)) for r in range(result.ntuples)]
 
 
 def _execute(conn: Any, sql: str, params: Sequence[bytes | None]) -> Any:
