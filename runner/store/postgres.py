@@ -963,7 +963,8 @@ class _Pipeline:
                 continue
             if result.status == pq.ExecStatus.PIPELINE_SYNC:
                 break
-            first = first or result
+            if first is None:
+                first = result
         if first is not None and first.status not in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK):
             raise error_from_result(first, encoding="utf-8")
         return first
