@@ -226,7 +226,7 @@ def test_a_fresh_plan_run_takes_eleven_statements_in_four_round_trips_and_its_tr
 
     monkeypatch.setattr(psycopg.Connection, "connect", traced)  # the pool's connections
     monkeypatch.setattr(psycopg, "connect", traced)  # the pipeline's
-    store = PostgresStore(pg_url)
+    store = PostgresStore(pg_url, lease_s=600)  # no lease renewal while counting
     try:
         def plan_run() -> Any:
             state = new_run("Which log file mentions a timeout?", RunConfig(endpoint=Endpoint(model="scripted/plan")))
