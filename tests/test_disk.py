@@ -84,3 +84,31 @@ def test_a_runs_directory_that_cannot_exist_is_one_clear_line(tmp_path: Path) ->
     assert one_error(proc.stderr) == ("error: cannot keep runs in /proc/nope: No such file or directory "
                                    "(choose another folder with --runs-dir or $RUNNER_RUNS_DIR)")
     assert "Errno" not in proc.stderr
+
+
+def test_one_reserve_per_process_removed_at_exit_or_by_the_next_process(provider: str, runs: Path) -> None:
+    """A process keeps one reserve however many runs it drives, removes it when it exits, and
+    a killed process's reserve is removed by the next process that claims a run there."""
+    from runner.store import FileStore
+    from tests.conftest import cli_process, drive, scripted_run
+
+    store = FileStore(runs)
+    for _ in range(3):
+        assert drive(scripted_run("plan"), provider, store).status == "completed"
+    host = os.uname().nodename
+    assert [p.name for p in (runs / ".reserve").iterdir()] == [f"{host}-{os.getpid()}"]
+    assert (runs / ".reserve" / f"{host}-{os.getpid()}").stat().st_blocks * 512 >= 32 * 1024
+
+    finished = cli_process("run", "--scenario", "plan", "--base-url", provider, runs_dir=runs)
+    assert finished.returncode == 0, finished.stderr
+    assert [p.name for p in (runs / ".reserve").iterdir()] == [f"{host}-{os.getpid()}"]  # the child's is gone
+
+    killed = cli_process("run", "--scenario", "plan", "--base-url", provider, runs_dir=runs,
+                         env={"RUNNER_CRASH_AT": "reply:2"})
+    assert killed.returncode == -9
+    left = sorted(p.name for p in (runs / ".reserve").iterdir())
+    assert len(left) == 2 and f"{host}-{os.getpid()}" in left  # the killed child's stays for now
+    again = cli_process("run", "--scenario", "plan", "--base-url", provider, runs_dir=runs)
+    assert again.returncode == 0, again.stderr
+    assert [p.name for p in (runs / ".reserve").iterdir()] == [f"{host}-{os.getpid()}"]
+    assert len(cli_json("runs", runs_dir=runs)[1]) == 6  # the reserve is no run

@@ -148,7 +148,7 @@ def test_sigkill_mid_run_then_resume_at_each_setting(
     before = len(provider_server.requests)
     killed = cli_process("run", "--scenario", "plan", "--base-url", provider_server.base_url, runs_dir=runs, env=env)
     assert killed.returncode == -9
-    (run_id,) = [p.name for p in runs.iterdir()]
+    (run_id,) = [p.name for p in runs.iterdir() if not p.name.startswith(".")]
     code, out = cli_json("resume", run_id, runs_dir=runs, env={"RUNNER_DURABILITY": durability})
     assert code == 0 and out["status"] == "completed" and out["turns"] == 3
     asked = Counter(turn for _, turn in provider_server.requests[before:])

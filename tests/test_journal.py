@@ -24,7 +24,7 @@ def _killed_after_two_replies(server: ScriptedServer, runs: Path) -> str:
     killed = cli_process("run", "--scenario", "plan", "--base-url", server.base_url, runs_dir=runs,
                          env={"RUNNER_CRASH_AT": "reply:2"})
     assert killed.returncode == -9, killed.stderr
-    (run_id,) = [p.name for p in runs.iterdir()]
+    (run_id,) = [p.name for p in runs.iterdir() if not p.name.startswith(".")]
     return run_id
 
 

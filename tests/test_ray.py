@@ -93,6 +93,8 @@ def _stalled_at_turn_2(runs: Path) -> str | None:
     """A run whose first turn and its tool results were recorded over 0.5 s ago and whose
     second turn is not: it is waiting for the provider's stalled (2 s) second reply."""
     for folder in sorted(runs.iterdir()) if runs.exists() else []:
+        if folder.name.startswith("."):  # the process's disk-full reserve
+            continue
         events = _events(runs, folder.name)
         turns = [e["turn"] for e in events if e["type"] == "turn"]
         starts = {e["callId"] for e in events if e["type"] == "tool_start"}

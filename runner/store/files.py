@@ -8,6 +8,7 @@
     runs/<run_id>/workspace/     the run's private copy of the task workspace
     runs/<run_id>/lock           flock'ed by the process driving the run; says who and since when
     runs/<run_id>/queued         present while the run waits for a worker
+    runs/.reserve/<host>-<pid>   space a process driving runs keeps aside for a full disk
 
 A save appends one journal line holding what changed (the small part of the state, and the
 messages, turn records and tool runs appended since the last save) plus that transition's
@@ -26,6 +27,7 @@ base (a restored backup) is refused (`StaleState`) unless loaded with `force`.
 
 from __future__ import annotations
 
+import atexit
 import errno
 import fcntl
 import json
@@ -63,8 +65,13 @@ from runner.trace import RunRepaired, StateForced, TraceEvent, _Event, read_trac
 _TRACE: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent, config=ConfigDict(defer_build=True))  # built on first use
 RESERVE_NAME = ".reserve"
 RESERVE_BYTES = 32 * 1024
-"""Space a driven run keeps aside in its folder (`.reserve`, allocated at claim, removed at
-release), freed when the disk is full so the run can still commit that it stopped."""
+"""Space a process driving runs keeps aside in the runs directory (`.reserve/<host>-<pid>`,
+allocated at its first claim, removed when it exits), freed when the disk is full so its runs
+can still commit that they stopped. One file per process, not per run: creating and freeing
+an allocated file costs more than a whole run's commits on some disks."""
+_HOST = os.uname().nodename
+_RESERVES: dict[Path, tuple[int, Path]] = {}
+"""Runs directory -> (pid, this process's reserve in it)."""
 COMPACT_MIN_BYTES = 256 * 1024
 """The journal is folded into a new snapshot once it is larger than this and the snapshot."""
 
@@ -396,12 +403,18 @@ class FileStore(RunStore):
 
     # --- a full disk -----------------------------------------------------------------------
 
-    @staticmethod
-    def _keep_reserve(folder: Path) -> None:
-        """Set RESERVE_BYTES aside in the claimed run's folder (removed at release), freed when
-        a save finds the disk full so the run can still commit that it stopped."""
+    def _keep_reserve(self) -> None:
+        """Set RESERVE_BYTES aside for this process (once per runs directory), and remove what
+        processes of this host that are gone left behind."""
+        pid, _ = _RESERVES.get(self.root, (0, None))
+        if pid == os.getpid():
+            return
+        folder = self.root / RESERVE_NAME
         try:
-            fd = os.open(folder / RESERVE_NAME, os.O_WRONLY | os.O_CREAT, 0o644)
+            folder.mkdir(exist_ok=True)
+            _drop_dead_reserves(folder)
+            path = folder / f"{_HOST}-{os.getpid()}"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         except OSError:
             return
         try:
@@ -414,10 +427,15 @@ class FileStore(RunStore):
                     pass
         finally:
             os.close(fd)
+        if not _RESERVES:
+            atexit.register(_drop_reserves)
+        _RESERVES[self.root] = (os.getpid(), path)
 
     def _disk_full(self, exc: OSError, run_id: str) -> DiskFull:
-        """Free the run's reserve and say which disk is full."""
-        (self.run_dir(run_id) / RESERVE_NAME).unlink(missing_ok=True)
+        """Free this process's reserve and say which disk is full."""
+        pid, reserve = _RESERVES.pop(self.root, (0, None))
+        if reserve is not None and pid == os.getpid():
+            reserve.unlink(missing_ok=True)
         mount = _mount_point(self.root)
         try:
             free = f", {shutil.disk_usage(mount).free:,} bytes free"
@@ -461,7 +479,7 @@ class FileStore(RunStore):
         fd, lease = _lock(folder, owner)
         try:
             (folder / "queued").unlink(missing_ok=True)
-            self._keep_reserve(folder)
+            self._keep_reserve()
             self._heads[run_id] = self._open_head(folder, lease, fd) if state is None else self._new_head(
                 folder, lease, fd, state)
         except BaseException:
@@ -536,7 +554,6 @@ class FileStore(RunStore):
             return
         self.sync(lease)  # the run stops being driven here: what it committed is flushed first
         del self._heads[lease.run_id]
-        (self.run_dir(lease.run_id) / RESERVE_NAME).unlink(missing_ok=True)
         if runnable:
             (self.run_dir(lease.run_id) / "queued").touch()
         _write_lock(head.lock_fd, {"owner": lease.owner, "pid": os.getpid(), "since": lease.since,
@@ -789,6 +806,28 @@ def _lock(folder: Path, owner: str) -> tuple[int, Lease]:
         os.close(fd)
         raise
     return fd, lease
+
+
+def _drop_dead_reserves(folder: Path) -> None:
+    """Remove the reserves of this host's processes that no longer exist (killed ones)."""
+    for entry in os.scandir(folder):
+        host, _, pid = entry.name.rpartition("-")
+        if host != _HOST or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            Path(entry.path).unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def _drop_reserves() -> None:
+    """At exit: remove this process's reserves (a child forked after a claim keeps none)."""
+    for pid, path in _RESERVES.values():
+        if pid == os.getpid():
+            path.unlink(missing_ok=True)
+    _RESERVES.clear()
 
 
 def _mount_point(path: Path) -> Path:
