@@ -4,10 +4,10 @@ A command that drove a run exits with `runner.errors.EXIT_CODES[status]`: 0 comp
 failed, 3 stopped resumably. A `RunnerError` prints one line and exits with its `exit_code` (2:
 a usage error); anything else is a bug: exit 1 and a hint to rerun with `--debug` (accepted
 anywhere on the command line). A command with several options takes them as one request, a
-`runner.request` dataclass whose fields declare them (see `_command`).
+`runner.request` dataclass whose fields declare them (see `_command`). Annotations are
+evaluated as the module runs (no `from __future__ import annotations`): typer reads every
+command's signature at start-up, faster from objects than from text it must compile.
 """
-
-from __future__ import annotations
 
 import contextlib
 import dataclasses
@@ -172,7 +172,7 @@ def _parameter(field: dataclasses.Field[Any], hint: Any) -> inspect.Parameter:
                              annotation=Annotated[Optional[hint] if listed else hint, info])
 
 
-def _live_export(runs: RunStore | None, endpoint: str | None) -> Callable[[list[str] | None], Any]:
+def _live_export(runs: "RunStore | None", endpoint: str | None) -> Callable[[list[str] | None], Any]:
     """What sends runs (the ids given; None: every run whose trace grows) to `endpoint` as
     OpenTelemetry traces while they are driven, as a context (`runner.otel.LiveExport`);
     nothing, and no OpenTelemetry import, without an endpoint."""

@@ -11,10 +11,9 @@ command's options from the fields, and the library (`runner.start.prepare`,
 the request whole. A request whose options contradict each other raises `UsageError` when
 made. Standard library only: `runner --help` reads these without loading pydantic. Requests
 are never compared: `eq=False` spares every command's start-up their generated `__eq__` and
-`__hash__` (a frozen request hashes by identity).
+`__hash__` (a frozen request hashes by identity). The annotations are evaluated as the module
+runs (no `from __future__ import annotations`): the CLI reads every field's type at start-up.
 """
-
-from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
