@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
-from runner.command import Command, Group, prepare_process
+from runner.command import Command, Group, building_only_the_command_in, prepare_process
 from runner.errors import EXIT_CODES, RunnerError, UsageError
 from runner.request import (
     ExperimentsRequest,
@@ -401,4 +401,5 @@ def main(argv: list[str] | None = None) -> None:
         _debug = True
         args = [a for i, a in enumerate(args) if not (i < cut and a == "--debug")]
     prepare_process()  # skips what this process never needs (httpx's CLI, pydantic's plugin scan)
-    app(args=args, prog_name="runner")
+    with building_only_the_command_in(app, args):
+        app(args=args, prog_name="runner")

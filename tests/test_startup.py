@@ -273,3 +273,21 @@ def test_resume_keeps_the_latency_the_run_was_started_with(tmp_path: Path) -> No
     code, out = cli_json("resume", out["run_id"], "--max-turns", "5", "--latency-ms", "200", runs_dir=runs)
     state = FileStore(runs).load(out["run_id"])
     assert [t.provider_ms >= 200 for t in state.per_turn] == [False, True, True]
+
+
+def test_a_command_line_builds_only_the_command_it_names() -> None:
+    """typer builds the options of every command it holds: while `runner run ...` runs, the app
+    holds `run` alone; a group, an unknown name or no name leave every command in place."""
+    import typer.main
+
+    from runner.cli import app
+    from runner.command import building_only_the_command_in
+
+    every = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    assert {"run", "resume", "runs", "scripted", "config"} <= every
+    with building_only_the_command_in(app, ["run", "--scenario", "plan"]):
+        assert set(typer.main.get_command(app).commands) == {"run"}  # type: ignore[attr-defined]
+    for args in (["scripted", "serve"], ["rn"], ["--help"], []):
+        with building_only_the_command_in(app, args):
+            assert set(typer.main.get_command(app).commands) == every, args  # type: ignore[attr-defined]
+    assert set(typer.main.get_command(app).commands) == every  # type: ignore[attr-defined]
