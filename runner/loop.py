@@ -89,9 +89,10 @@ def default_tool_error_text(exc: Exception) -> str:
     return f"Error: {exc}"
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Runtime:
-    """The live half of a run: everything `RunState` must not hold.
+    """The live half of a run: everything `RunState` must not hold (live objects, never compared
+    or printed: no generated `__eq__` or `__repr__` to compile on `from runner import run`).
 
     Attributes:
         client: the chat client for the run's endpoint.
