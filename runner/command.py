@@ -1,11 +1,14 @@
-"""How the `runner` process parses its command line cheaply: the click command class every
-command uses, and the set-up `runner.cli.main` does before parsing.
+"""How the `runner` process parses its command line cheaply: the click command and group
+classes the CLI uses, and what `runner.cli.main` sets up around parsing.
 
-typer (0.2x) coerces every option's value through a pydantic `TypeAdapter` it builds on first
-use, even for a value that is absent or already of the option's type; `runner run` has ~35
-options, and a cold `runner run --scenario plan` would build them all. `Command` gives each of
+typer (0.29 here) coerces every option's value through a pydantic `TypeAdapter` it builds on
+first use, even for a value that is absent or already of the option's type; `runner run` has
+~35 options, and a cold `runner run --scenario plan` built them all. `Command` gives each of
 its parameters a `Coercion` that returns such values as they are (exactly what the adapter
-returns for them) and hands every other value to typer's own coercion, built only then.
+returns for them) and hands every other value to typer's own coercion, built only then. typer
+also builds every command's options before it dispatches to one: while a command line runs,
+the app holds only the command it names (`building_only_the_command_in`). A typer without
+these internals (`_runtime_param`) keeps its own way.
 """
 
 from __future__ import annotations
@@ -96,7 +99,8 @@ class Coercion:
             return items[0] if len(items) == 1 else None
         return None if described.is_tuple else described.annotation
 
-    def _within(self, value: float) -> bool:
+    def _within(self, value: Any) -> bool:
+        """A number within the parameter's `min` and `max` (text has no bounds)."""
         low, high = self.info.min, self.info.max
         return isinstance(value, str) or ((low is None or value >= low) and (high is None or value <= high))
 
