@@ -55,6 +55,20 @@ def test_library_import_defines_only_the_run_state_models() -> None:
         "runner.state", "runner.loop", "runner.harness", "runner.errors", "runner.cancel"}
 
 
+def test_a_public_name_loads_with_the_collector_paused_and_left_as_it_was() -> None:
+    """A public name's modules load with the cyclic collector paused (what an import makes
+    lives on: modules, classes; unpaused, it runs ~38 times), and it is on again afterwards
+    (one collection may follow at once), or still off when the program had switched it off."""
+    probe = ("import gc, runner\n{before}\nlog, on = [], [False]\n"
+             "gc.callbacks.append(lambda phase, info: on[0] and phase == 'start' and log.append(info))\n"
+             "on[0] = True\nfrom runner import run\non[0] = False\n"
+             "import sys\nprint(len(log), gc.isenabled(), 'runner.state' in sys.modules)")
+    for before, enabled in (("", "True"), ("gc.disable()", "False")):
+        out = subprocess.run([sys.executable, "-c", probe.format(before=before)], capture_output=True, text=True,
+                             check=True).stdout.split()
+        assert int(out[0]) <= (1 if enabled == "True" else 0) and out[1:] == [enabled, "True"]
+
+
 def test_a_scenario_run_loads_no_network_stack(tmp_path: Path) -> None:
     """The in-process provider's client has no network transport: no httpcore, h11, h2 or anyio."""
     loaded = _loaded_after(f"import sys\nsys.argv = ['runner', 'run', '--scenario', 'plan', '--runs-dir', "
