@@ -11,6 +11,7 @@ access, and heavy modules (llama_cpp, huggingface_hub, tiktoken, rich) load wher
 
 from __future__ import annotations
 
+import gc
 import importlib
 from typing import TYPE_CHECKING, Any
 
@@ -65,4 +66,10 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'runner' has no attribute {name!r}")
+    if gc.isenabled():  # what an import makes (modules, classes) lives on: no point collecting it meanwhile
+        gc.disable()
+        try:
+            return getattr(importlib.import_module(module), name)
+        finally:
+            gc.enable()
     return getattr(importlib.import_module(module), name)

@@ -4,10 +4,10 @@ A command that drove a run exits with `runner.errors.EXIT_CODES[status]`: 0 comp
 failed, 3 stopped resumably. A `RunnerError` prints one line and exits with its `exit_code` (2:
 a usage error); anything else is a bug: exit 1 and a hint to rerun with `--debug` (accepted
 anywhere on the command line). A command with several options takes them as one request, a
-`runner.request` dataclass whose fields declare them (see `_command`).
+`runner.request` dataclass whose fields declare them (see `_command`). Annotations are
+evaluated as the module runs (no `from __future__ import annotations`): typer reads every
+command's signature at start-up, faster from objects than from text it must compile.
 """
-
-from __future__ import annotations
 
 import contextlib
 import dataclasses
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
+from runner.command import Command, Group, building_only_the_command_in, prepare_process
 from runner.errors import EXIT_CODES, RunnerError, UsageError
 from runner.request import (
     ExperimentsRequest,
@@ -61,7 +62,7 @@ else:  # `runner --help` needs neither the event loop nor the store's pydantic m
 # Plain click help: rich's boxes cut long option names at 80 columns.
 app = typer.Typer(help="runner: drive, measure and govern an agent loop on your own machine.",
                   no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
-                  rich_markup_mode=None)
+                  rich_markup_mode=None, cls=Group)
 _group = functools.partial(typer.Typer, no_args_is_help=True, rich_markup_mode=None)
 scripted_app = _group(help="The scripted provider (replies are a pure function of the conversation).")
 models_app = _group(help="Local GGUF models: list and download.")
@@ -154,17 +155,9 @@ def _command(group: typer.Typer = app, name: str | None = None) -> Callable[[Cal
             at = parameters.index(request)
             parameters[at:at + 1] = [_parameter(f, hints[f.name]) for f in fields]
             command.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-        return group.command(name, cls=_Command)(command)
+        return group.command(name, cls=Command)(command)
 
     return register
-
-
-class _Command(typer.core.TyperCommand):
-    """A command whose help names each argument by its metavar alone, not its Python type."""
-    def format_options(self, ctx: Any, formatter: Any) -> None:
-        for param in (p for p in self.get_params(ctx) if p.param_type_name == "argument"):
-            param.display_type_rich = lambda ctx: None  # type: ignore[attr-defined]
-        super().format_options(ctx, formatter)
 
 
 def _parameter(field: dataclasses.Field[Any], hint: Any) -> inspect.Parameter:
@@ -179,7 +172,7 @@ def _parameter(field: dataclasses.Field[Any], hint: Any) -> inspect.Parameter:
                              annotation=Annotated[Optional[hint] if listed else hint, info])
 
 
-def _live_export(runs: RunStore | None, endpoint: str | None) -> Callable[[list[str] | None], Any]:
+def _live_export(runs: "RunStore | None", endpoint: str | None) -> Callable[[list[str] | None], Any]:
     """What sends runs (the ids given; None: every run whose trace grows) to `endpoint` as
     OpenTelemetry traces while they are driven, as a context (`runner.otel.LiveExport`);
     nothing, and no OpenTelemetry import, without an endpoint."""
@@ -407,11 +400,6 @@ def main(argv: list[str] | None = None) -> None:
     if "--debug" in args[:cut]:
         _debug = True
         args = [a for i, a in enumerate(args) if not (i < cut and a == "--debug")]
-    # `import httpx` also imports httpx's own command line (click, rich, pygments: ~90 ms) when
-    # they are installed, and skips it when it cannot be imported; this process never runs it.
-    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
-    # pydantic looks for plugins (entry points of group "pydantic") by reading the metadata of
-    # every installed distribution when the first model is validated, ~7 ms of a cold command;
-    # runner's models are its own. `PYDANTIC_DISABLE_PLUGINS=` (empty) lets plugins load again.
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    app(args=args, prog_name="runner")
+    prepare_process()  # skips what this process never needs (httpx's CLI, pydantic's plugin scan)
+    with building_only_the_command_in(app, args):
+        app(args=args, prog_name="runner")

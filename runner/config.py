@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,6 +112,8 @@ def read_file(path: Path) -> dict[str, Any]:
             least (`MINIMUMS`), or a key written in the file (name its environment variable
             with `api_key_env` instead).
     """
+    import tomllib  # here: a command with no config file to read need not load it
+
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

@@ -15,8 +15,6 @@ from runner import loop
 from runner.cancel import CancelToken
 from runner.errors import UsageError
 from runner.state import RunState, pending
-from runner.tools import Tool, Workspace
-from runner.trace import Tracer, _Event
 
 if TYPE_CHECKING:
     import httpx
@@ -25,9 +23,12 @@ if TYPE_CHECKING:
     from runner.result import RunResult
     from runner.store import Lease, RunHandle, RunStore
     from runner.streaming import TurnProgress
+    from runner.tools import Tool, Workspace
+    from runner.trace import _Event
 
-# The catalog, the client, the config, the endpoints, the result, the store, shutil and tempfile
-# are imported where they are used: `from runner import execute` loads little more than the loop.
+# The catalog, the client, the config, the endpoints, the result, the store, the tools, the trace,
+# shutil and tempfile are imported where they are used: `from runner import execute` loads little
+# more than the loop.
 
 __all__ = ["drive", "execute", "workspace_template"]
 
@@ -79,6 +80,7 @@ async def drive(
     """
     from runner.endpoints import open_endpoint
     from runner.store import FileStore
+    from runner.trace import Tracer
 
     catalog_tools = _offered(state, tools)
     with contextlib.ExitStack() as cleanup:
@@ -125,6 +127,8 @@ def _placed(state: RunState, store: RunStore | None, lease: Lease | None, cancel
     """Where the run lives and works: its handle in the store (claimed, or created, under
     `lease`) and its workspace there; in memory, no handle and a temporary copy of the
     workspace, removed by `cleanup`."""
+    from runner.tools import Workspace
+
     template = workspace_template()
     if store is None:
         def scratch_copy() -> Path:
@@ -149,6 +153,7 @@ def _child_driver(store: RunStore | None, client: ChatClient, workspace: Workspa
 
     async def run_child(child: RunState, child_cancel: CancelToken) -> RunState:
         from runner import catalog
+        from runner.trace import Tracer
 
         with contextlib.ExitStack() as child_cleanup:
             child_handle = None

@@ -33,10 +33,11 @@ OnToolProgress = Callable[[str, str, float], None]
 """Called with (tool name, label, ms since the run started in this process)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Feedback:
     """What a run driven in the foreground reports as it goes; every callback is optional
-    (`runner.render.live_feedback` draws them on stderr)."""
+    (`runner.render.live_feedback` draws them on stderr). Callbacks are neither compared nor
+    printed: no generated `__eq__`, `__hash__` or `__repr__` to compile at start-up."""
 
     on_note: Callable[[str], None] | None = None
     """A line about how the run starts (the local model runner serves for it)."""

@@ -14,7 +14,6 @@ a provider that stays unavailable through its retries leaves the run `interrupte
 from __future__ import annotations
 
 import functools
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,26 +39,14 @@ from runner.state import (
     call_signature,
     pending,
 )
-from runner.streaming import TurnMeter, TurnProgress
-from runner.tools import Tool, ToolContext, ToolError, Workspace
-from runner.trace import (
-    TRACE_FORMAT_VERSION,
-    ApprovalRequired,
-    RunResumed,
-    RunStarted,
-    RunStopped,
-    ToolCancelled,
-    ToolProgress,
-    ToolResult,
-    ToolStart,
-    Tracer,
-    TurnEvent,
-    _Event,
-)
 
-if TYPE_CHECKING:  # the client and the store load where a run uses them, not with `from runner import run`
+if TYPE_CHECKING:  # these load where a run uses them, not with `from runner import run`: the trace's
+    # event models, the tools, the streaming meter and json are imported in the functions that use them
     from runner.client import ChatClient, ChatReply
     from runner.store import RunHandle
+    from runner.streaming import TurnProgress
+    from runner.tools import Tool, Workspace
+    from runner.trace import Tracer, _Event
 
 GENERIC_TOOL_ERROR = "Error: the tool failed."
 SLIPS = {
@@ -102,9 +89,10 @@ def default_tool_error_text(exc: Exception) -> str:
     return f"Error: {exc}"
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Runtime:
-    """The live half of a run: everything `RunState` must not hold.
+    """The live half of a run: everything `RunState` must not hold (live objects, never compared
+    or printed: no generated `__eq__` or `__repr__` to compile on `from runner import run`).
 
     Attributes:
         client: the chat client for the run's endpoint.
@@ -130,7 +118,7 @@ class Runtime:
     cancel: CancelToken = field(default_factory=CancelToken)
     on_progress: Callable[[str, str], None] | None = None
     tool_error_text: Callable[[Exception], str] = default_tool_error_text
-    tracer: Tracer = field(default_factory=lambda: Tracer(None))
+    tracer: Tracer = field(default_factory=lambda: _untraced())
     run_child: Callable[[RunState, CancelToken], Awaitable[RunState]] | None = None
     server_settings: dict[str, Any] | None = None
     on_turn: Callable[[TurnProgress], None] | None = None
@@ -139,6 +127,8 @@ class Runtime:
     _deferred: list[_Event] = field(default_factory=list)
 
     def workspace_for(self, tool: Tool) -> Path:
+        from runner.tools import Workspace
+
         ws = self.workspace
         return ws.for_tool(tool) if isinstance(ws, Workspace) else ws
 
@@ -171,6 +161,13 @@ class Runtime:
         """Trace `event` with the next commit (it describes the transition being made)."""
         self._deferred.append(event)
 
+
+def _untraced() -> Tracer:
+    """A tracer that drops every event (a run kept in memory, untraced)."""
+    from runner.trace import Tracer
+
+    return Tracer(None)
+
 async def run(state: RunState, rt: Runtime) -> RunState:
     """Drive `state` until it stops; returns the same (mutated) state.
 
@@ -181,20 +178,15 @@ async def run(state: RunState, rt: Runtime) -> RunState:
     """
     import asyncio  # here, not at the top: `from runner import run` need not load it (it runs under asyncio)
 
+    from runner.trace import RunStopped
+
     if state.status in ("completed", "failed"):
         return state
     began = time.perf_counter()
     fresh = state.turns == 0 and not state.tool_runs and not rt.tracer.has_events()
     state.status, state.interruption, state.reason = "running", None, None
     state.format_version = FORMAT_VERSION  # from here on it is written in this version's shape
-    opening = (
-        RunStarted(runId=state.run_id, formatVersion=TRACE_FORMAT_VERSION, model=state.config.endpoint.model, parentRunId=state.parent_run_id,
-                   prompt=next((m.content or "" for m in state.messages if m.role == "user"), ""),
-                   endpoint=rt.client.base_url, server=rt.server_settings)
-        if fresh else RunResumed(runId=state.run_id, turns=state.turns, costUsd=state.cost_usd,
-                                 approved=[c.id for c in pending(state) if c.id in state.approved],
-                                 endpoint=rt.client.base_url)
-    )
+    opening = _opening(state, rt, fresh)
     try:
         if fresh:
             rt.tracer.emit(opening)
@@ -231,6 +223,18 @@ async def run(state: RunState, rt: Runtime) -> RunState:
         rt.commit(state, RunStopped(runId=state.run_id, status=state.status, reason=state.reason,
                                   turns=state.turns, costUsd=state.cost_usd))
     return state
+
+
+def _opening(state: RunState, rt: Runtime, fresh: bool) -> _Event:
+    """The run's first event in this process: `run_started` for a fresh run, else `run_resumed`."""
+    from runner.trace import TRACE_FORMAT_VERSION, RunResumed, RunStarted
+
+    if fresh:
+        return RunStarted(runId=state.run_id, formatVersion=TRACE_FORMAT_VERSION, model=state.config.endpoint.model,
+                          parentRunId=state.parent_run_id, prompt=_question(state), endpoint=rt.client.base_url,
+                          server=rt.server_settings)
+    return RunResumed(runId=state.run_id, turns=state.turns, costUsd=state.cost_usd,
+                      approved=[c.id for c in pending(state) if c.id in state.approved], endpoint=rt.client.base_url)
 
 
 def _answered(state: RunState) -> bool:
@@ -283,6 +287,8 @@ def _next_prompt_tokens(state: RunState, rt: Runtime) -> int:
     """A deliberately high estimate of the next request's prompt tokens: the last prompt, the
     last reply, and `tokens.upper_bound` (conservative for any script: CJK, emoji, digits)
     plus 8 tokens of framing per message for what was appended since (turn 1: everything)."""
+    import json
+
     from runner.tokens import upper_bound
 
     if not state.per_turn:
@@ -304,6 +310,8 @@ def _reply_token_budget(state: RunState, rt: Runtime) -> int | None:
 
 async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | None]:
     """One model call; returns the reply and the max_tokens sent (None: none sent)."""
+    from runner.streaming import TurnMeter
+
     cfg = state.config
     max_tokens = cfg.max_tokens
     cap = _reply_token_budget(state, rt)
@@ -404,6 +412,8 @@ def _last_calls_failed(state: RunState) -> bool:
 
 def _call_label(call: ToolCall) -> str:
     """A call in words: the tool's name and its argument values (``read_file notes.txt``)."""
+    import json
+
     try:
         args = json.loads(call.function.arguments or "{}")
     except json.JSONDecodeError:
@@ -460,6 +470,8 @@ def _question(state: RunState) -> str:
 def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: int | None) -> None:
     """Bill the reply; keep it unless it is a protocol slip (then it is asked again, up to
     `max_protocol_retries` times, and the run fails past that)."""
+    from runner.trace import TurnEvent
+
     cfg = state.config
     tool_choice = _tool_choice(state)  # what `_ask_model` sent: the state has not changed since
     cost = (reply.prompt_tokens * cfg.price_in_usd_per_mtok
@@ -531,6 +543,8 @@ async def _run_tool_calls(state: RunState, rt: Runtime, calls: list[ToolCall]) -
     """Answer each pending call in order, or stop the run (approval, failure, cancel).
     Before each call: the Stop signal (the rest stay pending), then the budget and turn cap
     (the rest are answered "not run", so the transcript stays valid)."""
+    from runner.tools import ToolError
+
     for call in calls:
         if rt.cancel.is_cancelled:
             raise Cancelled(rt.cancel.reason or "cancelled")
@@ -616,6 +630,8 @@ def _needs_verdict(state: RunState, tool: Tool, call: ToolCall, signature: str) 
 
 
 def _ask_approval(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, args: Any) -> None:
+    from runner.trace import ApprovalRequired
+
     in_doubt = call.id in state.in_doubt
     rt.defer(ApprovalRequired(runId=state.run_id, toolName=tool.name,
                               args=call.function.arguments, callId=call.id, inDoubt=in_doubt))
@@ -639,6 +655,9 @@ def _cached_result(state: RunState, tool: Tool, signature: str) -> str | None:
 
 async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, args: Any, signature: str) -> None:
     """Run one tool call and record its result; errors become text, or stop the run."""
+    from runner.tools import ToolContext
+    from runner.trace import ToolCancelled, ToolStart
+
     start = ToolStart(runId=state.run_id, toolName=tool.name, args=call.function.arguments, callId=call.id)
     if not tool.read_only:
         state.started[call.id] = signature  # from here until recorded, the call is in doubt
@@ -699,6 +718,8 @@ def _record_child_cost(state: RunState, child: RunState) -> None:
 
 
 def _progress(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, label: str) -> None:
+    from runner.trace import ToolProgress
+
     rt.tracer.emit(ToolProgress(runId=state.run_id, toolName=tool.name, callId=call.id, label=label))
     if rt.on_progress is not None:
         rt.on_progress(tool.name, label)
@@ -708,6 +729,8 @@ def _answer(state: RunState, rt: Runtime, call: ToolCall, text: str, record: Too
             child: str | None = None) -> None:
     """Append the tool result for `call` (capped at `max_tool_result_chars`) and its record;
     save; trace."""
+    from runner.trace import ToolResult
+
     text, omitted = cap_text(text, state.config.max_tool_result_chars)
     state.messages.append(Message(role="tool", tool_call_id=call.id, name=call.function.name, content=text))
     state.tool_runs.append(record)
@@ -787,6 +810,8 @@ def reject(state: RunState, call_id: str, reason: str = "", *, empty: bool = Fal
                      ok=False, ms=0, source="rejected", error=f"declined by the user: {reason}")
     state.tool_runs.append(record)
     if tracer is not None:
+        from runner.trace import ToolResult
+
         tracer.emit(ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id, ms=0,
                                ok=False, source="rejected", error=record.error))
     state.approved.pop(call_id, None)

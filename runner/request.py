@@ -9,10 +9,12 @@ Each field is one command-line option and carries its help text, its flags and c
 command's options from the fields, and the library (`runner.start.prepare`,
 `runner.start.resume`, `runner.suite.run_requested`, `runner.local.serve_settings`, ...) takes
 the request whole. A request whose options contradict each other raises `UsageError` when
-made. Standard library only: `runner --help` reads these without loading pydantic.
+made. Standard library only: `runner --help` reads these without loading pydantic. Every
+command's start-up defines all nine classes, so they are made cheaply: requests are never
+compared or printed (no generated `__eq__`, `__hash__` or `__repr__`: each is Python source the
+dataclass compiles; a frozen request hashes by identity), and the annotations are evaluated as
+the module runs (no `from __future__ import annotations`: the CLI reads every field's type).
 """
-
-from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,7 +71,7 @@ def _latency_ms(default: float | None, note: str = "") -> Any:
     return option(default, f"Scripted provider: delay every reply by this many ms{note}.", min=0.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RunRequest:
     """The options of `runner run`; None means "not given" (the config file or a default
     decides). Units as in `RunConfig`."""
@@ -143,7 +145,7 @@ class RunRequest:
                "nothing was paid, nothing to resume).", "--keep")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ResumeRequest:
     """The options of `runner resume` (the run's id aside); None keeps what the run recorded."""
 
@@ -168,7 +170,7 @@ class ResumeRequest:
     detach: bool = option(False, "Record the verdict or limits and queue the run for `runner worker`.", "--detach")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class SuiteRequest:
     """The options of `runner suite`: which model columns, how many runs of each task, and
     which executor drives them; or a cancelled suite's report to finish."""
@@ -202,7 +204,7 @@ class SuiteRequest:
             raise UsageError("--base-url names the local column's endpoint; --provider scripted has no local column")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RunsRequest:
     """The options of `runner runs`: which runs, and whether to list, sum or delete them."""
 
@@ -228,7 +230,7 @@ class RunsRequest:
             raise UsageError("--totals does not go with --prune (sum the runs first, then prune them)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class WorkerRequest:
     """The options of `runner worker` (its store aside)."""
 
@@ -241,7 +243,7 @@ class WorkerRequest:
     poll_s: float = option(0.5, "Seconds between claims when nothing is runnable.", "--poll", min=0.01)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ServeRequest:
     """The options of `runner serve`: the local model and its llama.cpp server's settings."""
 
@@ -253,7 +255,7 @@ class ServeRequest:
     n_batch: int | None = option(None, "Prompt tokens per llama.cpp decode call [default: 512].", min=1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ScriptedServeRequest:
     """The options of `runner scripted serve`: where it listens, and its latency and faults."""
 
@@ -263,7 +265,7 @@ class ScriptedServeRequest:
     fault: str | None = option(None, "KIND@TURN,... with KIND in 429, 500, 401, truncated, slow.")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ViewRequest:
     """The options of `runner view` (its store aside)."""
 
@@ -274,7 +276,7 @@ class ViewRequest:
         envvar="RUNNER_VIEW_TOKEN")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ExperimentsRequest:
     """The options of `runner experiments` (its runs directory aside)."""
 

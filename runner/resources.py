@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +32,8 @@ def checkout_root() -> Path | None:
 
 def _data(*parts: str) -> Path:
     """A file or folder shipped in the package (the wheel is installed unpacked, so a real path)."""
+    from importlib import resources  # here: a checkout never reads the packaged copy
+
     return Path(str(resources.files("runner").joinpath("_data", *parts)))
 
 

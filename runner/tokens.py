@@ -13,7 +13,6 @@ counts only texts counted before never loads the encoding (~140 ms).
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import importlib.util
 import json
@@ -22,7 +21,6 @@ import re
 import tempfile
 import threading
 from concurrent.futures import Future
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +53,9 @@ def seed_o200k_cache() -> Path:
     target = _cache_file()
     if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == O200K_SHA256:
         return target
+    import gzip  # here, as importlib.resources: a run whose counts are on record never seeds
+    from importlib import resources
+
     try:
         packed = resources.files("bpe_openai").joinpath("data/o200k_base.tiktoken.gz").read_bytes()
     except (ModuleNotFoundError, FileNotFoundError) as exc:

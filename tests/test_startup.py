@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -42,6 +43,32 @@ def test_library_import_leaves_httpx_until_a_client_is_made() -> None:
     assert not {"runner.store", "runner.client", "runner.catalog", "runner.config", "runner.endpoints"} & loaded
 
 
+def test_library_import_defines_only_the_run_state_models() -> None:
+    """The trace's event models, the tools, the streaming meter, json, asyncio and pydantic's
+    TypeAdapter load when a run needs them, not with the names a script imports."""
+    loaded = _loaded_after("from runner import run, RunState, RunConfig, execute")
+    assert not {"runner.trace", "runner.tools", "runner.streaming", "asyncio", "pydantic.type_adapter",
+                "importlib.metadata"} & loaded
+    probe = "from runner import run, RunState, RunConfig, execute\nimport sys\nprint('json' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout == "False\n"
+    assert {m for m in loaded if m.startswith("runner.")} == {
+        "runner.state", "runner.loop", "runner.harness", "runner.errors", "runner.cancel"}
+
+
+def test_a_public_name_loads_with_the_collector_paused_and_left_as_it_was() -> None:
+    """A public name's modules load with the cyclic collector paused (what an import makes
+    lives on: modules, classes; unpaused, it runs ~38 times), and it is on again afterwards
+    (one collection may follow at once), or still off when the program had switched it off."""
+    probe = ("import gc, runner\n{before}\nlog, on = [], [False]\n"
+             "gc.callbacks.append(lambda phase, info: on[0] and phase == 'start' and log.append(info))\n"
+             "on[0] = True\nfrom runner import run\non[0] = False\n"
+             "import sys\nprint(len(log), gc.isenabled(), 'runner.state' in sys.modules)")
+    for before, enabled in (("", "True"), ("gc.disable()", "False")):
+        out = subprocess.run([sys.executable, "-c", probe.format(before=before)], capture_output=True, text=True,
+                             check=True).stdout.split()
+        assert int(out[0]) <= (1 if enabled == "True" else 0) and out[1:] == [enabled, "True"]
+
+
 def test_a_scenario_run_loads_no_network_stack(tmp_path: Path) -> None:
     """The in-process provider's client has no network transport: no httpcore, h11, h2 or anyio."""
     loaded = _loaded_after(f"import sys\nsys.argv = ['runner', 'run', '--scenario', 'plan', '--runs-dir', "
@@ -49,6 +76,66 @@ def test_a_scenario_run_loads_no_network_stack(tmp_path: Path) -> None:
                            "try:\n    main()\nexcept SystemExit:\n    pass")
     assert {"httpx", "runner.loop", "runner.store"} <= loaded
     assert not {"httpcore", "h11", "h2", "anyio"} & loaded
+
+
+def test_a_scenario_run_builds_no_option_adapter_and_reads_no_package_metadata(tmp_path: Path) -> None:
+    """typer's per-option pydantic TypeAdapters are left unbuilt (the options given are text
+    or absent), and pydantic's plugin scan, which imports importlib.metadata, is skipped."""
+    loaded = _loaded_after(f"import sys\nsys.argv = ['runner', 'run', '--scenario', 'plan', '--runs-dir', "
+                           f"{str(tmp_path / 'runs')!r}, '--tool-errors', 'text']\n"
+                           "from runner.cli import main\ntry:\n    main()\nexcept SystemExit as exc:\n"
+                           "    assert exc.code == 0, exc.code")
+    assert {"runner.loop", "runner.trace", "pydantic.main"} <= loaded
+    assert not {"typer._adapters", "importlib.metadata"} & loaded
+
+
+def test_plugins_turned_on_load_through_the_real_loader() -> None:
+    """With `PYDANTIC_DISABLE_PLUGINS=` (empty) the stand-in is not installed; turned on after
+    it was, the real loader answers."""
+    code = ("import os, sys\nfrom runner.command import prepare_process\nprepare_process()\n"
+            "from pydantic import TypeAdapter\nTypeAdapter(int)\nbefore = 'importlib.metadata' in sys.modules\n"
+            "os.environ['PYDANTIC_DISABLE_PLUGINS'] = ''\nTypeAdapter(str)\n"
+            "print(before, 'importlib.metadata' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert off.stdout.split() == ["False", "True"]
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                        env={**env, "PYDANTIC_DISABLE_PLUGINS": ""})
+    assert on.stdout.split() == ["True", "True"]
+
+
+def test_option_values_coerce_as_typer_coerces_them(tmp_path: Path) -> None:
+    """Every option of every command, given nothing, its default, or text: `Coercion` gives
+    what typer's own coercion (a pydantic TypeAdapter) gives, or the same error."""
+    import typer.main
+
+    build_runtime_param = pytest.importorskip("typer._coercion").build_runtime_param  # typer's own, as it runs
+    from runner.cli import app
+    from runner.command import Coercion
+
+    group: Any = typer.main.get_command(app)
+    (tmp_path / "a-file").write_text("x")
+    checked = 0
+    for name, command in group.commands.items():
+        ctx = command.make_context(name, [], resilient_parsing=True)
+        for param in (p for p in command.get_params(ctx) if hasattr(p, "type_descriptor")):
+            many = param.multiple or param.nargs == -1
+            values = [None, param.default, str(tmp_path), str(tmp_path / "a-file"), "3", "-1", "0.5", "plan", "md",
+                      -1, 70_000, 0.0005, True]
+            for value in values:
+                value = (value,) if many and isinstance(value, str) else value
+                ours, theirs = _outcome(Coercion(param), param, ctx, value), _outcome(
+                    build_runtime_param(param.type_descriptor), param, ctx, value)
+                assert ours == theirs, (name, param.name, value)
+                checked += 1
+    assert checked > 400
+
+
+def _outcome(coercion: object, param: object, ctx: object, value: object) -> tuple[str, object]:
+    try:
+        return "value", coercion.coerce(value, param, ctx)  # type: ignore[attr-defined]
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
 
 
 def test_requests_log_reports_each_answered_call_from_an_index(provider_server: ScriptedServer) -> None:
@@ -200,3 +287,21 @@ def test_resume_keeps_the_latency_the_run_was_started_with(tmp_path: Path) -> No
     code, out = cli_json("resume", out["run_id"], "--max-turns", "5", "--latency-ms", "200", runs_dir=runs)
     state = FileStore(runs).load(out["run_id"])
     assert [t.provider_ms >= 200 for t in state.per_turn] == [False, True, True]
+
+
+def test_a_command_line_builds_only_the_command_it_names() -> None:
+    """typer builds the options of every command it holds: while `runner run ...` runs, the app
+    holds `run` alone; a group, an unknown name or no name leave every command in place."""
+    import typer.main
+
+    from runner.cli import app
+    from runner.command import building_only_the_command_in
+
+    every = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    assert {"run", "resume", "runs", "scripted", "config"} <= every
+    with building_only_the_command_in(app, ["run", "--scenario", "plan"]):
+        assert set(typer.main.get_command(app).commands) == {"run"}  # type: ignore[attr-defined]
+    for args in (["scripted", "serve"], ["rn"], ["--help"], []):
+        with building_only_the_command_in(app, args):
+            assert set(typer.main.get_command(app).commands) == every, args  # type: ignore[attr-defined]
+    assert set(typer.main.get_command(app).commands) == every  # type: ignore[attr-defined]
