@@ -364,6 +364,9 @@ class PostgresStore(RunStore):
     def claim(self, run_id: str, owner: str | None = None) -> Lease:
         owner = owner or default_owner()
         args = {"owner": owner, "lease_s": self.lease_s, "run_id": run_id, "token": uuid.uuid4().hex}
+        held = self._one("SELECT owner FROM runs WHERE run_id = %s AND lease_expires_at IS NOT NULL", (run_id,))
+        if held is not None and _dead_here(held[0]):  # expired or not: its last writes may still be on the way
+            self._await_pipeline_of(held[0])
 
         def work(conn: Any, attempt: int) -> tuple[Any, Any]:
             if attempt and (done := conn.execute(self._CLAIMED, (args["token"],)).fetchone()) is not None:
