@@ -411,17 +411,23 @@ class PostgresStore(RunStore):
                 return
             time.sleep(0.005)
 
+    _CLAIMABLE = ("(runnable OR status = 'running') AND parent_run_id IS NULL "
+                  "AND (lease_expires_at IS NULL OR lease_expires_at < now())")
+
     def claim_next(self, owner: str) -> Lease | None:
         """The oldest top-level run that is queued, or saved `running` with an expired lease
         (its driver died). Child runs are driven only through their parents."""
         token = uuid.uuid4().hex
+        held = self._one(f"SELECT owner FROM runs WHERE {self._CLAIMABLE} AND lease_expires_at IS NOT NULL "
+                         "ORDER BY created_at LIMIT 1", ())
+        if held is not None and _dead_here(held[0]):  # its lease lapsed, maybe just before it was killed
+            self._await_pipeline_of(held[0])
 
         def work(conn: Any, attempt: int) -> Any:
             if attempt and (done := conn.execute(self._CLAIMED, (token,)).fetchone()) is not None:
                 return done
             return conn.execute(
-                "WITH next AS (SELECT run_id FROM runs WHERE (runnable OR status = 'running') "
-                "AND parent_run_id IS NULL AND (lease_expires_at IS NULL OR lease_expires_at < now()) "
+                f"WITH next AS (SELECT run_id FROM runs WHERE {self._CLAIMABLE} "
                 "ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
                 f"UPDATE runs SET {self._CLAIM_SET} FROM next WHERE runs.run_id = next.run_id "
                 "RETURNING epoch, extract(epoch FROM leased_since), runs.run_id",
