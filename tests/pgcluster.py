@@ -1,5 +1,6 @@
 """A throwaway PostgreSQL cluster for tests and benchmarks: initdb into a temp folder, listen
-on a Unix socket only (listen_addresses=''), one fresh database per test, removed at the end.
+on a Unix socket only (listen_addresses='') unless a TCP port is asked for, one fresh database
+per test, removed at the end.
 
 PostgreSQL refuses to run as root, so as root the server programs run as the `postgres` user
 (`runuser -u postgres --`) in a folder that user owns. Binaries: $RUNNER_PG_BIN, else
@@ -42,8 +43,8 @@ class Cluster:
             C-locale machine's default cluster is made (encoding SQL_ASCII).
     """
 
-    def __init__(self, *, fsync: bool = False, encoding: str = "UTF8") -> None:
-        self.fsync, self.encoding = fsync, encoding
+    def __init__(self, *, fsync: bool = False, encoding: str = "UTF8", tcp_port: int | None = None) -> None:
+        self.fsync, self.encoding, self.tcp_port = fsync, encoding, tcp_port
         self.folder = Path(tempfile.mkdtemp(prefix="runner-pg-"))
         self.data = self.folder / "data"
         self._as_postgres = os.geteuid() == 0
@@ -62,18 +63,26 @@ class Cluster:
             os.chown(self.folder, user.pw_uid, user.pw_gid)
         encoding = ["--no-locale"] if self.encoding == "SQL_ASCII" else ["-E", self.encoding]
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync", *encoding)
+        if self.tcp_port is not None:  # reachable from any address, as a server on another machine is
+            with open(self.data / "pg_hba.conf", "a") as hba:
+                hba.write("host all all 0.0.0.0/0 trust\nhost all all ::/0 trust\n")
         self.server("start")
         return self
 
     def server(self, action: str, *args: str) -> None:
         """`pg_ctl ACTION` on this cluster (start, stop, restart; e.g. `server("restart", "-m", "fast")`)."""
-        options = f"-c listen_addresses='' -k {self.folder} -c fsync={'on' if self.fsync else 'off'} " \
+        listen = f"'*' -p {self.tcp_port}" if self.tcp_port is not None else "''"
+        options = f"-c listen_addresses={listen} -k {self.folder} -c fsync={'on' if self.fsync else 'off'} " \
                   "-c max_connections=200 -c shared_buffers=32MB"
         extra = ["-o", options, "-l", str(self.folder / "log")] if action in ("start", "restart") else []
         self._run("pg_ctl", "-D", str(self.data), *extra, "-w", action, *args)
 
-    def url(self, database: str = "postgres") -> str:
-        return f"postgresql:///{database}?host={self.folder}&user=postgres"
+    def url(self, database: str = "postgres", *, host: str | None = None) -> str:
+        """The database's URL over the Unix socket, or over TCP to `host` (a `tcp_port` cluster)."""
+        if host is not None:
+            return f"postgresql://postgres@{host}:{self.tcp_port}/{database}"
+        port = f"&port={self.tcp_port}" if self.tcp_port is not None else ""
+        return f"postgresql:///{database}?host={self.folder}&user=postgres{port}"
 
     def new_database(self) -> str:
         """A fresh, empty database; returns its URL."""

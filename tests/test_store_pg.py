@@ -8,6 +8,7 @@ takes 11 statements in 4 round trips with its trace in order."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -190,13 +191,11 @@ def _protocol_counts(trace: str) -> tuple[int, int]:
     return statements, round_trips
 
 
-def test_a_fresh_plan_run_takes_eleven_statements_in_four_round_trips_and_its_trace_keeps_its_order(
-        pg_url: str, provider: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """A new 3-turn run: create (no claim that misses first), run_started, 6 saves, the two
-    read-only tools' tool_start (each sent before its tool runs, no seq of its own), release.
-    The driver waits for the server 4 times: the create (it returns the lease), before the
-    model requests of turns 2 and 3 (each after saves), and the release (after the last two
-    saves). libpq's own protocol trace of every connection counts them."""
+def _counted_plan_run(url: str, provider: str, monkeypatch: pytest.MonkeyPatch,
+                      tmp_path: Path) -> tuple[list[tuple[int, int]], list[Any]]:
+    """A second fresh `plan` run on one store (the first prepares the statements on its
+    connections): (statements, round trips) per connection from libpq's own protocol trace of
+    every connection, and the run's trace rows."""
     import asyncio
 
     import psycopg
@@ -226,13 +225,13 @@ def test_a_fresh_plan_run_takes_eleven_statements_in_four_round_trips_and_its_tr
 
     monkeypatch.setattr(psycopg.Connection, "connect", traced)  # the pool's connections
     monkeypatch.setattr(psycopg, "connect", traced)  # the pipeline's
-    store = PostgresStore(pg_url, lease_s=600)  # no lease renewal while counting
+    store = PostgresStore(url, lease_s=600)  # no lease renewal while counting
     try:
         def plan_run() -> Any:
             state = new_run("Which log file mentions a timeout?", RunConfig(endpoint=Endpoint(model="scripted/plan")))
             return asyncio.run(drive(state, provider, store))
 
-        plan_run()  # the first run prepares the statements on its connections
+        plan_run()
         for conn in conns:
             if not conn.closed:
                 trace(conn)
@@ -241,14 +240,62 @@ def test_a_fresh_plan_run_takes_eleven_statements_in_four_round_trips_and_its_tr
             conn.pgconn.untrace()  # flushes libpq's buffer
             out.close()
         assert state.status == "completed"
-        counts = [_protocol_counts(Path(out.name).read_text()) for _, out in tracing]
-        assert sum(c[0] for c in counts) == 11, counts
-        assert sum(c[1] for c in counts) == 4, counts
-        rows = store.trace_rows(state.run_id)
+        return [_protocol_counts(Path(out.name).read_text()) for _, out in tracing], store.trace_rows(state.run_id)
     finally:
         store.close()
+
+
+def test_a_fresh_plan_run_takes_eleven_statements_in_four_round_trips_and_its_trace_keeps_its_order(
+        pg_url: str, provider: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A new 3-turn run: create (no claim that misses first), run_started, 6 saves, the two
+    read-only tools' tool_start (each sent before its tool runs, no seq of its own), release.
+    The driver waits for the server 4 times: the create (it returns the lease), before the
+    model requests of turns 2 and 3 (each after saves), and the release (after the last two
+    saves)."""
+    counts, rows = _counted_plan_run(pg_url, provider, monkeypatch, tmp_path)
+    assert sum(c[0] for c in counts) == 11, counts
+    assert sum(c[1] for c in counts) == 4, counts
     types = [event["type"] for _, _, _, event in rows]
     assert types == ["run_started", "turn", "tool_start", "tool_result", "turn", "tool_start", "tool_result", "turn",
                      "run_stopped"], types
     seqs = {event["type"]: seq for seq, _, _, event in rows}
     assert seqs["run_started"] is None and seqs["tool_start"] is None and seqs["run_stopped"] == 7
+
+
+def _address_of_this_machine() -> str | None:
+    """An address of this machine that is not a loopback one (the route out), if it has one."""
+    import ipaddress
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.254", 9))  # nothing is sent: this only picks the route
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if ipaddress.ip_address(address).is_loopback or address == "0.0.0.0" else address
+
+
+def test_over_a_network_address_each_commit_is_read_when_sent(
+        provider: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """To a server reached over the network, a commit still in this machine's send queue is
+    lost if the driver is killed with replies unread (the kernel resets the connection), so
+    each commit's result is read as soon as it is sent: the same 11 statements, in more round
+    trips. The server listens on TCP and is reached at this machine's own non-loopback
+    address, as a server on another machine would be."""
+    from tests.pgcluster import Cluster, available
+
+    missing = available()
+    if missing:
+        pytest.skip(missing)
+    address = _address_of_this_machine()
+    if address is None:
+        pytest.skip("this machine has no address but loopback")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    with Cluster(tcp_port=port) as cluster:
+        name = cluster.new_database().split("///")[1].split("?")[0]
+        counts, rows = _counted_plan_run(cluster.url(name, host=address), provider, monkeypatch, tmp_path)
+    assert sum(c[0] for c in counts) == 11, counts
+    assert sum(c[1] for c in counts) == 8, counts  # the create, each of the 6 saves, the release
+    assert [event["type"] for _, _, _, event in rows][-1] == "run_stopped"

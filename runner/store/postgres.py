@@ -876,11 +876,14 @@ class _Pipeline:
     """The driving path's writes, on a connection of their own in libpq's pipeline mode.
 
     Each statement is sent at once with a sync of its own (so it is its own implicit
-    transaction) and is in the operating system when `send` returns: a kill of this process
-    then does not lose it (the server reads what the socket holds before it sees the close).
-    Its result is read later, by `drain`: before an effect (`PostgresStore.sync`), before any
-    read through the pool, or when 64 are in flight. A run of writes with no effect between
-    them thus waits for the server once. If the connection breaks, every statement in flight
+    transaction). To a server on this machine (a Unix socket or a loopback address) it is then
+    in the server's socket when `send` returns: a kill of this process does not lose it (the
+    server reads what the socket holds before it sees the close), and its result is read
+    later, by `drain`: before an effect (`PostgresStore.sync`), before any read through the
+    pool, or when 64 are in flight. A run of writes with no effect between them thus waits for
+    the server once. Over a network a commit may still sit in this machine's send queue, which
+    a kill with replies unread drops (the kernel resets the connection): there each commit's
+    result is read as soon as it is sent. If the connection breaks, every statement in flight
     is done again through the pool, in order (`_Statement.redo`; a write's token keeps it
     from being made twice).
     """
@@ -891,6 +894,8 @@ class _Pipeline:
         self._prepared: set[str] = set()
         self._in_flight: list[_Statement] = []
         self._lock = threading.RLock()
+        self._local = True
+        """The server is on this machine: a commit sent is in its socket (see the class)."""
 
     def send(self, statement: _Statement) -> None:
         from psycopg import OperationalError
@@ -913,7 +918,7 @@ class _Pipeline:
                     self._in_flight.append(statement)
                 self._broken()
                 return
-            if len(self._in_flight) >= 64:
+            if len(self._in_flight) >= 64 or (statement.commit and not self._local):
                 self.drain()
 
     def commits_in_flight(self) -> bool:
@@ -947,6 +952,7 @@ class _Pipeline:
     def _pgconn(self) -> Any:
         if self._conn is None:
             self._conn = self._connect()
+            self._local = _on_this_machine(self._conn)
             self._conn.pgconn.nonblocking = 0
             self._conn.pgconn.enter_pipeline_mode()
         return self._conn.pgconn
@@ -1086,6 +1092,18 @@ def _rmdir_if_empty(folder: Path) -> None:
         folder.rmdir()
     except OSError:
         pass
+
+
+def _on_this_machine(conn: Any) -> bool:
+    """Whether the connection's server is on this machine: a Unix socket (no address) or a
+    loopback address. Unknown: no."""
+    import ipaddress
+
+    try:
+        hostaddr = conn.info.hostaddr
+        return not hostaddr or ipaddress.ip_address(hostaddr.split("%")[0]).is_loopback
+    except Exception:  # an old libpq cannot say; an address that is not one
+        return False
 
 
 def _pipeline_name(pid: int) -> str:
