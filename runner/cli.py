@@ -219,7 +219,7 @@ def list_runs(request: RunsRequest, runs_dir: RunsDir = None, store_url: StoreOp
               as_json: JsonOut = False) -> int:
     """List runs, newest first, with status, turns and cost. A run saved as running whose
     driver is gone shows as `died` (resume it with `runner resume RUN_ID`)."""
-    runs = store.open_store(store_url, runs=runs_dir)
+    runs = store.open_for_reading(store_url, runs=runs_dir)
     status, dry_run = request.status, request.dry_run
     if request.prune:
         render.pruned(*store.prune(runs, status, dry_run, request.limit, request.offset), dry_run, runs.url, as_json)
@@ -233,7 +233,7 @@ def list_runs(request: RunsRequest, runs_dir: RunsDir = None, store_url: StoreOp
 @_command()
 def trace(run_id: RunId, runs_dir: RunsDir = None, store_url: StoreOpt = None, as_json: JsonOut = False) -> int:
     """Print a run's trace: every event, then why it stopped and what it cost."""
-    runs = store.open_store(store_url, runs=runs_dir)
+    runs = store.open_for_reading(store_url, runs=runs_dir)
     events = runs.read_trace(run_id)
     render.trace(events, None if as_json else runs.info(run_id), getattr(runs, "problems", []), as_json)
     return 0
@@ -264,7 +264,7 @@ def export(
         raise UsageError("give --otlp-endpoint URL (or set OTEL_EXPORTER_OTLP_ENDPOINT)")
     from runner import otel  # MissingExtra, a usage error, when OpenTelemetry is not installed
 
-    report = otel.export(store.open_store(store_url, runs=runs_dir), run_ids, otlp_endpoint)
+    report = otel.export(store.open_for_reading(store_url, runs=runs_dir), run_ids, otlp_endpoint)
     render.exported(report, as_json)
     return 0
 
@@ -286,7 +286,7 @@ def show(run_id: RunId,
          runs_dir: RunsDir = None, store_url: StoreOpt = None) -> int:
     """The transcript as a person reads it: the prompt, each turn's text and tool calls, the
     results, approvals and verdicts, the answer, why it stopped and how to continue."""
-    runs = store.open_store(store_url, runs=runs_dir)
+    runs = store.open_for_reading(store_url, runs=runs_dir)
     info = runs.info(run_id)  # the status `runner runs` shows; a damaged run: its last good state
     typer.echo(render.transcript(info.state, runs.read_trace(run_id), fmt, render.terminal_width(), full, info), nl=False)
     return 0

@@ -62,7 +62,8 @@ class Coercion:
     """One parameter's coercion (typer's `RuntimeParam` protocol): absent values, and values
     already of the parameter's type and within its bounds, pass as typer's adapter would pass
     them; a path given as text becomes a `Path` before typer's own path checks; anything else
-    goes to typer's coercion, built on first need."""
+    goes to typer's coercion, built on first need. A path's `~` is expanded (the shell leaves
+    it in `--opt=~/x`), and an empty path is refused."""
 
     def __init__(self, param: Any) -> None:
         self.descriptor = param.type_descriptor
@@ -81,7 +82,10 @@ class Coercion:
         if not many and kind is Path and type(value) is str:
             from typer._param_types import coerce_cli_path
 
-            return coerce_cli_path(Path(value), self.info, path_type=Path, param=param, ctx=ctx)
+            if not value.strip():  # an unset shell variable: not the current folder
+                raise typer.BadParameter("an empty path names no file or folder", ctx=ctx, param=param)
+            path = Path(value).expanduser()  # `--opt=~/x` reaches here unexpanded by the shell
+            return coerce_cli_path(path, self.info, path_type=Path, param=param, ctx=ctx)
         if self._typer is None:
             from typer._coercion import build_runtime_param
 

@@ -265,3 +265,42 @@ def test_notices_wider_than_the_terminal_wrap_and_short_lines_keep_their_spacing
     lines = render.wrap(long).splitlines()
     assert len(lines) > 1 and all(len(x) <= 50 or " " not in x.strip() for x in lines)
     assert all(x.startswith("  ") for x in lines[1:]) and " ".join(x.strip() for x in lines) == long
+
+
+def test_a_tilde_in_a_path_option_or_the_runs_variable_is_the_home_folder(tmp_path: Path) -> None:
+    """`--runs-dir=~/x` reaches runner unexpanded (the shell expands `~` only at a word's start),
+    as does `RUNNER_RUNS_DIR='~/x'`: both mean the home folder, never a folder named `~`."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    made = cli("run", "--scenario", "plan", "--runs-dir=~/by-option", runs_dir=None, env={"HOME": str(home)}, cwd=work)
+    assert made.returncode == 0, made.stderr
+    assert f"created runs directory {home / 'by-option'}" in made.stdout + made.stderr
+    from_env = cli("run", "--scenario", "plan", runs_dir=None, env={"HOME": str(home), "RUNNER_RUNS_DIR": "~/by-env"},
+                   cwd=work)
+    assert from_env.returncode == 0, from_env.stderr
+    listed = cli("runs", "--runs-dir", "~/by-env", runs_dir=None, env={"HOME": str(home)}, cwd=work)
+    assert listed.returncode == 0 and "completed" in listed.stdout
+    assert sorted(p.name for p in home.iterdir() if not p.name.startswith(".")) == ["by-env", "by-option"]
+    assert list(work.iterdir()) == []
+
+
+def test_an_empty_path_is_refused_not_taken_for_the_current_folder(tmp_path: Path) -> None:
+    for args in (("--runs-dir", ""), ("--prompt-file", "")):
+        out = cli("run", "--scenario", "plan", *args, runs_dir=None, cwd=tmp_path)
+        assert out.returncode == 2 and "an empty path names no file or folder" in out.stderr, out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_durability_setting_does_not_keep_anyone_from_reading_their_runs(runs: Path) -> None:
+    """$RUNNER_DURABILITY says how commits are flushed: the commands that only read runs do
+    not consult it; the ones that commit still refuse a bad value."""
+    assert cli("run", "--scenario", "plan", runs_dir=runs).returncode == 0
+    (run_id,) = [p.name for p in runs.iterdir() if not p.name.startswith(".")]
+    bad = {"RUNNER_DURABILITY": "bogus"}
+    for args, shows in ((("runs",), run_id), (("show", run_id), run_id), (("trace", run_id), "stopped: completed"),
+                        (("runs", "--totals"), "all runs")):
+        out = cli(*args, runs_dir=runs, env=bad)
+        assert out.returncode == 0 and shows in out.stdout, (args, out.stdout, out.stderr)
+    refused = cli("run", "--scenario", "plan", runs_dir=runs, env=bad)
+    assert refused.returncode == 2 and "must be one of process, power" in one_error(refused.stderr)

@@ -43,7 +43,7 @@ __all__ = [
     "DEFAULT_DURABILITY", "DURABILITIES", "CorruptState", "DamagedRun", "DiskFull", "Durability", "FileStore",
     "Lease", "LeaseLost", "RepairReport", "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore", "ShownStatus",
     "StaleState", "StoreAt", "StoreError", "crash_point", "default_owner", "durability_of", "list_runs", "load",
-    "make_runs_dir", "open_store", "prune", "run_dir", "runs_dir", "save", "select", "trace_path", "workspace_path",
+    "make_runs_dir", "open_for_reading", "open_store", "prune", "run_dir", "runs_dir", "save", "select", "trace_path", "workspace_path",
 ]
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -51,12 +51,19 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 def runs_dir(value: str | Path | None = None) -> Path:
-    """The runs directory: the argument, else $RUNNER_RUNS_DIR, else ./runs."""
-    return Path(value or os.environ.get("RUNNER_RUNS_DIR") or DEFAULT_RUNS_DIR)
+    """The runs directory: the argument, else $RUNNER_RUNS_DIR, else ./runs (`~` expanded)."""
+    return Path(value or os.environ.get("RUNNER_RUNS_DIR") or DEFAULT_RUNS_DIR).expanduser()
 
 
 def is_postgres(value: str | Path | None) -> bool:
     return isinstance(value, str) and value.startswith(POSTGRES_SCHEMES)
+
+
+def open_for_reading(value: str | Path | None = None, *, runs: str | Path | None = None) -> RunStore:
+    """`open_store` for a command that only reads runs (or deletes them): $RUNNER_DURABILITY,
+    which only says how commits are flushed, is not consulted, so a bad value of it does not
+    keep anyone from looking at their runs."""
+    return open_store(value, runs=runs, durability=DEFAULT_DURABILITY)
 
 
 def open_store(value: str | Path | None = None, *, runs: str | Path | None = None,
@@ -86,7 +93,7 @@ def open_store(value: str | Path | None = None, *, runs: str | Path | None = Non
         lease_s = lease_s or float(os.environ.get("RUNNER_LEASE_S") or 0) or None
         pg: RunStore = PostgresStore(str(chosen), lease_s=lease_s or DEFAULT_LEASE_S, durability=level)
         return pg
-    root = Path(chosen) if chosen else runs_dir(runs)
+    root = Path(chosen).expanduser() if chosen else runs_dir(runs)
     if root.exists() and not root.is_dir():
         raise UsageError(f"the runs directory {root} is a file, not a directory")
     return FileStore(root, durability=level)
