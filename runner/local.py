@@ -202,6 +202,8 @@ def serve_settings(req: ServeRequest) -> tuple[str, Path, LocalSettings]:
     """
     from runner import models
 
+    if req.model and req.model.endswith(".gguf") and not Path(req.model).expanduser().is_file():
+        raise UsageError(f"--model {req.model}: no such file")
     name, path = models.resolve_choice(models.manifest_name(req.model) if req.model else None)
     entry = models.entry_for(name, path)
     given = {"chat_format": entry.chat_format if entry else None, "n_threads": req.threads, "n_batch": req.n_batch}

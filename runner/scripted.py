@@ -425,7 +425,11 @@ def _listen(host: str, port: int) -> Any:
     # Accepted sockets inherit this: without it, Nagle + delayed ACK add ~40 ms per reply.
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.listen(256)
     return sock
 

@@ -304,3 +304,16 @@ def test_a_bad_durability_setting_does_not_keep_anyone_from_reading_their_runs(r
         assert out.returncode == 0 and shows in out.stdout, (args, out.stdout, out.stderr)
     refused = cli("run", "--scenario", "plan", runs_dir=runs, env=bad)
     assert refused.returncode == 2 and "must be one of process, power" in one_error(refused.stderr)
+
+
+def test_serving_on_a_busy_port_or_a_missing_gguf_is_one_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = cli("scripted", "serve", "--port", str(port), runs_dir=None)
+    assert busy.returncode == 2 and one_error(busy.stderr) == f"error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    missing = cli("serve", "--model", str(tmp_path / "nothing.gguf"), runs_dir=None)
+    assert missing.returncode == 2 and one_error(missing.stderr) == f"error: --model {tmp_path / 'nothing.gguf'}: no such file"
