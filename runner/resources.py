@@ -73,8 +73,8 @@ def run_experiments(req: ExperimentsRequest, runs_dir: Path | None = None) -> in
     in this process; returns its exit code.
 
     Raises:
-        UsageError: no checkout holds the script (runner is installed as a wheel), or an
-            experiment named is not one of the script's.
+        UsageError: no checkout holds the script (runner is installed as a wheel), an
+            experiment named is not one of the script's, or a folder given is a file.
     """
     import runpy
 
@@ -87,6 +87,9 @@ def run_experiments(req: ExperimentsRequest, runs_dir: Path | None = None) -> in
     known = list(script_globals["EXPERIMENTS"])
     if unknown := [n for n in req.names or [] if n not in known]:
         raise UsageError(f"unknown experiment(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    for flag, folder in (("--out", req.out), ("--runs-dir", runs_dir)):
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise UsageError(f"{flag} {folder} is a file, not a folder")
     return main([*(req.names or []), *(["--skip-local"] if req.skip_local else []),
                  *(["--list"] if req.list_names else []), *(["--out", str(req.out)] if req.out else []),
                  *(["--runs-dir", str(runs_dir)] if runs_dir else [])])

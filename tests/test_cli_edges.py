@@ -188,6 +188,7 @@ def test_errors_are_wrapped_to_the_terminal_and_usage_errors_say_what_is_wrong(r
         (("run", ""), "error: the PROMPT is empty"),
         (("runs", "--status", "nosuch"), "--status must be one of running,"),
         (("experiments", "nosuch"), "error: unknown experiment(s) nosuch; known: turn_cap,"),
+        (("experiments", "approval", "--out", str(tmp_path / "a-file")), f"--out {tmp_path / 'a-file'} is a file, not"),
         (("runs", "--runs-dir", str(tmp_path / "a-file")), f"the runs directory {tmp_path / 'a-file'} is a file"),
         (("run", "--scenario", "plan", "--store", "bogus://x"), "the store bogus://x has a URL scheme runner does not "
                                                                  "know; give a postgresql:// or postgres:// URL"),
