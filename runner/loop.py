@@ -168,6 +168,7 @@ def _untraced() -> Tracer:
 
     return Tracer(None)
 
+
 async def run(state: RunState, rt: Runtime) -> RunState:
     """Drive `state` until it stops; returns the same (mutated) state.
 
