@@ -252,7 +252,8 @@ def give_verdict(store: RunStore, lease: Lease, state: RunState, call_id: str, v
 @dataclass(frozen=True)
 class Reopening:
     """What a resume asks for before the run continues: a verdict on its pending call, new
-    limits, the scripted provider's latency, or `force` (continue from an older copy)."""
+    limits, the scripted provider's latency, another base URL, or `force` (continue from an
+    older copy)."""
 
     approve: str | None = None
     """A pending call id to approve."""
@@ -265,11 +266,14 @@ class Reopening:
     """A new turn cap (0: no cap); None keeps the recorded one."""
     max_budget_usd: float | None = None
     latency_ms: float | None = None
+    base_url: str | None = None
+    """Another endpoint for a run started against one (its provider came back elsewhere)."""
     force: bool = False
 
     @property
     def changes_limits(self) -> bool:
-        return self.max_turns is not None or self.max_budget_usd is not None or self.latency_ms is not None
+        return (self.max_turns is not None or self.max_budget_usd is not None or self.latency_ms is not None
+                or self.base_url is not None)
 
 
 def reopen(store: RunStore, run_id: str, asked: Reopening,
@@ -316,8 +320,8 @@ def reopen(store: RunStore, run_id: str, asked: Reopening,
 
 
 def _apply_limits(state: RunState, asked: Reopening) -> None:
-    """Raise the run's limits as asked; a resume that would stop again at once on the limit
-    that stopped it is a usage error."""
+    """Raise the run's limits and change its endpoint as asked; a resume that would stop again
+    at once on the limit that stopped it is a usage error."""
     limits = state.config.limits
     if asked.max_turns is not None:
         limits.max_turns = asked.max_turns or None
@@ -325,6 +329,13 @@ def _apply_limits(state: RunState, asked: Reopening) -> None:
         limits.max_budget_usd = asked.max_budget_usd
     if asked.latency_ms is not None and state.config.endpoint.kind == "scripted":
         state.config.endpoint = state.config.endpoint.model_copy(update={"latency_ms": asked.latency_ms})
+    if asked.base_url is not None:
+        if state.config.endpoint.kind != "url":
+            raise UsageError(f"run {state.run_id} was not started against a base URL (runner serves its "
+                             f"{state.config.endpoint.kind} model itself): --base-url has nothing to replace")
+        if not asked.base_url.startswith(("http://", "https://")):
+            raise UsageError(f"--base-url {asked.base_url!r} is not an http:// or https:// URL")
+        state.config.endpoint = state.config.endpoint.model_copy(update={"base_url": asked.base_url})
     if state.status == "max_turns_exceeded" and limits.max_turns is not None and state.turns >= limits.max_turns:
         raise UsageError(f"run {state.run_id} stopped at its turn cap after {state.turns} turns; "
                          f"give --max-turns larger than {state.turns}")

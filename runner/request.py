@@ -158,6 +158,10 @@ class ResumeRequest:
     max_turns: int | None = _max_turns()
     max_budget_usd: float | None = _max_budget()
     latency_ms: float | None = _latency_ms(None, " (default: as the run recorded)")
+    base_url: str | None = option(
+        None, "Continue against this endpoint instead of the one the run recorded (a provider that came back "
+              "elsewhere, e.g. on another port); only for a run started with a base URL.", "--base-url",
+        metavar="URL")
     force: bool = option(
         False, "Continue from the saved state even if it is an older copy than the run's history (recorded in "
                "the trace).", "--force")

@@ -318,3 +318,28 @@ def test_serving_on_a_busy_port_or_a_missing_gguf_is_one_line(tmp_path: Path) ->
     assert busy.returncode == 2 and one_error(busy.stderr) == f"error: cannot listen on 127.0.0.1:{port}: Address already in use"
     missing = cli("serve", "--model", str(tmp_path / "nothing.gguf"), runs_dir=None)
     assert missing.returncode == 2 and one_error(missing.stderr) == f"error: --model {tmp_path / 'nothing.gguf'}: no such file"
+
+
+def test_a_run_resumes_against_its_provider_come_back_on_another_port(runs: Path) -> None:
+    """A run started against one scripted server stops (turn cap); that server goes away and
+    another serves on a new port: `resume --base-url` continues there, asking it only for the
+    turns the run still needs, and the run keeps the new URL. A run runner serves itself has
+    no base URL to replace."""
+    with ScriptedServer(ScriptedSettings()) as first:
+        code, out = cli_json("run", "--scenario", "plan", "--base-url", first.base_url, "--max-turns", "1",
+                             runs_dir=runs)
+        assert code == 3 and out["status"] == "max_turns_exceeded", out
+        run_id = out["run_id"]
+    bad = cli("resume", run_id, "--max-turns", "5", "--base-url", "localhost:9/v1", runs_dir=runs)
+    assert bad.returncode == 2 and "is not an http:// or https:// URL" in one_error(bad.stderr)
+    with ScriptedServer(ScriptedSettings()) as second:
+        assert second.base_url != first.base_url
+        code, out = cli_json("resume", run_id, "--max-turns", "5", "--base-url", second.base_url, runs_dir=runs)
+        assert code == 0 and out["status"] == "completed" and out["turns"] == 3, out
+        assert second.requests == [("plan", 2), ("plan", 3)]
+    assert store.load(runs, run_id).config.endpoint.base_url == second.base_url
+    events = [json.loads(line) for line in cli("trace", run_id, "--json", runs_dir=runs).stdout.splitlines()]
+    assert [e["endpoint"] for e in events if e["type"] == "run_resumed"] == [second.base_url]
+    code, own = cli_json("run", "--scenario", "plan", "--max-turns", "1", runs_dir=runs)
+    refused = cli("resume", own["run_id"], "--max-turns", "5", "--base-url", second.base_url, runs_dir=runs)
+    assert refused.returncode == 2 and "--base-url has nothing to replace" in one_error(refused.stderr)
