@@ -22,7 +22,7 @@ import pytest
 from runner.scripted import ScriptedServer
 from runner.store import StoreError
 from runner.store.postgres import PostgresStore
-from tests.conftest import cli, cli_json, cli_process, scripted_run
+from tests.conftest import cli, cli_json, cli_process, one_error, scripted_run
 from tests.test_store_conformance import _turn, _turns
 
 WORKER_LEASE_S = 10.0
@@ -299,3 +299,12 @@ def test_over_a_network_address_each_commit_is_read_when_sent(
     assert sum(c[0] for c in counts) == 11, counts
     assert sum(c[1] for c in counts) == 8, counts  # the create, each of the 6 saves, the release
     assert [event["type"] for _, _, _, event in rows][-1] == "run_stopped"
+
+
+def test_a_lease_length_in_the_environment_that_is_no_number_is_one_clear_line(pg_url: str) -> None:
+    for bad in ("abc", "-1", "0", "nan"):
+        proc = cli("runs", "--store", pg_url, runs_dir=None, env={"RUNNER_LEASE_S": bad})
+        assert proc.returncode == 2, proc.stderr
+        assert one_error(proc.stderr) == (f"error: $RUNNER_LEASE_S must be a lease length in seconds, at least 0.1; "
+                                          f"got {bad!r}")
+    assert cli("runs", "--store", pg_url, runs_dir=None, env={"RUNNER_LEASE_S": "2.5"}).returncode == 0

@@ -59,6 +59,24 @@ def is_postgres(value: str | Path | None) -> bool:
     return isinstance(value, str) and value.startswith(POSTGRES_SCHEMES)
 
 
+def _lease_s_from_environment() -> float | None:
+    """$RUNNER_LEASE_S as seconds, None when unset.
+
+    Raises:
+        UsageError: not a number of at least 0.1 seconds.
+    """
+    text = os.environ.get("RUNNER_LEASE_S") or None
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0.1:  # NaN too
+        raise UsageError(f"$RUNNER_LEASE_S must be a lease length in seconds, at least 0.1; got {text!r}")
+    return value
+
+
 def open_for_reading(value: str | Path | None = None, *, runs: str | Path | None = None) -> RunStore:
     """`open_store` for a command that only reads runs (or deletes them): $RUNNER_DURABILITY,
     which only says how commits are flushed, is not consulted, so a bad value of it does not
@@ -79,8 +97,8 @@ def open_store(value: str | Path | None = None, *, runs: str | Path | None = Non
 
     Raises:
         StoreError: the database cannot be reached or migrated.
-        UsageError: an unknown durability, a URL of a scheme runner does not know, or a runs
-            directory that is a file.
+        UsageError: an unknown durability, a URL of a scheme runner does not know, a runs
+            directory that is a file, or a $RUNNER_LEASE_S that is no lease length.
     """
     chosen = value or os.environ.get("RUNNER_STORE") or None
     level = durability_of(durability or os.environ.get("RUNNER_DURABILITY"))
@@ -90,7 +108,7 @@ def open_store(value: str | Path | None = None, *, runs: str | Path | None = Non
     if is_postgres(str(chosen) if chosen else None):
         from runner.store.postgres import DEFAULT_LEASE_S, PostgresStore
 
-        lease_s = lease_s or float(os.environ.get("RUNNER_LEASE_S") or 0) or None
+        lease_s = lease_s or _lease_s_from_environment()
         pg: RunStore = PostgresStore(str(chosen), lease_s=lease_s or DEFAULT_LEASE_S, durability=level)
         return pg
     root = Path(chosen).expanduser() if chosen else runs_dir(runs)
