@@ -285,6 +285,9 @@ def test_token_csrf_and_host_checks(tmp_path: Path) -> None:
                                headers={"Sec-Fetch-Site": "cross-site"})
             assert site.status_code == 403
             assert client.get(f"/runs/{run_id}/verdict").status_code == 405  # state changes only by POST
+            wrong = client.post(f"/runs/{run_id}/verdict", data={**form, "call_id": "c99", "csrf": csrf.group(1)},
+                                headers={"Origin": url.rstrip("/")})
+            assert wrong.status_code == 400 and f"waits for a verdict on call {call_id} (delete_file)" in wrong.text
             state = json.loads(cli("runs", "--json", runs_dir=runs).stdout)[0]
             assert state["status"] == "interrupted"  # nothing above gave a verdict
             given = client.post(f"/runs/{run_id}/verdict", data={**form, "verdict": "reject", "reason": "keep it",
