@@ -361,12 +361,11 @@ def give_web_verdict(store: RunStore, run_id: str, call_id: str, choice: str, re
     try:
         state = store.load(run_id)
         it = state.interruption
-        waiting = state.status == "interrupted" and it is not None and it.type == "approval"
-        if waiting and it is not None and it.type == "approval" and it.call_id != call_id:
+        if state.status != "interrupted" or it is None or it.type != "approval":
+            raise NotPending(f"run {run_id} does not wait for a verdict on call {call_id!r} (it is {state.status})")
+        if it.call_id != call_id:
             raise NotPending(f"run {run_id} waits for a verdict on call {it.call_id} ({it.tool_name}), "
                              f"not on {call_id!r}")
-        if not waiting:
-            raise NotPending(f"run {run_id} does not wait for a verdict on call {call_id!r} (it is {state.status})")
         give_verdict(store, lease, state, call_id, choice, reason)
     except BaseException:
         store.release(lease)
