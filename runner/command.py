@@ -84,7 +84,11 @@ class Coercion:
 
             if not value.strip():  # an unset shell variable: not the current folder
                 raise typer.BadParameter("an empty path names no file or folder", ctx=ctx, param=param)
-            path = Path(value).expanduser()  # `--opt=~/x` reaches here unexpanded by the shell
+            try:
+                path = Path(value).expanduser()  # `--opt=~/x` reaches here unexpanded by the shell
+            except RuntimeError:  # ~name of no user, or no home folder
+                raise typer.BadParameter(f"cannot tell whose home folder {value.split('/')[0]} is",
+                                         ctx=ctx, param=param) from None
             return coerce_cli_path(path, self.info, path_type=Path, param=param, ctx=ctx)
         if self._typer is None:
             from typer._coercion import build_runtime_param

@@ -21,9 +21,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from runner.errors import UsageError
 from runner.state import Endpoint
 
-__all__ = ["Endpoint", "Opened", "local_endpoint", "open_endpoint"]
+__all__ = ["Endpoint", "Opened", "checked_base_url", "local_endpoint", "open_endpoint"]
+
+
+def checked_base_url(url: str) -> str:
+    """`url` when it can name an endpoint runner reaches: http or https, a host, a port that
+    exists. Checked before a run records it, so a typo never becomes part of a run.
+
+    Raises:
+        UsageError: anything else, in one line naming --base-url.
+    """
+    from urllib.parse import urlsplit
+
+    problem = None
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 (raises ValueError for a port that is no number or out of range)
+    except ValueError as exc:
+        problem = str(exc)
+    else:
+        if parts.scheme not in ("http", "https"):
+            problem = "it must start with http:// or https://"
+        elif not parts.hostname:
+            problem = "it names no host"
+    if problem is not None:
+        raise UsageError(f"--base-url {url!r} is not a URL runner can reach: {problem}")
+    return url.strip()
+
 
 @dataclass(frozen=True)
 class Opened:

@@ -333,9 +333,9 @@ def _apply_limits(state: RunState, asked: Reopening) -> None:
         if state.config.endpoint.kind != "url":
             raise UsageError(f"run {state.run_id} was not started against a base URL (runner serves its "
                              f"{state.config.endpoint.kind} model itself): --base-url has nothing to replace")
-        if not asked.base_url.startswith(("http://", "https://")):
-            raise UsageError(f"--base-url {asked.base_url!r} is not an http:// or https:// URL")
-        state.config.endpoint = state.config.endpoint.model_copy(update={"base_url": asked.base_url})
+        from runner.endpoints import checked_base_url
+
+        state.config.endpoint = state.config.endpoint.model_copy(update={"base_url": checked_base_url(asked.base_url)})
     if state.status == "max_turns_exceeded" and limits.max_turns is not None and state.turns >= limits.max_turns:
         raise UsageError(f"run {state.run_id} stopped at its turn cap after {state.turns} turns; "
                          f"give --max-turns larger than {state.turns}")

@@ -493,7 +493,9 @@ def next_steps(state: RunState) -> list[str]:
     if state.status == "budget_exceeded":
         return [f"resume with: runner resume {rid} --max-budget USD   (more than ${state.cost_usd:.6f})"]
     if state.status in ("interrupted", "running"):
-        return [f"resume with: runner resume {rid}"]
+        moved = it is not None and it.type == "provider_unavailable" and state.config.endpoint.kind == "url"
+        return [f"resume with: runner resume {rid}"] + (
+            [f"if the provider moved: runner resume {rid} --base-url URL"] if moved else [])
     return []
 
 

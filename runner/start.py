@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from runner import catalog, store
 from runner.config import Key, Settings
+from runner.endpoints import checked_base_url
 from runner.errors import EXIT_CODES, UnknownScenario, UsageError
 from runner.harness import Reopening, reopen
 from runner.interactive import Feedback, StopSignals, drive_in_foreground
@@ -144,7 +145,7 @@ def _endpoint_choice(req: RunRequest, settings: Settings) -> tuple[str | None, s
         url = settings.get("base_url")
         model = settings.get("model")
     else:
-        url = req.base_url or os.environ.get("RUNNER_BASE_URL") or None
+        url = req.base_url if req.base_url is not None else os.environ.get("RUNNER_BASE_URL") or None
         model = req.model
     local = local_choice(model) if req.scenario is None and url is None and model else None
     if req.scenario is None and url is None and local is None:
@@ -163,9 +164,7 @@ def _endpoint_choice(req: RunRequest, settings: Settings) -> tuple[str | None, s
     if (url is not None or local is not None) and (req.fault or req.latency_ms):
         raise UsageError("--fault and --latency-ms configure the scripted provider runner starts; with --base-url, "
                          "start that provider with `runner scripted serve --fault ...`")
-    if url is not None and not url.startswith(("http://", "https://")):
-        raise UsageError(f"--base-url must start with http:// or https://, got {url!r}")
-    return url, model, local
+    return None if url is None else checked_base_url(url), model, local
 
 
 def _config(req: RunRequest, settings: Settings, endpoint: Endpoint, scenario: str,

@@ -284,6 +284,12 @@ def test_a_tilde_in_a_path_option_or_the_runs_variable_is_the_home_folder(tmp_pa
     assert listed.returncode == 0 and "completed" in listed.stdout
     assert sorted(p.name for p in home.iterdir() if not p.name.startswith(".")) == ["by-env", "by-option"]
     assert list(work.iterdir()) == []
+    for args, env in ((("runs", "--runs-dir", "~nosuchuser/x"), {}), (("runs",), {"RUNNER_RUNS_DIR": "~nosuchuser"}),
+                      (("run", "--scenario", "plan", "--prompt-file", "~nosuchuser/f"), {})):
+        nobody = cli(*args, runs_dir=None, env=env, cwd=work)
+        assert nobody.returncode == 2 and "cannot tell whose home folder ~nosuchuser is" in nobody.stderr, nobody.stderr
+    nobody = cli("runs", "--store", "~nosuchuser/x", runs_dir=None, cwd=work)
+    assert nobody.returncode == 2 and "cannot tell whose home folder ~nosuchuser is" in one_error(nobody.stderr)
 
 
 def test_an_empty_path_is_refused_not_taken_for_the_current_folder(tmp_path: Path) -> None:
@@ -327,19 +333,30 @@ def test_a_run_resumes_against_its_provider_come_back_on_another_port(runs: Path
     no base URL to replace."""
     with ScriptedServer(ScriptedSettings()) as first:
         code, out = cli_json("run", "--scenario", "plan", "--base-url", first.base_url, "--max-turns", "1",
-                             runs_dir=runs)
+                             "--max-retries", "0", runs_dir=runs)
         assert code == 3 and out["status"] == "max_turns_exceeded", out
         run_id = out["run_id"]
-    bad = cli("resume", run_id, "--max-turns", "5", "--base-url", "localhost:9/v1", runs_dir=runs)
-    assert bad.returncode == 2 and "is not an http:// or https:// URL" in one_error(bad.stderr)
+    gone = cli("resume", run_id, "--max-turns", "5", runs_dir=runs)  # the first server is gone
+    assert gone.returncode == 3 and "resume with: runner resume " + run_id in gone.stdout, gone.stdout
+    assert f"if the provider moved: runner resume {run_id} --base-url URL" in gone.stdout
+    for url, problem in (("localhost:9/v1", "it must start with http:// or https://"),
+                         ("http://[::1", "Invalid IPv6 URL"), ("http://127.0.0.1:99999/v1", "Port out of range"),
+                         ("http://", "it names no host")):
+        bad = cli("resume", run_id, "--max-turns", "5", "--base-url", url, runs_dir=runs)
+        assert bad.returncode == 2, bad.stderr
+        assert one_error(bad.stderr).startswith(f"error: --base-url {url!r} is not a URL runner can reach: {problem}")
+        made = cli("run", "--scenario", "plan", "--base-url", url, runs_dir=runs)
+        assert made.returncode == 2 and problem in one_error(made.stderr)
+    assert store.load(runs, run_id).config.endpoint.base_url == first.base_url  # nothing recorded
+    assert len(json.loads(cli("runs", "--json", runs_dir=runs).stdout)) == 1  # and no run made
     with ScriptedServer(ScriptedSettings()) as second:
         assert second.base_url != first.base_url
         code, out = cli_json("resume", run_id, "--max-turns", "5", "--base-url", second.base_url, runs_dir=runs)
         assert code == 0 and out["status"] == "completed" and out["turns"] == 3, out
-        assert second.requests == [("plan", 2), ("plan", 3)]
+        assert second.requests == [("plan", 2), ("plan", 3)]  # the turn paid to the first is not asked again
     assert store.load(runs, run_id).config.endpoint.base_url == second.base_url
     events = [json.loads(line) for line in cli("trace", run_id, "--json", runs_dir=runs).stdout.splitlines()]
-    assert [e["endpoint"] for e in events if e["type"] == "run_resumed"] == [second.base_url]
+    assert [e["endpoint"] for e in events if e["type"] == "run_resumed"] == [first.base_url, second.base_url]
     code, own = cli_json("run", "--scenario", "plan", "--max-turns", "1", runs_dir=runs)
     refused = cli("resume", own["run_id"], "--max-turns", "5", "--base-url", second.base_url, runs_dir=runs)
     assert refused.returncode == 2 and "--base-url has nothing to replace" in one_error(refused.stderr)

@@ -52,7 +52,19 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 def runs_dir(value: str | Path | None = None) -> Path:
     """The runs directory: the argument, else $RUNNER_RUNS_DIR, else ./runs (`~` expanded)."""
-    return Path(value or os.environ.get("RUNNER_RUNS_DIR") or DEFAULT_RUNS_DIR).expanduser()
+    return _expanded(Path(value or os.environ.get("RUNNER_RUNS_DIR") or DEFAULT_RUNS_DIR))
+
+
+def _expanded(path: Path) -> Path:
+    """`path` with a leading `~` or `~user` expanded.
+
+    Raises:
+        UsageError: no such user, or no home folder to expand `~` to.
+    """
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        raise UsageError(f"cannot tell whose home folder {str(path).split('/')[0]} is (in {path})") from None
 
 
 def is_postgres(value: str | Path | None) -> bool:
@@ -111,7 +123,7 @@ def open_store(value: str | Path | None = None, *, runs: str | Path | None = Non
         lease_s = lease_s or _lease_s_from_environment()
         pg: RunStore = PostgresStore(str(chosen), lease_s=lease_s or DEFAULT_LEASE_S, durability=level)
         return pg
-    root = Path(chosen).expanduser() if chosen else runs_dir(runs)
+    root = _expanded(Path(chosen)) if chosen else runs_dir(runs)
     if root.exists() and not root.is_dir():
         raise UsageError(f"the runs directory {root} is a file, not a directory")
     return FileStore(root, durability=level)
