@@ -198,7 +198,8 @@ def serve_settings(req: ServeRequest) -> tuple[str, Path, LocalSettings]:
     with the manifest's chat format and the settings `req` gives.
 
     Raises:
-        ModelNotFound: no such model on disk. UsageError: as `settings`.
+        ModelNotFound: no such model on disk. UsageError: as `settings`, a .gguf path that is
+            no file, or a port another process listens on.
     """
     from runner import models
 
@@ -207,8 +208,14 @@ def serve_settings(req: ServeRequest) -> tuple[str, Path, LocalSettings]:
     name, path = models.resolve_choice(models.manifest_name(req.model) if req.model else None)
     entry = models.entry_for(name, path)
     given = {"chat_format": entry.chat_format if entry else None, "n_threads": req.threads, "n_batch": req.n_batch}
-    return name, path, settings(model=path, port=req.port, n_ctx=req.n_ctx,
-                                **{k: v for k, v in given.items() if v is not None})
+    chosen = settings(model=path, port=req.port, n_ctx=req.n_ctx, **{k: v for k, v in given.items() if v is not None})
+    if chosen.port:  # taken: say so now, not after the model has loaded in a server that cannot listen
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((chosen.host, chosen.port))
+            except OSError as exc:
+                raise UsageError(f"cannot listen on {chosen.host}:{chosen.port}: {exc.strerror or exc}") from None
+    return name, path, chosen
 
 
 def _flag(key: str) -> str:
