@@ -353,12 +353,16 @@ def test_a_run_resumes_against_its_provider_come_back_on_another_port(runs: Path
     assert len(json.loads(cli("runs", "--json", runs_dir=runs).stdout)) == 1  # and no run made
     with ScriptedServer(ScriptedSettings()) as second:
         assert second.base_url != first.base_url
+        typo = second.base_url.removesuffix("/v1")  # a 404: kept resumable, the paid turn too
+        code, out = cli_json("resume", run_id, "--max-turns", "5", "--base-url", typo, runs_dir=runs)
+        assert code == 3 and out["status"] == "interrupted" and out["turns"] == 1, out
         code, out = cli_json("resume", run_id, "--max-turns", "5", "--base-url", second.base_url, runs_dir=runs)
         assert code == 0 and out["status"] == "completed" and out["turns"] == 3, out
         assert second.requests == [("plan", 2), ("plan", 3)]  # the turn paid to the first is not asked again
     assert store.load(runs, run_id).config.endpoint.base_url == second.base_url
     events = [json.loads(line) for line in cli("trace", run_id, "--json", runs_dir=runs).stdout.splitlines()]
-    assert [e["endpoint"] for e in events if e["type"] == "run_resumed"] == [first.base_url, second.base_url]
+    resumed = [e["endpoint"] for e in events if e["type"] == "run_resumed"]
+    assert resumed == [first.base_url, second.base_url.removesuffix("/v1"), second.base_url]
     code, own = cli_json("run", "--scenario", "plan", "--max-turns", "1", runs_dir=runs)
     refused = cli("resume", own["run_id"], "--max-turns", "5", "--base-url", second.base_url, runs_dir=runs)
     assert refused.returncode == 2 and "--base-url has nothing to replace" in one_error(refused.stderr)
