@@ -119,6 +119,9 @@ async def _drive_one(store: RunStore, lease: Lease, endpoints: _Endpoints, repor
     except (RunnerError, OSError) as exc:  # one run's trouble never stops the worker
         report.errors.append(f"{lease.run_id}: {exc}")
         say(f"{lease.run_id}: not driven: {exc}")
+    except Exception as exc:  # nor does a bug one run meets (the run stays resumable as after any crash)
+        report.errors.append(f"{lease.run_id}: internal error ({type(exc).__name__}: {exc})")
+        say(f"{lease.run_id}: not driven: internal error ({type(exc).__name__}: {exc}); this is a bug in runner")
     finally:
         cancels.discard(cancel)
         with contextlib.suppress(RunnerError):

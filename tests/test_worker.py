@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -134,3 +135,23 @@ def test_a_verdict_given_with_detach_is_carried_out_by_a_worker(backend: Backend
     assert deleted_files(backend.store.workspace(run_id, workspace_template())) == ["access.log"]
     events = backend.store.read_trace(run_id)
     assert [e.type for e in events].index("verdict") < [e.type for e in events].index("run_resumed")
+
+
+def test_a_bug_one_run_meets_does_not_stop_the_worker(provider: str, tmp_path: Path) -> None:
+    """A queued run whose recorded base URL no client can use (written by hand or by an older
+    runner): the worker reports it as not driven and goes on to the next run."""
+    from runner.state import Endpoint, RunConfig, new_run
+    from runner.store import FileStore
+
+    runs = tmp_path / "runs"
+    broken = new_run("Go.", RunConfig(endpoint=Endpoint(model="scripted/plan", base_url="http://[::1")))
+    FileStore(runs).create(broken)  # queued
+    code, out = cli_json("run", "--scenario", "plan", "--base-url", provider, "--detach", runs_dir=runs)
+    assert code == 0 and out["status"] == "queued"
+    env = {**os.environ, "RUNNER_RUNS_DIR": str(runs)}
+    worker = subprocess.run([sys.executable, "-m", "runner", "worker", "--idle-exit", "0.5", "--poll", "0.1"],
+                            env=env, capture_output=True, text=True, timeout=120)
+    said = worker.stdout + worker.stderr
+    assert worker.returncode == 1 and "drove 1 run(s), 1 error(s)" in said, said  # an error to report, after both
+    assert f"{broken.run_id}: not driven: internal error (" in said and "Traceback" not in said
+    assert FileStore(runs).load(out["run_id"]).status == "completed"
