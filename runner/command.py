@@ -151,8 +151,10 @@ def building_only_the_command_in(app: typer.Typer, args: list[str]) -> Iterator[
     dispatches to one, ~4 ms for runner's twenty. `runner --help`, a group, a mistyped name and
     shell completion see every command."""
     asked = args[0] if args and not args[0].startswith("-") else None
-    kept = [c for c in app.registered_commands
-            if asked is not None and (c.name or typer.main.get_command_name(getattr(c.callback, "__name__", ""))) == asked]
+    def name(c: Any) -> str:
+        return c.name or typer.main.get_command_name(getattr(c.callback, "__name__", ""))
+
+    kept = [c for c in app.registered_commands if asked is not None and name(c) == asked]
     completing = any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ)
     if len(kept) != 1 or completing:
         yield

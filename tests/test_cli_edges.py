@@ -322,10 +322,12 @@ def test_serving_on_a_busy_port_or_a_missing_gguf_is_one_line(tmp_path: Path) ->
         port = taken.getsockname()[1]
         busy = cli("scripted", "serve", "--port", str(port), runs_dir=None)
         local = cli("serve", "--model", "smollm2", "--port", str(port), runs_dir=None)  # before loading the model
-    assert busy.returncode == 2 and one_error(busy.stderr) == f"error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    in_use = f"error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    assert busy.returncode == 2 and one_error(busy.stderr) == in_use
     assert local.returncode == 2 and one_error(local.stderr) == one_error(busy.stderr)
     missing = cli("serve", "--model", str(tmp_path / "nothing.gguf"), runs_dir=None)
-    assert missing.returncode == 2 and one_error(missing.stderr) == f"error: --model {tmp_path / 'nothing.gguf'}: no such file"
+    no_file = f"error: --model {tmp_path / 'nothing.gguf'}: no such file"
+    assert missing.returncode == 2 and one_error(missing.stderr) == no_file
 
 
 def test_a_run_resumes_against_its_provider_come_back_on_another_port(runs: Path) -> None:

@@ -43,7 +43,8 @@ __all__ = [
     "DEFAULT_DURABILITY", "DURABILITIES", "CorruptState", "DamagedRun", "DiskFull", "Durability", "FileStore",
     "Lease", "LeaseLost", "RepairReport", "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore", "ShownStatus",
     "StaleState", "StoreAt", "StoreError", "crash_point", "default_owner", "durability_of", "list_runs", "load",
-    "make_runs_dir", "open_for_reading", "open_store", "prune", "run_dir", "runs_dir", "save", "select", "trace_path", "workspace_path",
+    "make_runs_dir", "open_for_reading", "open_store", "prune", "run_dir", "runs_dir", "save", "select", "trace_path",
+    "workspace_path",
 ]
 
 DEFAULT_RUNS_DIR = Path("runs")

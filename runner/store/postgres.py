@@ -306,7 +306,7 @@ class PostgresStore(RunStore):
     @staticmethod
     def _info(state: RunState, row: tuple[Any, ...]) -> RunInfo:
         shown, owner, since = row[3], row[4], row[5]
-        if shown == "running" and _dead_here(owner):
+        if shown == "running" and _dead_pid_here(owner) is not None:
             return RunInfo(state, "died")
         return RunInfo(state, shown, f"{owner} since {_iso(since)}" if shown == "running" else None)
 
@@ -365,7 +365,7 @@ class PostgresStore(RunStore):
         owner = owner or default_owner()
         args = {"owner": owner, "lease_s": self.lease_s, "run_id": run_id, "token": uuid.uuid4().hex}
         held = self._one("SELECT owner FROM runs WHERE run_id = %s AND lease_expires_at IS NOT NULL", (run_id,))
-        if held is not None and _dead_here(held[0]):  # expired or not: its last writes may still be on the way
+        if held is not None:  # a dead driver's last writes may still be on the way, expired or not
             self._await_pipeline_of(held[0])
 
         def work(conn: Any, attempt: int) -> tuple[Any, Any]:
@@ -385,7 +385,7 @@ class PostgresStore(RunStore):
         if row is None:
             if busy is None:
                 raise RunNotFound(f"no run {run_id!r} in {self.url}")
-            if _dead_here(busy[0]):  # its driver was on this machine and is gone: no need to wait
+            if _dead_pid_here(busy[0]) is not None:  # its driver was on this machine and is gone: no need to wait
                 self._await_pipeline_of(busy[0])
                 row = self._retry(lambda conn, attempt: (
                     attempt and conn.execute(self._CLAIMED, (args["token"],)).fetchone()) or conn.execute(
@@ -398,15 +398,16 @@ class PostgresStore(RunStore):
         return self._held(Lease(run_id=run_id, owner=owner, epoch=0), row)
 
     def _await_pipeline_of(self, owner: str) -> None:
-        """Wait (up to 5 s) until the server has run what a dead driver on this machine sent
-        down its pipeline: its connection's backend exits only after reading all of it. A
-        takeover before that would fence those writes out, and lose them."""
-        match = re.search(r" pid (\d+)", owner)
-        if match is None:
+        """If `owner` is a dead driver on this machine, wait (up to 5 s) until the server has
+        run what it sent down its pipeline: its connection's backend exits only after reading
+        all of it. A takeover before that would fence those writes out, and lose them."""
+        pid = _dead_pid_here(owner)
+        if pid is None:
             return
-        name = _pipeline_name(int(match.group(1)))
+        name = _pipeline_name(pid)
         deadline = time.monotonic() + 5.0
-        while self._one("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = %s)", (name,)) == (True,):
+        alive = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = %s)"
+        while self._one(alive, (name,)) == (True,):
             if time.monotonic() > deadline:
                 return
             time.sleep(0.005)
@@ -420,7 +421,7 @@ class PostgresStore(RunStore):
         token = uuid.uuid4().hex
         held = self._one(f"SELECT owner FROM runs WHERE {self._CLAIMABLE} AND lease_expires_at IS NOT NULL "
                          "ORDER BY created_at LIMIT 1", ())
-        if held is not None and _dead_here(held[0]):  # its lease lapsed, maybe just before it was killed
+        if held is not None:  # its lease lapsed, maybe just before it was killed
             self._await_pipeline_of(held[0])
 
         def work(conn: Any, attempt: int) -> Any:
@@ -485,11 +486,12 @@ class PostgresStore(RunStore):
         if head is not None and head.ws_dir is not None:
             shutil.rmtree(head.ws_dir, ignore_errors=True)
             _rmdir_if_empty(self._ws_root)
-        self._pipe.send(_Statement("release", self._RELEASE, [_bool(runnable), lease.run_id.encode(), _int(lease.epoch)],
-                                   lambda _: None, self._redo))
+        params = [_bool(runnable), lease.run_id.encode(), _int(lease.epoch)]
+        self._pipe.send(_Statement("release", self._RELEASE, params, lambda _: None, self._redo))
         self._pipe.drain()  # released on return: another process may claim the run now
 
-    _RELEASE = "UPDATE runs SET lease_expires_at = NULL, runnable = $1, updated_at = now() WHERE run_id = $2 AND epoch = $3"
+    _RELEASE = ("UPDATE runs SET lease_expires_at = NULL, runnable = $1, updated_at = now() "
+                "WHERE run_id = $2 AND epoch = $3")
 
     def delete(self, lease: Lease) -> None:
         with self._lock:
@@ -1111,18 +1113,19 @@ def _pipeline_name(pid: int) -> str:
     return f"runner pipeline {pid} {uuid.uuid5(uuid.NAMESPACE_DNS, socket.gethostname()).hex[:12]}"
 
 
-def _dead_here(owner: str | None) -> bool:
-    """True if `owner` (see `default_owner`) names a process on this machine that is gone."""
+def _dead_pid_here(owner: str | None) -> int | None:
+    """The pid of the process `owner` (see `default_owner`) names, if it was on this machine
+    and is gone; else None."""
     match = re.match(r"^[^@]*@(\S+) pid (\d+)", owner or "")
     if match is None or match.group(1) != socket.gethostname():
-        return False
+        return None
     try:
         os.kill(int(match.group(2)), 0)
     except ProcessLookupError:
-        return True
+        return int(match.group(2))
     except PermissionError:
-        return False
-    return False
+        return None
+    return None
 
 
 def _iso(value: datetime | None) -> str:
