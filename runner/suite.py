@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from runner import fanout
 from runner.chat_adapter import HANDLER_NAME
-from runner.endpoints import Endpoint
+from runner.endpoints import Endpoint, checked_base_url
 from runner.errors import UsageError
 from runner.fanout import Batch, Executor, LocalExecutor, RayExecutor
 from runner.request import SuiteRequest
@@ -240,11 +240,14 @@ def model_columns(provider: str, models: Sequence[str] = (), base_url: str | Non
     or by file name for a path); "auto" and runner's Hermes adapter for a model it does not know.
 
     Raises:
-        UsageError: an unknown provider, or a local model with provider "scripted".
+        UsageError: an unknown provider, a local model with provider "scripted", or a
+            malformed `base_url` (`checked_base_url`).
         ModelNotFound: a named model is not on disk.
     """
     if provider not in ("scripted", "local", "both"):
         raise UsageError("--provider must be scripted, local or both")
+    if base_url is not None:
+        base_url = checked_base_url(base_url)
     names = list(dict.fromkeys(models))
     local_names: list[str | None] = [m for m in names if m != "scripted"]
     if provider == "scripted" and local_names:

@@ -194,6 +194,7 @@ def test_errors_are_wrapped_to_the_terminal_and_usage_errors_say_what_is_wrong(r
                                                                  "know; give a postgresql:// or postgres:// URL"),
         (("runs", "--prune", "--dry-run", "--totals"), "--totals does not go with --prune"),
         (("suite", "--provider", "scripted", "--base-url", "http://127.0.0.1:9/v1"), "--provider scripted has no"),
+        (("suite", "--provider", "local", "--base-url", "http://[::1"), "is not a URL runner can reach: Invalid IPv6"),
         (("suite", "--resume", "README.md"), "cannot read the suite report README.md (read as README.json)"),
         (("suite", "--resume", "notes.txt"), "--resume notes.txt: not a suite report"),
     ]:
