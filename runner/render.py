@@ -813,7 +813,8 @@ def repair_lines(report: RepairReport) -> list[str]:
             "may have happened outside the kept state:" if report.outside else "nothing started outside it",
             *(f"  {line}" for line in report.outside),
             *(f"note: {line}" for line in report.notes),
-            f"continue it with: runner resume {report.run_id}"]
+            f"it is {report.status}: nothing to resume" if report.status in ("completed", "failed")
+            else f"continue it with: runner resume {report.run_id}"]
 
 
 def repaired(report: RepairReport, as_json: bool) -> None:

@@ -180,3 +180,18 @@ def test_a_cut_off_last_line_is_damaged_everywhere_and_repair_fixes_it(provider:
     assert cli("repair", run_id, runs_dir=runs).stdout.endswith("nothing to repair\n")
     code, done = cli_json("resume", run_id, runs_dir=runs)
     assert (code, done["status"], done["turns"], done["cost_usd"]) == (0, "completed", 3, out["cost_usd"]), done
+
+
+def test_repairing_a_finished_run_does_not_offer_a_resume(provider: str, runs: Path) -> None:
+    """Garbage appended after a completed run's last record: repair keeps the completed state
+    and says there is nothing to resume, rather than offering a resume that would be refused."""
+    code, out = cli_json("run", "--scenario", "plan", "--base-url", provider, runs_dir=runs)
+    assert code == 0
+    run_id = out["run_id"]
+    with open(runs / run_id / "journal.jsonl", "ab") as journal:
+        journal.write(b"{garbage\n")
+    repaired = cli("repair", run_id, runs_dir=runs)
+    assert repaired.returncode == 0, repaired.stderr
+    assert repaired.stdout.endswith("it is completed: nothing to resume\n"), repaired.stdout
+    assert "runner resume" not in repaired.stdout
+    assert cli_json("runs", runs_dir=runs)[1][0]["status"] == "completed"

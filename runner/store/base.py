@@ -76,6 +76,7 @@ class RepairReport:
         outside: one line per thing that may have happened outside the kept state (a tool
             started, a turn paid after the last good record).
         notes: other facts (where the damaged journal was kept, cost carried over).
+        status: the repaired run's status (a final one has nothing to resume).
     """
 
     run_id: str
@@ -84,6 +85,7 @@ class RepairReport:
     dropped: list[str] = field(default_factory=list)
     outside: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    status: str = ""
 
 
 def default_owner() -> str:

@@ -749,6 +749,7 @@ class FileStore(RunStore):
                 return report
             state = self._state(replay, run_id)
             report = _losses(run_id, replay, state, _raw_trace(trace))
+            report.status = state.status
             kept = folder / f"journal.jsonl.damaged-{replay.seq}"
             shutil.copyfile(folder / "journal.jsonl", kept)
             report.notes.insert(0, f"the damaged journal is kept as {kept}")
