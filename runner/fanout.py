@@ -10,10 +10,11 @@ tool call runs again; see `runner.loop.run`).
 - `RayExecutor`: `actors` Ray actors per endpoint, each owning its own endpoint (a scripted
   provider, or a llama.cpp server with its own threads) and one HTTP client for all its runs.
   Run i of a batch goes to actor i mod N, so the same inputs give the same placement; an
-  actor drives `concurrency` of its runs at a time (one for a local model: its server
-  generates one reply at a time). Actors are restarted and their tasks retried when they die
-  (`max_restarts`, `max_task_retries`). `RayExecutor.start` starts them ahead, endpoint up
-  and model loaded, for the drives that follow.
+  actor gets all its runs in one streaming call, drives `concurrency` of them at a time (one
+  for a local model: its server generates one reply at a time) and reports each run as it
+  stops. A dead actor is restarted and its runs not yet reported are sent again
+  (`max_restarts`, `max_task_retries`). `RayExecutor.start` starts them ahead, endpoint up,
+  model loaded and runner's drive code built, for the drives that follow.
 
 The store seam is the three functions `create`, `load` and `advance` at the top of this module:
 the only code here that touches `runner.store` and `runner.harness.drive`. A store location
@@ -28,7 +29,7 @@ import os
 import signal
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Protocol
 
 from runner import store
 from runner.cancel import CancelToken
@@ -182,30 +183,39 @@ class LocalExecutor:
 
 class RunDriver:
     """The Ray actor: owns one endpoint (started in `__init__`, so a restarted actor starts a
-    fresh one, and a started actor has its model loaded) and advances runs by id on its event
-    loop, all through one HTTP client. Used through `RayExecutor`, which wraps it with
-    `ray.remote` (Ray stays an optional import)."""
+    fresh one, and a started actor has its model loaded and runner's drive code built) and
+    advances runs by id on its event loop, `concurrency` at a time, all through one HTTP
+    client. Used through `RayExecutor`, which wraps it with `ray.remote` (Ray stays an
+    optional import)."""
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, concurrency: int) -> None:
         import ray
+
+        from runner.harness import warm_up
 
         self._stack = contextlib.ExitStack()
         self.opened = Opened("")
         self.error: RunnerError | None = None
         self._http: httpx.AsyncClient | None = None
+        self._concurrency = concurrency
+        self._slots: asyncio.Semaphore | None = None
         self._where = f"node {ray.get_runtime_context().get_node_id()[:8]} pid {os.getpid()}"
         try:
             self.opened = self._stack.enter_context(open_endpoint(endpoint))
         except RunnerError as exc:  # bad configuration: a restart would fail the same way
             self.error = exc
+        warm_up()
 
     async def ready(self) -> int:
         """The actor's pid once its endpoint is up (or failed to start)."""
         return os.getpid()
 
-    async def advance(self, run_id: str, where: store.StoreAt) -> tuple[str, str]:
-        """`advance` the run; returns its state as JSON (plain data across processes) and
-        where it was driven ("node <id> pid N").
+    async def drive(self, run_ids: list[str], where: store.StoreAt) -> AsyncIterator[list[tuple[str, str]]]:
+        """`advance` the runs, in order, at most `concurrency` at a time over every call; yields
+        the runs that stopped since the last yield, each as its state in JSON (plain data
+        across processes) and where it was driven ("node <id> pid N"). A Ray reply costs about
+        as much as driving a run at 0 ms latency: runs that stop together share one, and a run
+        that stops alone is reported at once.
 
         Raises:
             RunnerError: the endpoint did not start (raised by every drive, not retried).
@@ -214,9 +224,24 @@ class RunDriver:
             raise self.error
         if self._http is None:  # made on the actor's own loop, kept for every later run
             self._http = new_http_client(self.opened.base_url)
-        state = await advance(run_id, where, self.opened.base_url, server_settings=self.opened.server_settings,
-                              http=self._http)
-        return state.model_dump_json(), self._where
+            self._slots = asyncio.Semaphore(self._concurrency)
+        assert self._slots is not None
+        slots, http = self._slots, self._http
+
+        async def one(run_id: str) -> tuple[str, str]:
+            async with slots:
+                state = await advance(run_id, where, self.opened.base_url,
+                                      server_settings=self.opened.server_settings, http=http)
+            return state.model_dump_json(), self._where
+
+        pending = {asyncio.ensure_future(one(run_id)) for run_id in run_ids}
+        try:
+            while pending:
+                stopped, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                yield [task.result() for task in stopped]
+        finally:
+            for task in pending:
+                task.cancel()
 
     async def pid(self) -> int:
         """The actor's process id (tests kill it with os.kill)."""
@@ -292,7 +317,7 @@ def _stop_signals_interrupt() -> Iterator[None]:
 class RayExecutor:
     """Drive runs on Ray actors: `actors` per endpoint, placed round-robin over the nodes
     that can reach the store. Run i of a batch goes to actor i mod `actors`; every run is
-    submitted at once and each actor drives its runs in order.
+    submitted at once (one call per actor) and each actor drives its runs in order.
 
     Attributes:
         address: cluster to join ("auto", "HOST:PORT"); None starts a local one.
@@ -300,8 +325,8 @@ class RayExecutor:
         concurrency: runs one actor drives at a time (None: 1 for a local model, whose server
             generates one reply at a time; `SCRIPTED_CONCURRENCY` for other endpoints, where a
             run mostly waits for replies).
-        max_restarts / max_task_retries: how often Ray restarts a dead actor and retries the
-            drive it was running (that drive resumes its run from the store).
+        max_restarts / max_task_retries: how often Ray restarts a dead actor, and how often
+            an actor's runs not yet reported are sent to it again (each resumes from the store).
         handles: the actors of the last `drive`, per batch.
         assigned: run id -> the actor driving it in the last `drive` (tests kill one mid-suite).
     """
@@ -345,10 +370,9 @@ class RayExecutor:
             if local and endpoint.n_threads is None:
                 endpoint = endpoint.model_copy(update={"n_threads": max(1, physical_cores() // count)})
             return remote.options(
-                num_cpus=0, max_restarts=self.max_restarts, max_task_retries=self.max_task_retries,
-                max_concurrency=1 if local else self.concurrency or SCRIPTED_CONCURRENCY,
+                num_cpus=0, max_restarts=self.max_restarts,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[k % len(nodes)], soft=False),
-            ).remote(endpoint)
+            ).remote(endpoint, 1 if local else self.concurrency or SCRIPTED_CONCURRENCY)
 
         return [[start(endpoint, b * count + i) for i in range(count)] for b, endpoint in enumerate(endpoints)]
 
@@ -387,17 +411,10 @@ class RayExecutor:
         self.handles = [self._pool.get(b.endpoint) or made[b.endpoint] for b in batches]
         self.assigned = {run_id: actors[i % len(actors)]
                          for batch, actors in zip(batches, self.handles) for i, run_id in enumerate(batch.run_ids)}
-        refs = [actor.advance.remote(run_id, where) for run_id, actor in self.assigned.items()]
         done: dict[str, tuple[RunState, str]] = {}
         try:
-            pending = refs
             with _stop_signals_interrupt():
-                while pending:
-                    ready, pending = ray.wait(pending, num_returns=1)
-                    text, driven_at = ray.get(ready[0])
-                    state = RunState.model_validate_json(text)
-                    done[state.run_id] = state, driven_at
-                    on_done(state, driven_at)
+                self._collect(where, on_done, done)
         except KeyboardInterrupt:
             # Runs being driven stay `running` in the store: `runner resume ID` continues them.
             self._cancelled = True
@@ -414,6 +431,47 @@ class RayExecutor:
                 _stop(pooled, graceful=False)
             _stop(list(made.values()), graceful=not self._cancelled)
         return [done[r] for b in batches for r in b.run_ids if r in done]
+
+    def _collect(self, where: store.StoreAt, on_done: OnDone, done: dict[str, tuple[RunState, str]]) -> None:
+        """Send each actor its runs of `assigned` in one streaming call (`RunDriver.drive`) and
+        record each run in `done` (and `on_done`) as it stops. A call whose actor died is sent
+        again, with the runs not yet reported, to the restarted actor, at most
+        `max_task_retries` times per actor: each resumes its runs from the store (a stopped
+        run is returned as saved). Ray's own retry is off for these calls: it would replay the
+        stream and expect the same replies in the same order.
+
+        Raises:
+            RayError: an actor raised, or died once too often.
+        """
+        import ray
+
+        per_actor: dict[Any, list[str]] = {}
+        for run_id, actor in self.assigned.items():
+            per_actor.setdefault(actor, []).append(run_id)
+        retries = dict.fromkeys(per_actor, self.max_task_retries)
+        streams: dict[Any, tuple[Any, list[str]]] = {  # ObjectRefGenerator -> (actor, its runs)
+            actor.drive.options(max_task_retries=0).remote(run_ids, where): (actor, run_ids)
+            for actor, run_ids in per_actor.items()}
+        while streams:
+            ready, _ = ray.wait(list(streams), num_returns=1)
+            stream: Any = ready[0]
+            try:
+                stopped = ray.get(next(stream))
+            except StopIteration:
+                del streams[stream]
+                continue
+            except ray.exceptions.RayActorError:
+                actor, run_ids = streams.pop(stream)
+                if retries[actor] == 0:
+                    raise
+                retries[actor] -= 1
+                left = [run_id for run_id in run_ids if run_id not in done]
+                streams[actor.drive.options(max_task_retries=0).remote(left, where)] = actor, left
+                continue
+            for text, driven_at in stopped:
+                state = RunState.model_validate_json(text)
+                done[state.run_id] = state, driven_at
+                on_done(state, driven_at)
 
 
 SCRIPTED_CONCURRENCY = 4

@@ -40,6 +40,24 @@ def workspace_template() -> Path:
     return tasks_dir() / "workspace"
 
 
+def warm_up() -> None:
+    """Import and build now what `drive` imports and builds lazily on a process's first run
+    (the tools and their schemas, the client, runner's pydantic models, ~15 ms): a
+    long-lived driver (a Ray actor) then drives its first run about as fast as any other."""
+    from pydantic import BaseModel
+
+    from runner import catalog, client, config, endpoints, research, resources, result, store, tools, trace  # noqa: F401
+
+    models: list[type[BaseModel]] = [BaseModel]
+    while models:
+        model = models.pop()
+        models += model.__subclasses__()
+        if model.__module__.startswith("runner."):
+            model.model_rebuild(raise_errors=False)
+    for tool in catalog.SIMPLE.values():
+        tool().schema()
+
+
 async def drive(
     state: RunState, base_url: str | None, runs: Path | RunStore | None, *, cancel: CancelToken | None = None,
     on_progress: Callable[[str, str], None] | None = None,

@@ -89,6 +89,50 @@ def test_a_scenario_run_builds_no_option_adapter_and_reads_no_package_metadata(t
     assert not {"typer._adapters", "importlib.metadata"} & loaded
 
 
+def _first_drive(tmp_path: Path, warm: bool) -> dict[str, Any]:
+    """A fresh interpreter that opens the in-process scripted provider, warms up (or not), then
+    drives one scenario run into a runs directory: the runner modules that the drive imported
+    and the runner models it built, and the run's status."""
+    probe = f"""
+import asyncio, json, sys
+from pathlib import Path
+from pydantic import BaseModel
+from runner.harness import drive, warm_up
+from runner.scripted import scripted_provider
+from runner.state import RunConfig, new_run
+
+def built():
+    seen, models = set(), [BaseModel]
+    while models:
+        model = models.pop()
+        models += model.__subclasses__()
+        if model.__module__.startswith("runner.") and model.__pydantic_complete__:
+            seen.add(model.__module__ + "." + model.__qualname__)
+    return seen
+
+with scripted_provider(in_process=True) as url:
+    if {warm}:
+        warm_up()
+    state = new_run("Which log mentions a timeout?", RunConfig(model="scripted/plan"))
+    modules, models = set(sys.modules), built()
+    asyncio.run(drive(state, url, Path({str(tmp_path / "runs")!r})))
+print(json.dumps({{"modules": sorted(m for m in set(sys.modules) - modules if m.startswith("runner.")),
+                  "models": sorted(built() - models), "status": state.status}}))
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def test_a_warmed_up_process_builds_nothing_on_its_first_drive(tmp_path: Path) -> None:
+    """`warm_up` (what a Ray actor runs when it starts) imports the modules and builds the
+    pydantic models that a process's first drive would otherwise build while it runs."""
+    cold = _first_drive(tmp_path / "cold", warm=False)
+    assert cold["status"] == "completed" and "runner.tools" in cold["modules"] and cold["models"]
+    warm = _first_drive(tmp_path / "warm", warm=True)
+    assert warm == {"modules": [], "models": [], "status": "completed"}
+
+
 def test_plugins_turned_on_load_through_the_real_loader() -> None:
     """With `PYDANTIC_DISABLE_PLUGINS=` (empty) the stand-in is not installed; turned on after
     it was, the real loader answers."""
