@@ -214,8 +214,9 @@ class RunDriver:
         """`advance` the runs, in order, at most `concurrency` at a time over every call; yields
         the runs that stopped since the last yield, each as its state in JSON (plain data
         across processes) and where it was driven ("node <id> pid N"). A Ray reply costs about
-        as much as driving a run at 0 ms latency: runs that stop together share one, and a run
-        that stops alone is reported at once.
+        as much as driving a run at 0 ms latency, so replies go at most every `REPORT_S`: a
+        run is reported at once when the last reply is older, else with the runs that stop
+        before it is (and at once when it is the last).
 
         Raises:
             RunnerError: the endpoint did not start (raised by every drive, not retried).
@@ -234,10 +235,16 @@ class RunDriver:
                                       server_settings=self.opened.server_settings, http=http)
             return state.model_dump_json(), self._where
 
+        loop = asyncio.get_running_loop()
         pending = {asyncio.ensure_future(one(run_id)) for run_id in run_ids}
+        last_s = -REPORT_S
         try:
             while pending:
                 stopped, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if pending and (wait_s := last_s + REPORT_S - loop.time()) > 0:
+                    more, pending = await asyncio.wait(pending, timeout=wait_s)
+                    stopped |= more
+                last_s = loop.time()
                 yield [task.result() for task in stopped]
         finally:
             for task in pending:
@@ -476,6 +483,9 @@ class RayExecutor:
 
 SCRIPTED_CONCURRENCY = 4
 """Runs one actor drives at a time on an endpoint that is not a local model."""
+
+REPORT_S = 0.05
+"""Shortest time between two replies of one actor's drive, seconds (see `RunDriver.drive`)."""
 
 
 def _stop(handles: list[list[Any]], graceful: bool) -> None:

@@ -42,8 +42,9 @@ def workspace_template() -> Path:
 
 def warm_up() -> None:
     """Import and build now what `drive` imports and builds lazily on a process's first run
-    (the tools and their schemas, the client, runner's pydantic models, ~15 ms): a
+    (httpx, the tools and their schemas, the client, runner's pydantic models; ~90 ms): a
     long-lived driver (a Ray actor) then drives its first run about as fast as any other."""
+    import httpx  # noqa: F401
     from pydantic import BaseModel
 
     from runner import catalog, client, config, endpoints, research, resources, result, store, tools, trace  # noqa: F401
