@@ -8,6 +8,10 @@ compared by (model, task, repeat): run ids differ, everything the model and tool
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -156,6 +160,64 @@ def test_runner_suite_executor_ray_joins_a_running_cluster(ray_cluster: None, tm
         ("timeout_file", 1), ("timeout_file", 2), ("count_files", 1), ("count_files", 2)]
     assert all(r["correct"] and r["driven_by"].startswith("node ") for r in out["results"])
     assert {s["task"]: s["pass_rate"] for s in out["summaries"]} == {t: 1.0 for t in TASKS}
+
+
+def _alive(pid: int) -> bool:
+    """True while process `pid` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _paid_once(runs: Path, results: list[dict[str, Any]]) -> None:
+    """Every run's trace: each tool call started once, each turn paid once, one stop."""
+    for r in results:
+        events = _events(runs, r["run_id"])
+        starts = Counter(e["callId"] for e in events if e["type"] == "tool_start")
+        assert set(starts.values()) <= {1} and len(starts) == r["tool_runs"], (r["task"], starts)
+        assert Counter(e["turn"] for e in events if e["type"] == "turn") == Counter(range(1, r["turns"] + 1))
+        assert [e["status"] for e in events if e["type"] == "run_stopped"] == ["completed"], r["task"]
+
+
+def test_ctrl_c_kills_the_actors_at_once_and_resume_finishes_the_suite(ray_cluster: None, tmp_path: Path) -> None:
+    """Each run shows as it stops (its line on stderr, before the suite ends); Ctrl-C then
+    kills the actors at once and saves the report; `--resume` on Ray finishes the runs it
+    lists as unfinished, the runs the killed actors were driving resumed where they were, and
+    nothing paid twice."""
+    address = ray.get_runtime_context().gcs_address
+    env = {**os.environ, "RUNNER_RUNS_DIR": str(tmp_path / "runs")}
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "suite", "--executor", "ray", "--address", address,
+                             "--actors", "2", "--provider", "scripted", "--latency-ms", "300", "--repeat", "3"],
+                            env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    line = ""
+    while "timeout_file" not in line:
+        line = proc.stderr.readline()
+        assert line or proc.poll() is None, "the suite ended before any run was shown"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err
+    before = json.loads(next((tmp_path / "runs").glob("suite-*.json")).read_text())
+    assert before["cancelled"] and before["unfinished"] and len(before["results"]) + len(before["unfinished"]) == 18
+    actors = {int(r["driven_by"].rsplit(" ", 1)[1]) for r in before["results"]}
+    deadline = time.monotonic() + 10
+    while any(map(_alive, actors)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert actors and not any(map(_alive, actors))
+    time.sleep(1.1)  # the new report gets a new name
+    code, after = cli_process_json("suite", "--resume", before["report_path"],
+                                   "--executor", "ray", "--address", address, "--actors", "2",
+                                   runs_dir=tmp_path / "runs", timeout=300)
+    assert code == 0, after
+    assert sorted(r["run_id"] for r in after["results"]) == sorted(
+        [r["run_id"] for r in before["results"]] + before["unfinished"])
+    assert all(r["correct"] for r in after["results"]) and after["unfinished"] == []
+    _paid_once(tmp_path / "runs", after["results"])
+    resumed = [r["run_id"] for r in after["results"]
+               if any(e["type"] == "run_resumed" for e in _events(tmp_path / "runs", r["run_id"]))]
+    assert resumed, "no run was caught mid-run by Ctrl-C"
 
 
 # --- the report and the options (no Ray needed) ----------------------------------------------
