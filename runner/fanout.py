@@ -29,7 +29,7 @@ import os
 import signal
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, Protocol, TypeVar
 
 from runner import store
 from runner.cancel import CancelToken
@@ -212,11 +212,9 @@ class RunDriver:
 
     async def drive(self, run_ids: list[str], where: store.StoreAt) -> AsyncIterator[list[tuple[str, str]]]:
         """`advance` the runs, in order, at most `concurrency` at a time over every call; yields
-        the runs that stopped since the last yield, each as its state in JSON (plain data
-        across processes) and where it was driven ("node <id> pid N"). A Ray reply costs about
-        as much as driving a run at 0 ms latency, so replies go at most every `REPORT_S`: a
-        run is reported at once when the last reply is older, else with the runs that stop
-        before it is (and at once when it is the last).
+        the runs that stopped since the last yield (see `_in_reports`: at most every
+        `REPORT_S`), each as its state in JSON (plain data across processes) and where it was
+        driven ("node <id> pid N").
 
         Raises:
             RunnerError: the endpoint did not start (raised by every drive, not retried).
@@ -235,20 +233,8 @@ class RunDriver:
                                       server_settings=self.opened.server_settings, http=http)
             return state.model_dump_json(), self._where
 
-        loop = asyncio.get_running_loop()
-        pending = {asyncio.ensure_future(one(run_id)) for run_id in run_ids}
-        last_s = -REPORT_S
-        try:
-            while pending:
-                stopped, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if pending and (wait_s := last_s + REPORT_S - loop.time()) > 0:
-                    more, pending = await asyncio.wait(pending, timeout=wait_s)
-                    stopped |= more
-                last_s = loop.time()
-                yield [task.result() for task in stopped]
-        finally:
-            for task in pending:
-                task.cancel()
+        async for stopped in _in_reports(one, run_ids, self._concurrency):
+            yield stopped
 
     async def pid(self) -> int:
         """The actor's process id (tests kill it with os.kill)."""
@@ -263,6 +249,38 @@ class RunDriver:
         if self._http is not None:
             await self._http.aclose()
         self._stack.close()
+
+
+_T = TypeVar("_T")
+
+
+async def _in_reports(drive_one: Callable[[str], Awaitable[_T]], run_ids: list[str],
+                      at_once: int) -> AsyncIterator[list[_T]]:
+    """`drive_one` each run id, in order, `at_once` at a time; yields what the runs that stopped
+    since the last yield returned. A Ray reply costs about as much as driving a run at 0 ms
+    latency, so yields come at most every `REPORT_S`: a run that stops when the last yield is
+    older is reported at once, any other by the time it is `REPORT_S` old (the last run at
+    once). Runs start here as others stop, not queued on a semaphore, so this loop gets
+    control after each stop even when the runs never wait (an in-process provider at 0 ms)."""
+    loop = asyncio.get_running_loop()
+    queue, running = list(reversed(run_ids)), set[asyncio.Future[_T]]()
+    unreported: list[_T] = []
+    last_s = -REPORT_S
+    try:
+        while queue or running:
+            while queue and len(running) < at_once:
+                running.add(asyncio.ensure_future(drive_one(queue.pop())))
+            due_s = last_s + REPORT_S - loop.time()
+            stopped, running = await asyncio.wait(running, timeout=max(0.0, due_s) if unreported else None,
+                                                  return_when=asyncio.FIRST_COMPLETED)
+            unreported += [task.result() for task in stopped]
+            if unreported and (loop.time() >= last_s + REPORT_S or not (queue or running)):
+                last_s = loop.time()
+                yield unreported
+                unreported = []
+    finally:
+        for task in running:
+            task.cancel()
 
 
 def worker_runtime_env() -> dict[str, Any]:

@@ -7,6 +7,8 @@ compared by (model, task, repeat): run ids differ, everything the model and tool
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import os
 import signal
@@ -23,7 +25,7 @@ import ray
 
 from runner import fanout, store
 from runner.endpoints import Endpoint
-from runner.fanout import RayExecutor
+from runner.fanout import REPORT_S, RayExecutor, _in_reports
 from runner.local import physical_cores
 from runner.render import write_suite_report
 from runner.scripted import ScriptedServer, ScriptedSettings
@@ -223,6 +225,38 @@ def test_ctrl_c_kills_the_actors_at_once_and_resume_finishes_the_suite(ray_clust
 # --- the report and the options (no Ray needed) ----------------------------------------------
 
 TASKS = ["timeout_file", "count_files", "read_notes", "read_each", "largest_file", "rotate_logs"]
+
+
+def test_an_actor_reports_runs_as_they_stop_at_most_every_report_s() -> None:
+    """Forty short runs (4 ms of CPU each, after a pass through the loop) come in a few
+    replies, never two within `REPORT_S`; a run that stops after a quiet spell is reported at
+    once; each run once, in order, at most `at_once` at a time."""
+    stopped_s: dict[str, float] = {}
+    started: list[str] = []
+    live = peak = 0
+
+    async def one(run_id: str) -> str:
+        nonlocal live, peak
+        started.append(run_id)
+        live += 1
+        peak = max(peak, live)
+        await asyncio.sleep(4 * REPORT_S if run_id == "slow" else 0)
+        time.sleep(0.004)
+        live -= 1
+        stopped_s[run_id] = time.monotonic()
+        return run_id
+
+    async def replies(run_ids: list[str]) -> list[tuple[float, list[str]]]:
+        return [(time.monotonic(), stopped) async for stopped in _in_reports(one, run_ids, 4)]
+
+    run_ids = [f"fast{i}" for i in range(40)] + ["slow"]
+    got = asyncio.run(replies(run_ids))
+    assert started == run_ids and peak == 4
+    assert sorted(r for _, stopped in got for r in stopped) == sorted(run_ids)
+    assert 2 <= len(got) < 20
+    assert all(b - a >= REPORT_S * 0.99 for (a, _), (b, _) in itertools.pairwise(got[:-1]))
+    assert all(at - stopped_s[r] <= REPORT_S + 0.1 for at, stopped in got for r in stopped)
+    assert got[-1][1] == ["slow"] and got[-1][0] - stopped_s["slow"] < 0.05
 
 
 @pytest.mark.parametrize("values, q, want", [
