@@ -17,7 +17,9 @@ from runner.errors import UsageError
 from runner.state import RunState
 from runner.store.base import (
     DEFAULT_DURABILITY,
+    DEFAULT_RUNS_DIR,
     DURABILITIES,
+    POSTGRES_SCHEMES,
     CorruptState,
     DamagedRun,
     DiskFull,
@@ -36,19 +38,19 @@ from runner.store.base import (
     crash_point,
     default_owner,
     durability_of,
+    is_postgres,
+    shown_url,
+    store_options,
 )
 from runner.store.files import FileStore
 
 __all__ = [
-    "DEFAULT_DURABILITY", "DURABILITIES", "CorruptState", "DamagedRun", "DiskFull", "Durability", "FileStore",
-    "Lease", "LeaseLost", "RepairReport", "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore", "ShownStatus",
-    "StaleState", "StoreAt", "StoreError", "crash_point", "default_owner", "durability_of", "list_runs", "load",
-    "make_runs_dir", "open_for_reading", "open_store", "prune", "run_dir", "runs_dir", "save", "select", "trace_path",
-    "workspace_path",
+    "DEFAULT_DURABILITY", "DEFAULT_RUNS_DIR", "DURABILITIES", "POSTGRES_SCHEMES", "CorruptState", "DamagedRun",
+    "DiskFull", "Durability", "FileStore", "Lease", "LeaseLost", "RepairReport", "RunBusy", "RunHandle", "RunInfo",
+    "RunNotFound", "RunStore", "ShownStatus", "StaleState", "StoreAt", "StoreError", "crash_point", "default_owner",
+    "durability_of", "is_postgres", "list_runs", "load", "make_runs_dir", "open_for_reading", "open_store", "prune",
+    "run_dir", "runs_dir", "save", "select", "shown_url", "store_options", "trace_path", "workspace_path"
 ]
-
-DEFAULT_RUNS_DIR = Path("runs")
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 def runs_dir(value: str | Path | None = None) -> Path:
@@ -66,10 +68,6 @@ def _expanded(path: Path) -> Path:
         return path.expanduser()
     except RuntimeError:
         raise UsageError(f"cannot tell whose home folder {str(path).split('/')[0]} is (in {path})") from None
-
-
-def is_postgres(value: str | Path | None) -> bool:
-    return isinstance(value, str) and value.startswith(POSTGRES_SCHEMES)
 
 
 def _lease_s_from_environment() -> float | None:
