@@ -317,10 +317,11 @@ def config_show(
     as_json: JsonOut = False,
 ) -> int:
     """Print the effective settings and where each came from (command line, environment,
-    ./runner.toml, the user's config file, default); the API key masked."""
+    ./runner.toml, the user's config file, default), then where and how runs are kept; the API
+    key masked."""
     from runner.config import Settings, config_files, user_config_path
 
-    render.settings(Settings().rows(api_key), config_files(), user_config_path(), as_json)
+    render.settings(Settings().rows(api_key) + store.settings_rows(), config_files(), user_config_path(), as_json)
     return 0
 
 

@@ -68,3 +68,28 @@ def test_the_resume_hint_names_a_database_store_without_its_password(pg_url: str
     assert again[2:4] == ["--store", pg_url + "&password=***"], capped.stdout
     trace_at = _hint(capped.stdout, "trace: ")
     assert trace_at[2:] == ["--store", pg_url + "&password=***"], capped.stdout
+
+
+def test_config_show_says_where_and_how_runs_are_kept(tmp_path: Path) -> None:
+    """Every setting that decides where runs are kept and what their commits survive, with its
+    source; a store URL's password never shown; a value a command would refuse marked so."""
+
+    def shown(env: dict[str, str | None]) -> dict[str, tuple[str, str]]:
+        proc = cli("config", "show", "--json", runs_dir=None, cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return {r["name"]: (r["value"], r["source"]) for r in json.loads(proc.stdout)["settings"]}
+
+    unset: dict[str, str | None] = {"RUNNER_STORE": None, "RUNNER_DURABILITY": None, "RUNNER_LEASE_S": None,
+                                    "RUNNER_CONFIG": str(tmp_path / "none.toml")}
+    rows = shown(unset)
+    assert rows["runs_dir"] == ("./runs", "default") and rows["store"] == ("(the runs directory)", "default")
+    assert rows["durability"] == ("process", "default") and rows["lease_s"][1] == "default"
+    rows = shown({**unset, "RUNNER_RUNS_DIR": str(tmp_path / "kept"), "RUNNER_DURABILITY": "power",
+                  "RUNNER_STORE": "postgresql://bob:hunter2@db.example/runs", "RUNNER_LEASE_S": "12"})
+    assert rows["runs_dir"] == (str(tmp_path / "kept"), "env RUNNER_RUNS_DIR")
+    assert rows["store"] == ("postgresql://bob:***@db.example/runs", "env RUNNER_STORE")
+    assert rows["durability"] == ("power", "env RUNNER_DURABILITY") and rows["lease_s"] == ("12", "env RUNNER_LEASE_S")
+    rows = shown({**unset, "RUNNER_DURABILITY": "bogus"})
+    assert rows["durability"] == ("bogus (refused)", "env RUNNER_DURABILITY")
+    table = cli("config", "show", runs_dir=None, cwd=tmp_path, env={**unset, "RUNNER_STORE": "postgresql:///r?password=pw"})
+    assert "pw" not in table.stdout.replace("password", "") and "durability" in table.stdout, table.stdout
