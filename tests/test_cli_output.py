@@ -12,8 +12,10 @@ import json
 import shlex
 from pathlib import Path
 
+import pytest
+
 from runner.scripted import ScriptedServer, ScriptedSettings
-from tests.conftest import cli, cli_json
+from tests.conftest import cli, cli_json, cli_process, one_error
 
 
 def _hint(stdout: str, label: str) -> list[str]:
@@ -93,3 +95,18 @@ def test_config_show_says_where_and_how_runs_are_kept(tmp_path: Path) -> None:
     assert rows["durability"] == ("bogus (refused)", "env RUNNER_DURABILITY")
     table = cli("config", "show", runs_dir=None, cwd=tmp_path, env={**unset, "RUNNER_STORE": "postgresql:///r?password=pw"})
     assert "pw" not in table.stdout.replace("password", "") and "durability" in table.stdout, table.stdout
+
+
+@pytest.mark.llama
+def test_a_failed_serve_reports_its_log_and_leaves_no_file_behind(tmp_path: Path) -> None:
+    """`runner serve` on a file llama.cpp cannot load: the error quotes the server's log, and
+    the temporary log it was written to is gone (the error names no file that is not there)."""
+    corrupt = tmp_path / "corrupt.gguf"
+    corrupt.write_bytes(b"not a gguf at all")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    for args in (("serve", "--model", str(corrupt)), ("run", "hi", "--model", str(corrupt))):
+        proc = cli_process(*args, runs_dir=tmp_path / "runs", env={"TMPDIR": str(temp)}, timeout=120)
+        said = one_error(proc.stderr[proc.stderr.find("error: "):])  # after what it started
+        assert proc.returncode == 1 and "Failed to load model" in said, proc.stderr
+        assert "runner-local-" not in said and list(temp.iterdir()) == [], (said, list(temp.iterdir()))
