@@ -75,7 +75,9 @@ def print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
     """Print a compact table that fits the console. Each column is (header, kind): "id" and
     "num" cells are never cut or wrapped; "text" columns share the width that is left, cut at
     the end with "…" ("path": cut at the start, where names differ least), and the rightmost
-    goes first when fewer than 8 characters would remain for each."""
+    goes first when fewer than 8 characters would remain for each. When the whole cells still
+    do not fit, the other columns go too, rightmost first; the first column (a row's id) always
+    stays, whole, even wider than the console."""
     import io
 
     from rich import box
@@ -107,7 +109,11 @@ def print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
         if share >= 8:
             break
         keep.remove(texts[-1])
-    out.print(build(keep, share if texts else 0))
+    share = share if texts else 0
+    while len(keep) > 1 and width_of(build(keep, share)) > out.width:
+        keep.pop()
+    out.width = max(out.width, width_of(build(keep, share)))  # one id wider than the console: whole
+    out.print(build(keep, share))
 
 
 def cut(cell: str, share: int, kind: str = "text") -> str:

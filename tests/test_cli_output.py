@@ -110,3 +110,14 @@ def test_a_failed_serve_reports_its_log_and_leaves_no_file_behind(tmp_path: Path
         said = one_error(proc.stderr[proc.stderr.find("error: "):])  # after what it started
         assert proc.returncode == 1 and "Failed to load model" in said, proc.stderr
         assert "runner-local-" not in said and list(temp.iterdir()) == [], (said, list(temp.iterdir()))
+
+
+def test_a_narrow_terminal_keeps_run_ids_whole_and_leaves_other_columns_out(runs: Path) -> None:
+    ids = [cli_json("run", "--scenario", s, runs_dir=runs)[1]["run_id"] for s in ("plan", "runaway")]
+    for columns in (59, 45, 30, 12):
+        table = cli("runs", runs_dir=runs, env={"COLUMNS": str(columns)})
+        lines = table.stdout.splitlines()
+        assert table.returncode == 0 and "…" not in table.stdout, table.stdout
+        assert [line.split()[0] for line in lines[2:]] == ids[::-1], table.stdout  # newest first, each id whole
+        assert all(len(line.rstrip()) <= max(columns, len(ids[0])) for line in lines), table.stdout
+    assert "status" in cli("runs", runs_dir=runs, env={"COLUMNS": "59"}).stdout.splitlines()[0]
