@@ -121,3 +121,20 @@ def test_a_narrow_terminal_keeps_run_ids_whole_and_leaves_other_columns_out(runs
         assert [line.split()[0] for line in lines[2:]] == ids[::-1], table.stdout  # newest first, each id whole
         assert all(len(line.rstrip()) <= max(columns, len(ids[0])) for line in lines), table.stdout
     assert "status" in cli("runs", runs_dir=runs, env={"COLUMNS": "59"}).stdout.splitlines()[0]
+
+
+def test_a_whole_number_setting_refuses_3_0_on_the_command_line_as_in_a_config_file(runs: Path,
+                                                                                     tmp_path: Path) -> None:
+    alone = {"RUNNER_CONFIG": str(tmp_path / "none.toml")}
+    for args in (("run", "--scenario", "plan", "--max-turns", "3.0"), ("runs", "--limit", "2.0"),
+                 ("run", "--scenario", "plan", "--max-retries=1.5")):
+        proc = cli(*args, runs_dir=runs, cwd=tmp_path, env=alone)
+        assert proc.returncode == 2 and "is not a whole number" in proc.stderr, (args, proc.stderr)
+        assert proc.stderr.startswith("Usage: runner ") and proc.stdout == "", proc.stderr
+    (tmp_path / "runner.toml").write_text("max_turns = 3.0\n")
+    proc = cli("run", "--scenario", "plan", runs_dir=runs, cwd=tmp_path, env=alone)
+    assert proc.returncode == 2 and "max_turns must be a whole number, got 3.0" in one_error(proc.stderr)
+    (tmp_path / "runner.toml").write_text("max_turns = 3\n")
+    code, out = cli_json("run", "--scenario", "plan", "--max-retries", " 2 ", runs_dir=runs, cwd=tmp_path, env=alone)
+    assert code == 0 and out["status"] == "completed"
+    assert not runs.exists() or len(json.loads(cli("runs", "--json", runs_dir=runs).stdout)) == 1
