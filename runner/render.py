@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shutil
 import sys
@@ -45,14 +46,31 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((80, 24)).columns
 
 
+def stderr_width() -> int | None:
+    """The width lines on stderr wrap to: its terminal's ($COLUMNS when set, at least 40);
+    None when stderr is not a terminal (a file, a pipe): there a message stays on one line,
+    whole for grep and for logs."""
+    if not sys.stderr.isatty():
+        return None
+    given = os.environ.get("COLUMNS", "")
+    try:
+        columns = int(given) if given.isdigit() else os.get_terminal_size(sys.stderr.fileno()).columns
+    except OSError:
+        columns = 80
+    return max(columns or 80, 40)
+
+
 def error(message: str) -> None:
     """An error on stderr as "error: MESSAGE", wrapped to the terminal's width (continuation
-    lines indented two columns); a line break in the message starts a new paragraph. A word
-    longer than the width (a path, a URL) stays whole."""
-    width = max(terminal_width(), 40)
+    lines indented two columns; see `stderr_width`: not wrapped when stderr is no terminal); a
+    line break in the message starts a new paragraph, indented. A word longer than the width
+    (a path, a URL) stays whole."""
+    width = stderr_width()
     for i, part in enumerate(f"error: {message}".splitlines() or [""]):
-        print(textwrap.fill(part, width, subsequent_indent="  ", initial_indent="" if i == 0 else "  ",
-                            break_long_words=False, break_on_hyphens=False), file=sys.stderr, flush=True)
+        indent = "" if i == 0 else "  "
+        print(indent + part if width is None else textwrap.fill(
+            part, width, subsequent_indent="  ", initial_indent=indent, break_long_words=False,
+            break_on_hyphens=False), file=sys.stderr, flush=True)
 
 
 def say(line: str) -> None:
@@ -60,11 +78,12 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def wrap(line: str) -> str:
-    """`line` unchanged if it fits the terminal, else wrapped to its width with continuation
-    lines indented two columns (a word longer than the width, a path or a URL, stays whole)."""
-    width = max(terminal_width(), 40)
-    if len(line) <= width:
+def wrap(line: str, width: int | None = None) -> str:
+    """`line` unchanged if it fits in `width` columns (default: stderr's, see `stderr_width`;
+    unchanged when stderr is no terminal), else wrapped to it with continuation lines indented
+    two columns (a word longer than the width, a path or a URL, stays whole)."""
+    width = width or stderr_width()
+    if width is None or len(line) <= width:
         return line
     indent = " " * (len(line) - len(line.lstrip(" ")))
     return textwrap.fill(line, width, initial_indent="", subsequent_indent=indent + "  ",
@@ -847,7 +866,8 @@ def repaired(report: RepairReport, runs: RunStore, as_json: bool) -> None:
     """`runner repair` on `runs`: what it did (see `repair_lines`), or with `as_json` the
     report as JSON."""
     lines = repair_lines(report, store_options(runs.url))
-    print(json.dumps(dataclasses.asdict(report)) if as_json else "\n".join(map(wrap, lines)))
+    fitted = (wrap(line, max(terminal_width(), 40)) for line in lines)
+    print(json.dumps(dataclasses.asdict(report)) if as_json else "\n".join(fitted))
 
 
 def transcript(state: RunState, events: Sequence[TraceEvent], fmt: str, width: int, full: bool,

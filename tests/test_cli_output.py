@@ -9,7 +9,10 @@ where the terminal or the process's files are the subject) against real servers 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -138,3 +141,46 @@ def test_a_whole_number_setting_refuses_3_0_on_the_command_line_as_in_a_config_f
     code, out = cli_json("run", "--scenario", "plan", "--max-retries", " 2 ", runs_dir=runs, cwd=tmp_path, env=alone)
     assert code == 0 and out["status"] == "completed"
     assert not runs.exists() or len(json.loads(cli("runs", "--json", runs_dir=runs).stdout)) == 1
+
+
+def _stderr_on_a_terminal(args: list[str], columns: int, env: dict[str, str]) -> str:
+    """What `python -m runner ARGS` writes to a stderr that is a terminal `columns` wide (a
+    pseudo-terminal; stdout stays a pipe)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    main, side = pty.openpty()
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    child_env = {k: v for k, v in {**os.environ, **env}.items() if k != "COLUMNS"}
+    with subprocess.Popen([sys.executable, "-m", "runner", *args], stdout=subprocess.PIPE, stderr=side,
+                          stdin=subprocess.DEVNULL, env=child_env) as proc:
+        os.close(side)
+        said = b""
+        while True:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # the child closed its side
+                break
+            if not chunk:
+                break
+            said += chunk
+        proc.wait(timeout=60)
+    os.close(main)
+    return said.decode().replace("\r\n", "\n")
+
+
+def test_errors_wrap_on_a_terminal_and_stay_one_line_in_a_file(tmp_path: Path) -> None:
+    args = ["run", "--scenario", "nosuch", "--runs-dir", str(tmp_path / "runs")]
+    env = {"RUNNER_CONFIG": str(tmp_path / "none.toml")}
+    on_terminal = _stderr_on_a_terminal(args, 50, env)
+    lines = on_terminal.rstrip("\n").splitlines()
+    assert len(lines) > 2 and all(len(line) <= 50 for line in lines), on_terminal
+    assert lines[0].startswith("error: unknown scenario 'nosuch'") and all(x.startswith("  ") for x in lines[1:])
+    with open(tmp_path / "errors.log", "w") as log:  # `runner ... 2>errors.log`, a terminal 50 wide or not
+        code = subprocess.run([sys.executable, "-m", "runner", *args], stderr=log, stdout=subprocess.DEVNULL,
+                              env={**os.environ, **env, "COLUMNS": "50"}, timeout=60).returncode
+    in_file = (tmp_path / "errors.log").read_text()
+    assert code == 2 and in_file.count("\n") == 1 and len(in_file) > 50, in_file
+    assert in_file.rstrip("\n") == " ".join(line.strip() for line in lines)
