@@ -303,7 +303,7 @@ def worker(request: WorkerRequest, runs_dir: RunsDir = None, store_url: StoreOpt
 
     with store.open_store(store_url, runs=runs_dir, lease_s=request.lease_s, durability=durability) as runs:
         until = f", until idle for {request.idle_exit_s:g} s" if request.idle_exit_s is not None else "; Ctrl-C stops"
-        render.say(f"worker: claiming runs from {runs.url}, {request.concurrency} at a time{until}")
+        render.say(f"worker: claiming runs from {store.shown_url(runs.url)}, {request.concurrency} at a time{until}")
         with _live_export(runs, otlp_endpoint)(None):
             report = run_worker(runs, concurrency=request.concurrency, idle_exit_s=request.idle_exit_s,
                                 poll_s=request.poll_s, log=lambda line: render.say(f"worker: {line}"))

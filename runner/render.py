@@ -518,6 +518,13 @@ def store_options(location: str | Path) -> str:
     return options(location)
 
 
+def _shown(url: str) -> str:
+    """A store's URL as it may be printed (its password as ***)."""
+    from runner.store import shown_url
+
+    return shown_url(url)
+
+
 def next_steps(state: RunState, store_opts: str = "") -> list[str]:
     """What a person can do next with a stopped run, one line each (empty when it is final);
     `store_opts` (see `store_options`) goes into every command."""
@@ -994,7 +1001,7 @@ def runs_list(infos: Sequence[RunInfo], where: RunStore, as_json: bool, status: 
     elif infos:
         print_runs(infos, store_options(where.url))
     else:
-        print(f"no runs in {where.url}" + (f" with status {status}" if status else ""))
+        print(f"no runs in {_shown(where.url)}" + (f" with status {status}" if status else ""))
 
 
 def runs_totals(infos: Sequence[RunInfo], by: str | None, as_json: bool) -> None:
@@ -1015,7 +1022,7 @@ def pruned(deleted: Sequence[str], skipped: Sequence[str], dry_run: bool, url: s
     verb = "would delete" if dry_run else "deleted"
     print("".join(f"{verb} {run_id}\n" for run_id in deleted), end="", flush=True)
     print("".join(wrap(f"skipped {line}") + "\n" for line in skipped), end="", file=sys.stderr, flush=True)
-    print(f"{verb} {len(deleted)} run(s) from {url}" + (f", skipped {len(skipped)}" if skipped else ""))
+    print(f"{verb} {len(deleted)} run(s) from {_shown(url)}" + (f", skipped {len(skipped)}" if skipped else ""))
 
 
 def suite_done(report: SuiteReport, as_json: bool, store_opts: str = "") -> None:
@@ -1056,4 +1063,4 @@ def exported(report: ExportReport, as_json: bool) -> None:
 def view_ready(where: str, token: str | None) -> Callable[[str], None]:
     """What `runner view` prints once it listens: its URL, the store, how to stop it."""
     how = "; open it once as URL?token=TOKEN" if token else ""
-    return lambda url: print(f"runner view: {url}  (store: {where}; Ctrl-C stops{how})", flush=True)
+    return lambda url: print(f"runner view: {url}  (store: {_shown(where)}; Ctrl-C stops{how})", flush=True)

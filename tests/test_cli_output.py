@@ -66,6 +66,10 @@ def test_the_resume_hint_names_the_runs_dir_it_was_given(tmp_path: Path) -> None
 
 def test_the_resume_hint_names_a_database_store_without_its_password(pg_url: str, tmp_path: Path) -> None:
     url = pg_url + "&password=hunter2"  # the throwaway cluster trusts its socket: the password is not asked
+    for args in (("runs",), ("worker", "--idle-exit", "0.1")):
+        empty = cli(*args, "--store", url, runs_dir=None, cwd=tmp_path)
+        said = empty.stdout + empty.stderr
+        assert empty.returncode == 0 and "hunter2" not in said and "password=***" in said, said
     capped = cli("run", "--scenario", "plan", "--max-turns", "1", "--store", url, runs_dir=None, cwd=tmp_path)
     assert capped.returncode == 3, capped.stderr
     assert "hunter2" not in capped.stdout + capped.stderr
