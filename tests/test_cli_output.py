@@ -188,3 +188,15 @@ def test_errors_wrap_on_a_terminal_and_stay_one_line_in_a_file(tmp_path: Path) -
     in_file = (tmp_path / "errors.log").read_text()
     assert code == 2 and in_file.count("\n") == 1 and len(in_file) > 50, in_file
     assert in_file.rstrip("\n") == " ".join(line.strip() for line in lines)
+
+
+def test_database_errors_never_print_the_store_password(pg_url: str, tmp_path: Path) -> None:
+    """The store's own errors (a run it does not hold, a server it cannot reach) name the store
+    with its password as ***."""
+    url = pg_url + "&password=hunter2"
+    missing = cli("show", "nosuchrun", "--store", url, runs_dir=None, cwd=tmp_path)
+    assert missing.returncode != 0 and "nosuchrun" in missing.stderr, missing.stderr
+    assert "hunter2" not in missing.stdout + missing.stderr and "password=***" in missing.stderr
+    gone = cli("runs", "--store", "postgresql://bob:hunter2@127.0.0.1:9/runs", runs_dir=None, cwd=tmp_path)
+    assert gone.returncode != 0 and "cannot reach the run store" in gone.stderr, gone.stderr
+    assert "hunter2" not in gone.stdout + gone.stderr and "bob:***@" in gone.stderr
