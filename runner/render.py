@@ -61,16 +61,11 @@ def stderr_width() -> int | None:
 
 
 def error(message: str) -> None:
-    """An error on stderr as "error: MESSAGE", wrapped to the terminal's width (continuation
-    lines indented two columns; see `stderr_width`: not wrapped when stderr is no terminal); a
-    line break in the message starts a new paragraph, indented. A word longer than the width
-    (a path, a URL) stays whole."""
-    width = stderr_width()
+    """An error on stderr as "error: MESSAGE", each line as `wrap` gives it (not wrapped when
+    stderr is no terminal); a line break in the message starts a new paragraph, indented two
+    columns."""
     for i, part in enumerate(f"error: {message}".splitlines() or [""]):
-        indent = "" if i == 0 else "  "
-        print(indent + part if width is None else textwrap.fill(
-            part, width, subsequent_indent="  ", initial_indent=indent, break_long_words=False,
-            break_on_hyphens=False), file=sys.stderr, flush=True)
+        print(wrap(part if i == 0 else "  " + part), file=sys.stderr, flush=True)
 
 
 def say(line: str) -> None:
