@@ -194,7 +194,7 @@ def run(request: RunRequest, runs_dir: RunsDir = None, store_url: StoreOpt = Non
     runs = store.open_store(store_url, runs=runs_dir, durability=durability)
     prepared = start.prepare(request)
     live = _live_export(runs, otlp_endpoint)
-    started = start.launch(prepared, runs, render.live_feedback(not as_json), on_runs_dir=render.created_runs_dir,
+    started = start.launch(prepared, runs, render.live_feedback(not as_json, runs), on_runs_dir=render.created_runs_dir,
                           watch=lambda run_id: live([run_id]))
     render.started(started, runs, as_json)
     return started.exit_code
@@ -209,7 +209,7 @@ def resume(run_id: Annotated[str, typer.Argument(help="The run to continue.", me
 
     runs = store.open_store(store_url, runs=runs_dir, durability=durability)
     live = _live_export(runs, otlp_endpoint)
-    started = start.resume(run_id, request, runs, render.live_feedback(not as_json), watch=lambda i: live([i]))
+    started = start.resume(run_id, request, runs, render.live_feedback(not as_json, runs), watch=lambda i: live([i]))
     render.started(started, runs, as_json)
     return started.exit_code
 
@@ -235,7 +235,7 @@ def trace(run_id: RunId, runs_dir: RunsDir = None, store_url: StoreOpt = None, a
     """Print a run's trace: every event, then why it stopped and what it cost."""
     runs = store.open_for_reading(store_url, runs=runs_dir)
     events = runs.read_trace(run_id)
-    render.trace(events, None if as_json else runs.info(run_id), getattr(runs, "problems", []), as_json)
+    render.trace(events, None if as_json else runs.info(run_id), runs, as_json)
     return 0
 
 
@@ -274,7 +274,8 @@ def repair(run_id: Annotated[str, typer.Argument(help="The damaged run.", metava
            store_url: StoreOpt = None, as_json: JsonOut = False) -> int:
     """Rebuild a run whose journal is damaged from its last good record and its trace, saying
     which transitions are dropped and what may have happened after the last good record."""
-    render.repaired(store.open_store(store_url, runs=runs_dir).repair(run_id), as_json)
+    runs = store.open_store(store_url, runs=runs_dir)
+    render.repaired(runs.repair(run_id), runs, as_json)
     return 0
 
 
@@ -288,7 +289,8 @@ def show(run_id: RunId,
     results, approvals and verdicts, the answer, why it stopped and how to continue."""
     runs = store.open_for_reading(store_url, runs=runs_dir)
     info = runs.info(run_id)  # the status `runner runs` shows; a damaged run: its last good state
-    typer.echo(render.transcript(info.state, runs.read_trace(run_id), fmt, render.terminal_width(), full, info), nl=False)
+    typer.echo(render.transcript(info.state, runs.read_trace(run_id), fmt, render.terminal_width(), full, info,
+                                 render.store_options(runs.url)), nl=False)
     return 0
 
 
@@ -301,7 +303,7 @@ def worker(request: WorkerRequest, runs_dir: RunsDir = None, store_url: StoreOpt
 
     with store.open_store(store_url, runs=runs_dir, lease_s=request.lease_s, durability=durability) as runs:
         until = f", until idle for {request.idle_exit_s:g} s" if request.idle_exit_s is not None else "; Ctrl-C stops"
-        render.say(f"worker: claiming runs from {runs.url}, {request.concurrency} at a time{until}")
+        render.say(f"worker: claiming runs from {store.shown_url(runs.url)}, {request.concurrency} at a time{until}")
         with _live_export(runs, otlp_endpoint)(None):
             report = run_worker(runs, concurrency=request.concurrency, idle_exit_s=request.idle_exit_s,
                                 poll_s=request.poll_s, log=lambda line: render.say(f"worker: {line}"))
@@ -315,10 +317,11 @@ def config_show(
     as_json: JsonOut = False,
 ) -> int:
     """Print the effective settings and where each came from (command line, environment,
-    ./runner.toml, the user's config file, default); the API key masked."""
+    ./runner.toml, the user's config file, default), then where and how runs are kept; the API
+    key masked."""
     from runner.config import Settings, config_files, user_config_path
 
-    render.settings(Settings().rows(api_key), config_files(), user_config_path(), as_json)
+    render.settings(Settings().rows(api_key) + store.settings_rows(), config_files(), user_config_path(), as_json)
     return 0
 
 
@@ -378,7 +381,7 @@ def suite(request: SuiteRequest, runs_dir: RunsDir = None, store_url: StoreOpt =
                                       on_result=None if as_json else lambda r: render.say(render.progress_line(r)),
                                       on_runs_dir=render.created_runs_dir)
     render.write_suite_report(report, runs_root)
-    render.suite_done(report, as_json)
+    render.suite_done(report, as_json, render.store_options(store_url or runs_root))
     return EXIT_CODES["interrupted"] if report.cancelled else 0
 
 

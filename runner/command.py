@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
 import sys
 import types
 import typing
@@ -58,12 +59,16 @@ def _no_plugins() -> Any:
     return importlib.import_module(PLUGIN_LOADER).get_plugins()
 
 
+_WHOLE = re.compile(r"\s*[+-]?[0-9]+\s*")
+
+
 class Coercion:
     """One parameter's coercion (typer's `RuntimeParam` protocol): absent values, and values
     already of the parameter's type and within its bounds, pass as typer's adapter would pass
     them; a path given as text becomes a `Path` before typer's own path checks; anything else
     goes to typer's coercion, built on first need. A path's `~` is expanded (the shell leaves
-    it in `--opt=~/x`), and an empty path is refused."""
+    it in `--opt=~/x`), and an empty path is refused. A whole number must be written as one:
+    typer's adapter would take "3.0" (pydantic's lax mode), which a config file refuses."""
 
     def __init__(self, param: Any) -> None:
         self.descriptor = param.type_descriptor
@@ -79,6 +84,8 @@ class Coercion:
             return list(value)
         if not many and kind in (str, int, float) and type(value) is kind and self._within(value):
             return value
+        if not many and kind is int and type(value) is str and not _WHOLE.fullmatch(value):
+            raise typer.BadParameter(f"{value!r} is not a whole number", ctx=ctx, param=param)
         if not many and kind is Path and type(value) is str:
             from typer._param_types import coerce_cli_path
 

@@ -320,8 +320,9 @@ class LocalServer:
     `LocalSettings.child_env`, and polls ``GET /health`` until it answers with the child's pid,
     the process dies, or `startup_timeout_s` passes. Stop is terminate, wait, kill. The child is
     SIGKILLed by the kernel if the starting thread dies first, so no server outlives a killed
-    runner. Its stdout and stderr go to `log_path` (default: a temporary file, deleted by a clean
-    stop, kept when start fails so the error can point at it).
+    runner. Its stdout and stderr go to `log_path` (default: a temporary file, deleted when the
+    server stops or fails to start: the error quotes the log's last lines; a `log_path` given
+    is kept, and the error names it).
 
     Args:
         settings: a `LocalSettings`, or a GGUF path with `overrides` as its other fields (port
@@ -384,7 +385,7 @@ class LocalServer:
         try:
             self._wait_healthy()
         except BaseException:
-            self._terminate()  # keep the log: the error message points at it
+            self.stop()  # the error holds the log's tail (a temporary log goes; a given one stays)
             raise
         return self
 
@@ -399,7 +400,7 @@ class LocalServer:
             if code is not None:
                 raise LocalServerError(
                     f"local server exited with code {code} before it was ready "
-                    f"(model {self.settings.model}); log {self.log_path}:\n{self._log_tail()}"
+                    f"(model {self.settings.model}); {self._log_tail()}"
                 )
             try:
                 reply = httpx.get(url, timeout=1.0)
@@ -410,15 +411,18 @@ class LocalServer:
             time.sleep(0.1)
         raise LocalServerError(
             f"local server not ready after {self.startup_timeout_s:.0f} s on port {self.settings.port}; "
-            f"log {self.log_path}:\n{self._log_tail()}"
+            f"{self._log_tail()}"
         )
 
     def _log_tail(self, lines: int = 20) -> str:
+        """The log's last `lines` lines, introduced by the log's path when it outlives the
+        server (a `log_path` given), else by "its log ended" (a temporary log, deleted)."""
+        said = "its log ended" if self._owns_log else f"log {self.log_path}"
         try:
             text = self.log_path.read_text(errors="replace") if self.log_path else ""
         except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+            return f"{said}: (unreadable)"
+        return f"{said}:\n" + ("\n".join(text.splitlines()[-lines:]) or "(empty)")
 
     def stop(self) -> None:
         """Terminate, wait up to `stop_timeout_s`, then kill; delete a log we created. Idempotent."""

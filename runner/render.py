@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
-import shlex
 import shutil
 import sys
 import textwrap
@@ -46,14 +46,26 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((80, 24)).columns
 
 
+def stderr_width() -> int | None:
+    """The width lines on stderr wrap to: its terminal's ($COLUMNS when set, at least 40);
+    None when stderr is not a terminal (a file, a pipe): there a message stays on one line,
+    whole for grep and for logs."""
+    if not sys.stderr.isatty():
+        return None
+    given = os.environ.get("COLUMNS", "")
+    try:
+        columns = int(given) if given.isdigit() else os.get_terminal_size(sys.stderr.fileno()).columns
+    except OSError:
+        columns = 80
+    return max(columns or 80, 40)
+
+
 def error(message: str) -> None:
-    """An error on stderr as "error: MESSAGE", wrapped to the terminal's width (continuation
-    lines indented two columns); a line break in the message starts a new paragraph. A word
-    longer than the width (a path, a URL) stays whole."""
-    width = max(terminal_width(), 40)
+    """An error on stderr as "error: MESSAGE", each line as `wrap` gives it (not wrapped when
+    stderr is no terminal); a line break in the message starts a new paragraph, indented two
+    columns."""
     for i, part in enumerate(f"error: {message}".splitlines() or [""]):
-        print(textwrap.fill(part, width, subsequent_indent="  ", initial_indent="" if i == 0 else "  ",
-                            break_long_words=False, break_on_hyphens=False), file=sys.stderr, flush=True)
+        print(wrap(part if i == 0 else "  " + part), file=sys.stderr, flush=True)
 
 
 def say(line: str) -> None:
@@ -61,11 +73,12 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def wrap(line: str) -> str:
-    """`line` unchanged if it fits the terminal, else wrapped to its width with continuation
-    lines indented two columns (a word longer than the width, a path or a URL, stays whole)."""
-    width = max(terminal_width(), 40)
-    if len(line) <= width:
+def wrap(line: str, width: int | None = None) -> str:
+    """`line` unchanged if it fits in `width` columns (default: stderr's, see `stderr_width`;
+    unchanged when stderr is no terminal), else wrapped to it with continuation lines indented
+    two columns (a word longer than the width, a path or a URL, stays whole)."""
+    width = width or stderr_width()
+    if width is None or len(line) <= width:
         return line
     indent = " " * (len(line) - len(line.lstrip(" ")))
     return textwrap.fill(line, width, initial_indent="", subsequent_indent=indent + "  ",
@@ -76,7 +89,9 @@ def print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
     """Print a compact table that fits the console. Each column is (header, kind): "id" and
     "num" cells are never cut or wrapped; "text" columns share the width that is left, cut at
     the end with "…" ("path": cut at the start, where names differ least), and the rightmost
-    goes first when fewer than 8 characters would remain for each."""
+    goes first when fewer than 8 characters would remain for each. When the whole cells still
+    do not fit, the other columns go too, rightmost first; the first column (a row's id) always
+    stays, whole, even wider than the console."""
     import io
 
     from rich import box
@@ -108,7 +123,11 @@ def print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
         if share >= 8:
             break
         keep.remove(texts[-1])
-    out.print(build(keep, share if texts else 0))
+    share = share if texts else 0
+    while len(keep) > 1 and width_of(build(keep, share)) > out.width:
+        keep.pop()
+    out.width = max(out.width, width_of(build(keep, share)))  # one id wider than the console: whole
+    out.print(build(keep, share))
 
 
 def cut(cell: str, share: int, kind: str = "text") -> str:
@@ -189,9 +208,10 @@ class PullLine:
         self.close()
 
 
-def run_lines(state: RunState, trace_at: str, width: int = 80) -> list[str]:
+def run_lines(state: RunState, trace_at: str, width: int = 80, store_opts: str = "") -> list[str]:
     """A stopped run for a person: the figures, the answer, where its trace is, and how to
-    continue it when it can be continued (`trace_at`: a path or the command that prints it).
+    continue it when it can be continued (`trace_at`: a path or the command that prints it;
+    `store_opts`: see `store_options`).
     Lines longer than `width` wrap, indented; ids, paths and commands are never split."""
     name = state.config.endpoint.model.removeprefix("scripted/")
     lines = [f"{name}  status={state.status}  turns={state.turns}  tools={state.tool_run_count}",
@@ -208,15 +228,30 @@ def run_lines(state: RunState, trace_at: str, width: int = 80) -> list[str]:
     lines += [f"   run id: {state.run_id}", f"   trace: {trace_at}"]
     if state.status not in ("completed",):
         lines.append(f"   stopped: {state.reason}")
-    lines += [f"   {line}" for line in next_steps(state)]
+    lines += [f"   {line}" for line in next_steps(state, store_opts)]
     return [part for line in lines for part in _wrapped(line, width)]
 
 
-def _wrapped(line: str, width: int) -> list[str]:
-    """`line` wrapped at `width` with a hanging indent; words (ids, paths) are never split."""
+def _wrapped(line: str, width: int, indent: str = "      ") -> list[str]:
+    """`line` wrapped at `width` with a hanging indent; words (ids, paths) are never split,
+    nor is a shell-quoted word ('a path with spaces'). A line that gives a command or a path
+    to copy ("resume with: runner resume ID ...", "trace: PATH") is never broken inside it:
+    too long, its label goes on a line of its own and the command whole on the next."""
     if len(line) <= width:
         return [line]
-    return textwrap.wrap(line, width, subsequent_indent="      ", break_long_words=False, break_on_hyphens=False)
+    if copyable := _COPYABLE.match(line):
+        lead, label, command = copyable.groups()
+        return [lead + label, lead + "  " + command]
+    glued = re.sub(r"'[^']*'", lambda quoted: quoted.group().replace(" ", _GLUE), line)
+    return [part.replace(_GLUE, " ") for part in textwrap.wrap(
+        glued, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)]
+
+
+_COPYABLE = re.compile(r"^(\s*)([a-z][a-z ]*:)\s+((?:runner |/|~|\.{1,2}/).*)$")
+"""A line whose text after its label is a command or a path to copy."""
+
+_GLUE = "\ue000"
+"""Stands for a space inside a quoted word while a line is wrapped (a private-use character)."""
 
 
 def progress_line(result: TaskResult) -> str:
@@ -479,9 +514,24 @@ def when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
 
 
-def next_steps(state: RunState) -> list[str]:
-    """What a person can do next with a stopped run, one line each (empty when it is final)."""
-    rid = state.run_id
+def store_options(location: str | Path) -> str:
+    """See `runner.store.store_options`: the options a printed command needs to find a store."""
+    from runner.store import store_options as options
+
+    return options(location)
+
+
+def _shown(url: str) -> str:
+    """A store's URL as it may be printed (its password as ***)."""
+    from runner.store import shown_url
+
+    return shown_url(url)
+
+
+def next_steps(state: RunState, store_opts: str = "") -> list[str]:
+    """What a person can do next with a stopped run, one line each (empty when it is final);
+    `store_opts` (see `store_options`) goes into every command."""
+    rid = state.run_id + store_opts
     it = state.interruption
     if it is not None and it.type == "approval":
         return [f"waiting for approval: {it.tool_name}({json.dumps(it.args)})  call id {it.call_id}"
@@ -546,9 +596,10 @@ def run_header(state: RunState, shown: str | None = None) -> list[str]:
 
 
 def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int = 80, full: bool = False,
-                     info: RunInfo | None = None) -> list[str]:
+                     info: RunInfo | None = None, store_opts: str = "") -> list[str]:
     """The transcript as plain text lines of at most `width` characters (unless `full`);
-    `info` (the run as `runner runs` lists it) gives the status to show."""
+    `info` (the run as `runner runs` lists it) gives the status to show; `store_opts` (see
+    `store_options`) goes into the commands it suggests."""
     out = [fit(line, width) for line in run_header(state, info.shown_status if info else None)]
     records = list(state.per_turn)
     at = 0  # the next turn record: kept replies are assistant messages, slipped ones are not
@@ -594,7 +645,7 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
             out.pop()
     out += slips()
     out.append("")
-    out += [fit(line, width) if not full else line for line in _ending(state, info, width)]
+    out += _ending(state, info, width if not full else 10**6, store_opts)
     return out
 
 
@@ -612,36 +663,39 @@ def _assistant(m: Message, record: TurnRecord | None, width: int, full: bool) ->
     return out
 
 
-def _ending(state: RunState, info: RunInfo | None = None, width: int = 80) -> list[str]:
+def _ending(state: RunState, info: RunInfo | None = None, width: int = 80, store_opts: str = "") -> list[str]:
     shown = info.shown_status if info else state.status
     if info is not None and shown in ("died", "damaged", "running", "queued"):
-        return _not_stopped(info, width)
+        return _not_stopped(info, width, store_opts)
     lines = []
     if state.answer:
         lines.append("answer: " + " ".join(state.answer.split()))
     lines.append(f"stopped: {state.status}" + (f" ({state.reason})" if state.reason else ""))
     if state.error is not None:
         lines.append(f"error: {state.error.type}: {state.error.message}")
-    return lines + next_steps(state)
+    return [fit(line, width) for line in lines] + [part for step in next_steps(state, store_opts)
+                                                   for part in _wrap(step, width)]  # commands are never cut
 
 
-def _not_stopped(info: RunInfo, width: int) -> list[str]:
+def _not_stopped(info: RunInfo, width: int, store_opts: str = "") -> list[str]:
     """What a run that did not stop where its state says is doing (wrapped to `width`), and
     what to do about it."""
     if info.shown_status == "damaged":
         why, _, command = (info.damage or "").partition("; repair: ")
-        return _wrap(f"damaged: {why}", width) + ([f"repair with: {command}"] if command else [])
+        return _wrap(f"damaged: {why}", width) + (_wrap(f"repair with: {command}", width) if command else [])
     said = {"died": "died: its process was killed after the last event",
             "running": f"running: driven by {info.driver}",
             "queued": "queued: waiting for a worker"}.get(info.shown_status, f"stopped: {info.shown_status}")
-    return _wrap(said, width) + ([f"resume with: runner resume {info.state.run_id}"] if info.shown_status == "died" else [])
+    resume = f"resume with: runner resume {info.state.run_id}{store_opts}"
+    return _wrap(said, width) + (_wrap(resume, width) if info.shown_status == "died" else [])
 
 
 def _wrap(text: str, width: int) -> list[str]:
-    return textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
+    return _wrapped(text, width, "  ")
 
 
-def transcript_markdown(state: RunState, events: Sequence[TraceEvent], info: RunInfo | None = None) -> str:
+def transcript_markdown(state: RunState, events: Sequence[TraceEvent], info: RunInfo | None = None,
+                        store_opts: str = "") -> str:
     """The whole transcript as Markdown: nothing cut."""
     head = run_header(state, info.shown_status if info else None)
     shown = info.shown_status if info else state.status
@@ -669,7 +723,7 @@ def transcript_markdown(state: RunState, events: Sequence[TraceEvent], info: Run
             if m.tool_call_id in verdicts:
                 out += [f"*{verdicts[m.tool_call_id]}*", ""]
             out += [fence, m.content or "", fence, ""]
-    out += ["## Stop", ""] + [f"- {line}" for line in _ending(state, info, width=10**6)]
+    out += ["## Stop", ""] + [f"- {line}" for line in _ending(state, info, 10**6, store_opts)]
     return "\n".join(out) + "\n"
 
 
@@ -746,15 +800,16 @@ def run_totals(states: Sequence[tuple[RunState, str]], by: str | None) -> list[T
     return [*groups.values(), overall]
 
 
-def print_runs(infos: Sequence[RunInfo]) -> None:
+def print_runs(infos: Sequence[RunInfo], store_opts: str = "") -> None:
     """The `runner runs` table: id, start, status, turns, cost, the model's distinguishing
-    name, and, where the terminal has room for it, the reason (`runner show` has it all)."""
+    name, and, where the terminal has room for it, the reason (`runner show` has it all);
+    `store_opts` (see `store_options`) goes into the commands it suggests."""
 
     def reason(i: RunInfo) -> str:
         if i.shown_status == "died":
-            return "its process died; resume it with: runner resume " + i.state.run_id
+            return "its process died; resume it with: runner resume " + i.state.run_id + store_opts
         if i.shown_status == "damaged":
-            return i.damage or "damaged; repair it with: runner repair " + i.state.run_id
+            return i.damage or "damaged; repair it with: runner repair " + i.state.run_id + store_opts
         return f"driven by {i.driver}" if i.shown_status == "running" else i.state.reason or ""
 
     names = short_models(sorted({i.state.config.endpoint.model for i in infos}))
@@ -774,7 +829,7 @@ def print_totals(rows: Sequence[Total], by: str | None) -> None:
                   f"{r.completion_tokens:,}", f"{r.cost_usd:.6f}"] for r in rows])
 
 
-def trace_lines(events: Sequence[TraceEvent], info: RunInfo | None, width: int) -> list[str]:
+def trace_lines(events: Sequence[TraceEvent], info: RunInfo | None, width: int, store_opts: str = "") -> list[str]:
     """A run's trace for `runner trace`: one line per event (cut to `width` with "…"; `--json`
     has it all), then why it stopped and what it cost; `info` (the run as listed) says what
     a trace without a stop means (a process that died, a driver at work, a queued run), and
@@ -798,13 +853,13 @@ def trace_lines(events: Sequence[TraceEvent], info: RunInfo | None, width: int) 
         s = moving.state
         lines.append(f"{moving.shown_status}  turns={s.turns}  cost=${s.cost_usd:.6f}  processes={processes}")
     if info is not None and (moving is not None or info.shown_status == "damaged"):
-        lines += _not_stopped(info, width)
+        lines += _not_stopped(info, width, store_opts)
     return lines
 
 
-def repair_lines(report: RepairReport) -> list[str]:
+def repair_lines(report: RepairReport, store_opts: str = "") -> list[str]:
     """What `runner repair` did: the save it rebuilt from, what it dropped, what may have
-    happened outside the kept state, and how to continue."""
+    happened outside the kept state, and how to continue (`store_opts`: see `store_options`)."""
     if report.kept_seq == report.new_seq:
         return [f"run {report.run_id}: " + "; ".join(report.notes)]
     return [f"repaired run {report.run_id}: rebuilt from save {report.kept_seq} (now save {report.new_seq})",
@@ -814,35 +869,39 @@ def repair_lines(report: RepairReport) -> list[str]:
             *(f"  {line}" for line in report.outside),
             *(f"note: {line}" for line in report.notes),
             f"it is {report.status}: nothing to resume" if report.status in ("completed", "failed")
-            else f"continue it with: runner resume {report.run_id}"]
+            else f"continue it with: runner resume {report.run_id}{store_opts}"]
 
 
-def repaired(report: RepairReport, as_json: bool) -> None:
-    """`runner repair`: what it did (see `repair_lines`), or with `as_json` the report as JSON."""
-    print(json.dumps(dataclasses.asdict(report)) if as_json else "\n".join(map(wrap, repair_lines(report))))
+def repaired(report: RepairReport, runs: RunStore, as_json: bool) -> None:
+    """`runner repair` on `runs`: what it did (see `repair_lines`), or with `as_json` the
+    report as JSON."""
+    lines = repair_lines(report, store_options(runs.url))
+    fitted = (wrap(line, max(terminal_width(), 40)) for line in lines)
+    print(json.dumps(dataclasses.asdict(report)) if as_json else "\n".join(fitted))
 
 
 def transcript(state: RunState, events: Sequence[TraceEvent], fmt: str, width: int, full: bool,
-               info: RunInfo | None = None) -> str:
+               info: RunInfo | None = None, store_opts: str = "") -> str:
     """`runner show`: the transcript as text fitted to `width` (`full`: nothing cut), Markdown
     (`fmt` "md") or JSON, ending with a newline; `info` (the run as `runner runs` lists it)
-    gives the status to show."""
+    gives the status to show; `store_opts` (see `store_options`) goes into its commands."""
     if fmt == "json":
         return json.dumps(transcript_json(state, events), ensure_ascii=False) + "\n"
     if fmt == "md":
-        return transcript_markdown(state, events, info)
-    return "\n".join(transcript_lines(state, events, width=width, full=full, info=info)) + "\n"
+        return transcript_markdown(state, events, info, store_opts)
+    return "\n".join(transcript_lines(state, events, width, full, info, store_opts)) + "\n"
 
 
-def suite_cancelled(report: SuiteReport) -> str:
-    """What a cancelled suite says: how many runs it finished and how to finish the rest."""
+def suite_cancelled(report: SuiteReport, store_opts: str = "") -> str:
+    """What a cancelled suite says: how many runs it finished and how to finish the rest
+    (`store_opts`: see `store_options`)."""
     stopped = [r for r in report.results if r.status != "completed" and r.status != "failed"]
     finish = (f"; finish the suite with: runner suite --resume {Path(report.report_path).with_suffix('.json')}"
               if report.report_path else "")
     unfinished = report.unfinished
     return (f"suite cancelled after {len(report.results)} run(s); the report above holds them{finish}"
-            + "".join(f"; resume {r.task} with: runner resume {r.run_id}" for r in stopped)
-            + (f"; {len(unfinished)} run(s) not finished, each continues with runner resume ID: "
+            + "".join(f"; resume {r.task} with: runner resume {r.run_id}{store_opts}" for r in stopped)
+            + (f"; {len(unfinished)} run(s) not finished, each continues with runner resume ID{store_opts}: "
                + " ".join(unfinished[:5]) + (" …" if len(unfinished) > 5 else "")
                + " (all in the JSON report)" if unfinished else ""))
 
@@ -868,10 +927,11 @@ def created_runs_dir(path: Path) -> None:
     say(f"created runs directory {path}")
 
 
-def live_feedback(show_progress: bool = True) -> Feedback:
+def live_feedback(show_progress: bool = True, runs: RunStore | None = None) -> Feedback:
     """What a run driven in this terminal shows on stderr: the local model it starts, the live
     turn line and each tool's progress (only with `show_progress`), each retry of a failed
-    request, and a Ctrl-C that stopped it before the loop ran (how to continue it)."""
+    request, and a Ctrl-C that stopped it before the loop ran (how to continue it, with the
+    options that find `runs`)."""
     from runner.interactive import Feedback
 
     turn_line = TurnLine()
@@ -884,7 +944,8 @@ def live_feedback(show_progress: bool = True) -> Feedback:
         say(fit(f"  retry {attempt}/{most} in {wait_s:.1f} s: {' '.join(error.split())}", terminal_width()))
 
     def on_stopped_early(state: RunState) -> None:
-        say(f"interrupted: run {state.run_id} ({state.status}); continue it with: runner resume {state.run_id}")
+        again = state.run_id + (store_options(runs.url) if runs is not None else "")
+        say(f"interrupted: run {state.run_id} ({state.status}); continue it with: runner resume {again}")
 
     if not show_progress:
         return Feedback(on_retry=on_retry, on_stopped_early=on_stopped_early, on_end=turn_line.close)
@@ -905,29 +966,29 @@ def started(started: Started, runs: RunStore, as_json: bool) -> None:
     (with status "queued", or "kept": false)."""
     from runner.store import FileStore
 
-    state = started.state
+    state, store_opts = started.state, store_options(runs.url)
     if as_json:
         marks = {"status": "queued"} if started.queued else {} if started.kept else {"kept": False}
         print(json.dumps({**result_json(state), **marks}))
     elif started.queued:
-        print(f"queued run {state.run_id}; a worker drives it: runner worker --store {shlex.quote(str(runs.url))}")
+        print(f"queued run {state.run_id}; a worker drives it: runner worker{store_opts}")
     elif not started.kept:
         say("\n".join(unkept_lines(state, terminal_width())))
     else:
         trace_at = (str(runs.trace_path(state.run_id)) if isinstance(runs, FileStore)
-                    else f"runner trace {state.run_id} --store URL")
-        print("\n".join(run_lines(state, trace_at, terminal_width())))
+                    else f"runner trace {state.run_id}{store_opts}")
+        print("\n".join(run_lines(state, trace_at, terminal_width(), store_opts)))
 
 
-def trace(events: Sequence[TraceEvent], info: RunInfo | None, problems: Sequence[str], as_json: bool) -> None:
-    """`runner trace`: a warning on stderr per problem reading it, then the trace (see
-    `trace_lines`), or with `as_json` each event as a line of JSON."""
-    for problem in problems:
+def trace(events: Sequence[TraceEvent], info: RunInfo | None, runs: RunStore, as_json: bool) -> None:
+    """`runner trace`: a warning on stderr per problem reading it in `runs`, then the trace
+    (see `trace_lines`), or with `as_json` each event as a line of JSON."""
+    for problem in getattr(runs, "problems", []):
         say(f"warning: {problem}")
     if as_json:
         print("".join(e.model_dump_json(exclude_none=True) + "\n" for e in events), end="")
     else:
-        print("\n".join(trace_lines(events, info, terminal_width())))
+        print("\n".join(trace_lines(events, info, terminal_width(), store_options(runs.url))))
 
 
 def runs_list(infos: Sequence[RunInfo], where: RunStore, as_json: bool, status: str | None = None) -> None:
@@ -941,9 +1002,9 @@ def runs_list(infos: Sequence[RunInfo], where: RunStore, as_json: bool, status: 
                            "status": i.shown_status, "driver": i.driver, **({"damage": i.damage} if i.damage else {})}
                           for i in infos]))
     elif infos:
-        print_runs(infos)
+        print_runs(infos, store_options(where.url))
     else:
-        print(f"no runs in {where.url}" + (f" with status {status}" if status else ""))
+        print(f"no runs in {_shown(where.url)}" + (f" with status {status}" if status else ""))
 
 
 def runs_totals(infos: Sequence[RunInfo], by: str | None, as_json: bool) -> None:
@@ -964,10 +1025,10 @@ def pruned(deleted: Sequence[str], skipped: Sequence[str], dry_run: bool, url: s
     verb = "would delete" if dry_run else "deleted"
     print("".join(f"{verb} {run_id}\n" for run_id in deleted), end="", flush=True)
     print("".join(wrap(f"skipped {line}") + "\n" for line in skipped), end="", file=sys.stderr, flush=True)
-    print(f"{verb} {len(deleted)} run(s) from {url}" + (f", skipped {len(skipped)}" if skipped else ""))
+    print(f"{verb} {len(deleted)} run(s) from {_shown(url)}" + (f", skipped {len(skipped)}" if skipped else ""))
 
 
-def suite_done(report: SuiteReport, as_json: bool) -> None:
+def suite_done(report: SuiteReport, as_json: bool, store_opts: str = "") -> None:
     """The end of `runner suite`: the report (the table, or with `as_json` the whole report as
     JSON), where its files are, and for a cancelled suite how to finish it (stderr)."""
     if as_json:
@@ -976,7 +1037,7 @@ def suite_done(report: SuiteReport, as_json: bool) -> None:
         print_suite(report)
         say(f"report: {report.report_path} (.json, .png beside it)")
     if report.cancelled:
-        say(suite_cancelled(report))
+        say(suite_cancelled(report, store_opts))
 
 
 def settings(rows: Sequence[tuple[str, str, str]], files: Sequence[Path], user_file: Path, as_json: bool) -> None:
@@ -1005,4 +1066,4 @@ def exported(report: ExportReport, as_json: bool) -> None:
 def view_ready(where: str, token: str | None) -> Callable[[str], None]:
     """What `runner view` prints once it listens: its URL, the store, how to stop it."""
     how = "; open it once as URL?token=TOKEN" if token else ""
-    return lambda url: print(f"runner view: {url}  (store: {where}; Ctrl-C stops{how})", flush=True)
+    return lambda url: print(f"runner view: {url}  (store: {_shown(where)}; Ctrl-C stops{how})", flush=True)

@@ -33,6 +33,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import traceback
@@ -849,9 +850,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-dir", type=Path, help="the runs directory [default: $RUNNER_RUNS_DIR or ./runs]")
     args = parser.parse_args(argv)
     if args.list:
+        width = max(shutil.get_terminal_size().columns, 40)  # $COLUMNS, the terminal, else 80
         for name, fn in EXPERIMENTS.items():
-            about = (fn.__doc__ or "").strip().splitlines()[0]
-            print(f"{name:<14} {about if len(about) <= 65 else about[:64] + '…'}")
+            about = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
+            print(textwrap.fill(about, width, initial_indent=f"{name:<14} ", subsequent_indent=" " * 15))
         return 0
     unknown = [n for n in args.names if n not in EXPERIMENTS]
     if unknown:

@@ -425,6 +425,7 @@ def test_show_trace_runs_and_totals_fit_80_columns(tmp_path: Path) -> None:
 def test_experiments_write_to_the_runs_directory_and_name_unknown_ones(tmp_path: Path) -> None:
     listed = runner("experiments", "--list", cwd=tmp_path, env={"COLUMNS": "80"})
     assert listed.returncode == 0 and "turn_cap" in listed.stdout and max(map(len, listed.stdout.splitlines())) <= 80
+    assert "…" not in listed.stdout and "comes from the cap-100 run." in " ".join(listed.stdout.split())  # wrapped, whole
     proc = runner("experiments", "nope", cwd=tmp_path)
     assert proc.returncode == 2 and "known: turn_cap" in one_error(proc.stderr)
     proc = runner("experiments", "local_suite", "--skip-local", cwd=tmp_path)

@@ -170,7 +170,7 @@ def test_a_cut_off_last_line_is_damaged_everywhere_and_repair_fixes_it(provider:
     traced = cli("trace", run_id, runs_dir=runs)
     assert traced.returncode == 0 and traced.stdout.count("  turn  ") == 3 and f"damaged: {problem}" in traced.stdout
     refused = cli("resume", run_id, runs_dir=runs)
-    message = one_error(refused.stderr)  # wrapped to 80 columns
+    message = one_error(refused.stderr)
     assert refused.returncode == 1 and message.startswith(f"error: {problem}")
     assert f"runner repair {run_id}" in message and message.count(run_id) == 1 and len(message) < 200, message
 

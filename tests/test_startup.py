@@ -150,7 +150,9 @@ def test_plugins_turned_on_load_through_the_real_loader() -> None:
 
 def test_option_values_coerce_as_typer_coerces_them(tmp_path: Path) -> None:
     """Every option of every command, given nothing, its default, or text: `Coercion` gives
-    what typer's own coercion (a pydantic TypeAdapter) gives, or the same error."""
+    what typer's own coercion (a pydantic TypeAdapter) gives, or the same error; save text
+    that is no whole number for a whole-number option, which it refuses in its own words
+    (typer's lax adapter takes "3.0")."""
     import typer.main
 
     build_runtime_param = pytest.importorskip("typer._coercion").build_runtime_param  # typer's own, as it runs
@@ -164,13 +166,17 @@ def test_option_values_coerce_as_typer_coerces_them(tmp_path: Path) -> None:
         ctx = command.make_context(name, [], resilient_parsing=True)
         for param in (p for p in command.get_params(ctx) if hasattr(p, "type_descriptor")):
             many = param.multiple or param.nargs == -1
-            values = [None, param.default, str(tmp_path), str(tmp_path / "a-file"), "3", "-1", "0.5", "plan", "md",
-                      -1, 70_000, 0.0005, True]
+            values = [None, param.default, str(tmp_path), str(tmp_path / "a-file"), "3", "-1", "0.5", "3.0", "plan",
+                      "md", -1, 70_000, 0.0005, True]
             for value in values:
                 value = (value,) if many and isinstance(value, str) else value
                 ours, theirs = _outcome(Coercion(param), param, ctx, value), _outcome(
                     build_runtime_param(param.type_descriptor), param, ctx, value)
-                assert ours == theirs, (name, param.name, value)
+                if Coercion(param)._kind() is int and value in (str(tmp_path), str(tmp_path / "a-file"), "0.5", "3.0",
+                                                                "plan", "md"):
+                    assert ours == ("BadParameter", f"{value!r} is not a whole number"), (name, param.name, value)
+                else:
+                    assert ours == theirs, (name, param.name, value)
                 checked += 1
     assert checked > 400
 

@@ -17,7 +17,9 @@ from runner.errors import UsageError
 from runner.state import RunState
 from runner.store.base import (
     DEFAULT_DURABILITY,
+    DEFAULT_RUNS_DIR,
     DURABILITIES,
+    POSTGRES_SCHEMES,
     CorruptState,
     DamagedRun,
     DiskFull,
@@ -36,19 +38,19 @@ from runner.store.base import (
     crash_point,
     default_owner,
     durability_of,
+    is_postgres,
+    shown_url,
+    store_options,
 )
 from runner.store.files import FileStore
 
 __all__ = [
-    "DEFAULT_DURABILITY", "DURABILITIES", "CorruptState", "DamagedRun", "DiskFull", "Durability", "FileStore",
-    "Lease", "LeaseLost", "RepairReport", "RunBusy", "RunHandle", "RunInfo", "RunNotFound", "RunStore", "ShownStatus",
-    "StaleState", "StoreAt", "StoreError", "crash_point", "default_owner", "durability_of", "list_runs", "load",
-    "make_runs_dir", "open_for_reading", "open_store", "prune", "run_dir", "runs_dir", "save", "select", "trace_path",
-    "workspace_path",
+    "DEFAULT_DURABILITY", "DEFAULT_RUNS_DIR", "DURABILITIES", "POSTGRES_SCHEMES", "CorruptState", "DamagedRun",
+    "DiskFull", "Durability", "FileStore", "Lease", "LeaseLost", "RepairReport", "RunBusy", "RunHandle", "RunInfo",
+    "RunNotFound", "RunStore", "ShownStatus", "StaleState", "StoreAt", "StoreError", "crash_point", "default_owner",
+    "durability_of", "is_postgres", "list_runs", "load", "make_runs_dir", "open_for_reading", "open_store", "prune",
+    "run_dir", "runs_dir", "save", "select", "settings_rows", "shown_url", "store_options", "trace_path", "workspace_path"
 ]
-
-DEFAULT_RUNS_DIR = Path("runs")
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 def runs_dir(value: str | Path | None = None) -> Path:
@@ -66,10 +68,6 @@ def _expanded(path: Path) -> Path:
         return path.expanduser()
     except RuntimeError:
         raise UsageError(f"cannot tell whose home folder {str(path).split('/')[0]} is (in {path})") from None
-
-
-def is_postgres(value: str | Path | None) -> bool:
-    return isinstance(value, str) and value.startswith(POSTGRES_SCHEMES)
 
 
 def _lease_s_from_environment() -> float | None:
@@ -128,6 +126,29 @@ def open_store(value: str | Path | None = None, *, runs: str | Path | None = Non
     if root.exists() and not root.is_dir():
         raise UsageError(f"the runs directory {root} is a file, not a directory")
     return FileStore(root, durability=level)
+
+
+def settings_rows() -> list[tuple[str, str, str]]:
+    """(setting, value, source) of each setting that decides where and how runs are kept, as
+    `runner config show` prints them: the runs directory, the store (a URL's password shown as
+    ***), the durability and the PostgreSQL lease. Each comes from the command line of the
+    command that keeps runs, else its environment variable, else the default; a value the
+    environment gives that such a command would refuse is marked "(refused)"."""
+    from runner.store.postgres import DEFAULT_LEASE_S
+
+    rows = []
+    for name, env, default in (("runs_dir", "RUNNER_RUNS_DIR", f"./{DEFAULT_RUNS_DIR}"),
+                               ("store", "RUNNER_STORE", "(the runs directory)"),
+                               ("durability", "RUNNER_DURABILITY", DEFAULT_DURABILITY),
+                               ("lease_s", "RUNNER_LEASE_S", f"{DEFAULT_LEASE_S:g} (PostgreSQL only)")):
+        given = os.environ.get(env) or None
+        shown = shown_url(given) if given else default
+        try:
+            {"durability": durability_of, "lease_s": lambda _: _lease_s_from_environment()}.get(name, str)(given)
+        except UsageError:
+            shown += " (refused)"
+        rows.append((name, shown, f"env {env}" if given else "default"))
+    return rows
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import functools
 import getpass
 import os
+import re
+import shlex
 import signal
 import socket
 import threading
@@ -135,6 +137,42 @@ class RunInfo:
     """`owner since ISO-time` when a live process drives it."""
     damage: str | None = None
     """With status `damaged`: where the journal is damaged, and how to repair it."""
+
+
+DEFAULT_RUNS_DIR = Path("runs")
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres(value: str | Path | None) -> bool:
+    return isinstance(value, str) and value.startswith(POSTGRES_SCHEMES)
+
+
+def shown_url(url: str) -> str:
+    """`url` as it may be printed: a password in it (`user:PASSWORD@` or `password=` in the
+    query) replaced by `***`."""
+    url = re.sub(r"([?&]password=)[^&#]*", r"\1***", url)
+    return re.sub(r"^([a-z]+://[^:@/?#]*):[^@/?#]*@", r"\1:***@", url)
+
+
+def store_options(location: str | Path) -> str:
+    """What a command runner prints for a person to type needs to find the runs at `location`
+    (a runs directory or a postgresql:// URL): nothing when a command given no option finds
+    them ($RUNNER_STORE, else $RUNNER_RUNS_DIR, else ./runs), else " --runs-dir DIR", or
+    " --store URL" for a database, its password shown as *** (never printed)."""
+    text = str(location)
+    found = os.environ.get("RUNNER_STORE") or os.environ.get("RUNNER_RUNS_DIR") or str(DEFAULT_RUNS_DIR)
+    if text == found or (not is_postgres(found) and Path(text) == _expanded_or_same(Path(found))):
+        return ""
+    if is_postgres(text):
+        return f" --store {shlex.quote(shown_url(text))}"
+    return f" --runs-dir {shlex.quote(text)}"
+
+
+def _expanded_or_same(path: Path) -> Path:
+    try:
+        return path.expanduser()
+    except RuntimeError:  # ~name of no user: not where any store is
+        return path
 
 
 def durability_of(value: str | None) -> Durability:

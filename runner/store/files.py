@@ -59,6 +59,7 @@ from runner.store.base import (
     default_owner,
     delta,
     event_line,
+    store_options,
 )
 from runner.trace import RunRepaired, StateForced, TraceEvent, _Event, read_trace
 
@@ -294,9 +295,10 @@ class FileStore(RunStore):
 
     def _loaded(self, replay: _Replay, run_id: str, *, force: bool = False) -> RunState:
         if replay.damage:
-            raise _damaged(run_id, replay)
+            raise _damaged(run_id + store_options(self.root), replay)
         if replay.stale and not force:
-            raise StaleState(f"{replay.stale}; repair with: runner repair {run_id} (or resume with --force)")
+            raise StaleState(f"{replay.stale}; repair with: runner repair {run_id}{store_options(self.root)} "
+                             "(or resume with --force)")
         return self._state(replay, run_id)
 
     def list_runs(self, *, status: str | None = None, limit: int | None = None, offset: int = 0) -> list[RunInfo]:
@@ -333,7 +335,8 @@ class FileStore(RunStore):
     def _damaged_info(self, replay: _Replay, run_id: str) -> RunInfo:
         """A run whose journal is damaged, or behind its trace: shown as of its last good record."""
         return RunInfo(self._state(replay, run_id), "damaged",
-                       damage=f"{replay.damage_brief or replay.stale}; repair: runner repair {run_id}")
+                       damage=f"{replay.damage_brief or replay.stale}; repair: runner repair {run_id}"
+                       f"{store_options(self.root)}")
 
     def _info(self, state: RunState, folder: Path) -> RunInfo:
         if state.status != "running":
@@ -442,7 +445,8 @@ class FileStore(RunStore):
         except OSError:
             free = ""
         return DiskFull(f"the disk holding {self.root} (mounted at {mount}{free}) is full: {exc.strerror}; run {run_id} "
-                        "stopped with every committed transition kept; free space, then: runner resume " + run_id)
+                        "stopped with every committed transition kept; free space, then: runner resume " + run_id
+                        + store_options(self.root))
 
     def _write(self, fd: int, data: bytes, at: int, run_id: str) -> None:
         """Append `data` to the file `fd` (its size: `at`) whole, or not at all: on a full disk
@@ -504,7 +508,7 @@ class FileStore(RunStore):
         committed events or ending in a torn line), then open the files for appending."""
         replay = self._replay(folder.name, events=True)
         if replay.damage:
-            raise _damaged(folder.name, replay)
+            raise _damaged(folder.name + store_options(self.root), replay)
         journal = folder / "journal.jsonl"
         if replay.journal_valid_bytes < replay.journal_bytes:
             os.truncate(journal, replay.journal_valid_bytes)
@@ -972,9 +976,10 @@ def _describe(event: dict[str, Any]) -> str:
     return str(kind)
 
 
-def _damaged(run_id: str, replay: _Replay) -> DamagedRun:
+def _damaged(run_args: str, replay: _Replay) -> DamagedRun:
+    """The error of a damaged run (`run_args`: its id and the options that find its store)."""
     return DamagedRun(f"the run is damaged at {replay.damage_brief} (last good: save {replay.seq}); "
-                      f"repair with: runner repair {run_id}")
+                      f"repair with: runner repair {run_args}")
 
 
 def _trace_seq(path: Path) -> int:

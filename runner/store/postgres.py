@@ -65,6 +65,7 @@ from runner.store.base import (
     default_owner,
     delta,
     event_line,
+    shown_url,
 )
 from runner.trace import StateForced, TraceEvent, Tracer, _Event
 
@@ -161,6 +162,8 @@ class PostgresStore(RunStore):
         from psycopg_pool import ConnectionPool, PoolTimeout
 
         self.url, self.lease_s, self.durability, self.retry_s = url, lease_s, durability, retry_s
+        self.shown = shown_url(url)
+        """The URL as messages print it: its password as ***."""
         synchronous_commit = "on" if durability == "power" else "off"
         settings = {"autocommit": True, "client_encoding": "UTF8"}
 
@@ -173,13 +176,13 @@ class PostgresStore(RunStore):
             psycopg.connect(url, connect_timeout=5, **settings).close()  # type: ignore[arg-type]
         except psycopg.Error as exc:
             cause = " ".join(str(exc).split()) or type(exc).__name__
-            raise StoreError(f"cannot reach the run store at {url}: {cause}") from None
+            raise StoreError(f"cannot reach the run store at {self.shown}: {cause}") from None
         try:
             self.pool = ConnectionPool(url, min_size=1, max_size=pool_max, open=True, timeout=30,
                                        name="runner", configure=configure, kwargs=settings)
             self.pool.wait(timeout=30)
         except (psycopg.Error, Exception) as exc:  # PoolTimeout is not a psycopg.Error
-            raise StoreError(f"cannot reach the run store at {url}: {exc}") from None
+            raise StoreError(f"cannot reach the run store at {self.shown}: {exc}") from None
         self._heads: dict[str, _Head] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -215,7 +218,7 @@ class PostgresStore(RunStore):
             except self._transient as exc:
                 if time.monotonic() >= deadline:
                     cause = " ".join(str(exc).split()) or type(exc).__name__
-                    raise StoreError(f"lost the run store at {self.url} for {self.retry_s:.0f} s: {cause}") from None
+                    raise StoreError(f"lost the run store at {self.shown} for {self.retry_s:.0f} s: {cause}") from None
                 if attempt == 0:
                     self.pool.check()  # drop the idle connections the restart broke, reconnect
                 attempt += 1
@@ -258,7 +261,7 @@ class PostgresStore(RunStore):
             try:
                 state = RunState.model_validate_json(text)
             except ValidationError as exc:
-                raise CorruptState(f"run {run_id} in {self.url} is not a valid run state: "
+                raise CorruptState(f"run {run_id} in {self.shown} is not a valid run state: "
                                    f"{exc.errors()[0]['msg']}") from None
             if state.format_version > FORMAT_VERSION:
                 raise CorruptState(f"run {run_id} has format_version {state.format_version}; "
@@ -273,7 +276,7 @@ class PostgresStore(RunStore):
     def load(self, run_id: str, *, force: bool = False) -> RunState:
         row = self._one("SELECT run_id, seq, state::text FROM runs WHERE run_id = %s", (run_id,))
         if row is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.url}")
+            raise RunNotFound(f"no run {run_id!r} in {self.shown}")
         state = self._states([row])[run_id]
         head = self._heads.get(run_id)
         if head is not None:
@@ -300,7 +303,7 @@ class PostgresStore(RunStore):
         row = self._one(f"SELECT run_id, seq, state::text, {_SHOWN}, owner, leased_since FROM runs "
                         "WHERE run_id = %s", (run_id,))
         if row is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.url}")
+            raise RunNotFound(f"no run {run_id!r} in {self.shown}")
         return self._info(self._states([row[:3]])[run_id], row)
 
     @staticmethod
@@ -319,7 +322,7 @@ class PostgresStore(RunStore):
 
         rows, exists = self._retry(work)
         if not exists:
-            raise RunNotFound(f"no trace for run {run_id!r} in {self.url}")
+            raise RunNotFound(f"no trace for run {run_id!r} in {self.shown}")
         try:
             return [_EVENTS.validate_json(row[0]) for row in rows]
         except ValidationError as exc:
@@ -384,7 +387,7 @@ class PostgresStore(RunStore):
         row, busy = self._retry(work)
         if row is None:
             if busy is None:
-                raise RunNotFound(f"no run {run_id!r} in {self.url}")
+                raise RunNotFound(f"no run {run_id!r} in {self.shown}")
             if _dead_pid_here(busy[0]) is not None:  # its driver was on this machine and is gone: no need to wait
                 self._await_pipeline_of(busy[0])
                 row = self._retry(lambda conn, attempt: (
@@ -539,7 +542,7 @@ class PostgresStore(RunStore):
                                        run_id=state.run_id, token=token))
             self._pipe.drain()
             if not rows:
-                raise StaleState(f"run {state.run_id} already exists in {self.url}")
+                raise StaleState(f"run {state.run_id} already exists in {self.shown}")
         except BaseException:
             state.seq = 0
             raise
@@ -719,7 +722,7 @@ class PostgresStore(RunStore):
         else:
             row = self._retry(lambda c, _: c.execute(sql, (run_id,)).fetchone(), drain=False)
         if row is None:
-            return RunNotFound(f"no run {run_id!r} in {self.url}")
+            return RunNotFound(f"no run {run_id!r} in {self.shown}")
         if int(row[0]) != lease.epoch:
             lease.lost.set()
             return LeaseLost(f"run {run_id}: lease epoch {lease.epoch} of {lease.owner} was taken over "
