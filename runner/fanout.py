@@ -447,9 +447,10 @@ class RayExecutor:
             self._cancelled = True
             raise _ray_failure(exc) from None
         finally:
-            if not self._cancelled:
+            if not self._cancelled:  # only an actor that started a local server has turns to give
                 for batch, actors in zip(batches, self.handles):
-                    per_actor = ray.get([a.server_turns.remote() for a in actors])
+                    local = batch.endpoint.kind == "local"
+                    per_actor = ray.get([a.server_turns.remote() for a in actors]) if local else []
                     self._server_turns[batch.endpoint.label] = [t for turns in per_actor for t in turns]
             if self._cancelled:  # every actor at once: queued drives would otherwise run first
                 pooled, self._pool = list(self._pool.values()), {}
