@@ -317,7 +317,7 @@ def resume(run_id: str, req: ResumeRequest, runs: store.RunStore, feedback: Feed
     asked = Reopening(approve=req.approve, reject=req.reject, reason=req.reason,
                       empty_rejection=req.unsafe_empty_rejection, max_turns=req.max_turns,
                       max_budget_usd=req.max_budget_usd, latency_ms=req.latency_ms, base_url=req.base_url,
-                      force=req.force)
+                      force=req.force, queued=req.detach, api_key=req.api_key)
     state, lease = reopen(runs, run_id, asked, tools=own)
     if signals is None:
         runs.release(lease, runnable=True)

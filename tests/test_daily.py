@@ -126,6 +126,33 @@ def test_key_from_config_named_variable_is_sent_and_never_written(tmp_path: Path
     assert grep_tree(tmp_path / "runs", KEY[-12:]) == []
 
 
+def test_a_run_is_never_driven_without_the_key_it_names(tmp_path: Path) -> None:
+    """Where the variable a run reads its key from is not set, nothing is asked and nothing is
+    lost: resume refuses before touching the run, a worker stops it resumable saying why, and
+    no other variable's key is sent in its place."""
+    (tmp_path / "runner.toml").write_text('api_key_env = "MY_PROVIDER_KEY"\n')
+    with FakeProvider(scripted("plan")) as fake:
+        env = {"MY_PROVIDER_KEY": KEY}
+        capped = runner("run", "Which file mentions a timeout?", "--base-url", fake.base_url, "--model", "m",
+                        "--max-turns", "1", "--runs-dir", "runs", "--json", cwd=tmp_path, env=env)
+        run_id = json.loads(capped.stdout)["run_id"]
+        asked, seq = len(fake.requests), FileStore(tmp_path / "runs").load(run_id).seq
+        other = {"OPENAI_API_KEY": "sk-another-providers-key-1234"}
+        refused = runner("resume", run_id, "--max-turns", "5", "--runs-dir", "runs", cwd=tmp_path, env=other)
+        assert refused.returncode == 2 and "$MY_PROVIDER_KEY" in one_error(refused.stderr), refused.stderr
+        assert FileStore(tmp_path / "runs").load(run_id).seq == seq  # untouched
+        queued = runner("resume", run_id, "--max-turns", "5", "--detach", "--runs-dir", "runs", cwd=tmp_path,
+                        env=other)
+        assert queued.returncode == 0, queued.stderr
+        worker = runner_process("worker", "--idle-exit", "0.5", "--runs-dir", "runs", cwd=tmp_path, env=other)
+        state = FileStore(tmp_path / "runs").load(run_id)
+        assert len(fake.requests) == asked and state.status == "interrupted", worker.stdout + worker.stderr
+        assert "MY_PROVIDER_KEY is not set" in (state.reason or "") and state.turns == 1
+        resumed = runner("resume", run_id, "--runs-dir", "runs", "--json", cwd=tmp_path, env=env)
+        assert resumed.returncode == 0 and json.loads(resumed.stdout)["status"] == "completed", resumed.stderr
+        assert fake.auth and all(a == f"Bearer {KEY}" for a in fake.auth)
+
+
 def test_config_file_refuses_a_key_and_show_names_sources(tmp_path: Path) -> None:
     (tmp_path / "runner.toml").write_text(f'api_key = "{KEY}"\n')
     proc = runner("config", "show", cwd=tmp_path)
