@@ -605,3 +605,15 @@ def test_show_places_a_slipped_turn_and_runners_correction(tmp_path: Path) -> No
     again = next(i for i, x in enumerate(lines) if x.startswith("── runner (asks again)"))
     answer = next(i for i, x in enumerate(lines) if x.startswith("── turn 2"))
     assert lines[slip].startswith("── turn 1") and slip < again < answer and "Three files." in lines[answer + 1]
+
+
+def test_a_scenario_never_reaches_the_provider_the_environment_names(tmp_path: Path) -> None:
+    """$RUNNER_BASE_URL, $OPENAI_BASE_URL and runner.toml's base_url name the user's provider:
+    a scenario run keeps to runner's own scripted provider (only --base-url moves it)."""
+    with FakeProvider(scripted("plan")) as fake:
+        (tmp_path / "runner.toml").write_text(f'base_url = "{fake.base_url}"\n')
+        for env in ({"RUNNER_BASE_URL": fake.base_url}, {"OPENAI_BASE_URL": fake.base_url}, {}):
+            proc = runner("run", "--scenario", "plan", "--latency-ms", "1", "--runs-dir", "runs", "--json",
+                          cwd=tmp_path, env={**env, "RUNNER_API_KEY": KEY})
+            assert proc.returncode == 0 and json.loads(proc.stdout)["status"] == "completed", proc.stderr
+        assert fake.requests == []
