@@ -215,6 +215,8 @@ def test_a_plain_web_server_fails_at_once_with_a_hint(tmp_path: Path) -> None:
         server.server_close()
     assert proc.returncode == 1 and "retry" not in proc.stderr
     assert proc.stderr.count("OpenAI-compatible") == 1 and "HTTP 501" in proc.stderr and "not kept" in proc.stderr
+    said = proc.stderr.splitlines()  # stderr is no terminal here: the error stays whole on one line
+    assert said[-2].startswith("error: provider error: HTTP 501") and said[-2].endswith("usually ends in /v1")
 
 
 def test_refused_connection_prints_each_retry_as_it_happens_and_keeps_no_run(tmp_path: Path) -> None:
