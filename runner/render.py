@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from runner.store import RepairReport, RunInfo, RunStore
     from runner.suite import SuiteReport, TaskResult, TaskSummary
     from runner.trace import TraceEvent
+    from runner.worker import WorkerReport
 
 
 def console() -> Any:
@@ -920,6 +921,14 @@ def unkept(state: RunState) -> None:
     """Why a new run that never got a reply from its endpoint was not kept (as `error` prints)."""
     error(state.reason or "no reply")
     say(f"not kept: run {state.run_id} never got a reply; --keep keeps such runs")
+
+
+def worker_done(report: WorkerReport) -> None:
+    """The worker's last line: how many runs it drove, how they stopped, and its errors."""
+    from collections import Counter
+
+    stops = ", ".join(f"{n} {status}" for status, n in Counter(report.driven.values()).most_common())
+    say(f"worker: drove {len(report.driven)} run(s){': ' + stops if stops else ''}; {len(report.errors)} error(s)")
 
 
 def created_runs_dir(path: Path) -> None:

@@ -148,6 +148,9 @@ def test_a_run_is_never_driven_without_the_key_it_names(tmp_path: Path) -> None:
         state = FileStore(tmp_path / "runs").load(run_id)
         assert len(fake.requests) == asked and state.status == "interrupted", worker.stdout + worker.stderr
         assert "MY_PROVIDER_KEY is not set" in (state.reason or "") and state.turns == 1
+        said = worker.stderr  # the worker says how each run stopped, and why
+        assert f"{run_id}: interrupted after 1 turn: provider unavailable: no request sent" in said, said
+        assert "drove 1 run(s): 1 interrupted; 0 error(s)" in said, said
         resumed = runner("resume", run_id, "--runs-dir", "runs", "--json", cwd=tmp_path, env=env)
         assert resumed.returncode == 0 and json.loads(resumed.stdout)["status"] == "completed", resumed.stderr
         assert fake.auth and all(a == f"Bearer {KEY}" for a in fake.auth)
