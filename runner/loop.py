@@ -125,6 +125,9 @@ class Runtime:
     """Live progress of each model call (start, every streamed chunk, end); set, it makes the
     client ask for a streamed reply."""
     _deferred: list[_Event] = field(default_factory=list)
+    _clock: tuple[float, float] = (0.0, 0.0)
+    """(the run's wall_ms when this process took it, perf_counter then): each commit records the
+    time so far, so a process killed mid-run still counts up to its last commit."""
 
     def workspace_for(self, tool: Tool) -> Path:
         from runner.tools import Workspace
@@ -145,6 +148,8 @@ class Runtime:
         in memory, only trace them."""
         if self._deferred:
             events, self._deferred = (*self._deferred, *events), []
+        if self._clock[1]:
+            state.wall_ms = self._clock[0] + (time.perf_counter() - self._clock[1]) * 1000
         if self.run is not None:
             self.run.commit(state, events)
         else:
@@ -183,7 +188,7 @@ async def run(state: RunState, rt: Runtime) -> RunState:
 
     if state.status in ("completed", "failed"):
         return state
-    began = time.perf_counter()
+    rt._clock = (state.wall_ms, time.perf_counter())
     fresh = state.turns == 0 and not state.tool_runs and not rt.tracer.has_events()
     state.status, state.interruption, state.reason = "running", None, None
     state.format_version = FORMAT_VERSION  # from here on it is written in this version's shape
@@ -218,7 +223,6 @@ async def run(state: RunState, rt: Runtime) -> RunState:
     except DiskFull as exc:  # the stop below still commits: the store freed its reserve
         _stop(state, "interrupted", CancelledInterruption(reason="disk full"), str(exc))
     finally:
-        state.wall_ms += (time.perf_counter() - began) * 1000
         if state.status == "running":  # an unexpected exception is escaping: keep it resumable
             _stop(state, "interrupted", CancelledInterruption(reason="crashed"), "the harness crashed")
         rt.commit(state, RunStopped(runId=state.run_id, status=state.status, reason=state.reason,
