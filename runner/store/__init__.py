@@ -113,19 +113,37 @@ def open_store(value: str | Path | None = None, *, runs: str | Path | None = Non
     """
     chosen = value or os.environ.get("RUNNER_STORE") or None
     level = durability_of(durability or os.environ.get("RUNNER_DURABILITY"))
-    if isinstance(chosen, str) and "://" in chosen and not is_postgres(chosen):
-        raise UsageError(f"the store {chosen} has a URL scheme runner does not know; give a "
-                         f"{' or '.join(POSTGRES_SCHEMES)} URL or a runs directory")
     if is_postgres(str(chosen) if chosen else None):
         from runner.store.postgres import DEFAULT_LEASE_S, PostgresStore
 
         lease_s = lease_s or _lease_s_from_environment()
         pg: RunStore = PostgresStore(str(chosen), lease_s=lease_s or DEFAULT_LEASE_S, durability=level)
         return pg
-    root = _expanded(Path(chosen)) if chosen else runs_dir(runs)
+    return FileStore(_runs_root(str(chosen or runs_dir(runs))), durability=level)
+
+
+def _runs_root(value: str) -> Path:
+    """`value` (a --store, --runs-dir or their variable, not a postgresql:// URL) as the runs
+    directory a FileStore keeps runs in, `~` expanded.
+
+    Raises:
+        UsageError: a URL of a scheme runner does not know, a `~user` of no user, or a runs
+            directory that is a file.
+    """
+    if "://" in value:
+        raise UsageError(f"the store {value} has a URL scheme runner does not know; give a "
+                         f"{' or '.join(POSTGRES_SCHEMES)} URL or a runs directory")
+    root = _expanded(Path(value))
     if root.exists() and not root.is_dir():
         raise UsageError(f"the runs directory {root} is a file, not a directory")
-    return FileStore(root, durability=level)
+    return root
+
+
+def _check_store(value: str | None) -> None:
+    """Raise what `open_store` would for `value` as the store, without opening it (whether a
+    database answers is not asked). Raises UsageError, as `_runs_root`."""
+    if value is not None and not is_postgres(value):
+        _runs_root(value)
 
 
 def settings_rows() -> list[tuple[str, str, str]]:
@@ -144,7 +162,8 @@ def settings_rows() -> list[tuple[str, str, str]]:
         given = os.environ.get(env) or None
         shown = shown_url(given) if given else default
         try:
-            {"durability": durability_of, "lease_s": lambda _: _lease_s_from_environment()}.get(name, str)(given)
+            {"durability": durability_of, "lease_s": lambda _: _lease_s_from_environment(),
+             "store": _check_store, "runs_dir": lambda v: _runs_root(str(runs_dir(v)))}[name](given)
         except UsageError:
             shown += " (refused)"
         rows.append((name, shown, f"env {env}" if given else "default"))
