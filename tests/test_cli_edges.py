@@ -136,6 +136,18 @@ def test_ctrl_c_early_or_twice_keeps_the_run_resumable_and_prints_its_id(runs: P
     assert "Traceback" not in err
 
 
+def test_a_folder_runs_cannot_be_kept_in_is_advised_by_the_option_that_named_it(runs: Path) -> None:
+    nope = "/proc/runner-nope"  # no folder can be made in /proc, even as root
+    for args, env, named in [(("--store", nope), {}, "--store"),
+                             (("--runs-dir", nope), {}, "--runs-dir"),
+                             ((), {"RUNNER_STORE": nope}, "$RUNNER_STORE"),
+                             ((), {"RUNNER_RUNS_DIR": nope}, "$RUNNER_RUNS_DIR")]:
+        proc = cli_process("run", "--scenario", "plan", *args, runs_dir=None, env={"RUNNER_STORE": None, **env})
+        assert proc.returncode == 1, proc.stderr
+        assert one_error(proc.stderr) == (f"error: cannot keep runs in {nope}: No such file or directory (choose "
+                                          f"another folder with {named})"), (args, env, proc.stderr)
+
+
 def test_resume_of_a_run_waiting_for_approval_needs_a_verdict(runs: Path) -> None:
     _, out = cli_json("run", "--scenario", "destructive", runs_dir=runs)
     proc = cli("resume", out["run_id"], runs_dir=runs)

@@ -96,11 +96,15 @@ def open_for_reading(value: str | Path | None = None, *, runs: str | Path | None
 
 
 def open_store(value: str | Path | None = None, *, runs: str | Path | None = None,
-               lease_s: float | None = None, durability: str | None = None) -> RunStore:
+               lease_s: float | None = None, durability: str | None = None,
+               given_as: str = "--store") -> RunStore:
     """The store named by `value`, else $RUNNER_STORE, else a FileStore on `runs_dir(runs)`.
 
     Args:
         value: a postgresql:// URL or a runs directory.
+        runs: the runs directory (`--runs-dir`) when neither `value` nor $RUNNER_STORE names a store.
+        given_as: what the user gave `value` as, for an error that asks for another folder
+            (a value equal to $RUNNER_STORE is taken to come from there).
         lease_s: PostgreSQL lease length, seconds (default $RUNNER_LEASE_S, else 30; renewed
             every third of it while a run is driven).
         durability: "process" or "power" (see `Durability`); default $RUNNER_DURABILITY,
@@ -119,7 +123,21 @@ def open_store(value: str | Path | None = None, *, runs: str | Path | None = Non
         lease_s = lease_s or _lease_s_from_environment()
         pg: RunStore = PostgresStore(str(chosen), lease_s=lease_s or DEFAULT_LEASE_S, durability=level)
         return pg
-    return FileStore(_runs_root(str(chosen or runs_dir(runs))), durability=level)
+    root = _runs_root(str(chosen or runs_dir(runs)))
+    return FileStore(root, durability=level, named_by=_named_by(value, runs, given_as))
+
+
+def _named_by(value: str | Path | None, runs: str | Path | None, given_as: str) -> str:
+    """The option or variable a runs directory came from (see `open_store`)."""
+    from_env = {name: os.environ.get(name) or None for name in ("RUNNER_STORE", "RUNNER_RUNS_DIR")}
+    if value:  # the CLI's --store falls back to $RUNNER_STORE: the same value came from there
+        return "$RUNNER_STORE" if from_env["RUNNER_STORE"] == str(value) else given_as
+    if from_env["RUNNER_STORE"]:
+        return "$RUNNER_STORE"
+    if runs:  # the same for --runs-dir and $RUNNER_RUNS_DIR
+        env_runs = from_env["RUNNER_RUNS_DIR"]
+        return "$RUNNER_RUNS_DIR" if env_runs and Path(env_runs) == Path(runs) else "--runs-dir"
+    return "--runs-dir or $RUNNER_RUNS_DIR"
 
 
 def _runs_root(value: str) -> Path:
@@ -180,7 +198,7 @@ class StoreAt:
 
     def open(self) -> RunStore:
         """The store, opened (see `open_store`)."""
-        return open_store(self.location, durability=self.durability)
+        return open_store(self.location, durability=self.durability, given_as="--runs-dir or --store")
 
     @property
     def is_postgres(self) -> bool:
