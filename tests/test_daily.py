@@ -126,6 +126,21 @@ def test_key_from_config_named_variable_is_sent_and_never_written(tmp_path: Path
     assert grep_tree(tmp_path / "runs", KEY[-12:]) == []
 
 
+def test_a_short_key_is_not_hidden_in_words_and_a_real_one_is_hidden_whole(tmp_path: Path) -> None:
+    with FakeProvider(lambda body: error(401, "bad key", "invalid_api_key")) as fake:
+        proc = runner_process("run", "weather?", "--base-url", fake.base_url, "--model", "m", "--runs-dir", "runs",
+                              cwd=tmp_path, env={"RUNNER_API_KEY": "bad"})
+    assert proc.returncode == 1 and "HTTP 401: bad key" in proc.stderr, proc.stderr
+    assert "[api key]" not in proc.stderr
+    echoed = f"Incorrect API key provided: '{KEY}' (sent as Bearer {KEY})."
+    with FakeProvider(lambda body: error(401, echoed, "invalid_api_key")) as fake:
+        proc = runner_process("run", "weather?", "--base-url", fake.base_url, "--model", "m", "--runs-dir", "runs",
+                              cwd=tmp_path, env={"RUNNER_API_KEY": KEY})
+    assert proc.returncode == 1, proc.stderr
+    assert "Incorrect API key provided: '[api key]' (sent as Bearer [api key])." in " ".join(proc.stderr.split())
+    assert KEY not in proc.stderr
+
+
 def test_config_file_refuses_a_key_and_show_names_sources(tmp_path: Path) -> None:
     (tmp_path / "runner.toml").write_text(f'api_key = "{KEY}"\n')
     proc = runner("config", "show", cwd=tmp_path)
