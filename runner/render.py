@@ -234,13 +234,21 @@ def run_lines(state: RunState, trace_at: str, width: int = 80, store_opts: str =
 
 def _wrapped(line: str, width: int, indent: str = "      ") -> list[str]:
     """`line` wrapped at `width` with a hanging indent; words (ids, paths) are never split,
-    nor is a shell-quoted word ('a path with spaces')."""
+    nor is a shell-quoted word ('a path with spaces'). A line that gives a command or a path
+    to copy ("resume with: runner resume ID ...", "trace: PATH") is never broken inside it:
+    too long, its label goes on a line of its own and the command whole on the next."""
     if len(line) <= width:
         return [line]
+    if copyable := _COPYABLE.match(line):
+        lead, label, command = copyable.groups()
+        return [lead + label, lead + "  " + command]
     glued = re.sub(r"'[^']*'", lambda quoted: quoted.group().replace(" ", _GLUE), line)
     return [part.replace(_GLUE, " ") for part in textwrap.wrap(
         glued, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)]
 
+
+_COPYABLE = re.compile(r"^(\s*)([a-z][a-z ]*:)\s+((?:runner |/|~|\.{1,2}/).*)$")
+"""A line whose text after its label is a command or a path to copy."""
 
 _GLUE = "\ue000"
 """Stands for a space inside a quoted word while a line is wrapped (a private-use character)."""

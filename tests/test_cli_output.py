@@ -22,15 +22,12 @@ from tests.conftest import cli, cli_json, cli_process, one_error
 
 
 def _hint(stdout: str, label: str) -> list[str]:
-    """The command after `label` in runner's output (its wrapped lines joined), as argv
-    without the leading "runner"."""
+    """The command after `label` in runner's output, as argv without the leading "runner": on
+    the label's line, or, when that line would be too long, whole on the next one (a command
+    to copy is never spread over lines)."""
     lines = stdout.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.strip().startswith(label))
-    text = lines[at].strip().removeprefix(label)
-    for line in lines[at + 1:]:
-        if not line.startswith("      ") or line.strip().startswith(("resume with:", "if the provider")):
-            break
-        text += " " + line.strip()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith(label.strip()))
+    text = lines[at].strip().removeprefix(label.strip()).strip() or lines[at + 1].strip()
     argv = shlex.split(text.split("   (")[0])
     assert argv[0] == "runner", text
     return argv[1:]
@@ -55,13 +52,11 @@ def test_the_resume_hint_names_the_runs_dir_it_was_given(tmp_path: Path) -> None
         done = cli(*[(second.base_url if a == "URL" else a) for a in moved], runs_dir=None, cwd=tmp_path)
         assert done.returncode == 0 and "status=completed" in done.stdout, done.stdout + done.stderr
     out = json.loads(cli("run", "--scenario", "plan", "--max-turns", "1", "--json", runs_dir=None, cwd=tmp_path).stdout)
-    bare = f"resume with: runner resume {out['run_id']} --max-turns N"
     shown = cli("show", out["run_id"], runs_dir=None, cwd=tmp_path)  # ./runs: the hint needs nothing more
-    assert bare in shown.stdout, shown.stdout
+    assert _hint(shown.stdout, "resume with:") == ["resume", out["run_id"], "--max-turns", "N"], shown.stdout
     _, out = cli_json("run", "--scenario", "plan", "--max-turns", "1", runs_dir=runs, cwd=tmp_path)
-    bare = f"resume with: runner resume {out['run_id']} --max-turns N"
     shown = cli("show", out["run_id"], runs_dir=runs, cwd=tmp_path)  # nor a folder $RUNNER_RUNS_DIR names
-    assert bare in shown.stdout, shown.stdout
+    assert _hint(shown.stdout, "resume with:") == ["resume", out["run_id"], "--max-turns", "N"], shown.stdout
 
 
 def test_the_resume_hint_names_a_database_store_without_its_password(pg_url: str, tmp_path: Path) -> None:
@@ -242,3 +237,20 @@ def test_database_errors_never_print_the_store_password(pg_url: str, tmp_path: P
     gone = cli("runs", "--store", "postgresql://bob:hunter2@127.0.0.1:9/runs", runs_dir=None, cwd=tmp_path)
     assert gone.returncode != 0 and "cannot reach the run store" in gone.stderr, gone.stderr
     assert "hunter2" not in gone.stdout + gone.stderr and "bob:***@" in gone.stderr
+
+
+def test_a_command_to_copy_is_never_spread_over_lines(tmp_path: Path) -> None:
+    """In 80 columns a long command goes whole on the line after its label; pasted as printed
+    into a shell, it works."""
+    runs = tmp_path / "my runs" / "a b"
+    stopped = cli("run", "--scenario", "destructive", "--runs-dir", str(runs), runs_dir=None, cwd=tmp_path,
+                  env={"COLUMNS": "80"})
+    assert stopped.returncode == 3, stopped.stderr
+    lines = stopped.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip() == "reject with:")
+    command = lines[at + 1].strip()
+    assert command.startswith("runner resume ") and command.endswith("--reason TEXT") and len(command) > 80
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # where `runner` is
+    done = subprocess.run(command.replace("TEXT", "'not today'"), shell=True, cwd=tmp_path, capture_output=True,
+                          text=True, env={**os.environ, "COLUMNS": "80", "PATH": path})
+    assert done.returncode == 0 and "status=completed" in done.stdout, done.stdout + done.stderr
