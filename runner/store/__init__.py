@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,9 +180,11 @@ def settings_rows() -> list[tuple[str, str, str]]:
                                ("lease_s", "RUNNER_LEASE_S", f"{DEFAULT_LEASE_S:g} (PostgreSQL only)")):
         given = os.environ.get(env) or None
         shown = shown_url(given) if given else default
+        checks: dict[str, Callable[[str | None], object]] = {
+            "durability": durability_of, "lease_s": lambda _: _lease_s_from_environment(),
+            "store": _check_store, "runs_dir": lambda v: _runs_root(str(runs_dir(v)))}
         try:
-            {"durability": durability_of, "lease_s": lambda _: _lease_s_from_environment(),
-             "store": _check_store, "runs_dir": lambda v: _runs_root(str(runs_dir(v)))}[name](given)
+            checks[name](given)
         except UsageError:
             shown += " (refused)"
         rows.append((name, shown, f"env {env}" if given else "default"))
