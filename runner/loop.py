@@ -265,19 +265,17 @@ def _fail(state: RunState, kind: ErrorType, message: str, reason: str, http_stat
 
 
 def _stop_for_provider(state: RunState, exc: ProviderError) -> None:
-    """Unavailable through every retry: interrupted (a plain resume asks again). An endpoint
-    that no longer answers as one (HTTP 404, not an API) once the run has paid turns:
-    interrupted too, so a wrong or moved base URL never throws the run away (resume it with
-    `--base-url`). Anything else deterministic: failed, with the provider's own message and
-    numbers."""
+    """Unavailable through every retry, or not asked at all (the run's key is not at hand):
+    interrupted (a plain resume asks again). An endpoint that no longer answers as one (HTTP
+    404, not an API) once the run has paid turns: interrupted too, so a wrong or moved base URL
+    never throws the run away (resume it with `--base-url`). Anything else deterministic
+    (401/403 included): failed, with the provider's own message and numbers."""
+    unavailable = ProviderUnavailableInterruption(http_status=exc.status, message=str(exc), retries=exc.retries)
     if exc.kind == "unavailable":
-        _stop(state, "interrupted", ProviderUnavailableInterruption(
-            http_status=exc.status, message=str(exc), retries=exc.retries),
-            f"provider unavailable after {exc.retries} {'retry' if exc.retries == 1 else 'retries'}: {exc}")
+        after = f" after {exc.retries} {'retry' if exc.retries == 1 else 'retries'}" if exc.retries else ""
+        _stop(state, "interrupted", unavailable, f"provider unavailable{after}: {exc}")
     elif exc.kind in ("not_found", "bad_endpoint") and state.turns > 0:
-        _stop(state, "interrupted", ProviderUnavailableInterruption(
-            http_status=exc.status, message=str(exc), retries=exc.retries),
-            f"the endpoint does not answer as it did: {exc}")
+        _stop(state, "interrupted", unavailable, f"the endpoint does not answer as it did: {exc}")
     else:
         _fail(state, exc.kind, str(exc), f"provider error: {exc}", exc.status, exc.details)
 

@@ -917,11 +917,10 @@ def print_models(rows: Sequence[ModelStatus], as_json: bool = False) -> None:
                   str(r.path or "")] for r in rows])
 
 
-def unkept_lines(state: RunState, width: int) -> list[str]:
-    """Why a new run that never got a reply from its endpoint was not kept."""
-    return [*textwrap.wrap(f"error: {state.reason}", width, subsequent_indent="  ", break_on_hyphens=False,
-                           break_long_words=False),
-            f"not kept: run {state.run_id} never got a reply; --keep keeps such runs"]
+def unkept(state: RunState) -> None:
+    """Why a new run that never got a reply from its endpoint was not kept (as `error` prints)."""
+    error(state.reason or "no reply")
+    say(f"not kept: run {state.run_id} never got a reply; --keep keeps such runs")
 
 
 def created_runs_dir(path: Path) -> None:
@@ -974,7 +973,7 @@ def started(started: Started, runs: RunStore, as_json: bool) -> None:
     elif started.queued:
         print(f"queued run {state.run_id}; a worker drives it: runner worker{store_opts}")
     elif not started.kept:
-        say("\n".join(unkept_lines(state, terminal_width())))
+        unkept(state)
     else:
         trace_at = (str(runs.trace_path(state.run_id)) if isinstance(runs, FileStore)
                     else f"runner trace {state.run_id}{store_opts}")

@@ -84,7 +84,7 @@ class RunRequest:
               "read_notes, read_each, largest_file, rotate_logs).")
     base_url: str | None = option(
         None, "Any OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env RUNNER_BASE_URL, "
-              "OPENAI_BASE_URL; config base_url].", "--base-url")
+              "OPENAI_BASE_URL; config base_url]; with --scenario, only this option counts.", "--base-url")
     model: str | None = option(
         None, "Model name sent to --base-url; with no base URL, a local model (a name from `runner models list`, "
               "a unique start of one, or a .gguf path) that runner serves with llama.cpp for this run "

@@ -141,6 +141,33 @@ def test_a_short_key_is_not_hidden_in_words_and_a_real_one_is_hidden_whole(tmp_p
     assert KEY not in proc.stderr
 
 
+def test_a_run_is_never_driven_without_the_key_it_names(tmp_path: Path) -> None:
+    """Where the variable a run reads its key from is not set, nothing is asked and nothing is
+    lost: resume refuses before touching the run, a worker stops it resumable saying why, and
+    no other variable's key is sent in its place."""
+    (tmp_path / "runner.toml").write_text('api_key_env = "MY_PROVIDER_KEY"\n')
+    with FakeProvider(scripted("plan")) as fake:
+        env = {"MY_PROVIDER_KEY": KEY}
+        capped = runner("run", "Which file mentions a timeout?", "--base-url", fake.base_url, "--model", "m",
+                        "--max-turns", "1", "--runs-dir", "runs", "--json", cwd=tmp_path, env=env)
+        run_id = json.loads(capped.stdout)["run_id"]
+        asked, seq = len(fake.requests), FileStore(tmp_path / "runs").load(run_id).seq
+        other = {"OPENAI_API_KEY": "sk-another-providers-key-1234"}
+        refused = runner("resume", run_id, "--max-turns", "5", "--runs-dir", "runs", cwd=tmp_path, env=other)
+        assert refused.returncode == 2 and "$MY_PROVIDER_KEY" in one_error(refused.stderr), refused.stderr
+        assert FileStore(tmp_path / "runs").load(run_id).seq == seq  # untouched
+        queued = runner("resume", run_id, "--max-turns", "5", "--detach", "--runs-dir", "runs", cwd=tmp_path,
+                        env=other)
+        assert queued.returncode == 0, queued.stderr
+        worker = runner_process("worker", "--idle-exit", "0.5", "--runs-dir", "runs", cwd=tmp_path, env=other)
+        state = FileStore(tmp_path / "runs").load(run_id)
+        assert len(fake.requests) == asked and state.status == "interrupted", worker.stdout + worker.stderr
+        assert "MY_PROVIDER_KEY is not set" in (state.reason or "") and state.turns == 1
+        resumed = runner("resume", run_id, "--runs-dir", "runs", "--json", cwd=tmp_path, env=env)
+        assert resumed.returncode == 0 and json.loads(resumed.stdout)["status"] == "completed", resumed.stderr
+        assert fake.auth and all(a == f"Bearer {KEY}" for a in fake.auth)
+
+
 def test_config_file_refuses_a_key_and_show_names_sources(tmp_path: Path) -> None:
     (tmp_path / "runner.toml").write_text(f'api_key = "{KEY}"\n')
     proc = runner("config", "show", cwd=tmp_path)
@@ -203,6 +230,8 @@ def test_a_plain_web_server_fails_at_once_with_a_hint(tmp_path: Path) -> None:
         server.server_close()
     assert proc.returncode == 1 and "retry" not in proc.stderr
     assert proc.stderr.count("OpenAI-compatible") == 1 and "HTTP 501" in proc.stderr and "not kept" in proc.stderr
+    said = proc.stderr.splitlines()  # stderr is no terminal here: the error stays whole on one line
+    assert said[-2].startswith("error: provider error: HTTP 501") and said[-2].endswith("usually ends in /v1")
 
 
 def test_refused_connection_prints_each_retry_as_it_happens_and_keeps_no_run(tmp_path: Path) -> None:
@@ -649,3 +678,15 @@ def test_show_places_a_slipped_turn_and_runners_correction(tmp_path: Path) -> No
     again = next(i for i, x in enumerate(lines) if x.startswith("── runner (asks again)"))
     answer = next(i for i, x in enumerate(lines) if x.startswith("── turn 2"))
     assert lines[slip].startswith("── turn 1") and slip < again < answer and "Three files." in lines[answer + 1]
+
+
+def test_a_scenario_never_reaches_the_provider_the_environment_names(tmp_path: Path) -> None:
+    """$RUNNER_BASE_URL, $OPENAI_BASE_URL and runner.toml's base_url name the user's provider:
+    a scenario run keeps to runner's own scripted provider (only --base-url moves it)."""
+    with FakeProvider(scripted("plan")) as fake:
+        (tmp_path / "runner.toml").write_text(f'base_url = "{fake.base_url}"\n')
+        for env in ({"RUNNER_BASE_URL": fake.base_url}, {"OPENAI_BASE_URL": fake.base_url}, {}):
+            proc = runner("run", "--scenario", "plan", "--latency-ms", "1", "--runs-dir", "runs", "--json",
+                          cwd=tmp_path, env={**env, "RUNNER_API_KEY": KEY})
+            assert proc.returncode == 0 and json.loads(proc.stdout)["status"] == "completed", proc.stderr
+        assert fake.requests == []
