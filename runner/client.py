@@ -49,6 +49,9 @@ _CONTEXT_OVERFLOW = re.compile(
 # 5xx texts a server repeats for the same request whatever the retry (llama.cpp's server).
 _DETERMINISTIC_5XX = re.compile(r"failed to parse tool call|parse tool call arguments", re.IGNORECASE)
 _AUTH_TYPES = re.compile(r"auth|api[_ ]?key|permission", re.IGNORECASE)
+SECRET_MIN_CHARS = 8
+"""A key this long or longer is hidden where a provider's error echoes it; a shorter one
+(`bad`, `x`) guards nothing, and hiding it would garble the words that contain it."""
 
 CONTROL_TOKEN = re.compile(r"<\|([A-Za-z0-9_.\-]{1,40})\|>")
 """Text shaped like a chat control token: <|im_start|>, <|im_end|>, <|endoftext|>, <|eot_id|>..."""
@@ -192,7 +195,9 @@ class ChatClient:
         self._http = http or new_http_client(self.base_url)
         self._timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._secret = api_key if api_key and api_key != "sk-local" else None
+        self._secret = (re.compile(rf"(?<![A-Za-z0-9]){re.escape(api_key)}(?![A-Za-z0-9])")
+                        if api_key and len(api_key) >= SECRET_MIN_CHARS and api_key != "sk-local" else None)
+        """The key, as a whole word (not inside a longer run of letters and digits)."""
         self.on_retry = on_retry
         self.key_missing = key_missing
 
@@ -243,7 +248,7 @@ class ChatClient:
                 reply = _reply(await self._post(body, on_delta), body, stem)
             except ProviderError as exc:
                 if self._secret is not None:  # a provider may echo the key: it never leaves this object
-                    exc.args = (str(exc).replace(self._secret, "[api key]"),)
+                    exc.args = (self._secret.sub("[api key]", str(exc)),)
                 exc.retries = attempt
                 if not exc.retryable or attempt == self.max_retries:
                     exc.retryable = False

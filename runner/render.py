@@ -831,16 +831,17 @@ def print_totals(rows: Sequence[Total], by: str | None) -> None:
 
 
 def trace_lines(events: Sequence[TraceEvent], info: RunInfo | None, width: int, store_opts: str = "") -> list[str]:
-    """A run's trace for `runner trace`: one line per event (cut to `width` with "…"; `--json`
+    """A run's trace for `runner trace`: a header, then one line per event: the time since the
+    first event ("+    1,234 ms"), its type and its fields (cut to `width` with "…"; `--json`
     has it all), then why it stopped and what it cost; `info` (the run as listed) says what
     a trace without a stop means (a process that died, a driver at work, a queued run), and
     whether the run is damaged."""
-    lines = []
+    lines = [fit(f"{'since start':>13}  {'event':<17} fields", width)] if events else []
     t0 = events[0].ts if events else 0.0
     for e in events:
         fields = e.model_dump(exclude={"runId", "ts", "type"}, exclude_none=True, exclude_defaults=True)
         shown = "  ".join(f"{k}={json.dumps(v) if not isinstance(v, (int, float)) else v}" for k, v in fields.items())
-        lines.append(fit(f"+{(e.ts - t0) * 1000:9.0f} ms  {e.type:<17} {shown}", width))
+        lines.append(fit(f"+{(e.ts - t0) * 1000:9,.0f} ms  {e.type:<17} {shown}", width))
     stops = [e for e in events if e.type == "run_stopped"]
     processes = sum(1 for e in events if e.type in ("run_started", "run_resumed"))
     stopped = bool(events) and events[-1].type == "run_stopped"

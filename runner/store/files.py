@@ -162,10 +162,14 @@ class FileStore(RunStore):
         durability: "process" (a commit is written to the OS: survives any kill of this
             process) or "power" (also fsync'ed: survives an OS crash or power loss; costs one
             disk flush per transition). See `runner.store.base.Durability`.
+        named_by: the option or variable `root` came from, as an error that asks for another
+            folder names it (e.g. "--store").
     """
 
-    def __init__(self, root: str | Path, *, durability: Durability = DEFAULT_DURABILITY) -> None:
+    def __init__(self, root: str | Path, *, durability: Durability = DEFAULT_DURABILITY,
+                 named_by: str = "--runs-dir or $RUNNER_RUNS_DIR") -> None:
         self.root = Path(root)
+        self.named_by = named_by
         self.url = str(self.root)
         self.durability = durability
         self._sync = durability == "power"
@@ -591,7 +595,7 @@ class FileStore(RunStore):
                 raise StaleState(f"run {state.run_id} already exists in {self.root}") from None
         except OSError as exc:
             raise StoreError(f"cannot keep runs in {self.root}: {exc.strerror or exc} (choose another folder with "
-                             "--runs-dir or $RUNNER_RUNS_DIR)") from None
+                             f"{self.named_by})") from None
         state.seq = 1
         if owner is not None:
             return self._claim(folder, owner, state)
