@@ -298,8 +298,7 @@ def launch(prepared: Prepared, runs: store.RunStore, feedback: Feedback = Feedba
         return Started(state)
     runs.delete(runs.claim(state.run_id))
     if made_dir is not None:
-        with contextlib.suppress(OSError):
-            made_dir.rmdir()  # only if empty
+        store.unmake_runs_dir(runs, made_dir)
     return Started(state, kept=False)
 
 

@@ -8,6 +8,7 @@ FileStore's, kept for scripts and tests that work on a runs directory directly.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import typing
 from collections.abc import Callable
@@ -218,6 +219,15 @@ def make_runs_dir(store: RunStore) -> Path | None:
     except OSError:
         return None
     return store.root
+
+
+def unmake_runs_dir(store: RunStore, made: Path) -> None:
+    """Remove the runs directory `make_runs_dir` made, if no run is in it (this process's
+    disk-full reserve goes first)."""
+    if isinstance(store, FileStore):
+        store.drop_reserve()
+    with contextlib.suppress(OSError):
+        made.rmdir()
 
 
 def select(store: RunStore, status: str | None = None, limit: int | None = None, offset: int = 0) -> list[RunInfo]:

@@ -28,6 +28,7 @@ base (a restored backup) is refused (`StaleState`) unless loaded with `force`.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import fcntl
 import json
@@ -438,11 +439,18 @@ class FileStore(RunStore):
             atexit.register(_drop_reserves)
         _RESERVES[self.root] = (os.getpid(), path)
 
-    def _disk_full(self, exc: OSError, run_id: str) -> DiskFull:
-        """Free this process's reserve and say which disk is full."""
+    def drop_reserve(self) -> None:
+        """Remove this process's reserve in this runs directory (and the reserves' folder if
+        that leaves it empty); the next claim sets one aside again."""
         pid, reserve = _RESERVES.pop(self.root, (0, None))
         if reserve is not None and pid == os.getpid():
             reserve.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                reserve.parent.rmdir()
+
+    def _disk_full(self, exc: OSError, run_id: str) -> DiskFull:
+        """Free this process's reserve and say which disk is full."""
+        self.drop_reserve()
         mount = _mount_point(self.root)
         try:
             free = f", {shutil.disk_usage(mount).free:,} bytes free"
