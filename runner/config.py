@@ -40,7 +40,7 @@ SETTINGS: dict[str, tuple[type, tuple[str, ...], Any, str]] = {
     "price_in_usd_per_mtok": (float, (), 2.0, "USD per million prompt tokens"),
     "price_out_usd_per_mtok": (float, (), 12.0, "USD per million completion tokens"),
     "max_turns": (int, (), 20, "turn cap of a new run (0: none)"),
-    "max_budget_usd": (float, (), None, "budget of a new run, USD"),
+    "max_budget_usd": (float, (), None, "budget of a new run, USD (0: none)"),
     "timeout_s": (float, (), 600.0, "per-request timeout, seconds"),
     "max_retries": (int, (), 4, "retries of 429/5xx/timeouts/refused connections"),
     "tool_choice": (str, (), None, "tool_choice of the first turn: auto, required, none"),

@@ -268,6 +268,7 @@ class Reopening:
     max_turns: int | None = None
     """A new turn cap (0: no cap); None keeps the recorded one."""
     max_budget_usd: float | None = None
+    """A new budget, USD (0: no budget); None keeps the recorded one."""
     latency_ms: float | None = None
     base_url: str | None = None
     """Another endpoint for a run started against one (its provider came back elsewhere)."""
@@ -339,7 +340,7 @@ def _apply_limits(state: RunState, asked: Reopening) -> None:
     if asked.max_turns is not None:
         limits.max_turns = asked.max_turns or None
     if asked.max_budget_usd is not None:
-        limits.max_budget_usd = asked.max_budget_usd
+        limits.max_budget_usd = asked.max_budget_usd or None
     if asked.latency_ms is not None and state.config.endpoint.kind == "scripted":
         state.config.endpoint = state.config.endpoint.model_copy(update={"latency_ms": asked.latency_ms})
     if asked.base_url is not None:

@@ -542,7 +542,7 @@ def next_steps(state: RunState, store_opts: str = "") -> list[str]:
     if state.status == "max_turns_exceeded":
         return [f"resume with: runner resume {rid} --max-turns N   (N > {state.turns}; 0: no cap)"]
     if state.status == "budget_exceeded":
-        return [f"resume with: runner resume {rid} --max-budget USD   (more than ${state.cost_usd:.6f})"]
+        return [f"resume with: runner resume {rid} --max-budget USD   (more than ${state.cost_usd:.6f}; 0: no budget)"]
     if state.status in ("interrupted", "running"):
         moved = it is not None and it.type == "provider_unavailable" and state.config.endpoint.kind == "url"
         return [f"resume with: runner resume {rid}"] + (

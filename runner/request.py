@@ -62,8 +62,8 @@ def _max_turns() -> Any:
 
 
 def _max_budget() -> Any:
-    return option(None, "Stop once spend reaches this many USD. Checked before each turn, so spend can pass "
-                        "the cap by at most one turn's cost (use --cap-max-tokens to keep it under).",
+    return option(None, "Stop once spend reaches this many USD (0: no budget). Checked before each turn, so spend "
+                        "can pass the cap by at most one turn's cost (use --cap-max-tokens to keep it under).",
                   "--max-budget", min=0.0)
 
 

@@ -180,7 +180,7 @@ def _config(req: RunRequest, settings: Settings, endpoint: Endpoint, scenario: s
     }
     if req.answer_after is not None or "answer_after_tool_turns" not in fields:
         fields["answer_after_tool_turns"] = req.answer_after
-    limits = Limits(max_turns=settings.get("max_turns") or None, max_budget_usd=settings.get("max_budget_usd"),
+    limits = Limits(max_turns=settings.get("max_turns") or None, max_budget_usd=settings.get("max_budget_usd") or None,
                     cap_max_tokens=req.cap_max_tokens, max_identical_failures=req.max_identical_failures)
     config = RunConfig(endpoint=endpoint, limits=limits, **fields)
     if req.research or scenario == "research":

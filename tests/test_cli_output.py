@@ -254,3 +254,13 @@ def test_a_command_to_copy_is_never_spread_over_lines(tmp_path: Path) -> None:
     done = subprocess.run(command.replace("TEXT", "'not today'"), shell=True, cwd=tmp_path, capture_output=True,
                           text=True, env={**os.environ, "COLUMNS": "80", "PATH": path})
     assert done.returncode == 0 and "status=completed" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_budget_of_0_lifts_the_budget_as_a_turn_cap_of_0_lifts_the_cap(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    code, out = cli_json("run", "--scenario", "runaway", "--max-budget", "0.002", runs_dir=runs)
+    assert code == 3 and out["status"] == "budget_exceeded"
+    code, out = cli_json("resume", out["run_id"], "--max-budget", "0", "--max-turns", "6", runs_dir=runs)
+    assert code == 3 and out["status"] == "max_turns_exceeded" and out["turns"] == 6, out
+    code, out = cli_json("run", "--scenario", "plan", "--max-budget", "0", runs_dir=runs)
+    assert code == 0 and out["status"] == "completed"
