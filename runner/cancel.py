@@ -79,6 +79,16 @@ class CancelToken:
         return self._event.wait(seconds)
 
 
+def stopped_by(signum: int) -> str:
+    """The reason a run stopped by signal `signum` records, in words: "stopped by SIGTERM",
+    "stopped by Ctrl-C (SIGINT)"."""
+    import signal
+
+    if signum == signal.SIGINT:
+        return "stopped by Ctrl-C (SIGINT)"
+    return f"stopped by {signal.Signals(signum).name}"
+
+
 class Cancelled(Exception):
     """Raised inside the loop's helpers when the token fires mid-call; never leaves `run()`."""
 

@@ -5,9 +5,10 @@ for one run. The default list of names is `runner.state.DEFAULT_TOOLS`; the rese
 gets the read-only tools of that list. This is the only place that maps names to tools.
 
 Your own tools come three ways: as objects handed to `runner.execute(tools=[...])` or
-`RunConfig(tools=[...])`; as "module:attribute" references (`runner run --tool`), which the
-run records in `RunConfig.tool_refs` so a resume or a worker imports them again; and as
-installed plugins, named by their entry point in the `runner.tools` group.
+`RunConfig(tools=[...])`; as "module:attribute" or "PATH/TO/FILE.py:attribute" references
+(`runner run --tool`), which the run records in `RunConfig.tool_refs` so a resume or a worker
+imports them again; and as installed plugins, named by their entry point in the
+`runner.tools` group.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import importlib
 import os
 import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from runner.errors import UnknownTool
@@ -62,50 +64,57 @@ def build(config: RunConfig, given: Iterable[Tool] = ()) -> list[Tool]:
             missing.append(name)
     if missing:
         raise UnknownTool(f"tool(s) not found: {'; '.join(missing)}. Built in: {', '.join(NAMES)}; offer others "
-                          "with --tool MODULE:ATTRIBUTE or execute(..., tools=[...])")
+                          "with --tool MODULE:NAME, --tool FILE.py:NAME or execute(..., tools=[...])")
     return tools
 
 
 def spec_to_ref(spec: str) -> str:
-    """A `--tool` value as a "module:attribute" reference: as it is, or, for a plain name, the
-    `runner.tools` entry point of that name.
+    """A `--tool` value as a reference `load` takes: "module:attribute" as it is, the path of
+    an existing file ("PATH/TO/FILE.py:attribute") made absolute (a resume or a worker may
+    start in another folder), or, for a plain name, the `runner.tools` entry point of that name.
 
     Raises:
         UnknownTool: a plain name no installed plugin offers.
     """
     if ":" in spec:
-        return spec
+        where, _, attribute = spec.rpartition(":")
+        path = Path(where).expanduser()
+        return f"{path.resolve()}:{attribute}" if _is_path(where) and path.suffix == ".py" and path.is_file() else spec
     from importlib.metadata import entry_points
 
     found = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
     if spec not in found:
         raise UnknownTool(f"--tool {spec}: no installed plugin offers it (entry points in {ENTRY_POINT_GROUP!r}: "
-                          f"{', '.join(sorted(found)) or 'none'}); give MODULE:ATTRIBUTE for a tool of your own")
+                          f"{', '.join(sorted(found)) or 'none'}); give MODULE:NAME or FILE.py:NAME for a tool of "
+                          "your own")
     return found[spec]
 
 
+def _is_path(where: str) -> bool:
+    """True if the part of a reference before ":" names a file, not a module."""
+    return where.endswith(".py") or "/" in where or os.sep in where
+
+
 def load(ref: str, expect: str | None = None) -> Tool:
-    """The tool at "module:attribute": a `Tool` instance as it is, a `Tool` subclass
-    instantiated with no arguments. The current directory is searched for the module too
-    (as `python -m` does), so `--tool mytools:Weather` finds ./mytools.py.
+    """The tool at "module:attribute" or "PATH/TO/FILE.py:attribute": a `Tool` instance as it
+    is, a `Tool` subclass instantiated with no arguments. A module is imported by name, the
+    current directory searched too (as `python -m` does), so `mytools:Weather` finds
+    ./mytools.py; a file is imported from that path. The attribute may be dotted.
 
     Raises:
-        UnknownTool: the module or attribute is missing, is not a tool, or is named differently
-            from `expect`.
+        UnknownTool: the module, file or attribute is missing or fails to import, is not a
+            usable tool (a `Tool` with a name, a description, a Params model and a run), or
+            is named differently from `expect`.
     """
-    module_name, _, attribute = ref.partition(":")
-    if not module_name or not attribute:
-        raise UnknownTool(f"{ref!r} is not MODULE:ATTRIBUTE")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.append(os.getcwd())
+    where, _, attribute = ref.rpartition(":")
+    if not where or not attribute:
+        raise UnknownTool(f"{ref!r} is not MODULE:NAME or FILE.py:NAME")
+    obj: Any = _import(where, ref)
     try:
-        obj: Any = importlib.import_module(module_name)
         for part in attribute.split("."):
             obj = getattr(obj, part)
-    except ImportError as exc:
-        raise UnknownTool(f"cannot import {ref}: {exc}") from None
     except AttributeError:
-        raise UnknownTool(f"{module_name} has no attribute {attribute!r}") from None
+        raise UnknownTool(f"{where} has no attribute {attribute!r}") from None
     if isinstance(obj, type) and issubclass(obj, Tool):
         try:
             obj = obj()
@@ -113,9 +122,74 @@ def load(ref: str, expect: str | None = None) -> Tool:
             raise UnknownTool(f"{ref} cannot be built with no arguments ({exc}); point at an instance") from None
     if not isinstance(obj, Tool):
         raise UnknownTool(f"{ref} is not a runner.Tool (a subclass or an instance of one)")
+    lacking = _lacking(obj)
+    if lacking:
+        raise UnknownTool(f"{ref} is not a usable tool: it has no {' and no '.join(lacking)} (a runner.Tool "
+                          "subclass sets name, description and Params, and defines run_sync or run)")
     if expect is not None and obj.name != expect:
         raise UnknownTool(f"{ref} is now named {obj.name!r}")
     return obj
+
+
+def _import(where: str, ref: str) -> Any:
+    """The module a reference names: by path for a file (see `_is_path`), else by name.
+
+    Raises:
+        UnknownTool: it cannot be found, or importing it raised (the module's own error, in one line).
+    """
+    if _is_path(where):
+        path = Path(where).expanduser().resolve()
+        if path.suffix != ".py":
+            named = path.with_name(path.name + ".py").is_file()
+            hint = f"; did you mean {where}.py:{ref.rpartition(':')[2]}?" if named else ""
+            raise UnknownTool(f"{ref}: a file of tools is given with its .py ending{hint}")
+        return _import_file(path, ref)
+    if where.startswith("."):
+        raise UnknownTool(f"{ref}: {where} is a relative module name; give MODULE:NAME, or a file as ./FILE.py:NAME")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        return importlib.import_module(where)
+    except ImportError as exc:
+        raise UnknownTool(f"cannot import {ref}: {exc}") from None
+    except Exception as exc:  # the user's module raised on import: its error, not runner's
+        raise UnknownTool(f"cannot import {ref}: {type(exc).__name__}: {exc}") from None
+
+
+def _import_file(path: Path, ref: str) -> Any:
+    """The module in the Python file at `path` (absolute), imported once per process under a
+    name of its own (the file's stem and a hash of its path, so two mytools.py never clash)."""
+    import hashlib
+    import importlib.util
+
+    name = f"runner_tools_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    if not path.is_file():
+        raise UnknownTool(f"cannot import {ref}: there is no file {path}")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UnknownTool(f"cannot import {ref}: {path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as an import does: the module's classes find their module by name
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file raised: its error, not runner's
+        del sys.modules[name]
+        raise UnknownTool(f"cannot import {ref}: {type(exc).__name__}: {exc}") from None
+    return module
+
+
+def _lacking(tool: Tool) -> list[str]:
+    """What `tool` lacks to be offered to a model: "name", "description", "Params", "run"."""
+    from pydantic import BaseModel
+
+    cls = type(tool)
+    checks = {"name": isinstance(getattr(tool, "name", None), str) and bool(getattr(tool, "name", "")),
+              "description": isinstance(getattr(tool, "description", None), str),
+              "Params": isinstance(cls.Params, type) and issubclass(cls.Params, BaseModel),
+              "run_sync or run": cls.run_sync is not Tool.run_sync or cls.run is not Tool.run}
+    return [what for what, ok in checks.items() if not ok]
 
 
 def offer(config: RunConfig, tools: Sequence[Tool | str], refs: dict[str, str] | None = None) -> None:

@@ -307,7 +307,7 @@ def worker(request: WorkerRequest, runs_dir: RunsDir = None, store_url: StoreOpt
         with _live_export(runs, otlp_endpoint)(None):
             report = run_worker(runs, concurrency=request.concurrency, idle_exit_s=request.idle_exit_s,
                                 poll_s=request.poll_s, log=lambda line: render.say(f"worker: {line}"))
-    render.say(f"worker: drove {len(report.driven)} run(s), {len(report.errors)} error(s)")
+    render.worker_done(report)
     return 0 if not report.errors else 1
 
 

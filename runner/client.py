@@ -49,6 +49,9 @@ _CONTEXT_OVERFLOW = re.compile(
 # 5xx texts a server repeats for the same request whatever the retry (llama.cpp's server).
 _DETERMINISTIC_5XX = re.compile(r"failed to parse tool call|parse tool call arguments", re.IGNORECASE)
 _AUTH_TYPES = re.compile(r"auth|api[_ ]?key|permission", re.IGNORECASE)
+SECRET_MIN_CHARS = 8
+"""A key this long or longer is hidden where a provider's error echoes it; a shorter one
+(`bad`, `x`) guards nothing, and hiding it would garble the words that contain it."""
 
 CONTROL_TOKEN = re.compile(r"<\|([A-Za-z0-9_.\-]{1,40})\|>")
 """Text shaped like a chat control token: <|im_start|>, <|im_end|>, <|endoftext|>, <|eot_id|>..."""
@@ -174,12 +177,14 @@ class ChatClient:
             (a process driving many runs keeps its connections alive: creating a client and
             connecting costs 0.24-0.48 ms per turn of a 3-turn run, `scripts/bench_overhead.py`);
             None: a client of this run's own, closed with it.
+        key_missing: why the run's key is not at hand (the variable it names is not set):
+            every `chat` then raises ProviderError "unavailable" with no request sent.
     """
 
     def __init__(
         self, base_url: str, *, timeout_s: float = 600.0, max_retries: int = 4,
-        backoff_s: float = 0.5, api_key: str = "sk-local", http: httpx.AsyncClient | None = None,
-        on_retry: RetryCallback | None = None,
+        backoff_s: float = 0.5, api_key: str | None = "sk-local", http: httpx.AsyncClient | None = None,
+        on_retry: RetryCallback | None = None, key_missing: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.max_retries = max_retries
@@ -189,9 +194,12 @@ class ChatClient:
         self._owned = http is None
         self._http = http or new_http_client(self.base_url)
         self._timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
-        self._headers = {"Authorization": f"Bearer {api_key}"}
-        self._secret = api_key if api_key and api_key != "sk-local" else None
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._secret = (re.compile(rf"(?<![A-Za-z0-9]){re.escape(api_key)}(?![A-Za-z0-9])")
+                        if api_key and len(api_key) >= SECRET_MIN_CHARS and api_key != "sk-local" else None)
+        """The key, as a whole word (not inside a longer run of letters and digits)."""
         self.on_retry = on_retry
+        self.key_missing = key_missing
 
     async def aclose(self) -> None:
         if self._owned:
@@ -225,6 +233,8 @@ class ChatClient:
                 invalid_request, context_overflow), or kind "unavailable" once the retries
                 are spent; `retries` says how many were made.
         """
+        if self.key_missing:  # nothing is sent without the key the run names: not a verdict on the run
+            raise ProviderError(f"no request sent: {self.key_missing}", retryable=False, kind="unavailable")
         body, neutralised = _request_body(model, messages, tools, max_tokens, extra, streamed=on_delta is not None)
         if call_ids is None:
             import hashlib
@@ -238,7 +248,7 @@ class ChatClient:
                 reply = _reply(await self._post(body, on_delta), body, stem)
             except ProviderError as exc:
                 if self._secret is not None:  # a provider may echo the key: it never leaves this object
-                    exc.args = (str(exc).replace(self._secret, "[api key]"),)
+                    exc.args = (self._secret.sub("[api key]", str(exc)),)
                 exc.retries = attempt
                 if not exc.retryable or attempt == self.max_retries:
                     exc.retryable = False

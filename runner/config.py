@@ -40,7 +40,7 @@ SETTINGS: dict[str, tuple[type, tuple[str, ...], Any, str]] = {
     "price_in_usd_per_mtok": (float, (), 2.0, "USD per million prompt tokens"),
     "price_out_usd_per_mtok": (float, (), 12.0, "USD per million completion tokens"),
     "max_turns": (int, (), 20, "turn cap of a new run (0: none)"),
-    "max_budget_usd": (float, (), None, "budget of a new run, USD"),
+    "max_budget_usd": (float, (), None, "budget of a new run, USD (0: none)"),
     "timeout_s": (float, (), 600.0, "per-request timeout, seconds"),
     "max_retries": (int, (), 4, "retries of 429/5xx/timeouts/refused connections"),
     "tool_choice": (str, (), None, "tool_choice of the first turn: auto, required, none"),
@@ -193,13 +193,16 @@ class Settings:
         return rows
 
 
-def key_for(api_key_env: str | None, flag_key: str | None = None) -> str:
-    """The key a run sends: `flag_key`, else the variable the run recorded, else the
-    conventional ones (`KEY_ENVS`), else `LOCAL_KEY`. Never raises: a run whose variable is
-    gone sends `LOCAL_KEY` and meets the provider's 401 (failed, with the provider's message)."""
+def key_for(api_key_env: str | None, flag_key: str | None = None) -> str | None:
+    """The key a run sends: `flag_key`, else the variable the run recorded, else (a run that
+    recorded none) the conventional ones (`KEY_ENVS`), else `LOCAL_KEY`. None when the run's
+    own variable is not set here and no key was given: a key meant for one provider is never
+    sent to another in its place (the run then stops resumable, asking nothing)."""
     if flag_key:
         return flag_key
-    for env in ([api_key_env] if api_key_env else []) + list(KEY_ENVS):
+    if api_key_env:
+        return os.environ.get(api_key_env) or None
+    for env in KEY_ENVS:
         if key := os.environ.get(env):
             return key
     return LOCAL_KEY

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, Protocol, TypeVar
 
 from runner import store
-from runner.cancel import CancelToken
+from runner.cancel import CancelToken, stopped_by
 from runner.client import new_http_client
 from runner.endpoints import Endpoint, Opened, open_endpoint
 from runner.errors import RunnerError, ServiceError, UsageError
@@ -154,14 +154,14 @@ class LocalExecutor:
                     states += asyncio.run(self._drive_batch(batch.run_ids, where, opened, on_done))
                     self._server_turns[batch.endpoint.label] = opened.server_turns()
         except KeyboardInterrupt:  # Ctrl-C while a server was starting: no run was in flight
-            self.cancel.cancel("user pressed Stop")
+            self.cancel.cancel(stopped_by(signal.SIGINT))
         return states
 
     async def _drive_batch(self, run_ids: list[str], where: store.StoreAt, opened: Opened,
                            on_done: OnDone) -> list[tuple[RunState, str]]:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.cancel.cancel, "user pressed Stop")
+            loop.add_signal_handler(sig, self.cancel.cancel, stopped_by(sig))
         states = []
         try:
             async with new_http_client(opened.base_url) as http:  # one kept-alive connection for the batch

@@ -86,8 +86,9 @@ async def drive(
             imported again); for a saved run they supply the objects its recorded names need.
             None: the config's tools.
         api_key: the key sent as `Authorization: Bearer`; None: read from the environment
-            variable the run recorded (`config.endpoint.api_key_env`), else $RUNNER_API_KEY,
-            $OPENAI_API_KEY, else "sk-local" (`runner.config.key_for`). Never saved or traced.
+            variable the run recorded (`config.endpoint.api_key_env`; not set here: the run
+            stops `interrupted` before asking), else $RUNNER_API_KEY, $OPENAI_API_KEY, else
+            "sk-local" (`runner.config.key_for`). Never saved or traced.
         on_retry: called before each back-off of a failed request (see `ChatClient`).
         server_settings: what the endpoint runs with (n_ctx, chat_format, ...), for `run_started`.
 
@@ -137,8 +138,10 @@ def _client(state: RunState, base_url: str, http: httpx.AsyncClient | None, api_
     from runner.config import key_for
 
     endpoint = state.config.endpoint
+    key = key_for(endpoint.api_key_env, api_key)
     return ChatClient(base_url, timeout_s=endpoint.timeout_s, max_retries=endpoint.max_retries, http=http,
-                      api_key=key_for(endpoint.api_key_env, api_key), on_retry=on_retry)
+                      api_key=key, on_retry=on_retry,
+                      key_missing=None if key else f"the API key variable {endpoint.api_key_env} is not set here")
 
 
 def _placed(state: RunState, store: RunStore | None, lease: Lease | None, cancel: CancelToken,
@@ -284,10 +287,15 @@ class Reopening:
     max_turns: int | None = None
     """A new turn cap (0: no cap); None keeps the recorded one."""
     max_budget_usd: float | None = None
+    """A new budget, USD (0: no budget); None keeps the recorded one."""
     latency_ms: float | None = None
     base_url: str | None = None
     """Another endpoint for a run started against one (its provider came back elsewhere)."""
     force: bool = False
+    queued: bool = False
+    """The run goes to a worker next; else it is driven here, and the key it sends (`api_key`,
+    else the variable it names, see `runner.config.key_for`) must be at hand."""
+    api_key: str | None = None
 
     @property
     def changes_limits(self) -> bool:
@@ -304,10 +312,12 @@ def reopen(store: RunStore, run_id: str, asked: Reopening,
     Raises:
         UsageError: both a verdict and its opposite, a reason without a rejection, a final run,
             a resume that would stop again at once on the limit that stopped it, or a run that
-            waits for a verdict none was given for; a tool the run offers that cannot be found.
+            waits for a verdict none was given for; a tool the run offers that cannot be found,
+            or, driven here next, the key it sends.
         RunBusy: another process drives the run.
     """
     from runner import catalog
+    from runner.config import key_for
 
     if asked.approve and asked.reject:
         raise UsageError("give --approve or --reject, not both")
@@ -320,6 +330,10 @@ def reopen(store: RunStore, run_id: str, asked: Reopening,
             raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
         _apply_limits(state, asked)
         catalog.build(state.config, tools)  # a tool that cannot be found: one line, nothing changed
+        variable = state.config.endpoint.api_key_env
+        if not asked.queued and variable and key_for(variable, asked.api_key) is None:
+            raise UsageError(f"run {run_id} sends the API key from ${variable}, which is not set here: "
+                             "set it, or give --api-key")
         it = state.interruption
         if (it is not None and it.type == "approval" and not (asked.approve or asked.reject) and not asked.force
                 and it.call_id not in state.approved and any(c.id == it.call_id for c in pending(state))):
@@ -345,7 +359,7 @@ def _apply_limits(state: RunState, asked: Reopening) -> None:
     if asked.max_turns is not None:
         limits.max_turns = asked.max_turns or None
     if asked.max_budget_usd is not None:
-        limits.max_budget_usd = asked.max_budget_usd
+        limits.max_budget_usd = asked.max_budget_usd or None
     if asked.latency_ms is not None and state.config.endpoint.kind == "scripted":
         state.config.endpoint = state.config.endpoint.model_copy(update={"latency_ms": asked.latency_ms})
     if asked.base_url is not None:

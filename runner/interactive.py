@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
-from runner.cancel import CancelToken
+from runner.cancel import CancelToken, stopped_by
 from runner.endpoints import open_endpoint
 from runner.errors import EXIT_CODES
 from runner.harness import drive
@@ -57,12 +57,15 @@ class StopSignals:
 
     Until `arm`, a press is only recorded (a run being created or claimed is never cut in
     half); armed, a press raises KeyboardInterrupt (the endpoint is starting); once the loop
-    runs, a press is the run's Stop signal (`cancel`). Call from the main thread.
+    runs, a press is the run's Stop signal (`cancel`). The run records which signal it was
+    ("stopped by SIGTERM", "stopped by Ctrl-C (SIGINT)"). Call from the main thread.
     """
 
     def __init__(self) -> None:
         self.cancel = CancelToken()
         self.pressed = False
+        self.reason: str | None = None
+        """Which signal came first, in words (`runner.cancel.stopped_by`)."""
         self.armed = False
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -74,8 +77,9 @@ class StopSignals:
         return signals
 
     def _on_signal(self, signum: int, frame: object) -> None:
+        self.reason = self.reason or stopped_by(signum)
         if self.loop is not None:
-            self.loop.call_soon_threadsafe(self.cancel.cancel, "user pressed Stop")
+            self.loop.call_soon_threadsafe(self.cancel.cancel, stopped_by(signum))
             return
         self.pressed = True
         if self.armed:
@@ -112,7 +116,7 @@ def drive_in_foreground(state: RunState, runs: RunStore, lease: Lease, signals: 
         signals.arm()
         return _drive(state, runs, lease, faults, provider, feedback, signals, runner, options)
     except KeyboardInterrupt:
-        _save_stopped_early(state, runs, lease)
+        _save_stopped_early(state, runs, lease, signals.reason or stopped_by(signal.SIGINT))
     finally:
         _ignore_stop_signals()
         runner.close()
@@ -124,13 +128,14 @@ def drive_in_foreground(state: RunState, runs: RunStore, lease: Lease, signals: 
     _exit_now(EXIT_CODES[state.status])
 
 
-def _save_stopped_early(state: RunState, runs: RunStore, lease: Lease) -> None:
-    """Save a run that Ctrl-C stopped before the loop ran as `interrupted` (unless it saved a
-    stop already), ignoring further Ctrl-Cs so nothing cuts that short."""
+def _save_stopped_early(state: RunState, runs: RunStore, lease: Lease, reason: str) -> None:
+    """Save a run that a signal (`reason`: which one) stopped before the loop ran as
+    `interrupted` (unless it saved a stop already), ignoring further signals so nothing cuts
+    that short."""
     _ignore_stop_signals()
     if state.status == "running":
-        state.status, state.reason = "interrupted", "cancelled: user pressed Stop before the run started"
-        state.interruption = CancelledInterruption(reason="user pressed Stop")
+        state.status, state.reason = "interrupted", f"cancelled: {reason} before the run started"
+        state.interruption = CancelledInterruption(reason=reason)
         runs.save(state, (), lease)
 
 

@@ -125,6 +125,9 @@ class Runtime:
     """Live progress of each model call (start, every streamed chunk, end); set, it makes the
     client ask for a streamed reply."""
     _deferred: list[_Event] = field(default_factory=list)
+    _clock: tuple[float, float] = (0.0, 0.0)
+    """(the run's wall_ms when this process took it, perf_counter then): each commit records the
+    time so far, so a process killed mid-run still counts up to its last commit."""
 
     def workspace_for(self, tool: Tool) -> Path:
         from runner.tools import Workspace
@@ -145,6 +148,8 @@ class Runtime:
         in memory, only trace them."""
         if self._deferred:
             events, self._deferred = (*self._deferred, *events), []
+        if self._clock[1]:
+            state.wall_ms = self._clock[0] + (time.perf_counter() - self._clock[1]) * 1000
         if self.run is not None:
             self.run.commit(state, events)
         else:
@@ -183,7 +188,7 @@ async def run(state: RunState, rt: Runtime) -> RunState:
 
     if state.status in ("completed", "failed"):
         return state
-    began = time.perf_counter()
+    rt._clock = (state.wall_ms, time.perf_counter())
     fresh = state.turns == 0 and not state.tool_runs and not rt.tracer.has_events()
     state.status, state.interruption, state.reason = "running", None, None
     state.format_version = FORMAT_VERSION  # from here on it is written in this version's shape
@@ -218,7 +223,6 @@ async def run(state: RunState, rt: Runtime) -> RunState:
     except DiskFull as exc:  # the stop below still commits: the store freed its reserve
         _stop(state, "interrupted", CancelledInterruption(reason="disk full"), str(exc))
     finally:
-        state.wall_ms += (time.perf_counter() - began) * 1000
         if state.status == "running":  # an unexpected exception is escaping: keep it resumable
             _stop(state, "interrupted", CancelledInterruption(reason="crashed"), "the harness crashed")
         rt.commit(state, RunStopped(runId=state.run_id, status=state.status, reason=state.reason,
@@ -265,19 +269,17 @@ def _fail(state: RunState, kind: ErrorType, message: str, reason: str, http_stat
 
 
 def _stop_for_provider(state: RunState, exc: ProviderError) -> None:
-    """Unavailable through every retry: interrupted (a plain resume asks again). An endpoint
-    that no longer answers as one (HTTP 404, not an API) once the run has paid turns:
-    interrupted too, so a wrong or moved base URL never throws the run away (resume it with
-    `--base-url`). Anything else deterministic: failed, with the provider's own message and
-    numbers."""
+    """Unavailable through every retry, or not asked at all (the run's key is not at hand):
+    interrupted (a plain resume asks again). An endpoint that no longer answers as one (HTTP
+    404, not an API) once the run has paid turns: interrupted too, so a wrong or moved base URL
+    never throws the run away (resume it with `--base-url`). Anything else deterministic
+    (401/403 included): failed, with the provider's own message and numbers."""
+    unavailable = ProviderUnavailableInterruption(http_status=exc.status, message=str(exc), retries=exc.retries)
     if exc.kind == "unavailable":
-        _stop(state, "interrupted", ProviderUnavailableInterruption(
-            http_status=exc.status, message=str(exc), retries=exc.retries),
-            f"provider unavailable after {exc.retries} {'retry' if exc.retries == 1 else 'retries'}: {exc}")
+        after = f" after {exc.retries} {'retry' if exc.retries == 1 else 'retries'}" if exc.retries else ""
+        _stop(state, "interrupted", unavailable, f"provider unavailable{after}: {exc}")
     elif exc.kind in ("not_found", "bad_endpoint") and state.turns > 0:
-        _stop(state, "interrupted", ProviderUnavailableInterruption(
-            http_status=exc.status, message=str(exc), retries=exc.retries),
-            f"the endpoint does not answer as it did: {exc}")
+        _stop(state, "interrupted", unavailable, f"the endpoint does not answer as it did: {exc}")
     else:
         _fail(state, exc.kind, str(exc), f"provider error: {exc}", exc.status, exc.details)
 

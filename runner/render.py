@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from runner.store import RepairReport, RunInfo, RunStore
     from runner.suite import SuiteReport, TaskResult, TaskSummary
     from runner.trace import TraceEvent
+    from runner.worker import WorkerReport
 
 
 def console() -> Any:
@@ -541,7 +542,7 @@ def next_steps(state: RunState, store_opts: str = "") -> list[str]:
     if state.status == "max_turns_exceeded":
         return [f"resume with: runner resume {rid} --max-turns N   (N > {state.turns}; 0: no cap)"]
     if state.status == "budget_exceeded":
-        return [f"resume with: runner resume {rid} --max-budget USD   (more than ${state.cost_usd:.6f})"]
+        return [f"resume with: runner resume {rid} --max-budget USD   (more than ${state.cost_usd:.6f}; 0: no budget)"]
     if state.status in ("interrupted", "running"):
         moved = it is not None and it.type == "provider_unavailable" and state.config.endpoint.kind == "url"
         return [f"resume with: runner resume {rid}"] + (
@@ -830,16 +831,17 @@ def print_totals(rows: Sequence[Total], by: str | None) -> None:
 
 
 def trace_lines(events: Sequence[TraceEvent], info: RunInfo | None, width: int, store_opts: str = "") -> list[str]:
-    """A run's trace for `runner trace`: one line per event (cut to `width` with "…"; `--json`
+    """A run's trace for `runner trace`: a header, then one line per event: the time since the
+    first event ("+    1,234 ms"), its type and its fields (cut to `width` with "…"; `--json`
     has it all), then why it stopped and what it cost; `info` (the run as listed) says what
     a trace without a stop means (a process that died, a driver at work, a queued run), and
     whether the run is damaged."""
-    lines = []
+    lines = [fit(f"{'since start':>13}  {'event':<17} fields", width)] if events else []
     t0 = events[0].ts if events else 0.0
     for e in events:
         fields = e.model_dump(exclude={"runId", "ts", "type"}, exclude_none=True, exclude_defaults=True)
         shown = "  ".join(f"{k}={json.dumps(v) if not isinstance(v, (int, float)) else v}" for k, v in fields.items())
-        lines.append(fit(f"+{(e.ts - t0) * 1000:9.0f} ms  {e.type:<17} {shown}", width))
+        lines.append(fit(f"+{(e.ts - t0) * 1000:9,.0f} ms  {e.type:<17} {shown}", width))
     stops = [e for e in events if e.type == "run_stopped"]
     processes = sum(1 for e in events if e.type in ("run_started", "run_resumed"))
     stopped = bool(events) and events[-1].type == "run_stopped"
@@ -916,11 +918,18 @@ def print_models(rows: Sequence[ModelStatus], as_json: bool = False) -> None:
                   str(r.path or "")] for r in rows])
 
 
-def unkept_lines(state: RunState, width: int) -> list[str]:
-    """Why a new run that never got a reply from its endpoint was not kept."""
-    return [*textwrap.wrap(f"error: {state.reason}", width, subsequent_indent="  ", break_on_hyphens=False,
-                           break_long_words=False),
-            f"not kept: run {state.run_id} never got a reply; --keep keeps such runs"]
+def unkept(state: RunState) -> None:
+    """Why a new run that never got a reply from its endpoint was not kept (as `error` prints)."""
+    error(state.reason or "no reply")
+    say(f"not kept: run {state.run_id} never got a reply; --keep keeps such runs")
+
+
+def worker_done(report: WorkerReport) -> None:
+    """The worker's last line: how many runs it drove, how they stopped, and its errors."""
+    from collections import Counter
+
+    stops = ", ".join(f"{n} {status}" for status, n in Counter(report.driven.values()).most_common())
+    say(f"worker: drove {len(report.driven)} run(s){': ' + stops if stops else ''}; {len(report.errors)} error(s)")
 
 
 def created_runs_dir(path: Path) -> None:
@@ -973,7 +982,7 @@ def started(started: Started, runs: RunStore, as_json: bool) -> None:
     elif started.queued:
         print(f"queued run {state.run_id}; a worker drives it: runner worker{store_opts}")
     elif not started.kept:
-        say("\n".join(unkept_lines(state, terminal_width())))
+        unkept(state)
     else:
         trace_at = (str(runs.trace_path(state.run_id)) if isinstance(runs, FileStore)
                     else f"runner trace {state.run_id}{store_opts}")

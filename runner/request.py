@@ -62,8 +62,8 @@ def _max_turns() -> Any:
 
 
 def _max_budget() -> Any:
-    return option(None, "Stop once spend reaches this many USD. Checked before each turn, so spend can pass "
-                        "the cap by at most one turn's cost (use --cap-max-tokens to keep it under).",
+    return option(None, "Stop once spend reaches this many USD (0: no budget). Checked before each turn, so spend "
+                        "can pass the cap by at most one turn's cost (use --cap-max-tokens to keep it under).",
                   "--max-budget", min=0.0)
 
 
@@ -84,7 +84,7 @@ class RunRequest:
               "read_notes, read_each, largest_file, rotate_logs).")
     base_url: str | None = option(
         None, "Any OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 [env RUNNER_BASE_URL, "
-              "OPENAI_BASE_URL; config base_url].", "--base-url")
+              "OPENAI_BASE_URL; config base_url]; with --scenario, only this option counts.", "--base-url")
     model: str | None = option(
         None, "Model name sent to --base-url; with no base URL, a local model (a name from `runner models list`, "
               "a unique start of one, or a .gguf path) that runner serves with llama.cpp for this run "
@@ -96,9 +96,10 @@ class RunRequest:
     api_key_env: str | None = option(
         None, "NAME of the environment variable that holds the key (recorded, so resume finds it).", "--api-key-env")
     tools: list[str] = option(
-        [], "Offer a tool of your own (repeatable): MODULE:ATTRIBUTE (a runner.Tool subclass or instance; "
-            "./MODULE.py is found) or the name of an installed plugin (entry point group runner.tools) "
-            "[config tools].", "--tool", metavar="MODULE:ATTRIBUTE")
+        [], "Offer a tool of your own (repeatable): MODULE:NAME (an importable module; MODULE.py in the "
+            "current folder is found too), PATH/TO/FILE.py:NAME (a Python file, relative or absolute), or the name "
+            "of an installed plugin (entry point group runner.tools); NAME is a runner.Tool subclass or instance "
+            "[config tools].", "--tool", metavar="MODULE:NAME|FILE.py:NAME")
     no_builtin_tools: bool = option(False, "Offer only the --tool tools, not the built-in workspace tools.",
                                     "--no-builtin-tools")
     tool_choice: str | None = option(
@@ -169,8 +170,8 @@ class ResumeRequest:
         None, "API key (never saved) [default: from the variable the run recorded, $RUNNER_API_KEY, "
               "$OPENAI_API_KEY].", "--api-key")
     tools: list[str] = option(
-        [], "Where to find a tool of the run's own (repeatable): MODULE:ATTRIBUTE or a plugin name [default: "
-            "where the run recorded each].", "--tool", metavar="MODULE:ATTRIBUTE")
+        [], "Where to find a tool of the run's own (repeatable): MODULE:NAME, PATH/TO/FILE.py:NAME or a plugin "
+            "name, as for run [default: where the run recorded each].", "--tool", metavar="MODULE:NAME|FILE.py:NAME")
     detach: bool = option(False, "Record the verdict or limits and queue the run for `runner worker`.", "--detach")
 
 

@@ -12,7 +12,6 @@ is raised here as a `UsageError`, before any run exists.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -137,15 +136,16 @@ def _check_choices(req: RunRequest) -> None:
 
 
 def _endpoint_choice(req: RunRequest, settings: Settings) -> tuple[str | None, str | None, LocalChoice | None]:
-    """(base URL, model name, local model) of the run; a scenario reaches a scripted provider,
-    the one named by --base-url or $RUNNER_BASE_URL if any."""
+    """(base URL, model name, local model) of the run; a scenario reaches a scripted provider:
+    runner's own, or one serving at --base-url (only the option: a base URL from the
+    environment or a config file is the user's provider, which a scenario never reaches)."""
     if req.scenario is None:
         if req.base_url is not None:
             settings.flags["base_url"] = req.base_url
         url = settings.get("base_url")
         model = settings.get("model")
     else:
-        url = req.base_url if req.base_url is not None else os.environ.get("RUNNER_BASE_URL") or None
+        url = req.base_url
         model = req.model
     local = local_choice(model) if req.scenario is None and url is None and model else None
     if req.scenario is None and url is None and local is None:
@@ -180,7 +180,7 @@ def _config(req: RunRequest, settings: Settings, endpoint: Endpoint, scenario: s
     }
     if req.answer_after is not None or "answer_after_tool_turns" not in fields:
         fields["answer_after_tool_turns"] = req.answer_after
-    limits = Limits(max_turns=settings.get("max_turns") or None, max_budget_usd=settings.get("max_budget_usd"),
+    limits = Limits(max_turns=settings.get("max_turns") or None, max_budget_usd=settings.get("max_budget_usd") or None,
                     cap_max_tokens=req.cap_max_tokens, max_identical_failures=req.max_identical_failures)
     config = RunConfig(endpoint=endpoint, limits=limits, **fields)
     if req.research or scenario == "research":
@@ -298,8 +298,7 @@ def launch(prepared: Prepared, runs: store.RunStore, feedback: Feedback = Feedba
         return Started(state)
     runs.delete(runs.claim(state.run_id))
     if made_dir is not None:
-        with contextlib.suppress(OSError):
-            made_dir.rmdir()  # only if empty
+        store.unmake_runs_dir(runs, made_dir)
     return Started(state, kept=False)
 
 
@@ -317,7 +316,7 @@ def resume(run_id: str, req: ResumeRequest, runs: store.RunStore, feedback: Feed
     asked = Reopening(approve=req.approve, reject=req.reject, reason=req.reason,
                       empty_rejection=req.unsafe_empty_rejection, max_turns=req.max_turns,
                       max_budget_usd=req.max_budget_usd, latency_ms=req.latency_ms, base_url=req.base_url,
-                      force=req.force)
+                      force=req.force, queued=req.detach, api_key=req.api_key)
     state, lease = reopen(runs, run_id, asked, tools=own)
     if signals is None:
         runs.release(lease, runnable=True)

@@ -114,7 +114,8 @@ async def _drive_one(store: RunStore, lease: Lease, endpoints: _Endpoints, repor
         state = await drive(state, opened.base_url, store, cancel=cancel, lease=lease, http=http,
                               server_settings=opened.server_settings)
         report.driven[state.run_id] = state.status
-        say(f"{lease.run_id}: {state.status} after {state.turns} turn{'s' if state.turns != 1 else ''}  "
+        why = f": {state.reason}" if state.status != "completed" and state.reason else ""
+        say(f"{lease.run_id}: {state.status} after {state.turns} turn{'s' if state.turns != 1 else ''}{why}  "
             f"(epoch {lease.epoch}, {(time.perf_counter() - began) * 1000:,.0f} ms)")
     except (RunnerError, OSError) as exc:  # one run's trouble never stops the worker
         report.errors.append(f"{lease.run_id}: {exc}")

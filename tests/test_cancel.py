@@ -105,7 +105,7 @@ def test_ctrl_c_is_the_stop_button_and_the_run_resumes(runs: Path) -> None:
     assert proc.returncode == 3, err
     result = json.loads(out)
     assert result["status"] == "interrupted"
-    assert result["interruption"] == {"type": "cancelled", "reason": "user pressed Stop"}
+    assert result["interruption"] == {"type": "cancelled", "reason": "stopped by Ctrl-C (SIGINT)"}
     code, done = cli_json("resume", result["run_id"], runs_dir=runs)
     assert code == 0 and done["status"] == "completed" and done["turns"] == 2
 

@@ -117,8 +117,24 @@ def test_ctrl_c_mid_suite_writes_the_report_of_the_tasks_done(runs: Path) -> Non
     statuses = [r["status"] for r in report["results"]]
     assert statuses[0] == "completed" and statuses[-1] == "interrupted" and len(statuses) < 6
     stopped = report["results"][-1]
-    assert stopped["reason"] == "cancelled: user pressed Stop"
+    assert stopped["reason"] == "cancelled: stopped by Ctrl-C (SIGINT)"
     assert f"runner resume {stopped['run_id']}" in err
+
+
+@pytest.mark.parametrize(("sig", "said"), [(signal.SIGTERM, "stopped by SIGTERM"),
+                                           (signal.SIGINT, "stopped by Ctrl-C (SIGINT)")])
+def test_a_run_stopped_by_a_signal_says_which(runs: Path, sig: signal.Signals, said: str) -> None:
+    proc = _popen("run", "--scenario", "plan", "--latency-ms", "3000", "--json", runs=runs)
+    _wait_for(lambda: any(runs.glob("*/trace.jsonl")) and "run_started" in next(runs.glob("*/trace.jsonl")).read_text())
+    time.sleep(0.3)  # the first request is in flight
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    result = json.loads(out)
+    assert result["status"] == "interrupted" and result["reason"].startswith(f"cancelled: {said}"), result
+    assert result["interruption"] == {"type": "cancelled", "reason": said}
+    shown = cli("show", result["run_id"], runs_dir=runs)
+    assert f"cancelled: {said}" in shown.stdout and "pressed Stop" not in shown.stdout, shown.stdout
 
 
 @pytest.mark.parametrize("presses", [1, 2])
@@ -134,6 +150,18 @@ def test_ctrl_c_early_or_twice_keeps_the_run_resumable_and_prints_its_id(runs: P
     assert state.status == "interrupted" and "crashed" not in (state.reason or "")
     assert state.run_id in out + err
     assert "Traceback" not in err
+
+
+def test_a_folder_runs_cannot_be_kept_in_is_advised_by_the_option_that_named_it(runs: Path) -> None:
+    nope = "/proc/runner-nope"  # no folder can be made in /proc, even as root
+    for args, env, named in [(("--store", nope), {}, "--store"),
+                             (("--runs-dir", nope), {}, "--runs-dir"),
+                             ((), {"RUNNER_STORE": nope}, "$RUNNER_STORE"),
+                             ((), {"RUNNER_RUNS_DIR": nope}, "$RUNNER_RUNS_DIR")]:
+        proc = cli_process("run", "--scenario", "plan", *args, runs_dir=None, env={"RUNNER_STORE": None, **env})
+        assert proc.returncode == 1, proc.stderr
+        assert one_error(proc.stderr) == (f"error: cannot keep runs in {nope}: No such file or directory (choose "
+                                          f"another folder with {named})"), (args, env, proc.stderr)
 
 
 def test_resume_of_a_run_waiting_for_approval_needs_a_verdict(runs: Path) -> None:

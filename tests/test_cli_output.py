@@ -99,6 +99,48 @@ def test_config_show_says_where_and_how_runs_are_kept(tmp_path: Path) -> None:
     assert "pw" not in table.stdout.replace("password", "") and "durability" in table.stdout, table.stdout
 
 
+def test_config_show_marks_every_store_a_command_refuses(tmp_path: Path) -> None:
+    """A store or runs directory `runner runs` refuses is marked "(refused)" by `config show`,
+    and one it takes is not."""
+    (tmp_path / "a-file").write_text("")
+    base = {"RUNNER_STORE": None, "RUNNER_RUNS_DIR": None, "RUNNER_CONFIG": str(tmp_path / "none.toml")}
+    for env, name, refused in [({"RUNNER_STORE": "garbage://"}, "store", True),
+                               ({"RUNNER_STORE": str(tmp_path / "a-file")}, "store", True),
+                               ({"RUNNER_STORE": "~nosuchuser4242/runs"}, "store", True),
+                               ({"RUNNER_RUNS_DIR": str(tmp_path / "a-file")}, "runs_dir", True),
+                               ({"RUNNER_STORE": str(tmp_path / "kept")}, "store", False),
+                               ({"RUNNER_STORE": "postgresql://bob:pw@db.example/runs"}, "store", False)]:
+        full = {**base, **env}
+        proc = cli_process("config", "show", "--json", runs_dir=None, cwd=tmp_path, env=full)
+        assert proc.returncode == 0, proc.stderr
+        value = {r["name"]: r["value"] for r in json.loads(proc.stdout)["settings"]}[name]
+        assert value.endswith(" (refused)") == refused, (env, value)
+        if not value.startswith("postgresql"):  # a command refuses it too, or takes it
+            listed = cli_process("runs", runs_dir=None, cwd=tmp_path, env=full)
+            assert (listed.returncode == 2) == refused, (env, listed.stderr)
+            assert not refused or one_error(listed.stderr)
+
+
+def test_trace_lines_say_their_time_is_ms_since_the_start_and_json_is_unchanged(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    proc = cli_process("run", "--scenario", "plan", "--latency-ms", "400", "--json", runs_dir=runs)
+    run_id = json.loads(proc.stdout)["run_id"]
+    shown = cli_process("trace", run_id, runs_dir=runs)
+    assert shown.returncode == 0, shown.stderr
+    header, *lines = shown.stdout.splitlines()
+    assert header.split() == ["since", "start", "event", "fields"]
+    events = [line for line in lines if line.startswith("+")]
+    assert len(events) == 9 and lines[len(events)].startswith("stopped: completed"), shown.stdout
+    times_ms = [int(line[1:10].replace(",", "")) for line in events]
+    assert all(line[10:15] == " ms  " for line in events)
+    assert times_ms[0] == 0 and times_ms == sorted(times_ms) and 1_200 <= times_ms[-1] < 60_000  # 3 turns of 400 ms
+    assert header.index("event") == events[0].index("run_started")  # the header stands over its column
+    traced = cli_process("trace", run_id, "--json", runs_dir=runs)
+    written = [json.loads(line) for line in (runs / run_id / "trace.jsonl").read_text().splitlines()]
+    assert [json.loads(line) for line in traced.stdout.splitlines()] == [  # --json: the events, no header
+        {k: v for k, v in e.items() if k != "seq"} for e in written]
+
+
 @pytest.mark.llama
 def test_a_failed_serve_reports_its_log_and_leaves_no_file_behind(tmp_path: Path) -> None:
     """`runner serve` on a file llama.cpp cannot load: the error quotes the server's log, and
@@ -212,3 +254,13 @@ def test_a_command_to_copy_is_never_spread_over_lines(tmp_path: Path) -> None:
     done = subprocess.run(command.replace("TEXT", "'not today'"), shell=True, cwd=tmp_path, capture_output=True,
                           text=True, env={**os.environ, "COLUMNS": "80", "PATH": path})
     assert done.returncode == 0 and "status=completed" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_budget_of_0_lifts_the_budget_as_a_turn_cap_of_0_lifts_the_cap(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    code, out = cli_json("run", "--scenario", "runaway", "--max-budget", "0.002", runs_dir=runs)
+    assert code == 3 and out["status"] == "budget_exceeded"
+    code, out = cli_json("resume", out["run_id"], "--max-budget", "0", "--max-turns", "6", runs_dir=runs)
+    assert code == 3 and out["status"] == "max_turns_exceeded" and out["turns"] == 6, out
+    code, out = cli_json("run", "--scenario", "plan", "--max-budget", "0", runs_dir=runs)
+    assert code == 0 and out["status"] == "completed"

@@ -126,6 +126,51 @@ def test_key_from_config_named_variable_is_sent_and_never_written(tmp_path: Path
     assert grep_tree(tmp_path / "runs", KEY[-12:]) == []
 
 
+def test_a_short_key_is_not_hidden_in_words_and_a_real_one_is_hidden_whole(tmp_path: Path) -> None:
+    with FakeProvider(lambda body: error(401, "bad key", "invalid_api_key")) as fake:
+        proc = runner_process("run", "weather?", "--base-url", fake.base_url, "--model", "m", "--runs-dir", "runs",
+                              cwd=tmp_path, env={"RUNNER_API_KEY": "bad"})
+    assert proc.returncode == 1 and "HTTP 401: bad key" in proc.stderr, proc.stderr
+    assert "[api key]" not in proc.stderr
+    echoed = f"Incorrect API key provided: '{KEY}' (sent as Bearer {KEY})."
+    with FakeProvider(lambda body: error(401, echoed, "invalid_api_key")) as fake:
+        proc = runner_process("run", "weather?", "--base-url", fake.base_url, "--model", "m", "--runs-dir", "runs",
+                              cwd=tmp_path, env={"RUNNER_API_KEY": KEY})
+    assert proc.returncode == 1, proc.stderr
+    assert "Incorrect API key provided: '[api key]' (sent as Bearer [api key])." in " ".join(proc.stderr.split())
+    assert KEY not in proc.stderr
+
+
+def test_a_run_is_never_driven_without_the_key_it_names(tmp_path: Path) -> None:
+    """Where the variable a run reads its key from is not set, nothing is asked and nothing is
+    lost: resume refuses before touching the run, a worker stops it resumable saying why, and
+    no other variable's key is sent in its place."""
+    (tmp_path / "runner.toml").write_text('api_key_env = "MY_PROVIDER_KEY"\n')
+    with FakeProvider(scripted("plan")) as fake:
+        env = {"MY_PROVIDER_KEY": KEY}
+        capped = runner("run", "Which file mentions a timeout?", "--base-url", fake.base_url, "--model", "m",
+                        "--max-turns", "1", "--runs-dir", "runs", "--json", cwd=tmp_path, env=env)
+        run_id = json.loads(capped.stdout)["run_id"]
+        asked, seq = len(fake.requests), FileStore(tmp_path / "runs").load(run_id).seq
+        other = {"OPENAI_API_KEY": "sk-another-providers-key-1234"}
+        refused = runner("resume", run_id, "--max-turns", "5", "--runs-dir", "runs", cwd=tmp_path, env=other)
+        assert refused.returncode == 2 and "$MY_PROVIDER_KEY" in one_error(refused.stderr), refused.stderr
+        assert FileStore(tmp_path / "runs").load(run_id).seq == seq  # untouched
+        queued = runner("resume", run_id, "--max-turns", "5", "--detach", "--runs-dir", "runs", cwd=tmp_path,
+                        env=other)
+        assert queued.returncode == 0, queued.stderr
+        worker = runner_process("worker", "--idle-exit", "0.5", "--runs-dir", "runs", cwd=tmp_path, env=other)
+        state = FileStore(tmp_path / "runs").load(run_id)
+        assert len(fake.requests) == asked and state.status == "interrupted", worker.stdout + worker.stderr
+        assert "MY_PROVIDER_KEY is not set" in (state.reason or "") and state.turns == 1
+        said = worker.stderr  # the worker says how each run stopped, and why
+        assert f"{run_id}: interrupted after 1 turn: provider unavailable: no request sent" in said, said
+        assert "drove 1 run(s): 1 interrupted; 0 error(s)" in said, said
+        resumed = runner("resume", run_id, "--runs-dir", "runs", "--json", cwd=tmp_path, env=env)
+        assert resumed.returncode == 0 and json.loads(resumed.stdout)["status"] == "completed", resumed.stderr
+        assert fake.auth and all(a == f"Bearer {KEY}" for a in fake.auth)
+
+
 def test_config_file_refuses_a_key_and_show_names_sources(tmp_path: Path) -> None:
     (tmp_path / "runner.toml").write_text(f'api_key = "{KEY}"\n')
     proc = runner("config", "show", cwd=tmp_path)
@@ -188,6 +233,8 @@ def test_a_plain_web_server_fails_at_once_with_a_hint(tmp_path: Path) -> None:
         server.server_close()
     assert proc.returncode == 1 and "retry" not in proc.stderr
     assert proc.stderr.count("OpenAI-compatible") == 1 and "HTTP 501" in proc.stderr and "not kept" in proc.stderr
+    said = proc.stderr.splitlines()  # stderr is no terminal here: the error stays whole on one line
+    assert said[-2].startswith("error: provider error: HTTP 501") and said[-2].endswith("usually ends in /v1")
 
 
 def test_refused_connection_prints_each_retry_as_it_happens_and_keeps_no_run(tmp_path: Path) -> None:
@@ -306,6 +353,62 @@ def test_own_tool_from_python_is_saved_and_traced(tmp_path: Path) -> None:
         assert result.status == "completed"
     finally:
         sys.path.remove(str(tmp_path))
+
+
+def test_own_tool_by_file_path_runs_and_resumes_from_another_folder(tmp_path: Path) -> None:
+    (tmp_path / "w1").mkdir()
+    (tmp_path / "w2").mkdir()
+    (tmp_path / "w2" / "mytools.py").write_text(WEATHER)
+    with FakeProvider(weather_handler) as fake:
+        for spec in ("../w2/mytools.py:Weather", str(tmp_path / "w2" / "mytools.py") + ":Weather"):
+            proc = runner_process("run", "Weather in Lisbon?", "--base-url", fake.base_url, "--model", "m", "--tool",
+                                  spec, "--max-turns", "1", "--runs-dir", "../runs", "--json", cwd=tmp_path / "w1")
+            assert proc.returncode == 3, proc.stderr
+            run_id = json.loads(proc.stdout)["run_id"]
+            state = FileStore(tmp_path / "runs").load(run_id)
+            assert state.messages[-1].content == "Lisbon: 21 C, clear"
+            assert state.config.tool_refs == {"get_weather": f"{tmp_path / 'w2' / 'mytools.py'}:Weather"}
+        # from another folder: the run recorded the file's absolute path
+        proc = runner_process("resume", run_id, "--max-turns", "3", "--runs-dir", "runs", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["answer"] == "The weather: Lisbon: 21 C, clear"
+
+
+def test_a_tool_spec_that_is_no_usable_tool_is_one_usage_line(tmp_path: Path) -> None:
+    (tmp_path / "mytools.py").write_text(WEATHER + BROKEN_TOOLS)
+    (tmp_path / "boom.py").write_text("raise ValueError('boom at import')\n")
+    for spec, said in [
+        ("./mytools:Weather", "a file of tools is given with its .py ending; did you mean ./mytools.py:Weather?"),
+        ("./nofile.py:Weather", f"there is no file {tmp_path / 'nofile.py'}"),
+        (".mytools:Weather", ".mytools is a relative module name"),
+        ("mytools:Tool", "mytools:Tool is not a usable tool: it has no name and no description and no run_sync or run"),
+        ("mytools:NoName", "mytools:NoName is not a usable tool: it has no name ("),
+        ("mytools:NoRun", "mytools:NoRun is not a usable tool: it has no run_sync or run ("),
+        ("mytools:BaseModel", "mytools:BaseModel is not a runner.Tool"),
+        ("mytools:Nothing", "mytools has no attribute 'Nothing'"),
+        ("boom:X", "cannot import boom:X: ValueError: boom at import"),
+        ("./boom.py:X", "ValueError: boom at import"),
+    ]:
+        proc = runner_process("run", "hi", "--scenario", "plan", "--tool", spec, "--runs-dir", "runs", cwd=tmp_path)
+        assert proc.returncode == 2, (spec, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and said in one_error(proc.stderr), (spec, proc.stderr)
+        assert "bug in runner" not in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+BROKEN_TOOLS = '''
+
+class NoName(Tool):
+    description = "no name"
+
+    def run_sync(self, args, ctx):
+        return "x"
+
+
+class NoRun(Tool):
+    name = "no_run"
+    description = "no run"
+'''
 
 
 def test_plugin_tool_by_entry_point(tmp_path: Path) -> None:
@@ -578,3 +681,15 @@ def test_show_places_a_slipped_turn_and_runners_correction(tmp_path: Path) -> No
     again = next(i for i, x in enumerate(lines) if x.startswith("── runner (asks again)"))
     answer = next(i for i, x in enumerate(lines) if x.startswith("── turn 2"))
     assert lines[slip].startswith("── turn 1") and slip < again < answer and "Three files." in lines[answer + 1]
+
+
+def test_a_scenario_never_reaches_the_provider_the_environment_names(tmp_path: Path) -> None:
+    """$RUNNER_BASE_URL, $OPENAI_BASE_URL and runner.toml's base_url name the user's provider:
+    a scenario run keeps to runner's own scripted provider (only --base-url moves it)."""
+    with FakeProvider(scripted("plan")) as fake:
+        (tmp_path / "runner.toml").write_text(f'base_url = "{fake.base_url}"\n')
+        for env in ({"RUNNER_BASE_URL": fake.base_url}, {"OPENAI_BASE_URL": fake.base_url}, {}):
+            proc = runner("run", "--scenario", "plan", "--latency-ms", "1", "--runs-dir", "runs", "--json",
+                          cwd=tmp_path, env={**env, "RUNNER_API_KEY": KEY})
+            assert proc.returncode == 0 and json.loads(proc.stdout)["status"] == "completed", proc.stderr
+        assert fake.requests == []

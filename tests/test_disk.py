@@ -82,7 +82,7 @@ def test_a_runs_directory_that_cannot_exist_is_one_clear_line(tmp_path: Path) ->
     proc = cli("run", "--scenario", "plan", runs_dir=Path("/proc/nope"))
     assert proc.returncode == 1
     assert one_error(proc.stderr) == ("error: cannot keep runs in /proc/nope: No such file or directory "
-                                   "(choose another folder with --runs-dir or $RUNNER_RUNS_DIR)")
+                                   "(choose another folder with $RUNNER_RUNS_DIR)")  # where `cli` puts it
     assert "Errno" not in proc.stderr
 
 

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from runner.harness import workspace_template
-from runner.scripted import ScriptedServer
+from runner.scripted import ScriptedServer, ScriptedSettings
 from runner.store import DamagedRun, FileStore
 from runner.tools import deleted_files
 from tests.conftest import cli, cli_json, cli_process, one_error
@@ -195,3 +195,15 @@ def test_repairing_a_finished_run_does_not_offer_a_resume(provider: str, runs: P
     assert repaired.stdout.endswith("it is completed: nothing to resume\n"), repaired.stdout
     assert "runner resume" not in repaired.stdout
     assert cli_json("runs", runs_dir=runs)[1][0]["status"] == "completed"
+
+
+def test_a_killed_process_counts_its_wall_time_up_to_its_last_commit(runs: Path) -> None:
+    """wall_ms sums every process that worked on a run, the killed one included: each commit
+    records the time so far."""
+    with ScriptedServer(ScriptedSettings(latency_ms=300)) as slow:
+        run_id = _killed_after_two_replies(slow, runs)
+        killed_ms = FileStore(runs).load(run_id).wall_ms
+        assert killed_ms >= 600, killed_ms  # two replies, 300 ms each, committed before the kill
+        code, out = cli_json("resume", run_id, "--runs-dir", str(runs), runs_dir=runs)
+    assert code == 0 and out["status"] == "completed"
+    assert FileStore(runs).load(run_id).wall_ms >= killed_ms + 300  # and the third reply, in the resume

@@ -301,7 +301,7 @@ def test_a_resume_killed_mid_tool_shows_died_everywhere_and_resumes_once(backend
     _, rows = cli_json("runs", runs_dir=backend.runs, env=backend.env)
     assert rows[0]["status"] == "died"
     shown = cli("show", run_id, runs_dir=backend.runs, env=backend.env).stdout
-    assert f"{run_id}  scripted/slow  died" in shown and "user pressed Stop" not in shown, shown
+    assert f"{run_id}  scripted/slow  died" in shown and "stopped by Ctrl-C" not in shown, shown
     assert shown.endswith(f"died: its process was killed after the last event\nresume with: runner resume {run_id}\n")
     traced = cli("trace", run_id, runs_dir=backend.runs, env=backend.env).stdout
     assert "died: its process was killed after the last event" in traced and "stopped: interrupted" not in traced, traced

@@ -152,6 +152,6 @@ def test_a_bug_one_run_meets_does_not_stop_the_worker(provider: str, tmp_path: P
     worker = subprocess.run([sys.executable, "-m", "runner", "worker", "--idle-exit", "0.5", "--poll", "0.1"],
                             env=env, capture_output=True, text=True, timeout=120)
     said = worker.stdout + worker.stderr
-    assert worker.returncode == 1 and "drove 1 run(s), 1 error(s)" in said, said  # an error to report, after both
+    assert worker.returncode == 1 and "drove 1 run(s): 1 completed; 1 error(s)" in said, said  # an error to report, after both
     assert f"{broken.run_id}: not driven: internal error (" in said and "Traceback" not in said
     assert FileStore(runs).load(out["run_id"]).status == "completed"

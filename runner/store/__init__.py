@@ -8,8 +8,10 @@ FileStore's, kept for scripts and tests that work on a runs directory directly.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,11 +98,15 @@ def open_for_reading(value: str | Path | None = None, *, runs: str | Path | None
 
 
 def open_store(value: str | Path | None = None, *, runs: str | Path | None = None,
-               lease_s: float | None = None, durability: str | None = None) -> RunStore:
+               lease_s: float | None = None, durability: str | None = None,
+               given_as: str = "--store") -> RunStore:
     """The store named by `value`, else $RUNNER_STORE, else a FileStore on `runs_dir(runs)`.
 
     Args:
         value: a postgresql:// URL or a runs directory.
+        runs: the runs directory (`--runs-dir`) when neither `value` nor $RUNNER_STORE names a store.
+        given_as: what the user gave `value` as, for an error that asks for another folder
+            (a value equal to $RUNNER_STORE is taken to come from there).
         lease_s: PostgreSQL lease length, seconds (default $RUNNER_LEASE_S, else 30; renewed
             every third of it while a run is driven).
         durability: "process" or "power" (see `Durability`); default $RUNNER_DURABILITY,
@@ -113,19 +119,51 @@ def open_store(value: str | Path | None = None, *, runs: str | Path | None = Non
     """
     chosen = value or os.environ.get("RUNNER_STORE") or None
     level = durability_of(durability or os.environ.get("RUNNER_DURABILITY"))
-    if isinstance(chosen, str) and "://" in chosen and not is_postgres(chosen):
-        raise UsageError(f"the store {chosen} has a URL scheme runner does not know; give a "
-                         f"{' or '.join(POSTGRES_SCHEMES)} URL or a runs directory")
     if is_postgres(str(chosen) if chosen else None):
         from runner.store.postgres import DEFAULT_LEASE_S, PostgresStore
 
         lease_s = lease_s or _lease_s_from_environment()
         pg: RunStore = PostgresStore(str(chosen), lease_s=lease_s or DEFAULT_LEASE_S, durability=level)
         return pg
-    root = _expanded(Path(chosen)) if chosen else runs_dir(runs)
+    root = _runs_root(str(chosen or runs_dir(runs)))
+    return FileStore(root, durability=level, named_by=_named_by(value, runs, given_as))
+
+
+def _named_by(value: str | Path | None, runs: str | Path | None, given_as: str) -> str:
+    """The option or variable a runs directory came from (see `open_store`)."""
+    from_env = {name: os.environ.get(name) or None for name in ("RUNNER_STORE", "RUNNER_RUNS_DIR")}
+    if value:  # the CLI's --store falls back to $RUNNER_STORE: the same value came from there
+        return "$RUNNER_STORE" if from_env["RUNNER_STORE"] == str(value) else given_as
+    if from_env["RUNNER_STORE"]:
+        return "$RUNNER_STORE"
+    if runs:  # the same for --runs-dir and $RUNNER_RUNS_DIR
+        env_runs = from_env["RUNNER_RUNS_DIR"]
+        return "$RUNNER_RUNS_DIR" if env_runs and Path(env_runs) == Path(runs) else "--runs-dir"
+    return "--runs-dir or $RUNNER_RUNS_DIR"
+
+
+def _runs_root(value: str) -> Path:
+    """`value` (a --store, --runs-dir or their variable, not a postgresql:// URL) as the runs
+    directory a FileStore keeps runs in, `~` expanded.
+
+    Raises:
+        UsageError: a URL of a scheme runner does not know, a `~user` of no user, or a runs
+            directory that is a file.
+    """
+    if "://" in value:
+        raise UsageError(f"the store {value} has a URL scheme runner does not know; give a "
+                         f"{' or '.join(POSTGRES_SCHEMES)} URL or a runs directory")
+    root = _expanded(Path(value))
     if root.exists() and not root.is_dir():
         raise UsageError(f"the runs directory {root} is a file, not a directory")
-    return FileStore(root, durability=level)
+    return root
+
+
+def _check_store(value: str | None) -> None:
+    """Raise what `open_store` would for `value` as the store, without opening it (whether a
+    database answers is not asked). Raises UsageError, as `_runs_root`."""
+    if value is not None and not is_postgres(value):
+        _runs_root(value)
 
 
 def settings_rows() -> list[tuple[str, str, str]]:
@@ -143,8 +181,11 @@ def settings_rows() -> list[tuple[str, str, str]]:
                                ("lease_s", "RUNNER_LEASE_S", f"{DEFAULT_LEASE_S:g} (PostgreSQL only)")):
         given = os.environ.get(env) or None
         shown = shown_url(given) if given else default
+        checks: dict[str, Callable[[str | None], object]] = {
+            "durability": durability_of, "lease_s": lambda _: _lease_s_from_environment(),
+            "store": _check_store, "runs_dir": lambda v: _runs_root(str(runs_dir(v)))}
         try:
-            {"durability": durability_of, "lease_s": lambda _: _lease_s_from_environment()}.get(name, str)(given)
+            checks[name](given)
         except UsageError:
             shown += " (refused)"
         rows.append((name, shown, f"env {env}" if given else "default"))
@@ -161,7 +202,7 @@ class StoreAt:
 
     def open(self) -> RunStore:
         """The store, opened (see `open_store`)."""
-        return open_store(self.location, durability=self.durability)
+        return open_store(self.location, durability=self.durability, given_as="--runs-dir or --store")
 
     @property
     def is_postgres(self) -> bool:
@@ -178,6 +219,15 @@ def make_runs_dir(store: RunStore) -> Path | None:
     except OSError:
         return None
     return store.root
+
+
+def unmake_runs_dir(store: RunStore, made: Path) -> None:
+    """Remove the runs directory `make_runs_dir` made, if no run is in it (this process's
+    disk-full reserve goes first)."""
+    if isinstance(store, FileStore):
+        store.drop_reserve()
+    with contextlib.suppress(OSError):
+        made.rmdir()
 
 
 def select(store: RunStore, status: str | None = None, limit: int | None = None, offset: int = 0) -> list[RunInfo]:

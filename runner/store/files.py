@@ -28,6 +28,7 @@ base (a restored backup) is refused (`StaleState`) unless loaded with `force`.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import fcntl
 import json
@@ -162,10 +163,14 @@ class FileStore(RunStore):
         durability: "process" (a commit is written to the OS: survives any kill of this
             process) or "power" (also fsync'ed: survives an OS crash or power loss; costs one
             disk flush per transition). See `runner.store.base.Durability`.
+        named_by: the option or variable `root` came from, as an error that asks for another
+            folder names it (e.g. "--store").
     """
 
-    def __init__(self, root: str | Path, *, durability: Durability = DEFAULT_DURABILITY) -> None:
+    def __init__(self, root: str | Path, *, durability: Durability = DEFAULT_DURABILITY,
+                 named_by: str = "--runs-dir or $RUNNER_RUNS_DIR") -> None:
         self.root = Path(root)
+        self.named_by = named_by
         self.url = str(self.root)
         self.durability = durability
         self._sync = durability == "power"
@@ -434,11 +439,18 @@ class FileStore(RunStore):
             atexit.register(_drop_reserves)
         _RESERVES[self.root] = (os.getpid(), path)
 
-    def _disk_full(self, exc: OSError, run_id: str) -> DiskFull:
-        """Free this process's reserve and say which disk is full."""
+    def drop_reserve(self) -> None:
+        """Remove this process's reserve in this runs directory (and the reserves' folder if
+        that leaves it empty); the next claim sets one aside again."""
         pid, reserve = _RESERVES.pop(self.root, (0, None))
         if reserve is not None and pid == os.getpid():
             reserve.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                reserve.parent.rmdir()
+
+    def _disk_full(self, exc: OSError, run_id: str) -> DiskFull:
+        """Free this process's reserve and say which disk is full."""
+        self.drop_reserve()
         mount = _mount_point(self.root)
         try:
             free = f", {shutil.disk_usage(mount).free:,} bytes free"
@@ -591,7 +603,7 @@ class FileStore(RunStore):
                 raise StaleState(f"run {state.run_id} already exists in {self.root}") from None
         except OSError as exc:
             raise StoreError(f"cannot keep runs in {self.root}: {exc.strerror or exc} (choose another folder with "
-                             "--runs-dir or $RUNNER_RUNS_DIR)") from None
+                             f"{self.named_by})") from None
         state.seq = 1
         if owner is not None:
             return self._claim(folder, owner, state)
