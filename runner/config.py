@@ -193,15 +193,19 @@ class Settings:
         return rows
 
 
-def key_for(api_key_env: str | None, flag_key: str | None = None) -> str | None:
+def key_for(api_key_env: str | None, flag_key: str | None = None, *, given: bool = False) -> str | None:
     """The key a run sends: `flag_key`, else the variable the run recorded, else (a run that
-    recorded none) the conventional ones (`KEY_ENVS`), else `LOCAL_KEY`. None when the run's
-    own variable is not set here and no key was given: a key meant for one provider is never
-    sent to another in its place (the run then stops resumable, asking nothing)."""
+    recorded none and was not `given` its key on the command line) the conventional ones
+    (`KEY_ENVS`), else `LOCAL_KEY`. None when the run's own key is not at hand (its variable
+    is not set here, or it was given one on the command line and none is given now): a key
+    meant for one provider is never sent to another in its place (the run then stops
+    resumable, asking nothing)."""
     if flag_key:
         return flag_key
     if api_key_env:
         return os.environ.get(api_key_env) or None
+    if given:
+        return None
     for env in KEY_ENVS:
         if key := os.environ.get(env):
             return key

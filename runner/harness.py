@@ -138,10 +138,17 @@ def _client(state: RunState, base_url: str, http: httpx.AsyncClient | None, api_
     from runner.config import key_for
 
     endpoint = state.config.endpoint
-    key = key_for(endpoint.api_key_env, api_key)
+    key = key_for(endpoint.api_key_env, api_key, given=endpoint.api_key_given)
     return ChatClient(base_url, timeout_s=endpoint.timeout_s, max_retries=endpoint.max_retries, http=http,
-                      api_key=key, on_retry=on_retry,
-                      key_missing=None if key else f"the API key variable {endpoint.api_key_env} is not set here")
+                      api_key=key, on_retry=on_retry, key_missing=None if key else _key_missing(state))
+
+
+def _key_missing(state: RunState) -> str:
+    """Why the run's key is not at hand here, in words (see `runner.config.key_for`)."""
+    endpoint = state.config.endpoint
+    if endpoint.api_key_env:
+        return f"the API key variable {endpoint.api_key_env} is not set here"
+    return "the run was given its API key with --api-key, and none is given now"
 
 
 def _placed(state: RunState, store: RunStore | None, lease: Lease | None, cancel: CancelToken,
@@ -330,10 +337,10 @@ def reopen(store: RunStore, run_id: str, asked: Reopening,
             raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
         _apply_limits(state, asked)
         catalog.build(state.config, tools)  # a tool that cannot be found: one line, nothing changed
-        variable = state.config.endpoint.api_key_env
-        if not asked.queued and variable and key_for(variable, asked.api_key) is None:
-            raise UsageError(f"run {run_id} sends the API key from ${variable}, which is not set here: "
-                             "set it, or give --api-key")
+        endpoint = state.config.endpoint
+        if not asked.queued and key_for(endpoint.api_key_env, asked.api_key, given=endpoint.api_key_given) is None:
+            raise UsageError(f"run {run_id}: {_key_missing(state)}: " + (
+                f"set ${endpoint.api_key_env}, or give --api-key" if endpoint.api_key_env else "give --api-key KEY"))
         it = state.interruption
         if (it is not None and it.type == "approval" and not (asked.approve or asked.reject) and not asked.force
                 and it.call_id not in state.approved and any(c.id == it.call_id for c in pending(state))):

@@ -248,7 +248,7 @@ def _wrapped(line: str, width: int, indent: str = "      ") -> list[str]:
         glued, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)]
 
 
-_COPYABLE = re.compile(r"^(\s*)([a-z][a-z ]*:)\s+((?:runner |/|~|\.{1,2}/).*)$")
+_COPYABLE = re.compile(r"^(\s*)([a-z].*?:)\s+((?:runner |/|~|\.{1,2}/).*)$")
 """A line whose text after its label is a command or a path to copy."""
 
 _GLUE = "\ue000"
@@ -529,10 +529,16 @@ def _shown(url: str) -> str:
     return shown_url(url)
 
 
+def resume_target(state: RunState, store_opts: str = "") -> str:
+    """What follows `runner resume` in a command printed for this run: its id, the options that
+    find its store, and `--api-key KEY` for a run given its key on the command line."""
+    return state.run_id + store_opts + (" --api-key KEY" if state.config.endpoint.api_key_given else "")
+
+
 def next_steps(state: RunState, store_opts: str = "") -> list[str]:
     """What a person can do next with a stopped run, one line each (empty when it is final);
     `store_opts` (see `store_options`) goes into every command."""
-    rid = state.run_id + store_opts
+    rid = resume_target(state, store_opts)
     it = state.interruption
     if it is not None and it.type == "approval":
         return [f"waiting for approval: {it.tool_name}({json.dumps(it.args)})  call id {it.call_id}"
@@ -540,9 +546,9 @@ def next_steps(state: RunState, store_opts: str = "") -> list[str]:
                 f"approve with: runner resume {rid} --approve {it.call_id}",
                 f"reject with:  runner resume {rid} --reject {it.call_id} --reason TEXT"]
     if state.status == "max_turns_exceeded":
-        return [f"resume with: runner resume {rid} --max-turns N   (N > {state.turns}; 0: no cap)"]
+        return [f"resume with N > {state.turns} (0: no cap): runner resume {rid} --max-turns N"]
     if state.status == "budget_exceeded":
-        return [f"resume with: runner resume {rid} --max-budget USD   (more than ${state.cost_usd:.6f}; 0: no budget)"]
+        return [f"resume with USD > {state.cost_usd:.6f} (0: no budget): runner resume {rid} --max-budget USD"]
     if state.status in ("interrupted", "running"):
         moved = it is not None and it.type == "provider_unavailable" and state.config.endpoint.kind == "url"
         return [f"resume with: runner resume {rid}"] + (
@@ -878,7 +884,7 @@ def repaired(report: RepairReport, runs: RunStore, as_json: bool) -> None:
     """`runner repair` on `runs`: what it did (see `repair_lines`), or with `as_json` the
     report as JSON."""
     lines = repair_lines(report, store_options(runs.url))
-    fitted = (wrap(line, max(terminal_width(), 40)) for line in lines)
+    fitted = (part for line in lines for part in _wrapped(line, max(terminal_width(), 40), "  "))
     print(json.dumps(dataclasses.asdict(report)) if as_json else "\n".join(fitted))
 
 
@@ -953,7 +959,7 @@ def live_feedback(show_progress: bool = True, runs: RunStore | None = None) -> F
         say(fit(f"  retry {attempt}/{most} in {wait_s:.1f} s: {' '.join(error.split())}", terminal_width()))
 
     def on_stopped_early(state: RunState) -> None:
-        again = state.run_id + (store_options(runs.url) if runs is not None else "")
+        again = resume_target(state, store_options(runs.url) if runs is not None else "")
         say(f"interrupted: run {state.run_id} ({state.status}); continue it with: runner resume {again}")
 
     if not show_progress:

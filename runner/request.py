@@ -167,8 +167,8 @@ class ResumeRequest:
         False, "Continue from the saved state even if it is an older copy than the run's history (recorded in "
                "the trace).", "--force")
     api_key: str | None = option(
-        None, "API key (never saved) [default: from the variable the run recorded, $RUNNER_API_KEY, "
-              "$OPENAI_API_KEY].", "--api-key")
+        None, "API key (never saved) [default: from the variable the run recorded; a run that recorded none "
+              "and was not given one with --api-key: $RUNNER_API_KEY, $OPENAI_API_KEY].", "--api-key")
     tools: list[str] = option(
         [], "Where to find a tool of the run's own (repeatable): MODULE:NAME, PATH/TO/FILE.py:NAME or a plugin "
             "name, as for run [default: where the run recorded each].", "--tool", metavar="MODULE:NAME|FILE.py:NAME")

@@ -106,12 +106,14 @@ def prepare(req: RunRequest) -> Prepared:
     task = prompt_text(req.prompt, req.prompt_file) or PROMPTS.get(name) or _suite_prompt(name)
     if not task:
         raise UsageError("give a PROMPT (or - to read it from stdin, or --prompt-file PATH)")
-    key = settings.key(req.api_key)
+    # runner's own scripted provider takes no key: a scenario run on it needs none
+    key = settings.key(req.api_key) if url is not None or not scenario else Key(None, "none", None)
     refs = {spec: catalog.spec_to_ref(spec) for spec in settings.get("tools")}
     own = [catalog.load(ref) for ref in refs.values()]  # a missing tool stops here: no run is made
     endpoint = Endpoint(
         model=f"scripted/{name}" if scenario else (local.name if local else str(model)), base_url=url,
         local_model=local.recorded if local else None, latency_ms=req.latency_ms, api_key_env=key.env,
+        api_key_given=key.source == "--api-key",
         first_turn_tool_choice=settings.get("tool_choice") or (local.tool_choice if local else "auto"),
         timeout_s=settings.get("timeout_s"), max_retries=settings.get("max_retries"))
     config = _config(req, settings, endpoint, name, local.harness if local else {})

@@ -219,7 +219,10 @@ class Endpoint(BaseModel, defer_build=True):
     api_key_env: str | None = None
     """The NAME of the environment variable the run's API key came from (never the key):
     resume and workers read the key from it again (`runner.config.key_for`). None: no key,
-    or one given on the command line (a resume then needs it again)."""
+    or one given on the command line (`api_key_given`)."""
+    api_key_given: bool = False
+    """The run's key was given on the command line (`--api-key`, never recorded): a resume or
+    a worker must be given it again, and sends no other in its place."""
     latency_ms: float = Field(default=0.0, ge=0)
     """The scripted provider only: delay added to every reply, ms."""
 

@@ -22,13 +22,15 @@ from tests.conftest import cli, cli_json, cli_process, one_error
 
 
 def _hint(stdout: str, label: str) -> list[str]:
-    """The command after `label` in runner's output, as argv without the leading "runner": on
-    the label's line, or, when that line would be too long, whole on the next one (a command
-    to copy is never spread over lines)."""
+    """The command after `label` (its start: "resume with" finds "resume with N > 3 (...):")
+    in runner's output, as argv without the leading "runner": on the label's line, or, when
+    that line would be too long, whole on the next one (a command to copy is never spread
+    over lines)."""
     lines = stdout.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.strip().startswith(label.strip()))
-    text = lines[at].strip().removeprefix(label.strip()).strip() or lines[at + 1].strip()
-    argv = shlex.split(text.split("   (")[0])
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith(label.strip().rstrip(":")))
+    after = lines[at].partition(": runner ")
+    text = "runner " + after[2] if after[1] else lines[at + 1].strip()
+    argv = shlex.split(text)  # all of it: a command pasted as printed runs
     assert argv[0] == "runner", text
     return argv[1:]
 

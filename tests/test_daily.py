@@ -171,6 +171,31 @@ def test_a_run_is_never_driven_without_the_key_it_names(tmp_path: Path) -> None:
         assert fake.auth and all(a == f"Bearer {KEY}" for a in fake.auth)
 
 
+def test_a_run_given_its_key_on_the_command_line_needs_it_again(tmp_path: Path) -> None:
+    """`--api-key` is never recorded: the printed resume carries `--api-key KEY`, a resume
+    without it refuses before touching the run (no placeholder, no $OPENAI_API_KEY sent), and
+    with it the run goes on. A scenario on runner's own provider needs no key at all."""
+    (tmp_path / "runner.toml").write_text('api_key_env = "MY_PROVIDER_KEY"\n')
+    plain = runner("run", "--scenario", "plan", "--runs-dir", "runs", "--json", cwd=tmp_path)
+    assert plain.returncode == 0 and json.loads(plain.stdout)["status"] == "completed", plain.stderr
+    with FakeProvider(scripted("plan")) as fake:
+        capped = runner("run", "Which file mentions a timeout?", "--base-url", fake.base_url, "--model", "m",
+                        "--api-key", KEY, "--max-turns", "1", "--runs-dir", "runs", cwd=tmp_path)
+        assert capped.returncode == 3, capped.stderr
+        hint = next(line for line in capped.stdout.splitlines() if "runner resume" in line)
+        assert hint.rstrip().endswith("--api-key KEY --max-turns N"), capped.stdout
+        run_id = next(line.split()[-1] for line in capped.stdout.splitlines() if "run id:" in line)
+        asked = len(fake.requests)
+        refused = runner("resume", run_id, "--max-turns", "5", "--runs-dir", "runs", cwd=tmp_path,
+                         env={"OPENAI_API_KEY": "sk-another-providers-key-1234"})
+        assert refused.returncode == 2 and "--api-key" in one_error(refused.stderr), refused.stderr
+        assert len(fake.requests) == asked
+        done = runner("resume", run_id, "--api-key", KEY, "--max-turns", "5", "--runs-dir", "runs", "--json",
+                      cwd=tmp_path)
+        assert done.returncode == 0 and json.loads(done.stdout)["status"] == "completed", done.stderr
+        assert fake.auth and all(a == f"Bearer {KEY}" for a in fake.auth)
+
+
 def test_config_file_refuses_a_key_and_show_names_sources(tmp_path: Path) -> None:
     (tmp_path / "runner.toml").write_text(f'api_key = "{KEY}"\n')
     proc = runner("config", "show", cwd=tmp_path)
