@@ -154,7 +154,7 @@ class TurnLine:
         self.open = False
 
     def __call__(self, p: Any) -> None:
-        head = f"  turn {p.turn}  {p.elapsed_ms / 1000:5.1f} s  {p.tokens:>4} tokens"
+        head = f"  turn {p.turn:<2} {p.elapsed_ms / 1000:5.1f} s  {p.tokens:>4} tokens"
         room = self.width - len(head) - 5  # one line, or the \r redraw leaves wrapped rows behind
         text = " ".join(p.text.split())
         tail = ("…" + text[-(room - 1):] if len(text) > room else text) if room > 8 else ""
