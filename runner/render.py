@@ -693,7 +693,7 @@ def _not_stopped(info: RunInfo, width: int, store_opts: str = "") -> list[str]:
     said = {"died": "died: its process was killed after the last event",
             "running": f"running: driven by {info.driver}",
             "queued": "queued: waiting for a worker"}.get(info.shown_status, f"stopped: {info.shown_status}")
-    resume = f"resume with: runner resume {info.state.run_id}{store_opts}"
+    resume = f"resume with: runner resume {resume_target(info.state, store_opts)}"
     return _wrap(said, width) + (_wrap(resume, width) if info.shown_status == "died" else [])
 
 
@@ -814,7 +814,7 @@ def print_runs(infos: Sequence[RunInfo], store_opts: str = "") -> None:
 
     def reason(i: RunInfo) -> str:
         if i.shown_status == "died":
-            return "its process died; resume it with: runner resume " + i.state.run_id + store_opts
+            return "its process died; resume it with: runner resume " + resume_target(i.state, store_opts)
         if i.shown_status == "damaged":
             return i.damage or "damaged; repair it with: runner repair " + i.state.run_id + store_opts
         return f"driven by {i.driver}" if i.shown_status == "running" else i.state.reason or ""

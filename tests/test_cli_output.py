@@ -266,3 +266,16 @@ def test_a_budget_of_0_lifts_the_budget_as_a_turn_cap_of_0_lifts_the_cap(tmp_pat
     assert code == 3 and out["status"] == "max_turns_exceeded" and out["turns"] == 6, out
     code, out = cli_json("run", "--scenario", "plan", "--max-budget", "0", runs_dir=runs)
     assert code == 0 and out["status"] == "completed"
+
+
+def test_a_died_run_given_its_key_on_the_command_line_is_resumed_with_it(tmp_path: Path) -> None:
+    """The commands printed for a run killed mid-way carry --api-key KEY when the run was given
+    its key with --api-key (never recorded), as the hints of a stopped run do."""
+    runs = tmp_path / "runs"
+    with ScriptedServer(ScriptedSettings()) as server:
+        killed = cli_process("run", "--scenario", "plan", "--base-url", server.base_url, "--api-key",
+                             "sk-given-on-the-line-1234", runs_dir=runs, env={"RUNNER_CRASH_AT": "reply:2"})
+        assert killed.returncode == -9, killed.stderr
+        (run_id,) = [p.name for p in runs.iterdir() if not p.name.startswith(".")]
+        shown = cli("show", run_id, runs_dir=runs)
+        assert _hint(shown.stdout, "resume with:") == ["resume", run_id, "--api-key", "KEY"], shown.stdout
