@@ -40,6 +40,7 @@ from runner.store.base import (
     crash_point,
     default_owner,
     durability_of,
+    expanded,
     is_postgres,
     shown_url,
     store_options,
@@ -57,19 +58,7 @@ __all__ = [
 
 def runs_dir(value: str | Path | None = None) -> Path:
     """The runs directory: the argument, else $RUNNER_RUNS_DIR, else ./runs (`~` expanded)."""
-    return _expanded(Path(value or os.environ.get("RUNNER_RUNS_DIR") or DEFAULT_RUNS_DIR))
-
-
-def _expanded(path: Path) -> Path:
-    """`path` with a leading `~` or `~user` expanded.
-
-    Raises:
-        UsageError: no such user, or no home folder to expand `~` to.
-    """
-    try:
-        return path.expanduser()
-    except RuntimeError:
-        raise UsageError(f"cannot tell whose home folder {str(path).split('/')[0]} is (in {path})") from None
+    return expanded(Path(value or os.environ.get("RUNNER_RUNS_DIR") or DEFAULT_RUNS_DIR))
 
 
 def _lease_s_from_environment() -> float | None:
@@ -153,7 +142,7 @@ def _runs_root(value: str) -> Path:
     if "://" in value:
         raise UsageError(f"the store {value} has a URL scheme runner does not know; give a "
                          f"{' or '.join(POSTGRES_SCHEMES)} URL or a runs directory")
-    root = _expanded(Path(value))
+    root = expanded(Path(value))
     if root.exists() and not root.is_dir():
         raise UsageError(f"the runs directory {root} is a file, not a directory")
     return root
@@ -174,6 +163,9 @@ def settings_rows() -> list[tuple[str, str, str]]:
     environment gives that such a command would refuse is marked "(refused)"."""
     from runner.store.postgres import DEFAULT_LEASE_S
 
+    checks: dict[str, Callable[[str | None], object]] = {
+        "durability": durability_of, "lease_s": lambda _: _lease_s_from_environment(),
+        "store": _check_store, "runs_dir": lambda v: _runs_root(str(runs_dir(v)))}
     rows = []
     for name, env, default in (("runs_dir", "RUNNER_RUNS_DIR", f"./{DEFAULT_RUNS_DIR}"),
                                ("store", "RUNNER_STORE", "(the runs directory)"),
@@ -181,9 +173,6 @@ def settings_rows() -> list[tuple[str, str, str]]:
                                ("lease_s", "RUNNER_LEASE_S", f"{DEFAULT_LEASE_S:g} (PostgreSQL only)")):
         given = os.environ.get(env) or None
         shown = shown_url(given) if given else default
-        checks: dict[str, Callable[[str | None], object]] = {
-            "durability": durability_of, "lease_s": lambda _: _lease_s_from_environment(),
-            "store": _check_store, "runs_dir": lambda v: _runs_root(str(runs_dir(v)))}
         try:
             checks[name](given)
         except UsageError:

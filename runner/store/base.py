@@ -168,10 +168,22 @@ def store_options(location: str | Path) -> str:
     return f" --runs-dir {shlex.quote(text)}"
 
 
-def _expanded_or_same(path: Path) -> Path:
+def expanded(path: Path) -> Path:
+    """`path` with a leading `~` or `~user` expanded.
+
+    Raises:
+        UsageError: no such user, or no home folder to expand `~` to.
+    """
     try:
         return path.expanduser()
-    except RuntimeError:  # ~name of no user: not where any store is
+    except RuntimeError:
+        raise UsageError(f"cannot tell whose home folder {str(path).split('/')[0]} is (in {path})") from None
+
+
+def _expanded_or_same(path: Path) -> Path:
+    try:
+        return expanded(path)
+    except UsageError:  # ~name of no user: not where any store is
         return path
 
 
