@@ -445,6 +445,23 @@ def import_times(python: Path, names: list[str], rounds: int, cwd: Path) -> dict
     return {n: statistics.median(walls[n]) - base for n in names}
 
 
+def create_us(folder: Path, files: int = 40) -> float:
+    """Median µs to create an empty file in a new subfolder of `folder`, with a pause of 1 ms
+    before each (as between a run's steps). A new run creates a folder and three files. On this
+    VM's ext4, which has no journal, a new inode is found only past those freed in the last
+    seconds to minutes, so the cost moves from ~10 µs to ~1 ms with what was deleted nearby
+    (a test suite's or a benchmark's clean-up); the files are left for the clean-up at the end."""
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = Path(tempfile.mkdtemp(prefix="create-probe-", dir=folder))
+    times = []
+    for i in range(files):
+        time.sleep(0.001)
+        began = time.perf_counter_ns()
+        os.close(os.open(probe / f"f{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        times.append((time.perf_counter_ns() - began) / 1000)
+    return statistics.median(times)
+
+
 def measure(python: Path, names: list[str], runs: int, warmup: int, import_rounds: int,
             scratch: Path) -> dict[str, Any]:
     from runner.harness import workspace_template
@@ -457,10 +474,14 @@ def measure(python: Path, names: list[str], runs: int, warmup: int, import_round
     work = Path(tempfile.mkdtemp(prefix="runner-peers-", dir=scratch))
     try:
         shutil.copytree(workspace_template(), work / "workspace")
+        shm = SHM / work.name
+        shm.mkdir(parents=True, exist_ok=True)
         with scripted_provider() as url:
+            create = {"before": [create_us(work / "runs"), create_us(shm)]}
             load_before = os.getloadavg()
             timed = run_worker(python, "overhead", names, url, work, runs, warmup)
             load_after = os.getloadavg()
+            create["after"] = [create_us(work / "runs"), create_us(shm)]
             rss: dict[str, Any] = {}
             for name in names:
                 out = run_worker(python, "rss", [name], url, work, 10, warmup)
@@ -470,7 +491,7 @@ def measure(python: Path, names: list[str], runs: int, warmup: int, import_round
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(SHM / work.name, ignore_errors=True)
     return {"times_ms": timed["times_ms"], "errors": timed["errors"], "rss_mib": rss, "import_ms": imports,
-            "loadavg_before_after": [load_before[0], load_after[0]]}
+            "loadavg_before_after": [load_before[0], load_after[0]], "create_us": create}
 
 
 def render(r: dict[str, Any]) -> str:
@@ -484,7 +505,11 @@ def render(r: dict[str, Any]) -> str:
         f"loopback, zero latency; {r['runs']} timed rounds after {r['warmup']} warm-up rounds, round-robin in one "
         "process, every run verified (model calls, tool calls, final text)",
         "- overhead per turn = (median run − median bare run) / 3; import = `python -c IMPORTS` − `python -c pass`; "
-        "peak RSS = a fresh process importing the harness and doing the warm-up + 10 runs", "",
+        "peak RSS = a fresh process importing the harness and doing the warm-up + 10 runs",
+        f"- creating a file in the runs folder's disk (a new run creates a folder and three files), median of 40 "
+        f"after a 1 ms pause: {r['create_us']['before'][0]:.0f} µs before the timed loop, "
+        f"{r['create_us']['after'][0]:.0f} µs after (in /dev/shm: {r['create_us']['before'][1]:.0f} and "
+        f"{r['create_us']['after'][1]:.0f} µs)", "",
         "| harness | version | overhead ms/turn | median run ms | import ms | peak RSS MiB |",
         "|---|---|---:|---:|---:|---:|",
     ]
