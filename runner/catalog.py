@@ -139,6 +139,9 @@ def _import(where: str, ref: str) -> Any:
     """
     if _is_path(where):
         path = Path(where).expanduser().resolve()
+        if ".py:" in where:
+            raise UnknownTool(f"{ref}: one NAME goes after the file ({where.partition('.py:')[0]}.py:NAME; "
+                              "an attribute of it: NAME.ATTR)")
         if path.suffix != ".py":
             named = path.with_name(path.name + ".py").is_file()
             hint = f"; did you mean {where}.py:{ref.rpartition(':')[2]}?" if named else ""

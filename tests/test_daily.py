@@ -405,6 +405,8 @@ def test_a_tool_spec_that_is_no_usable_tool_is_one_usage_line(tmp_path: Path) ->
     for spec, said in [
         ("./mytools:Weather", "a file of tools is given with its .py ending; did you mean ./mytools.py:Weather?"),
         ("./nofile.py:Weather", f"there is no file {tmp_path / 'nofile.py'}"),
+        (f"{tmp_path}/mytools.py:Weather:X", f"one NAME goes after the file ({tmp_path}/mytools.py:NAME; "
+                                              "an attribute of it: NAME.ATTR)"),
         (".mytools:Weather", ".mytools is a relative module name"),
         ("mytools:Tool", "mytools:Tool is not a usable tool: it has no name and no description and no run_sync or run"),
         ("mytools:NoName", "mytools:NoName is not a usable tool: it has no name ("),
