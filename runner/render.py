@@ -88,10 +88,11 @@ def wrap(line: str, width: int | None = None) -> str:
 
 def print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
     """Print a compact table that fits the console. Each column is (header, kind): "id" and
-    "num" cells are never cut or wrapped; "text" columns share the width that is left, cut at
-    the end with "…" ("path": cut at the start, where names differ least), and the rightmost
-    goes first when fewer than 8 characters would remain for each. When the whole cells still
-    do not fit, the other columns go too, rightmost first; the first column (a row's id) always
+    "num" cells are never cut or wrapped; "text" columns share the width that is left, each
+    taking no more than its longest cell needs so the others get the rest, cut at the end
+    with "…" ("path": cut at the start, where names differ least), and the rightmost goes
+    first when one would get fewer than 8 characters it needs. When the whole cells still do
+    not fit, the other columns go too, rightmost first; the first column (a row's id) always
     stays, whole, even wider than the console."""
     import io
 
@@ -99,14 +100,13 @@ def print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    def build(keep: list[int], share: int) -> Table:
+    def build(keep: list[int], widths: dict[int, int]) -> Table:
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0), collapse_padding=True)
         for i in keep:
             header, kind = columns[i]
-            fixed_width = share if kind in ("text", "path") else None
-            table.add_column(header, no_wrap=True, width=fixed_width, justify="right" if kind == "num" else "left")
+            table.add_column(header, no_wrap=True, width=widths.get(i), justify="right" if kind == "num" else "left")
         for row in rows:
-            table.add_row(*(cut(row[i], share, columns[i][1]) for i in keep))
+            table.add_row(*(cut(row[i], widths.get(i, len(row[i])), columns[i][1]) for i in keep))
         return table
 
     def width_of(table: Table) -> int:
@@ -114,21 +114,31 @@ def print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
         probe.print(table)
         return max(len(line.rstrip()) for line in probe.file.getvalue().splitlines())  # type: ignore[attr-defined]
 
+    need = {i: max([len(columns[i][0]), *(len(row[i]) for row in rows)]) for i in range(len(columns))}
+
+    def shared(texts: list[int], room: int) -> dict[int, int]:
+        """`room` columns over `texts`, the narrowest needs served first."""
+        widths: dict[int, int] = {}
+        for n, i in enumerate(sorted(texts, key=need.__getitem__)):
+            widths[i] = max(1, min(need[i], room // (len(texts) - n)))
+            room -= widths[i]
+        return widths
+
     out = console()
     keep = list(range(len(columns)))
+    widths: dict[int, int] = {}
     while True:
         texts = [i for i in keep if columns[i][1] in ("text", "path")]
         if not texts:
             break
-        share = 1 + (out.width - width_of(build(keep, 1))) // len(texts)
-        if share >= 8:
+        widths = shared(texts, out.width - width_of(build(keep, dict.fromkeys(texts, 1))) + len(texts))
+        if all(widths[i] >= min(8, need[i]) for i in texts):
             break
         keep.remove(texts[-1])
-    share = share if texts else 0
-    while len(keep) > 1 and width_of(build(keep, share)) > out.width:
+    while len(keep) > 1 and width_of(build(keep, widths)) > out.width:
         keep.pop()
-    out.width = max(out.width, width_of(build(keep, share)))  # one id wider than the console: whole
-    out.print(build(keep, share))
+    out.width = max(out.width, width_of(build(keep, widths)))  # one id wider than the console: whole
+    out.print(build(keep, widths))
 
 
 def cut(cell: str, share: int, kind: str = "text") -> str:
@@ -820,7 +830,7 @@ def print_runs(infos: Sequence[RunInfo], store_opts: str = "") -> None:
         return f"driven by {i.driver}" if i.shown_status == "running" else i.state.reason or ""
 
     names = short_models(sorted({i.state.config.endpoint.model for i in infos}))
-    wide = console().width >= 110
+    wide = console().width >= 100
     print_table([("run id", "id"), ("started", "id"), ("status", "id"), ("turns", "num"),
                  ("cost USD", "num"), ("model", "text"), *([("reason", "text")] if wide else [])],
                 [[i.state.run_id, when(i.state.created_at)[5:], i.shown_status, str(i.state.turns),

@@ -169,6 +169,22 @@ def test_a_narrow_terminal_keeps_run_ids_whole_and_leaves_other_columns_out(runs
     assert "status" in cli("runs", runs_dir=runs, env={"COLUMNS": "59"}).stdout.splitlines()[0]
 
 
+def test_text_columns_take_what_their_cells_need_and_leave_the_rest_to_the_reason(runs: Path) -> None:
+    for scenario in ("plan", "stuck"):
+        cli_json("run", "--scenario", scenario, runs_dir=runs)
+    reason = ("repeated call: list_files was called with the same arguments 3 times in a row; "
+              "the model is not making progress")
+    for columns in (100, 120, 200):
+        table = cli("runs", runs_dir=runs, env={"COLUMNS": str(columns)}).stdout
+        head, _, first, _ = table.splitlines()
+        assert head.split()[-2:] == ["model", "reason"], table
+        assert head.index("reason") - head.index("model") == len("model") + 1, table  # "stuck", "plan": 5 wide
+        shown = first[head.index("reason"):].rstrip()
+        assert shown == (reason if len(reason) <= columns - head.index("reason") else shown[:-1] + "…"), table
+        assert reason.startswith(shown.rstrip("…")) and len(shown) >= min(len(reason), columns - 70), table
+        assert max(len(line.rstrip()) for line in table.splitlines()) <= columns, table
+
+
 def test_a_whole_number_setting_refuses_3_0_on_the_command_line_as_in_a_config_file(runs: Path,
                                                                                      tmp_path: Path) -> None:
     alone = {"RUNNER_CONFIG": str(tmp_path / "none.toml")}
