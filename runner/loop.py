@@ -274,14 +274,16 @@ def _stop_for_provider(state: RunState, exc: ProviderError) -> None:
     404, not an API) once the run has paid turns: interrupted too, so a wrong or moved base URL
     never throws the run away (resume it with `--base-url`). Anything else deterministic
     (401/403 included): failed, with the provider's own message and numbers."""
-    unavailable = ProviderUnavailableInterruption(http_status=exc.status, message=str(exc), retries=exc.retries)
     if exc.kind == "unavailable":
         after = f" after {exc.retries} {'retry' if exc.retries == 1 else 'retries'}" if exc.retries else ""
-        _stop(state, "interrupted", unavailable, f"provider unavailable{after}: {exc}")
+        reason = f"provider unavailable{after}: {exc}"
     elif exc.kind in ("not_found", "bad_endpoint") and state.turns > 0:
-        _stop(state, "interrupted", unavailable, f"the endpoint does not answer as it did: {exc}")
+        reason = f"the endpoint does not answer as it did: {exc}"
     else:
         _fail(state, exc.kind, str(exc), f"provider error: {exc}", exc.status, exc.details)
+        return
+    unavailable = ProviderUnavailableInterruption(http_status=exc.status, message=str(exc), retries=exc.retries)
+    _stop(state, "interrupted", unavailable, reason)
 
 
 def _check_limits(state: RunState, rt: Runtime) -> LimitStop | None:
