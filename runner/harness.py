@@ -323,29 +323,15 @@ def reopen(store: RunStore, run_id: str, asked: Reopening,
             or, driven here next, the key it sends.
         RunBusy: another process drives the run.
     """
-    from runner import catalog
-    from runner.config import key_for
-
     if asked.approve and asked.reject:
         raise UsageError("give --approve or --reject, not both")
     if asked.reason and not asked.reject:
         raise UsageError("--reason goes with --reject CALL_ID")
+    _check_reopening(store.load(run_id, force=asked.force), asked, tools)  # refused: the run is left untouched
     lease = store.claim(run_id)  # one driver at a time: a second one stops here
     try:
         state = store.load(run_id, force=asked.force)
-        if state.status in ("completed", "failed"):
-            raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
-        _apply_limits(state, asked)
-        catalog.build(state.config, tools)  # a tool that cannot be found: one line, nothing changed
-        endpoint = state.config.endpoint
-        if not asked.queued and key_for(endpoint.api_key_env, asked.api_key, given=endpoint.api_key_given) is None:
-            raise UsageError(f"run {run_id}: {_key_missing(state)}: " + (
-                f"set ${endpoint.api_key_env}, or give --api-key" if endpoint.api_key_env else "give --api-key KEY"))
-        it = state.interruption
-        if (it is not None and it.type == "approval" and not (asked.approve or asked.reject) and not asked.force
-                and it.call_id not in state.approved and any(c.id == it.call_id for c in pending(state))):
-            raise UsageError(f"run {run_id} waits for a verdict on {it.tool_name} (call {it.call_id}); "
-                             f"give --approve {it.call_id} or --reject {it.call_id} --reason TEXT")
+        _check_reopening(state, asked, tools)  # again: it may have moved on meanwhile
         if asked.force:
             store.save(state, (), lease, force=True)
         if asked.approve or asked.reject:  # saved with the new limits, if any
@@ -357,6 +343,28 @@ def reopen(store: RunStore, run_id: str, asked: Reopening,
         store.release(lease)
         raise
     return state, lease
+
+
+def _check_reopening(state: RunState, asked: Reopening, tools: Sequence[Tool]) -> None:
+    """Apply `asked`'s limits and endpoint to `state`; UsageError if the run cannot be
+    reopened so (see `reopen`)."""
+    from runner import catalog
+    from runner.config import key_for
+
+    run_id = state.run_id
+    if state.status in ("completed", "failed"):
+        raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
+    _apply_limits(state, asked)
+    catalog.build(state.config, tools)  # a tool that cannot be found: one line, nothing changed
+    endpoint = state.config.endpoint
+    if not asked.queued and key_for(endpoint.api_key_env, asked.api_key, given=endpoint.api_key_given) is None:
+        raise UsageError(f"run {run_id}: {_key_missing(state)}: " + (
+            f"set ${endpoint.api_key_env}, or give --api-key" if endpoint.api_key_env else "give --api-key KEY"))
+    it = state.interruption
+    if (it is not None and it.type == "approval" and not (asked.approve or asked.reject) and not asked.force
+            and it.call_id not in state.approved and any(c.id == it.call_id for c in pending(state))):
+        raise UsageError(f"run {run_id} waits for a verdict on {it.tool_name} (call {it.call_id}); "
+                         f"give --approve {it.call_id} or --reject {it.call_id} --reason TEXT")
 
 
 def _apply_limits(state: RunState, asked: Reopening) -> None:

@@ -365,3 +365,31 @@ def test_prune_deletes_only_the_runs_listed(backend: Backend) -> None:
     code, pruned = cli_json("runs", "--prune", "--limit", "2", runs_dir=backend.runs, env=backend.env)
     assert code == 0 and pruned["deleted"] == newest_first[:2]
     assert [i.state.run_id for i in backend.store.list_runs()] == newest_first[2:]
+
+
+def test_a_refused_resume_leaves_the_run_as_it_was(backend: Backend) -> None:
+    """A resume refused for what the run is (final, waiting for a verdict none was given, a
+    limit not raised) neither claims it nor changes it: the next claim's epoch follows the last
+    real one, and the run reads the same."""
+    code, out = cli_json("run", "--scenario", "destructive", runs_dir=backend.runs, env=backend.env)
+    assert code == 3 and out["status"] == "interrupted", out
+    waiting = out["run_id"]
+    code, out = cli_json("run", "--scenario", "plan", runs_dir=backend.runs, env=backend.env)
+    finished = out["run_id"]
+    code, out = cli_json("run", "--scenario", "runaway", "--max-turns", "2", runs_dir=backend.runs, env=backend.env)
+    capped = out["run_id"]
+    epochs = {}
+    for run_id in (waiting, finished, capped):
+        lease = backend.store.claim(run_id)
+        epochs[run_id] = lease.epoch
+        backend.store.release(lease)
+    before = {run_id: backend.store.load(run_id) for run_id in epochs}
+    for run_id, args, said in [(waiting, (), "waits for a verdict"), (finished, (), "nothing to resume"),
+                               (capped, ("--max-turns", "2"), "give --max-turns larger than 2")]:
+        proc = cli("resume", run_id, *args, runs_dir=backend.runs, env=backend.env)
+        assert proc.returncode == 2 and said in one_error(proc.stderr), proc.stderr
+    for run_id, epoch in epochs.items():
+        assert backend.store.load(run_id) == before[run_id]
+        lease = backend.store.claim(run_id)
+        assert lease.epoch == epoch + 1, (run_id, lease.epoch, epoch)
+        backend.store.release(lease)
