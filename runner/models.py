@@ -355,10 +355,17 @@ def resolve_choice(
 
 
 def manifest_name(model: str, manifest: Manifest | None = None) -> str:
-    """A manifest name for a unique start of one ("smollm2" -> "smollm2-135m-instruct"), else `model`."""
+    """A manifest name for a unique start of one ("smollm2" -> "smollm2-135m-instruct"), else `model`.
+
+    Raises:
+        ModelNotFound: `model` is the start of several names (the message lists them).
+    """
     names = [m.name for m in (manifest or load_manifest()).models]
     matches = [n for n in names if n == model] or [n for n in names if n.startswith(model.lower())]
-    return matches[0] if len(matches) == 1 else model
+    if len(matches) > 1:
+        raise ModelNotFound(f"{model!r} is the start of {len(matches)} local models ({', '.join(matches)}); "
+                            "give more of the name")
+    return matches[0] if matches else model
 
 
 def entry_for(name: str, path: Path | None = None, manifest: Manifest | None = None) -> ModelEntry | None:

@@ -246,6 +246,21 @@ def test_resolve_choice_for_the_command_line(tmp_path: Path) -> None:
         models.resolve_choice("qwen2.5-0.5b-instruct", directory=tmp_path)
 
 
+def test_a_start_of_several_model_names_is_named_as_such_on_the_command_line(tmp_path: Path) -> None:
+    from tests.conftest import cli, one_error
+
+    assert models.manifest_name("smollm2") == "smollm2-135m-instruct"
+    assert models.manifest_name("gpt-4o") == "gpt-4o"  # no local model: a name for a base URL
+    qwens = [m.name for m in models.load_manifest().models if m.name.startswith("qwen")]
+    assert len(qwens) >= 2
+    for args in (("run", "hi", "--model", "qwen"), ("serve", "--model", "qwen")):
+        proc = cli(*args, runs_dir=tmp_path / "runs")
+        said = one_error(proc.stderr)
+        assert proc.returncode == 2 and said.startswith(f"error: 'qwen' is the start of {len(qwens)} local models ("), said
+        assert all(name in said for name in qwens) and said.endswith("give more of the name"), said
+    assert not (tmp_path / "runs").exists()
+
+
 def test_unreachable_hub_is_one_clear_error(tmp_path: Path) -> None:
     from runner.local import free_port
 
