@@ -353,7 +353,8 @@ def _check_reopening(state: RunState, asked: Reopening, tools: Sequence[Tool]) -
 
     run_id = state.run_id
     if state.status in ("completed", "failed"):
-        raise UsageError(f"run {run_id} is {state.status}; there is nothing to resume")
+        said = "failed" if state.status == "failed" else "is completed"
+        raise UsageError(f"run {run_id} {said}; there is nothing to resume")
     _apply_limits(state, asked)
     catalog.build(state.config, tools)  # a tool that cannot be found: one line, nothing changed
     endpoint = state.config.endpoint

@@ -1028,6 +1028,8 @@ def runs_list(infos: Sequence[RunInfo], where: RunStore, as_json: bool, status: 
                           for i in infos]))
     elif infos:
         print_runs(infos, store_options(where.url))
+    elif isinstance(root := getattr(where, "root", None), Path) and not root.exists():
+        print(f"no runs: {_shown(where.url)} does not exist (yet)")
     else:
         print(f"no runs in {_shown(where.url)}" + (f" with status {status}" if status else ""))
 

@@ -169,6 +169,15 @@ def test_a_narrow_terminal_keeps_run_ids_whole_and_leaves_other_columns_out(runs
     assert "status" in cli("runs", runs_dir=runs, env={"COLUMNS": "59"}).stdout.splitlines()[0]
 
 
+def test_runs_says_whether_the_runs_folder_is_missing_or_empty(tmp_path: Path) -> None:
+    missing = cli("runs", runs_dir=tmp_path / "typo")
+    assert missing.returncode == 0 and missing.stdout == f"no runs: {tmp_path / 'typo'} does not exist (yet)\n"
+    assert not (tmp_path / "typo").exists()
+    (tmp_path / "empty").mkdir()
+    empty = cli("runs", runs_dir=tmp_path / "empty")
+    assert empty.returncode == 0 and empty.stdout == f"no runs in {tmp_path / 'empty'}\n"
+
+
 def test_text_columns_take_what_their_cells_need_and_leave_the_rest_to_the_reason(runs: Path) -> None:
     for scenario in ("plan", "stuck"):
         cli_json("run", "--scenario", scenario, runs_dir=runs)
