@@ -24,7 +24,10 @@ def test_a_killed_local_suite_run_resumes_on_the_local_model(runs: Path) -> None
     saved = store.load(runs, run_id)
     assert saved.config.endpoint.base_url is None and saved.config.endpoint.local_model is not None
     assert saved.config.endpoint.local_model.endswith(".gguf") and saved.turns == 1
-    code, done = cli_process_json("resume", run_id, runs_dir=runs, timeout=900)
+    resumed = cli_process("resume", run_id, runs_dir=runs, timeout=900)
+    assert "starting llama.cpp on SmolLM2-135M-Instruct.Q4_1.gguf for this run" in resumed.stderr, resumed.stderr
+    code, listed = cli_process_json("runs", runs_dir=runs)
+    done = next(r for r in listed if r["run_id"] == run_id)
     assert done["status"] in FIVE and "unknown scenario" not in (done["reason"] or ""), done
     assert done["model"] == "SmolLM2-135M-Instruct.Q4_1" and done["turns"] >= 1
     events = store.FileStore(runs).read_trace(run_id)
