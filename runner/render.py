@@ -684,14 +684,12 @@ def _ending(state: RunState, info: RunInfo | None = None, width: int = 80, store
     shown = info.shown_status if info else state.status
     if info is not None and shown in ("died", "damaged", "running", "queued"):
         return _not_stopped(info, width, store_opts)
-    lines = []
-    if state.answer:
-        lines.append("answer: " + " ".join(state.answer.split()))
-    lines.append(f"stopped: {state.status}" + (f" ({state.reason})" if state.reason else ""))
+    lines = [fit("answer: " + " ".join(state.answer.split()), width)] if state.answer else []  # the last reply, above
+    why = [f"stopped: {state.status}" + (f" ({state.reason})" if state.reason else "")]
     if state.error is not None:
-        lines.append(f"error: {state.error.type}: {state.error.message}")
-    return [fit(line, width) for line in lines] + [part for step in next_steps(state, store_opts)
-                                                   for part in _wrap(step, width)]  # commands are never cut
+        why.append(f"error: {state.error.type}: {state.error.message}")
+    return lines + [part for line in [*why, *next_steps(state, store_opts)]
+                    for part in _wrap(line, width)]  # why it stopped, and commands, are never cut
 
 
 def _not_stopped(info: RunInfo, width: int, store_opts: str = "") -> list[str]:

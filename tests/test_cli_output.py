@@ -169,6 +169,16 @@ def test_a_narrow_terminal_keeps_run_ids_whole_and_leaves_other_columns_out(runs
     assert "status" in cli("runs", runs_dir=runs, env={"COLUMNS": "59"}).stdout.splitlines()[0]
 
 
+def test_show_wraps_why_a_run_stopped_instead_of_cutting_it(runs: Path) -> None:
+    code, out = cli_json("run", "--scenario", "unknown_tool", runs_dir=runs)
+    assert code == 1 and out["status"] == "failed"
+    shown = cli("show", out["run_id"], runs_dir=runs, env={"COLUMNS": "80"}).stdout.splitlines()
+    assert max(len(line) for line in shown) <= 80
+    at = next(i for i, line in enumerate(shown) if line.startswith("stopped: failed"))
+    said = " ".join(line.strip() for line in shown[at:])
+    assert f"stopped: failed ({out['reason']})" in said and out["error"]["message"] in said, shown[at:]
+
+
 def test_runs_says_whether_the_runs_folder_is_missing_or_empty(tmp_path: Path) -> None:
     missing = cli("runs", runs_dir=tmp_path / "typo")
     assert missing.returncode == 0 and missing.stdout == f"no runs: {tmp_path / 'typo'} does not exist (yet)\n"
