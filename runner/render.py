@@ -266,9 +266,10 @@ _GLUE = "\ue000"
 
 
 def progress_line(result: TaskResult) -> str:
-    """One finished suite task, at most ~76 characters: one line in an 80-column terminal."""
+    """One finished suite task, 74 characters (more for a run that did not complete): one line in
+    an 80-column terminal. The model by the part of its name that tells models apart."""
     status = "" if result.status == "completed" else f" {result.status}"
-    return (f"  {result.model[:12]:<12} {result.task:<12} #{result.repeat:<2} turns={result.turns:<2} "
+    return (f"  {_short(short_model(result.model), 18):<18} {result.task:<12} #{result.repeat:<2} turns={result.turns:<2} "
             f"tools={result.tool_runs:<2} {result.wall_ms:>7,.0f} ms  ok={'yes' if result.correct else 'no'}{status}")
 
 

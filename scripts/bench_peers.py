@@ -21,8 +21,11 @@ same two tools (list_files, read_file over a copy of tasks/workspace). Harnesses
     runner_durable_shm  runner_durable with its runs folder in /dev/shm (a memory file system,
                      which a kill of the process does not touch either): the same commits
                      without the disk's metadata latency, to tell the harness's share from the
-                     disk's (on this VM's ext4, mounted with `discard`, creating a run's folder
-                     and files costs from ~0.3 to over 1 ms depending on the disk's state)
+                     disk's. This VM's ext4 has no journal: a new inode is then taken only past
+                     the free ones deleted in the last 5 s to 5 min, so after a clean-up nearby
+                     (a test suite's, this script's own) creating a file costs ~0.1-1 ms instead
+                     of ~10-20 µs, and a run creates four (its folder, lock, journal, trace);
+                     `create_us` measures it before and after the timed loop
 
 The peers are pip-installed (pinned, PEERS below) into a venv of this script's own
 (default ~/.cache/runner-peers/venv, or --venv), created on first use; runner runs there from
