@@ -12,6 +12,7 @@ import http.server
 import importlib
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -569,8 +570,12 @@ def test_experiments_write_to_the_runs_directory_and_name_unknown_ones(tmp_path:
 
 
 def test_shell_completion_installs_and_completes(tmp_path: Path) -> None:
-    proc = runner("--install-completion", "bash", cwd=tmp_path, env={"HOME": str(tmp_path), "SHELL": "/bin/bash"})
-    assert proc.returncode == 0, proc.stderr
+    # typed in bash, as a user does: the shell is found among the command's parent processes
+    # (it is not found when the test runs with no shell above it, e.g. under nohup)
+    proc = subprocess.run(["bash", "-c", f"{shlex.quote(sys.executable)} -m runner --install-completion; exit $?"],
+                          cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path), "SHELL": "/bin/bash"},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "bash completion installed" in proc.stdout, proc.stdout + proc.stderr
     assert "runner" in (tmp_path / ".bashrc").read_text()
     proc = runner(cwd=tmp_path, env={"COMP_WORDS": "runner ru", "COMP_CWORD": "1", "_RUNNER_COMPLETE": "complete_bash"})
     assert proc.stdout.split() == ["run", "runs"]
