@@ -233,7 +233,7 @@ def local_choice(model: str) -> LocalChoice | None:
 
     Raises:
         UsageError: a .gguf path that is not a file. ModelNotFound: a manifest model that is not
-            on disk (the message says how to get it).
+            on disk (the message says how to get it), or the start of several names.
     """
     from runner import models
 
