@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.errors import UnknownTool
+from runner.errors import UnknownTool, UsageError
 from runner.research import Research
 from runner.state import DEFAULT_TOOLS, RunConfig, tool_ref
 from runner.tools import BASIC_TOOLS, Tool
@@ -44,7 +44,9 @@ def build(config: RunConfig, given: Iterable[Tool] = ()) -> list[Tool]:
 
     Raises:
         UnknownTool: one line naming every tool that cannot be found (and why an import failed).
+        UsageError: two tools share a name.
     """
+    _named_once(config.tools)
     offered = {**config.given_tools(), **{t.name: t for t in given}}
     tools: list[Tool] = []
     missing: list[str] = []
@@ -66,6 +68,16 @@ def build(config: RunConfig, given: Iterable[Tool] = ()) -> list[Tool]:
         raise UnknownTool(f"tool(s) not found: {'; '.join(missing)}. Built in: {', '.join(NAMES)}; offer others "
                           "with --tool MODULE:NAME, --tool FILE.py:NAME or execute(..., tools=[...])")
     return tools
+
+
+def _named_once(names: Sequence[str]) -> None:
+    """The model calls a tool by its name: two tools offered under one name would be one."""
+    twice = [n for i, n in enumerate(names) if n in names[:i]]
+    if twice:
+        builtin = [n for n in twice if n in NAMES]
+        raise UsageError(f"more than one tool is named {', '.join(map(repr, dict.fromkeys(twice)))}: each tool "
+                         "offered needs a name of its own" + (" (a built-in tool has it; rename yours, or give "
+                                                               "--no-builtin-tools)" if builtin else ""))
 
 
 def spec_to_ref(spec: str) -> str:
@@ -198,7 +210,12 @@ def _lacking(tool: Tool) -> list[str]:
 def offer(config: RunConfig, tools: Sequence[Tool | str], refs: dict[str, str] | None = None) -> None:
     """Set the tools a new run offers: names (built-in, or already known to the config) and
     objects, with where each object can be imported again (`refs` by name, else `runner.state.tool_ref`).
-    Call `build(config, given)` with the same objects to get the catalog."""
+    Call `build(config, given)` with the same objects to get the catalog.
+
+    Raises:
+        UsageError: two tools share a name (a tool of your own named like a built-in one).
+    """
+    _named_once([t if isinstance(t, str) else t.name for t in tools])
     names: list[str] = []
     for tool in tools:
         if isinstance(tool, str):

@@ -93,8 +93,9 @@ async def drive(
         server_settings: what the endpoint runs with (n_ctx, chat_format, ...), for `run_started`.
 
     Raises:
-        UnknownTool: a tool the run names cannot be found; raised before the run is created
-            or claimed, so a failed start leaves nothing in the store.
+        UnknownTool: a tool the run names cannot be found (UsageError: two share a name);
+            raised before the run is created or claimed, so a failed start leaves nothing in
+            the store.
         RunBusy: another process drives the run. StaleState: `state` is behind the stored one.
         LeaseLost: another driver took the run over (its lease expired).
     """

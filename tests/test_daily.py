@@ -424,6 +424,31 @@ def test_a_tool_spec_that_is_no_usable_tool_is_one_usage_line(tmp_path: Path) ->
     assert not (tmp_path / "runs").exists()
 
 
+def test_two_tools_under_one_name_are_refused_before_a_run_is_made(tmp_path: Path) -> None:
+    (tmp_path / "mytools.py").write_text(WEATHER + "\n\nclass Again:\n    weather = Weather()\n\n\n"
+                                         "class ReadFile(Weather):\n    name = 'read_file'\n")
+    for specs, said in [(("mytools:Weather", "./mytools.py:Again.weather"),
+                         "more than one tool is named 'get_weather': each tool offered needs a name of its own"),
+                        (("mytools:ReadFile",), "more than one tool is named 'read_file': each tool offered needs a "
+                                                "name of its own (a built-in tool has it; rename yours, or give "
+                                                "--no-builtin-tools)")]:
+        args = [a for spec in specs for a in ("--tool", spec)]
+        proc = runner_process("run", "hi", "--scenario", "plan", *args, "--runs-dir", "runs", cwd=tmp_path)
+        assert proc.returncode == 2 and one_error(proc.stderr) == f"error: {said}", proc.stderr
+    assert not (tmp_path / "runs").exists()
+    from runner.errors import UsageError
+    sys.path.insert(0, str(tmp_path))
+    try:
+        mytools = importlib.import_module("mytools")
+        with pytest.raises(UsageError, match="more than one tool is named 'get_weather'"):
+            asyncio.run(execute(new_run("hi", RunConfig(endpoint=Endpoint(model="scripted/plan"))), None,
+                                tmp_path / "runs", tools=[mytools.Weather(), mytools.Again.weather]))
+        assert not (tmp_path / "runs").exists()  # refused before the run was stored
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("mytools", None)
+
+
 BROKEN_TOOLS = '''
 
 class NoName(Tool):
