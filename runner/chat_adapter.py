@@ -848,9 +848,12 @@ class Engine:
         seg_tokens = [self.llama.tokenize(s.encode("utf-8"), add_bos=self._add_bos and i == 0, special=True)
                       for i, s in enumerate(segments)]
         prompt_tokens = sum(len(s) for s in seg_tokens)
-        room = self.llama.n_ctx() - prompt_tokens
+        # llama.cpp rounds a context up (to at least 256 tokens), llama-cpp-python keeps room
+        # for the n_ctx it was asked for: the smaller is what fits
+        n_ctx = min(self.llama.n_ctx(), len(self.llama.input_ids))
+        room = n_ctx - prompt_tokens
         if room < 1:
-            raise ContextOverflow(prompt_tokens, self.llama.n_ctx())
+            raise ContextOverflow(prompt_tokens, n_ctx)
         max_tokens = min(request.max_tokens or self.default_max_tokens, room)
         cached = self._load_prompt(seg_tokens)
         prompt_done = time.perf_counter()

@@ -440,3 +440,20 @@ def test_a_prompt_past_the_context_is_a_coded_400_the_client_reads_by_code(serve
         asyncio.run(ask_once())
     assert raised.value.kind == "context_overflow" and raised.value.details == {"n_prompt_tokens": error["n_prompt_tokens"],
                                                                                  "n_ctx": 4096}
+
+
+def test_a_context_llama_cpp_rounds_up_is_kept_to_the_size_asked_for() -> None:
+    """llama.cpp makes a context of at least 256 tokens, in steps of 256; a server asked for
+    fewer answers a prompt past what it was asked for with the coded 400, never a 500."""
+    from runner import models
+
+    with LocalServer(models.resolve("smollm2-135m-instruct"), model_name="smollm2", n_ctx=300) as small:
+        for words, fits in ((40, True), (200, True), (280, False), (400, False)):
+            reply = httpx.post(f"{small.base_url}/chat/completions", timeout=120, json={
+                "model": "smollm2", "messages": [{"role": "user", "content": "word " * words}], "max_tokens": 4})
+            if fits:
+                assert reply.status_code == 200, reply.text
+            else:
+                error = reply.json()["error"]
+                assert reply.status_code == 400 and error["code"] == "context_length_exceeded", reply.text
+                assert error["n_ctx"] == 300 and error["n_prompt_tokens"] > 300, error
