@@ -94,8 +94,7 @@ async def drive(
 
     Raises:
         UnknownTool: a tool the run names cannot be found (UsageError: two share a name);
-            raised before the run is created or claimed, so a failed start leaves nothing in
-            the store.
+            raised before the run is created or claimed: a failed start leaves nothing stored.
         RunBusy: another process drives the run. StaleState: `state` is behind the stored one.
         LeaseLost: another driver took the run over (its lease expired).
     """
