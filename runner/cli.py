@@ -224,7 +224,7 @@ def list_runs(request: RunsRequest, runs_dir: RunsDir = None, store_url: StoreOp
     if request.prune:
         render.pruned(*store.prune(runs, status, dry_run, request.limit, request.offset), dry_run, runs.url, as_json)
     elif request.totals:
-        render.runs_totals(store.select(runs, status, request.limit, request.offset), request.by, as_json)
+        render.runs_totals(store.select(runs, status, request.limit, request.offset), runs, request.by, as_json)
     else:
         render.runs_list(store.select(runs, status, request.limit, request.offset), runs, as_json, status)
     return 0

@@ -1027,19 +1027,27 @@ def runs_list(infos: Sequence[RunInfo], where: RunStore, as_json: bool, status: 
                           for i in infos]))
     elif infos:
         print_runs(infos, store_options(where.url))
-    elif isinstance(root := getattr(where, "root", None), Path) and not root.exists():
-        print(f"no runs: {_shown(where.url)} does not exist (yet)")
+    elif said := _missing(where):
+        print(said)
     else:
         print(f"no runs in {_shown(where.url)}" + (f" with status {status}" if status else ""))
 
 
-def runs_totals(infos: Sequence[RunInfo], by: str | None, as_json: bool) -> None:
+def runs_totals(infos: Sequence[RunInfo], where: RunStore, by: str | None, as_json: bool) -> None:
     """`runner runs --totals`: the sums (see `run_totals`) as a table, or as JSON rows."""
     rows = run_totals([(i.state, i.shown_status) for i in infos], by)
     if as_json:
         print(json.dumps([{**dataclasses.asdict(r), "cost_usd": round(r.cost_usd, 9)} for r in rows]))
+    elif said := _missing(where):
+        print(said)
     else:
         print_totals(rows, by)
+
+
+def _missing(where: RunStore) -> str:
+    """What to say for a runs directory that does not exist ('' for one that does, or a database)."""
+    root = getattr(where, "root", None)
+    return f"no runs: {_shown(where.url)} does not exist (yet)" if isinstance(root, Path) and not root.exists() else ""
 
 
 def pruned(deleted: Sequence[str], skipped: Sequence[str], dry_run: bool, url: str, as_json: bool) -> None:

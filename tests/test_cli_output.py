@@ -180,8 +180,9 @@ def test_show_wraps_why_a_run_stopped_instead_of_cutting_it(runs: Path) -> None:
 
 
 def test_runs_says_whether_the_runs_folder_is_missing_or_empty(tmp_path: Path) -> None:
-    missing = cli("runs", runs_dir=tmp_path / "typo")
-    assert missing.returncode == 0 and missing.stdout == f"no runs: {tmp_path / 'typo'} does not exist (yet)\n"
+    for args in (("runs",), ("runs", "--totals")):
+        missing = cli(*args, runs_dir=tmp_path / "typo")
+        assert missing.returncode == 0 and missing.stdout == f"no runs: {tmp_path / 'typo'} does not exist (yet)\n"
     assert not (tmp_path / "typo").exists()
     (tmp_path / "empty").mkdir()
     empty = cli("runs", runs_dir=tmp_path / "empty")
