@@ -40,7 +40,7 @@ def child_tools() -> list[str]:
 
 def build(config: RunConfig, given: Iterable[Tool] = ()) -> list[Tool]:
     """The catalog named by `config.tools`, in that order: each name from `given`, else the
-    objects the config was built with, else the built-ins, else imported from `tool_refs`.
+    objects the config was built with, else imported from `tool_refs`, else the built-ins.
 
     Raises:
         UnknownTool: one line naming every tool that cannot be found (and why an import failed).
@@ -53,15 +53,15 @@ def build(config: RunConfig, given: Iterable[Tool] = ()) -> list[Tool]:
     for name in config.tools:
         if name in offered:
             tools.append(offered[name])
-        elif name == Research.name:
-            tools.append(Research(config, child_tools()))
-        elif name in SIMPLE:
-            tools.append(SIMPLE[name]())
-        elif name in config.tool_refs:
+        elif name in config.tool_refs:  # a tool of the user's own, even under a built-in's name
             try:
                 tools.append(load(config.tool_refs[name], expect=name))
             except UnknownTool as exc:
                 missing.append(f"{name} ({exc})")
+        elif name == Research.name:
+            tools.append(Research(config, child_tools()))
+        elif name in SIMPLE:
+            tools.append(SIMPLE[name]())
         else:
             missing.append(name)
     if missing:

@@ -449,6 +449,56 @@ def test_two_tools_under_one_name_are_refused_before_a_run_is_made(tmp_path: Pat
         sys.modules.pop("mytools", None)
 
 
+OWN_FILES = '''\
+from pydantic import BaseModel
+from runner import Tool
+
+
+class ListFiles(Tool):
+    name = "list_files"
+    description = "The files there are."
+    read_only = True
+
+    class Params(BaseModel):
+        pass
+
+    def run_sync(self, args, ctx):
+        return "errors.log (mine)"
+
+
+class ReadFile(Tool):
+    name = "read_file"
+    description = "A file's text."
+    read_only = True
+
+    class Params(BaseModel):
+        path: str
+
+    def run_sync(self, args, ctx):
+        return f"my read_file of {args.path}"
+'''
+
+
+def test_own_tools_under_built_in_names_stay_the_runs_on_resume_and_in_a_worker(tmp_path: Path) -> None:
+    (tmp_path / "mine.py").write_text(OWN_FILES)
+    own = ["--no-builtin-tools", "--tool", "mine.py:ListFiles", "--tool", "mine.py:ReadFile", "--runs-dir", "runs"]
+    store = FileStore(tmp_path / "runs")
+    proc = runner_process("run", "hi", "--scenario", "plan", *own, "--max-turns", "1", "--json", cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    first = json.loads(proc.stdout)["run_id"]
+    proc = runner_process("resume", first, "--max-turns", "3", "--runs-dir", "runs", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    proc = runner_process("run", "hi", "--scenario", "plan", *own, "--detach", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    proc = runner_process("worker", "--runs-dir", "runs", "--idle-exit", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    runs = [info.state for info in store.list_runs()]
+    assert len(runs) == 2 and {s.status for s in runs} == {"completed"}
+    for state in runs:  # the tools the run was made with, never the built-ins of the same names
+        said = [m.content for m in state.messages if m.role == "tool"]
+        assert said == ["errors.log (mine)", "my read_file of errors.log"], (state.run_id, said)
+
+
 BROKEN_TOOLS = '''
 
 class NoName(Tool):
