@@ -10,6 +10,7 @@ the run's exit code. Further Ctrl-Cs are ignored, so that nothing cuts a save sh
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -19,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from runner.cancel import CancelToken, stopped_by
 from runner.endpoints import open_endpoint
-from runner.errors import EXIT_CODES
+from runner.errors import EXIT_CODES, ServiceError
 from runner.harness import drive
-from runner.state import CancelledInterruption, RunState
+from runner.state import CancelledInterruption, ProviderUnavailableInterruption, RunState
 
 if TYPE_CHECKING:
     from runner.client import RetryCallback
@@ -99,6 +100,7 @@ def drive_in_foreground(state: RunState, runs: RunStore, lease: Lease, signals: 
                         provider: ScriptedProcess | InProcessProvider | None = None, **options: Any) -> RunState:
     """Drive `state` under `lease` to its stop, starting its endpoint (or using `provider`, a
     scripted provider already starting for it, stopped here); releases the lease at the stop.
+    An endpoint that does not start stops the run `interrupted`, as one it could not reach.
     After it returns, SIGINT and SIGTERM are ignored (the run is saved: nothing may cut the
     report short).
 
@@ -174,8 +176,26 @@ def _drive(state: RunState, runs: RunStore, lease: Lease, faults: str | None,
         signals.loop = runner.get_loop()  # from here a press is the run's Stop signal, seen by the loop
         return runner.run(go(base_url, server_settings))
 
-    if provider is not None:
-        with provider as base_url:
-            return run(base_url, None)
-    with open_endpoint(state.config.endpoint, faults=faults) as opened:
-        return run(opened.base_url, opened.server_settings)
+    with contextlib.ExitStack() as stack:
+        try:
+            if provider is not None:
+                base_url, settings = stack.enter_context(provider), None
+            else:
+                opened = stack.enter_context(open_endpoint(state.config.endpoint, faults=faults))
+                base_url, settings = opened.base_url, opened.server_settings
+        except ServiceError as exc:
+            _save_unreachable(state, runs, lease, str(exc))
+            return state
+        return run(base_url, settings)
+
+
+def _save_unreachable(state: RunState, runs: RunStore, lease: Lease, message: str) -> None:
+    """Save a run whose endpoint did not start (a model llama.cpp cannot load, a provider
+    that never listened) as one that could not reach it: `interrupted`, nothing asked or
+    paid, and a plain resume tries again."""
+    from runner.trace import RunStopped
+
+    state.status, state.reason = "interrupted", f"provider unavailable: {message}"
+    state.interruption = ProviderUnavailableInterruption(http_status=None, message=message, retries=0)
+    runs.save(state, [RunStopped(runId=state.run_id, status=state.status, reason=state.reason, turns=state.turns,
+                                 costUsd=state.cost_usd)], lease)

@@ -146,16 +146,28 @@ def test_trace_lines_say_their_time_is_ms_since_the_start_and_json_is_unchanged(
 @pytest.mark.llama
 def test_a_failed_serve_reports_its_log_and_leaves_no_file_behind(tmp_path: Path) -> None:
     """`runner serve` on a file llama.cpp cannot load: the error quotes the server's log, and
-    the temporary log it was written to is gone (the error names no file that is not there)."""
+    the temporary log it was written to is gone (the error names no file that is not there).
+    `runner run` on it keeps no run; with --keep, one stopped `interrupted` that a resume retries."""
     corrupt = tmp_path / "corrupt.gguf"
     corrupt.write_bytes(b"not a gguf at all")
     temp = tmp_path / "tmp"
     temp.mkdir()
     for args in (("serve", "--model", str(corrupt)), ("run", "hi", "--model", str(corrupt))):
         proc = cli_process(*args, runs_dir=tmp_path / "runs", env={"TMPDIR": str(temp)}, timeout=120)
-        said = one_error(proc.stderr[proc.stderr.find("error: "):])  # after what it started
+        err = proc.stderr[proc.stderr.find("error: "):]  # after what it started
+        if args[0] == "run":  # the run it was for asked nothing: not kept, as a run that never got a reply
+            assert "\nnot kept: run " in err and not (tmp_path / "runs").exists(), err
+            err = err[:err.index("not kept: run ")]
+        said = one_error(err)
         assert proc.returncode == 1 and "Failed to load model" in said, proc.stderr
         assert "runner-local-" not in said and list(temp.iterdir()) == [], (said, list(temp.iterdir()))
+    kept = cli_process("run", "hi", "--model", str(corrupt), "--keep", "--json", runs_dir=tmp_path / "runs",
+                       timeout=120)
+    out = json.loads(kept.stdout)
+    assert kept.returncode == 3 and out["status"] == "interrupted", kept.stderr
+    assert out["interruption"]["type"] == "provider_unavailable" and "Failed to load model" in out["reason"]
+    events = [json.loads(line) for line in (tmp_path / "runs" / out["run_id"] / "trace.jsonl").read_text().splitlines()]
+    assert [e["type"] for e in events][-1] == "run_stopped" and "turn" not in [e["type"] for e in events]
 
 
 def test_a_narrow_terminal_keeps_run_ids_whole_and_leaves_other_columns_out(runs: Path) -> None:

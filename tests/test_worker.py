@@ -155,3 +155,56 @@ def test_a_bug_one_run_meets_does_not_stop_the_worker(provider: str, tmp_path: P
     assert worker.returncode == 1 and "drove 1 run(s): 1 completed; 1 error(s)" in said, said  # an error to report, after both
     assert f"{broken.run_id}: not driven: internal error (" in said and "Traceback" not in said
     assert FileStore(runs).load(out["run_id"]).status == "completed"
+
+
+SCAN_TOOL = '''\
+from pydantic import BaseModel
+from runner import Tool
+
+
+class Scan(Tool):
+    name = "scan"
+    description = "Scan the archive."
+    read_only = True
+
+    class Params(BaseModel):
+        pass
+
+    def run_sync(self, args, ctx):
+        return "nothing found"
+'''
+
+
+def test_a_run_the_worker_cannot_drive_is_set_aside_and_a_stop_still_stops_it(
+        backend: Backend, provider: str, tmp_path: Path) -> None:
+    """A queued run whose tool file is gone: the worker says so once, drives the runs queued
+    after it, leaves it queued for later, exits when idle, and stops at SIGTERM while the
+    broken run is all that is left."""
+    tools = tmp_path / "gone.py"
+    tools.write_text(SCAN_TOOL)
+    code, bad = cli_json("run", "--scenario", "plan", "--tool", f"{tools}:Scan", "--detach",
+                         runs_dir=backend.runs, env=backend.env)
+    assert code == 0 and bad["status"] == "queued"
+    tools.unlink()
+    code, good = cli_json("run", "--scenario", "plan", "--base-url", provider, "--detach",
+                          runs_dir=backend.runs, env=backend.env)
+    assert code == 0 and good["status"] == "queued"
+    env = {**os.environ, "RUNNER_RUNS_DIR": str(backend.runs), **backend.env}
+    worker = subprocess.run([sys.executable, "-m", "runner", "worker", "--idle-exit", "1", "--poll", "0.1"],
+                            env=env, capture_output=True, text=True, timeout=120)
+    said = worker.stdout + worker.stderr
+    assert worker.returncode == 1 and said.count("not driven") == 1, said
+    assert f"{bad['run_id']}: not driven: tool(s) not found: scan (" in said and "trying it again in 30 s" in said
+    assert backend.store.load(good["run_id"]).status == "completed"
+    assert backend.store.info(bad["run_id"]).shown_status == "queued"
+    assert not backend.store.read_trace(bad["run_id"])  # never started: nothing was done
+
+    began = time.monotonic()
+    waiting = subprocess.Popen([sys.executable, "-m", "runner", "worker", "--poll", "0.1"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    waiting.send_signal(signal.SIGTERM)
+    out, err = waiting.communicate(timeout=30)
+    assert waiting.returncode is not None and time.monotonic() - began < 20, out + err
+    assert (out + err).count("not driven") == 1, out + err
+    assert backend.store.info(bad["run_id"]).shown_status == "queued"

@@ -27,7 +27,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import Any, Callable, Collection, Iterable, Literal, Sequence
 
 from runner.errors import (
     CorruptState,
@@ -359,9 +359,10 @@ class RunStore(ABC):
         """
 
     @abstractmethod
-    def claim_next(self, owner: str) -> Lease | None:
+    def claim_next(self, owner: str, skip: Collection[str] = ()) -> Lease | None:
         """Claim the oldest runnable run (queued, given a verdict or a resume, or `running`
-        with no live driver); None when there is none. Never hands one run to two owners."""
+        with no live driver) whose id is not in `skip`; None when there is none. Never hands
+        one run to two owners."""
 
     def sync(self, lease: Lease) -> None:  # noqa: B027 - a store that flushes every commit has nothing to do
         """Make every commit of the run so far as durable as `durability` promises. A store may

@@ -39,7 +39,7 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
@@ -552,9 +552,9 @@ class FileStore(RunStore):
                      journal_bytes=os.fstat(journal_fd).st_size, snapshot_bytes=replay.snapshot_bytes,
                      trace_bytes=size)
 
-    def claim_next(self, owner: str) -> Lease | None:
+    def claim_next(self, owner: str, skip: Collection[str] = ()) -> Lease | None:
         for info in reversed(self.list_runs()):  # oldest first
-            if info.shown_status in ("queued", "died"):
+            if info.shown_status in ("queued", "died") and info.state.run_id not in skip:
                 try:
                     return self._claim(self.run_dir(info.state.run_id), owner)
                 except RunBusy:

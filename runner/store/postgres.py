@@ -45,7 +45,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Collection, Iterable, Sequence, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -418,12 +418,13 @@ class PostgresStore(RunStore):
     _CLAIMABLE = ("(runnable OR status = 'running') AND parent_run_id IS NULL "
                   "AND (lease_expires_at IS NULL OR lease_expires_at < now())")
 
-    def claim_next(self, owner: str) -> Lease | None:
+    def claim_next(self, owner: str, skip: Collection[str] = ()) -> Lease | None:
         """The oldest top-level run that is queued, or saved `running` with an expired lease
-        (its driver died). Child runs are driven only through their parents."""
+        (its driver died), and not in `skip`. Child runs are driven only through their parents."""
         token = uuid.uuid4().hex
+        skipped = list(skip)
         held = self._one(f"SELECT owner FROM runs WHERE {self._CLAIMABLE} AND lease_expires_at IS NOT NULL "
-                         "ORDER BY created_at LIMIT 1", ())
+                         "AND run_id <> ALL(%s) ORDER BY created_at LIMIT 1", (skipped,))
         if held is not None:  # its lease lapsed, maybe just before it was killed
             self._await_pipeline_of(held[0])
 
@@ -431,11 +432,11 @@ class PostgresStore(RunStore):
             if attempt and (done := conn.execute(self._CLAIMED, (token,)).fetchone()) is not None:
                 return done
             return conn.execute(
-                f"WITH next AS (SELECT run_id FROM runs WHERE {self._CLAIMABLE} "
+                f"WITH next AS (SELECT run_id FROM runs WHERE {self._CLAIMABLE} AND run_id <> ALL(%(skip)s) "
                 "ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
                 f"UPDATE runs SET {self._CLAIM_SET} FROM next WHERE runs.run_id = next.run_id "
                 "RETURNING epoch, extract(epoch FROM leased_since), runs.run_id",
-                {"owner": owner, "lease_s": self.lease_s, "token": token}).fetchone()
+                {"owner": owner, "lease_s": self.lease_s, "token": token, "skip": skipped}).fetchone()
 
         row = self._retry(work)
         if row is None:
