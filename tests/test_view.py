@@ -348,3 +348,29 @@ def test_runs_filters_totals_and_suites(tmp_path: Path) -> None:
                 if line.startswith("data:"):
                     break
         assert "event: update" in first and time.monotonic() - started < 5
+
+
+def test_a_verdict_on_a_run_that_cannot_be_written_says_why(tmp_path: Path) -> None:
+    """The run's folder refuses writes (its lock file made immutable, as a read-only mount
+    or another user's folder would): the web verdict is a page saying why, not a bare 500
+    with a traceback, and the CLI's resume is one error line; nothing is given."""
+    runs = tmp_path / "runs"
+    code, waiting = cli_json("run", "--scenario", "destructive", runs_dir=runs)
+    assert code == 3
+    run_id, call_id = waiting["run_id"], waiting["interruption"]["call_id"]
+    lock = runs / run_id / "lock"
+    subprocess.run(["chattr", "+i", str(lock)], check=True)
+    try:
+        with view_server({"RUNNER_RUNS_DIR": str(runs)}) as url, httpx.Client(base_url=url) as client:
+            page = client.get(f"/runs/{run_id}")
+            csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+            assert csrf is not None
+            given = client.post(f"/runs/{run_id}/verdict", headers={"Origin": url.rstrip("/")},
+                                data={"call_id": call_id, "verdict": "approve", "reason": "", "csrf": csrf.group(1)})
+            assert given.status_code == 500 and f"run {run_id} cannot be driven from" in given.text, given.text
+            assert "Operation not permitted" in given.text and "Traceback" not in given.text
+        proc = cli_process("resume", run_id, "--approve", call_id, runs_dir=runs)
+        assert proc.returncode == 1 and f"run {run_id} cannot be driven from {runs}: " in one_error(proc.stderr)
+    finally:
+        subprocess.run(["chattr", "-i", str(lock)], check=True)
+    assert "verdict" not in [e["type"] for e in map(json.loads, (runs / run_id / "trace.jsonl").read_text().splitlines())]

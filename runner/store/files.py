@@ -799,10 +799,15 @@ def _lock(folder: Path, owner: str) -> tuple[int, Lease]:
     """flock the run's lock file for `owner` (a new epoch); returns the open fd and the lease.
 
     Raises:
-        RunBusy: a live process holds it.
+        RunBusy: a live process holds it. StoreError: the lock file cannot be opened for
+            writing (a read-only runs folder, one of another user's).
     """
     run_id = folder.name
-    fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StoreError(f"run {run_id} cannot be driven from {folder.parent}: {exc.strerror or exc} "
+                         f"({folder / 'lock'}); a run is driven where its folder can be written") from None
     for attempt in range(5):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -286,6 +286,8 @@ class _Pages:
             return self.html("error.html", 409, title="the run is busy", message=str(exc))
         except UsageError as exc:
             return self.html("error.html", 400, title="no verdict given", message=str(exc))
+        except RunnerError as exc:  # the store refused (a read-only runs folder, a lost database)
+            return self.html("error.html", 500, title="no verdict given", message=str(exc))
         return RedirectResponse(f"/runs/{run_id}", 303)
 
     async def suites(self, request: Request) -> Response:
