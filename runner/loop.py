@@ -800,7 +800,7 @@ def approve(state: RunState, call_id: str) -> None:
     Raises:
         NotPending: `call_id` is not a pending call of this run.
     """
-    call = _pending_call(state, call_id)
+    call = verdict_call(state, call_id, approve=True)
     state.approved[call_id] = call_signature(call.function.name, call.function.arguments)
 
 
@@ -831,9 +831,28 @@ def reject(state: RunState, call_id: str, reason: str = "", *, empty: bool = Fal
         state.in_doubt.remove(call_id)
 
 
+def verdict_call(state: RunState, call_id: str, *, approve: bool) -> ToolCall:
+    """The pending call a verdict names; a rejection may replace an approval not yet carried out.
+
+    Raises:
+        NotPending: `call_id` is not pending (it ran or was rejected already, or is no call of
+            the run), or, to approve, it is approved already.
+    """
+    call = _pending_call(state, call_id)
+    if approve and state.approved.get(call_id) == call_signature(call.function.name, call.function.arguments):
+        raise NotPending(f"call {call_id} ({call.function.name}) of run {state.run_id} is approved already; "
+                         "a resume without a verdict carries it out")
+    return call
+
+
 def _pending_call(state: RunState, call_id: str) -> ToolCall:
     for call in pending(state):
         if call.id == call_id:
             return call
     ids = ", ".join(c.id for c in pending(state)) or "none"
+    done = next((r for r in reversed(state.tool_runs) if r.call_id == call_id), None)
+    if done is not None:
+        what = "was rejected already" if done.source == "rejected" else "has run already"
+        raise NotPending(f"call {call_id} ({done.tool_name}) of run {state.run_id} {what}: there is no verdict "
+                         f"to give on it (pending: {ids})")
     raise NotPending(f"{call_id!r} is not a pending tool call of run {state.run_id} (pending: {ids})")

@@ -163,3 +163,27 @@ def test_verdict_on_an_unknown_call_id_is_a_usage_error(runs: Path) -> None:
     out = _stop_for_approval(runs)
     proc = cli("resume", out["run_id"], "--approve", "c9", runs_dir=runs)
     assert proc.returncode == 2 and "not a pending tool call" in proc.stderr and "c2" in proc.stderr
+
+
+def test_a_second_verdict_on_a_call_says_what_was_decided(runs: Path) -> None:
+    """Approved (queued for a worker, not yet run): approving again is refused, nothing new is
+    recorded. Rejected: approving it is refused, saying it was rejected."""
+    out = _stop_for_approval(runs)
+    code, queued = cli_json("resume", out["run_id"], "--approve", "c2", "--detach", runs_dir=runs)
+    assert code == 0 and queued["status"] == "queued"
+    epoch = json.loads((runs / out["run_id"] / "lock").read_text())["epoch"]
+    again = cli("resume", out["run_id"], "--approve", "c2", runs_dir=runs)
+    assert again.returncode == 2 and "call c2 (delete_file) of run" in again.stderr, again.stderr
+    assert "is approved already; a resume without a verdict carries it out" in again.stderr
+    events = [json.loads(line) for line in store.trace_path(runs, out["run_id"]).read_text().splitlines()]
+    assert [e["type"] for e in events].count("verdict") == 1
+    assert json.loads((runs / out["run_id"] / "lock").read_text())["epoch"] == epoch  # refused before a claim
+    assert (_files(runs, out["run_id"]) / "access.log").exists()
+
+    out = _stop_for_approval(runs)
+    code, _ = cli_json("resume", out["run_id"], "--reject", "c2", "--reason", "no", "--detach", runs_dir=runs)
+    assert code == 0
+    late = cli("resume", out["run_id"], "--approve", "c2", runs_dir=runs)
+    assert late.returncode == 2 and "call c2 (delete_file) of run" in late.stderr, late.stderr
+    assert "was rejected already: there is no verdict to give on it (pending: none)" in late.stderr
+    assert (_files(runs, out["run_id"]) / "access.log").exists()
