@@ -47,6 +47,9 @@ class Feedback:
     """The progress of each model call (the live turn line)."""
     on_retry: RetryCallback | None = None
     """Each retry of a failed request, before its back-off."""
+    on_stopping: Callable[[int], None] | None = None
+    """A Ctrl-C or SIGTERM while the loop runs (called with how many so far): the run stops at
+    its next step."""
     on_stopped_early: Callable[[RunState], None] | None = None
     """A Ctrl-C came before the loop ran: the run is saved `interrupted`, the process exits next."""
     on_end: Callable[[], None] | None = None
@@ -64,6 +67,9 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.cancel = CancelToken()
+        self.on_stopping: Callable[[int], None] | None = None
+        """Told of each press once the loop runs, in the loop (`Feedback.on_stopping`)."""
+        self.presses = 0
         self.pressed = False
         self.reason: str | None = None
         """Which signal came first, in words (`runner.cancel.stopped_by`)."""
@@ -80,12 +86,18 @@ class StopSignals:
     def _on_signal(self, signum: int, frame: object) -> None:
         self.reason = self.reason or stopped_by(signum)
         if self.loop is not None:
-            self.loop.call_soon_threadsafe(self.cancel.cancel, stopped_by(signum))
+            self.presses += 1
+            self.loop.call_soon_threadsafe(self._stopping, stopped_by(signum), self.presses)
             return
         self.pressed = True
         if self.armed:
             _ignore_stop_signals()
             raise KeyboardInterrupt
+
+    def _stopping(self, reason: str, presses: int) -> None:
+        self.cancel.cancel(reason)
+        if self.on_stopping is not None:
+            self.on_stopping(presses)
 
     def arm(self) -> None:
         """From here a press stops at once; one that came before stops here."""
@@ -114,6 +126,7 @@ def drive_in_foreground(state: RunState, runs: RunStore, lease: Lease, signals: 
     # prints a traceback when it is collected.
     runner = asyncio.Runner()
     runner.get_loop()
+    signals.on_stopping = feedback.on_stopping
     try:
         signals.arm()
         return _drive(state, runs, lease, faults, provider, feedback, signals, runner, options)

@@ -954,8 +954,8 @@ def created_runs_dir(path: Path) -> None:
 def live_feedback(show_progress: bool = True, runs: RunStore | None = None) -> Feedback:
     """What a run driven in this terminal shows on stderr: the local model it starts, the live
     turn line and each tool's progress (only with `show_progress`), each retry of a failed
-    request, and a Ctrl-C that stopped it before the loop ran (how to continue it, with the
-    options that find `runs`)."""
+    request, a Ctrl-C while it runs (what stopping waits for), and a Ctrl-C that stopped it
+    before the loop ran (how to continue it, with the options that find `runs`)."""
     from runner.interactive import Feedback
 
     turn_line = TurnLine()
@@ -967,14 +967,21 @@ def live_feedback(show_progress: bool = True, runs: RunStore | None = None) -> F
         turn_line.close()
         say(fit(f"  retry {attempt}/{most} in {wait_s:.1f} s: {' '.join(error.split())}", terminal_width()))
 
+    def on_stopping(presses: int) -> None:
+        turn_line.close()
+        say(wrap("stopping at the run's next step: a model request is cut off; a running tool is asked to stop, "
+                 "and one that does not check finishes first" if presses == 1 else
+                 "still stopping: waiting for the running step to end (a kill -9 leaves the run resumable too)"))
+
     def on_stopped_early(state: RunState) -> None:
         again = resume_target(state, store_options(runs.url) if runs is not None else "")
         say(f"interrupted: run {state.run_id} ({state.status}); continue it with: runner resume {again}")
 
     if not show_progress:
-        return Feedback(on_retry=on_retry, on_stopped_early=on_stopped_early, on_end=turn_line.close)
+        return Feedback(on_retry=on_retry, on_stopping=on_stopping, on_stopped_early=on_stopped_early,
+                        on_end=turn_line.close)
     return Feedback(on_note=say, on_progress=on_progress, on_turn=turn_line, on_retry=on_retry,
-                    on_stopped_early=on_stopped_early, on_end=turn_line.close)
+                    on_stopping=on_stopping, on_stopped_early=on_stopped_early, on_end=turn_line.close)
 
 
 def result_json(state: RunState) -> dict[str, Any]:

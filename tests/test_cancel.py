@@ -220,3 +220,49 @@ def test_one_cancel_stops_parent_and_child(faulty, runs: Path) -> None:  # type:
     assert state.status == "interrupted" and child.status == "interrupted"
     assert child.interruption is not None and child.interruption.type == "cancelled"
     assert token.cancelled_at is not None and token.cancelled_at < ended
+
+
+DEAF_TOOL = '''\
+import time
+
+from pydantic import BaseModel
+from runner import Tool
+
+
+class Deaf(Tool):
+    name = "scan_archive"
+    description = "Scan the log archive for anomalies. Slow: takes a few seconds."
+    read_only = True
+
+    class Params(BaseModel):
+        pass
+
+    def run_sync(self, args, ctx):
+        time.sleep(2)  # never looks at ctx.cancel
+        return "Scanned, deaf to Stop."
+'''
+
+
+def test_ctrl_c_twice_during_a_tool_that_does_not_stop_says_what_it_waits_for(runs: Path, tmp_path: Path) -> None:
+    (tmp_path / "deaf.py").write_text(DEAF_TOOL)
+    env = {**os.environ, "RUNNER_RUNS_DIR": str(runs)}
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "--scenario", "slow", "--no-builtin-tools",
+                             "--tool", f"{tmp_path / 'deaf.py'}:Deaf", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # until the tool runs
+        traces = list(runs.glob("*/trace.jsonl"))
+        if traces and "tool_start" in traces[0].read_text():
+            break
+        time.sleep(0.05)
+    for _ in range(2):
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 3, err
+    assert "stopping at the run's next step: a model request is cut off; a running tool is asked to stop" in err
+    assert "still stopping: waiting for the running step to end" in err, err
+    result = json.loads(out)
+    assert result["status"] == "interrupted" and result["interruption"]["type"] == "cancelled"
+    state = store.load(runs, result["run_id"])
+    assert [m.content for m in state.messages if m.role == "tool"] == ["Scanned, deaf to Stop."]  # it ran to its end
