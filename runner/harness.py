@@ -393,3 +393,8 @@ def _apply_limits(state: RunState, asked: Reopening) -> None:
     if (limits.max_budget_usd is not None and state.cost_usd >= limits.max_budget_usd
             and state.status == "budget_exceeded"):
         raise UsageError(f"run {state.run_id} has spent ${state.cost_usd:.6f}; give --max-budget larger than that")
+    it = state.interruption
+    if (it is not None and it.type == "max_budget" and it.needs_usd and state.status == "budget_exceeded"
+            and limits.cap_max_tokens and limits.max_budget_usd is not None and limits.max_budget_usd < it.needs_usd):
+        raise UsageError(f"run {state.run_id} has spent ${state.cost_usd:.6f} and its next turn needs a budget of "
+                         f"${it.needs_usd:.6f} (its prompt and a short reply); give --max-budget at least that")

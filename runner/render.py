@@ -559,7 +559,9 @@ def next_steps(state: RunState, store_opts: str = "") -> list[str]:
     if state.status == "max_turns_exceeded":
         return [f"resume with N > {state.turns} (0: no cap): runner resume {rid} --max-turns N"]
     if state.status == "budget_exceeded":
-        return [f"resume with USD > {state.cost_usd:.6f} (0: no budget): runner resume {rid} --max-budget USD"]
+        needs = it.needs_usd if it is not None and it.type == "max_budget" and it.needs_usd else None
+        least = f"USD >= {needs:.6f}" if needs else f"USD > {state.cost_usd:.6f}"
+        return [f"resume with {least} (0: no budget): runner resume {rid} --max-budget USD"]
     if state.status in ("interrupted", "running"):
         moved = it is not None and it.type == "provider_unavailable" and state.config.endpoint.kind == "url"
         return [f"resume with: runner resume {rid}"] + (

@@ -93,6 +93,9 @@ class MaxBudgetInterruption(BaseModel, defer_build=True):
     """The budget in force, USD (None in version-1 files)."""
     used_usd: float | None = None
     """Spend when the run stopped, USD (may pass the limit by at most one turn's cost)."""
+    needs_usd: float | None = None
+    """With `cap_max_tokens`: the least budget that pays for the next prompt (as estimated)
+    and `MIN_REPLY_TOKENS` of reply, USD; None when the budget itself was spent."""
 
 
 class ProviderUnavailableInterruption(BaseModel, defer_build=True):
@@ -300,8 +303,12 @@ class Limits(BaseModel, defer_build=True):
             return LimitStop("budget_exceeded", budget, spent)
         reply_tokens = self.reply_tokens(state, next_prompt_tokens, prices)
         if reply_tokens is not None and reply_tokens < MIN_REPLY_TOKENS:
+            price_in, price_out = prices
+            needs_usd = state.cost_usd + (next_prompt_tokens() * price_in + MIN_REPLY_TOKENS * price_out) / 1e6
+            budget.needs_usd = (int(needs_usd * 1e6) + 2) / 1e6  # whole micro-dollars, rounded up with room
             return LimitStop("budget_exceeded", budget, f"{spent}; the next prompt (~{next_prompt_tokens()} "
-                             "tokens) would leave too little for a reply")
+                             f"tokens) would leave too little for a reply (a budget of ${budget.needs_usd:.6f} "
+                             "pays for one)")
         return None
 
     def reply_tokens(self, state: "RunState", next_prompt_tokens: Callable[[], int],
