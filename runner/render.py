@@ -228,8 +228,10 @@ def run_lines(state: RunState, trace_at: str, width: int = 80, store_opts: str =
     lines = [f"{name}  status={state.status}  turns={state.turns}  tools={state.tool_run_count}",
              f"   tokens in={state.prompt_tokens:,} out={state.completion_tokens:,}  cost=${state.cost_usd:.6f}"
              f"  ms={state.wall_ms:,.0f}"]
-    if state.answer:
-        lines.append(f"   answer: {json.dumps(state.answer, ensure_ascii=False)}")
+    if state.answer and "\n" in state.answer.strip():  # paragraphs, lists, code: as written
+        lines += ["   answer:", *(f"     {line}".rstrip() for line in state.answer.strip().splitlines())]
+    elif state.answer:
+        lines.append(f"   answer: {json.dumps(state.answer.strip(), ensure_ascii=False)}")
     if state.per_turn:
         counts = [str(t.prompt_tokens) for t in state.per_turn]
         more = ""
@@ -704,8 +706,10 @@ def _not_stopped(info: RunInfo, width: int, store_opts: str = "") -> list[str]:
     said = {"died": "died: its process was killed after the last event",
             "running": f"running: driven by {info.driver}",
             "queued": "queued: waiting for a worker"}.get(info.shown_status, f"stopped: {info.shown_status}")
-    resume = f"resume with: runner resume {resume_target(info.state, store_opts)}"
-    return _wrap(said, width) + (_wrap(resume, width) if info.shown_status == "died" else [])
+    target = resume_target(info.state, store_opts)
+    then = {"died": f"resume with: runner resume {target}",
+            "queued": f"or drive it here: runner resume {target}"}.get(info.shown_status)
+    return _wrap(said, width) + (_wrap(then, width) if then else [])
 
 
 def _wrap(text: str, width: int) -> list[str]:
@@ -967,7 +971,7 @@ def live_feedback(show_progress: bool = True, runs: RunStore | None = None) -> F
 
     def on_retry(attempt: int, most: int, error: str, wait_s: float) -> None:
         turn_line.close()
-        say(fit(f"  retry {attempt}/{most} in {wait_s:.1f} s: {' '.join(error.split())}", terminal_width()))
+        say(wrap(f"  retry {attempt}/{most} in {wait_s:.1f} s: {' '.join(error.split())}"))
 
     def on_stopping(presses: int) -> None:
         turn_line.close()
@@ -977,7 +981,7 @@ def live_feedback(show_progress: bool = True, runs: RunStore | None = None) -> F
 
     def on_stopped_early(state: RunState) -> None:
         again = resume_target(state, store_options(runs.url) if runs is not None else "")
-        say(f"interrupted: run {state.run_id} ({state.status}); continue it with: runner resume {again}")
+        say(f"{state.status}: run {state.run_id}; continue it with: runner resume {again}")
 
     if not show_progress:
         return Feedback(on_retry=on_retry, on_stopping=on_stopping, on_stopped_early=on_stopped_early,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from runner import catalog, store
 from runner.config import Key, Settings
 from runner.endpoints import checked_base_url
-from runner.errors import EXIT_CODES, UnknownScenario, UsageError
+from runner.errors import EXIT_CODES, RunnerError, UnknownScenario, UsageError
 from runner.harness import Reopening, reopen
 from runner.interactive import Feedback, StopSignals, drive_in_foreground
 from runner.request import ResumeRequest, RunRequest
@@ -265,6 +265,18 @@ def never_reached(state: RunState) -> bool:
         "auth", "not_found", "invalid_request", "bad_endpoint")
 
 
+def _llama_note(endpoint: Endpoint) -> str:
+    """What a run on a local model says as it starts llama.cpp: the model, its first turn's
+    tool choice, and the GGUF file (by name, where a new run and a resume both find it)."""
+    recorded = endpoint.local_model or endpoint.model
+    choice = None
+    with contextlib.suppress(RunnerError):  # not on disk now: the start says so next
+        choice = local_choice(recorded)
+    file = choice.path.name if choice is not None else Path(recorded).name
+    return (f"model: {endpoint.model}, first turn tool_choice={endpoint.first_turn_tool_choice}\n"
+            f"  starting llama.cpp on {file} for this run")
+
+
 def _unwatched(run_id: str) -> AbstractContextManager[object]:
     return contextlib.nullcontext()
 
@@ -286,8 +298,7 @@ def launch(prepared: Prepared, runs: store.RunStore, feedback: Feedback = Feedba
         runs.create(state)
         return Started(state, queued=True)
     if prepared.local is not None and feedback.on_note is not None:
-        feedback.on_note(f"model: {prepared.local.name}, first turn tool_choice={endpoint.first_turn_tool_choice}\n"
-                         f"  starting llama.cpp on {prepared.local.path.name} for this run")
+        feedback.on_note(_llama_note(endpoint))
     provider = (scripted_provider(latency_ms=endpoint.latency_ms, faults=prepared.faults, in_process=True)
                 if endpoint.kind == "scripted" else None)
     signals = StopSignals.install()  # before the run exists: a Ctrl-C from here on keeps it resumable
@@ -324,8 +335,7 @@ def resume(run_id: str, req: ResumeRequest, runs: store.RunStore, feedback: Feed
         runs.release(lease, runnable=True)
         return Started(state, queued=True)
     if state.config.endpoint.kind == "local" and feedback.on_note is not None:
-        feedback.on_note(f"model: {state.config.endpoint.model}\n"
-                         f"  starting llama.cpp on {Path(state.config.endpoint.local_model or '').name} for this run")
+        feedback.on_note(_llama_note(state.config.endpoint))
     with watch(run_id):
         state = drive_in_foreground(state, runs, lease, signals, feedback, api_key=req.api_key, tools=own)
     return Started(state)

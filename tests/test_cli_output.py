@@ -327,3 +327,16 @@ def test_a_died_run_given_its_key_on_the_command_line_is_resumed_with_it(tmp_pat
         (run_id,) = [p.name for p in runs.iterdir() if not p.name.startswith(".")]
         shown = cli("show", run_id, runs_dir=runs)
         assert _hint(shown.stdout, "resume with:") == ["resume", run_id, "--api-key", "KEY"], shown.stdout
+
+
+def test_an_answer_of_several_lines_prints_as_written(tmp_path: Path) -> None:
+    from tests.fakeprovider import FakeProvider, completion
+
+    text = "Two findings:\n\n- errors.log: a timeout\n- access.log: nothing"
+    with FakeProvider(lambda body: completion({"role": "assistant", "content": text})) as fake:
+        proc = cli("run", "hi", "--base-url", fake.base_url, "--model", "m", runs_dir=tmp_path / "runs")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    at = lines.index("   answer:")
+    assert lines[at + 1:at + 5] == ["     Two findings:", "", "     - errors.log: a timeout", "     - access.log: nothing"]
+    assert "\\n" not in proc.stdout

@@ -33,3 +33,17 @@ def test_a_killed_local_suite_run_resumes_on_the_local_model(runs: Path) -> None
     events = store.FileStore(runs).read_trace(run_id)
     assert [e.type for e in events].count("run_resumed") == 1 and events[-1].type == "run_stopped"
     assert [e.turn for e in events if e.type == "turn"] == list(range(1, done["turns"] + 1))
+
+
+def test_a_resume_names_the_gguf_it_starts_as_a_new_run_does() -> None:
+    """A run records its local model by manifest name (`--model smollm2`) or by path (the
+    suite); either way the note before llama.cpp starts names the same file."""
+    from runner.start import _llama_note, local_choice
+    from runner.state import Endpoint
+
+    choice = local_choice("smollm2")
+    assert choice is not None
+    for recorded in (choice.recorded, str(choice.path)):
+        note = _llama_note(Endpoint(model=choice.name, local_model=recorded))
+        assert note.endswith(f"starting llama.cpp on {choice.path.name} for this run"), note
+        assert note.startswith(f"model: {choice.name}, first turn tool_choice="), note
