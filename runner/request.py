@@ -185,7 +185,8 @@ class SuiteRequest:
         "both", "scripted, local or both (the columns when no --model is given).", metavar="scripted|local|both")
     models: list[str] = option(
         [], "A model column (repeatable): a name from `runner models list`, a .gguf path, or 'scripted' "
-            "[default: qwen2.5-coder-1.5b-instruct if pulled, else the packaged smollm2-135m-instruct]. With --provider both the scripted column comes first.",
+            "[default: qwen2.5-coder-1.5b-instruct if pulled, else the packaged smollm2-135m-instruct]. "
+            "With --provider both the scripted column comes first.",
         "--model", metavar="NAME")
     base_url: str | None = option(
         None, "Use this OpenAI-compatible endpoint as the 'local' provider instead of starting llama.cpp.",
@@ -254,7 +255,8 @@ class ServeRequest:
     """The options of `runner serve`: the local model and its llama.cpp server's settings."""
 
     model: str | None = option(
-        None, "A name from `runner models list` or a .gguf path [default: qwen2.5-coder-1.5b-instruct if pulled, else the packaged smollm2-135m-instruct].")
+        None, "A name from `runner models list` or a .gguf path [default: qwen2.5-coder-1.5b-instruct if pulled, "
+              "else the packaged smollm2-135m-instruct].")
     port: int = option(8080, "Port on 127.0.0.1 (0: a free one).", min=0, max=65535)
     n_ctx: int = option(4096, "Context size, tokens.", min=64)
     threads: int | None = option(None, "CPU threads [default: min(2, physical cores)].", min=1)

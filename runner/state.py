@@ -303,12 +303,11 @@ class Limits(BaseModel, defer_build=True):
             return LimitStop("budget_exceeded", budget, spent)
         reply_tokens = self.reply_tokens(state, next_prompt_tokens, prices)
         if reply_tokens is not None and reply_tokens < MIN_REPLY_TOKENS:
-            price_in, price_out = prices
-            needs_usd = state.cost_usd + (next_prompt_tokens() * price_in + MIN_REPLY_TOKENS * price_out) / 1e6
+            (price_in, price_out), prompt_tokens = prices, next_prompt_tokens()
+            needs_usd = state.cost_usd + (prompt_tokens * price_in + MIN_REPLY_TOKENS * price_out) / 1e6
             budget.needs_usd = (int(needs_usd * 1e6) + 2) / 1e6  # whole micro-dollars, rounded up with room
-            return LimitStop("budget_exceeded", budget, f"{spent}; the next prompt (~{next_prompt_tokens()} "
-                             f"tokens) would leave too little for a reply (a budget of ${budget.needs_usd:.6f} "
-                             "pays for one)")
+            return LimitStop("budget_exceeded", budget, f"{spent}; the next prompt (~{prompt_tokens} tokens) would "
+                             f"leave too little for a reply (a budget of ${budget.needs_usd:.6f} pays for one)")
         return None
 
     def reply_tokens(self, state: "RunState", next_prompt_tokens: Callable[[], int],
