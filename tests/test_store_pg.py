@@ -245,16 +245,16 @@ def _counted_plan_run(url: str, provider: str, monkeypatch: pytest.MonkeyPatch,
         store.close()
 
 
-def test_a_fresh_plan_run_takes_eleven_statements_in_four_round_trips_and_its_trace_keeps_its_order(
+def test_a_fresh_plan_run_takes_eleven_statements_each_answered_before_the_next_and_its_trace_keeps_its_order(
         pg_url: str, provider: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A new 3-turn run: create (no claim that misses first), run_started, 6 saves, the two
     read-only tools' tool_start (each sent before its tool runs, no seq of its own), release.
-    The driver waits for the server 4 times: the create (it returns the lease), before the
-    model requests of turns 2 and 3 (each after saves), and the release (after the last two
-    saves)."""
+    Each statement's answer is read before the next is sent (a server whose client was killed
+    runs the one statement in flight, never two); over this Unix socket, when the next one
+    goes or before an effect, so the run moves on while the server works."""
     counts, rows = _counted_plan_run(pg_url, provider, monkeypatch, tmp_path)
     assert sum(c[0] for c in counts) == 11, counts
-    assert sum(c[1] for c in counts) == 4, counts
+    assert sum(c[1] for c in counts) == 11, counts
     types = [event["type"] for _, _, _, event in rows]
     assert types == ["run_started", "turn", "tool_start", "tool_result", "turn", "tool_start", "tool_result", "turn",
                      "run_stopped"], types
@@ -277,11 +277,10 @@ def _address_of_this_machine() -> str | None:
 
 def test_over_a_network_address_each_commit_is_read_when_sent(
         provider: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """To a server reached over the network, a commit still in this machine's send queue is
-    lost if the driver is killed with replies unread (the kernel resets the connection), so
-    each commit's result is read as soon as it is sent: the same 11 statements, in more round
-    trips. The server listens on TCP and is reached at this machine's own non-loopback
-    address, as a server on another machine would be."""
+    """To a server reached over TCP (where a kill with an answer unread resets the connection),
+    the same 11 statements, each answered before the next is sent, a commit's as soon as it is
+    sent. The server listens on TCP and is reached at this machine's own non-loopback address,
+    as a server on another machine would be."""
     from tests.pgcluster import Cluster, available
 
     missing = available()
@@ -297,7 +296,7 @@ def test_over_a_network_address_each_commit_is_read_when_sent(
         name = cluster.new_database().split("///")[1].split("?")[0]
         counts, rows = _counted_plan_run(cluster.url(name, host=address), provider, monkeypatch, tmp_path)
     assert sum(c[0] for c in counts) == 11, counts
-    assert sum(c[1] for c in counts) == 8, counts  # the create, each of the 6 saves, the release
+    assert sum(c[1] for c in counts) == 11, counts
     assert [event["type"] for _, _, _, event in rows][-1] == "run_stopped"
 
 

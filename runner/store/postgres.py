@@ -402,8 +402,8 @@ class PostgresStore(RunStore):
 
     def _await_pipeline_of(self, owner: str) -> None:
         """If `owner` is a dead driver on this machine, wait (up to 5 s) until the server has
-        run what it sent down its pipeline: its connection's backend exits only after reading
-        all of it. A takeover before that would fence those writes out, and lose them."""
+        run the statement it left in flight down its pipeline (its connection's backend runs
+        it, then exits). A takeover before that would fence that write out, and lose it."""
         pid = _dead_pid_here(owner)
         if pid is None:
             return
@@ -763,11 +763,11 @@ class PostgresStore(RunStore):
         return self._retry(lambda conn, _: _rows(_execute(conn, sql, statement.params)), drain=False, attempt=1)
 
     def sync(self, lease: Lease) -> None:
-        """Read the results of the writes sent down the pipeline (so they are on the server,
-        and on its disk at "power"); raise a refusal of one of this run's. At "process", events
-        alone (no state change, nothing to refuse) are left in flight: they are in the
-        operating system already, and the next read takes their results."""
-        if self.durability == "power" or self._pipe.commits_in_flight():
+        """Read the answer of the write still in flight down the pipeline (so it is on the
+        server, and on its disk at "power"); raise a refusal of one of this run's saves. At
+        "process" an event alone (no state change, nothing to refuse) is left in flight: the
+        server runs it even if this process is killed next."""
+        if self.durability == "power" or self._pipe.commit_in_flight():
             self._pipe.drain()
         head = self._heads.get(lease.run_id)
         if head is not None and head.refused is not None:
@@ -881,17 +881,17 @@ class _Statement:
 class _Pipeline:
     """The driving path's writes, on a connection of their own in libpq's pipeline mode.
 
-    Each statement is sent at once with a sync of its own (so it is its own implicit
-    transaction). To a server on this machine (a Unix socket or a loopback address) it is then
-    in the server's socket when `send` returns: a kill of this process does not lose it (the
-    server reads what the socket holds before it sees the close), and its result is read
-    later, by `drain`: before an effect (`PostgresStore.sync`), before any read through the
-    pool, or when 64 are in flight. A run of writes with no effect between them thus waits for
-    the server once. Over a network a commit may still sit in this machine's send queue, which
-    a kill with replies unread drops (the kernel resets the connection): there each commit's
-    result is read as soon as it is sent. If the connection breaks, every statement in flight
-    is done again through the pool, in order (`_Statement.redo`; a write's token keeps it
-    from being made twice).
+    Each statement is sent with a sync of its own (so it is its own implicit transaction),
+    prepared once, and at most one is unanswered at a time: a server whose client is gone
+    (a kill of this process) still runs the statement its socket holds, but ends the session
+    at the first reply it cannot deliver, so a second one sent behind it would be lost. Over
+    a Unix socket the answer is read when the next statement goes, before an effect
+    (`PostgresStore.sync`) or before any read through the pool, so the run moves on while the
+    server runs it. Over TCP a kill with an answer unread resets the connection, which may
+    drop what the server has not read yet: there a commit's answer is read as soon as it is
+    sent (an event between commits may still be lost with the kill; never a commit). If the
+    connection breaks, the statement in flight is done again through the pool
+    (`_Statement.redo`; a write's token keeps it from being made twice).
     """
 
     def __init__(self, connect: Callable[[], Any]) -> None:
@@ -900,35 +900,40 @@ class _Pipeline:
         self._prepared: set[str] = set()
         self._in_flight: list[_Statement] = []
         self._lock = threading.RLock()
-        self._local = True
-        """The server is on this machine: a commit sent is in its socket (see the class)."""
+        self._socket = True
+        """The server is reached over a Unix socket (see the class)."""
 
     def send(self, statement: _Statement) -> None:
         from psycopg import OperationalError
 
         with self._lock:
+            self.drain()  # one unanswered statement at most (see the class)
             try:
                 pg = self._pgconn()
                 if statement.name not in self._prepared:
                     pg.send_prepare(statement.name.encode(), statement.sql.encode())
-                    pg.pipeline_sync()
-                    self._in_flight.append(_Statement("", "", [], lambda _: None, lambda _: []))
+                    self._sent(pg, _Statement("", "", [], lambda _: None, lambda _: []))
+                    self.drain()
                     self._prepared.add(statement.name)
                 pg.send_query_prepared(statement.name.encode(), statement.params)
-                pg.pipeline_sync()
-                self._in_flight.append(statement)
-                while pg.flush():  # blocking mode: returns 0 once all is in the socket
-                    pass
+                self._sent(pg, statement)
             except OperationalError:
                 if not self._in_flight or self._in_flight[-1] is not statement:
                     self._in_flight.append(statement)
                 self._broken()
                 return
-            if len(self._in_flight) >= 64 or (statement.commit and not self._local):
+            if statement.commit and not self._socket:
                 self.drain()
 
-    def commits_in_flight(self) -> bool:
+    def commit_in_flight(self) -> bool:
         return any(s.commit for s in self._in_flight)
+
+    def _sent(self, pg: Any, statement: _Statement) -> None:
+        """`statement`, just queued, closed by a sync and put in the server's socket."""
+        pg.pipeline_sync()
+        self._in_flight.append(statement)
+        while pg.flush():  # blocking mode: returns 0 once all is in the socket
+            pass
 
     def drain(self) -> None:
         """Read the result of every statement in flight, oldest first, and pass it on."""
@@ -958,7 +963,7 @@ class _Pipeline:
     def _pgconn(self) -> Any:
         if self._conn is None:
             self._conn = self._connect()
-            self._local = _on_this_machine(self._conn)
+            self._socket = _over_a_socket(self._conn)
             self._conn.pgconn.nonblocking = 0
             self._conn.pgconn.enter_pipeline_mode()
         return self._conn.pgconn
@@ -1100,15 +1105,11 @@ def _rmdir_if_empty(folder: Path) -> None:
         pass
 
 
-def _on_this_machine(conn: Any) -> bool:
-    """Whether the connection's server is on this machine: a Unix socket (no address) or a
-    loopback address. Unknown: no."""
-    import ipaddress
-
+def _over_a_socket(conn: Any) -> bool:
+    """Whether the connection reaches its server over a Unix socket (no address). Unknown: no."""
     try:
-        hostaddr = conn.info.hostaddr
-        return not hostaddr or ipaddress.ip_address(hostaddr.split("%")[0]).is_loopback
-    except Exception:  # an old libpq cannot say; an address that is not one
+        return not conn.info.hostaddr
+    except Exception:  # an old libpq cannot say
         return False
 
 
