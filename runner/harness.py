@@ -362,7 +362,7 @@ def _check_reopening(state: RunState, asked: Reopening, tools: Sequence[Tool]) -
         raise UsageError(f"run {run_id}: {_key_missing(state)}: " + (
             f"set ${endpoint.api_key_env}, or give --api-key" if endpoint.api_key_env else "give --api-key KEY"))
     if asked.approve or asked.reject:
-        loop.verdict_call(state, str(asked.approve or asked.reject), approve=bool(asked.approve))
+        loop.verdict_call(state, str(asked.approve or asked.reject))
     it = state.interruption
     if (it is not None and it.type == "approval" and not (asked.approve or asked.reject) and not asked.force
             and it.call_id not in state.approved and any(c.id == it.call_id for c in pending(state))):

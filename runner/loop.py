@@ -798,9 +798,9 @@ def approve(state: RunState, call_id: str) -> None:
     """Approve one pending call; the approval holds only for its current arguments.
 
     Raises:
-        NotPending: `call_id` is not a pending call of this run.
+        NotPending: `call_id` is not a pending call of this run, or is approved already.
     """
-    call = verdict_call(state, call_id, approve=True)
+    call = verdict_call(state, call_id)
     state.approved[call_id] = call_signature(call.function.name, call.function.arguments)
 
 
@@ -813,9 +813,9 @@ def reject(state: RunState, call_id: str, reason: str = "", *, empty: bool = Fal
         tracer: where to record the verdict as a `tool_result` event (source "rejected").
 
     Raises:
-        NotPending: `call_id` is not a pending call of this run.
+        NotPending: `call_id` is not a pending call of this run, or is approved already.
     """
-    call = _pending_call(state, call_id)
+    call = verdict_call(state, call_id)
     text = "" if empty else f"The user declined this call: {reason or 'no reason given'}"
     state.messages.append(Message(role="tool", tool_call_id=call.id, name=call.function.name, content=text))
     record = ToolRun(call_id=call.id, tool_name=call.function.name, signature="rejected",
@@ -826,20 +826,20 @@ def reject(state: RunState, call_id: str, reason: str = "", *, empty: bool = Fal
 
         tracer.emit(ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id, ms=0,
                                ok=False, source="rejected", error=record.error))
-    state.approved.pop(call_id, None)
+    state.approved.pop(call_id, None)  # an approval of other arguments under this call id
     if call_id in state.in_doubt:
         state.in_doubt.remove(call_id)
 
 
-def verdict_call(state: RunState, call_id: str, *, approve: bool) -> ToolCall:
-    """The pending call a verdict names; a rejection may replace an approval not yet carried out.
+def verdict_call(state: RunState, call_id: str) -> ToolCall:
+    """The pending call a verdict names: one verdict per call, as the trace records it.
 
     Raises:
         NotPending: `call_id` is not pending (it ran or was rejected already, or is no call of
-            the run), or, to approve, it is approved already.
+            the run), or it is approved already (a resume carries it out).
     """
     call = _pending_call(state, call_id)
-    if approve and state.approved.get(call_id) == call_signature(call.function.name, call.function.arguments):
+    if state.approved.get(call_id) == call_signature(call.function.name, call.function.arguments):
         raise NotPending(f"call {call_id} ({call.function.name}) of run {state.run_id} is approved already; "
                          "a resume without a verdict carries it out")
     return call

@@ -166,8 +166,8 @@ def test_verdict_on_an_unknown_call_id_is_a_usage_error(runs: Path) -> None:
 
 
 def test_a_second_verdict_on_a_call_says_what_was_decided(runs: Path) -> None:
-    """Approved (queued for a worker, not yet run): approving again is refused, nothing new is
-    recorded. Rejected: approving it is refused, saying it was rejected."""
+    """Approved (queued for a worker, not yet run): approving or rejecting it again is refused,
+    nothing new is recorded. Rejected: approving it is refused, saying it was rejected."""
     out = _stop_for_approval(runs)
     code, queued = cli_json("resume", out["run_id"], "--approve", "c2", "--detach", runs_dir=runs)
     assert code == 0 and queued["status"] == "queued"
@@ -178,6 +178,9 @@ def test_a_second_verdict_on_a_call_says_what_was_decided(runs: Path) -> None:
     events = [json.loads(line) for line in store.trace_path(runs, out["run_id"]).read_text().splitlines()]
     assert [e["type"] for e in events].count("verdict") == 1
     assert json.loads((runs / out["run_id"] / "lock").read_text())["epoch"] == epoch  # refused before a claim
+    late_no = cli("resume", out["run_id"], "--reject", "c2", "--reason", "changed my mind", runs_dir=runs)
+    assert late_no.returncode == 2 and "is approved already" in late_no.stderr, late_no.stderr
+    assert store.load(runs, out["run_id"]).approved  # the approval stands; a plain resume carries it out
     assert (_files(runs, out["run_id"]) / "access.log").exists()
 
     out = _stop_for_approval(runs)

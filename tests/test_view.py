@@ -374,3 +374,28 @@ def test_a_verdict_on_a_run_that_cannot_be_written_says_why(tmp_path: Path) -> N
     finally:
         subprocess.run(["chattr", "-i", str(lock)], check=True)
     assert "verdict" not in [e["type"] for e in map(json.loads, (runs / run_id / "trace.jsonl").read_text().splitlines())]
+
+
+def test_a_refused_second_verdict_in_the_view_leaves_the_approved_run_queued(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    code, waiting = cli_json("run", "--scenario", "destructive", runs_dir=runs)
+    assert code == 3
+    run_id, call_id = waiting["run_id"], waiting["interruption"]["call_id"]
+    with view_server({"RUNNER_RUNS_DIR": str(runs)}) as url, httpx.Client(base_url=url) as client:
+        csrf = re.search(r'name="csrf" value="([^"]+)"', client.get(f"/runs/{run_id}").text)
+        assert csrf is not None
+
+        def post(verdict: str, call: str = call_id) -> httpx.Response:
+            return client.post(f"/runs/{run_id}/verdict", headers={"Origin": url.rstrip("/")},
+                               data={"call_id": call, "verdict": verdict, "reason": "", "csrf": csrf.group(1)})
+
+        assert post("approve").status_code == 303
+        for verdict, call in (("approve", call_id), ("reject", call_id), ("approve", "c9")):
+            refused = post(verdict, call)
+            assert refused.status_code == 400, (verdict, call, refused.text)
+            assert json.loads(cli("runs", "--json", runs_dir=runs).stdout)[0]["status"] == "queued", (verdict, call)
+        assert "is approved already" in post("reject").text
+    events = [e["type"] for e in map(json.loads, (runs / run_id / "trace.jsonl").read_text().splitlines())]
+    assert events.count("verdict") == 1
+    code, done = cli_json("resume", run_id, runs_dir=runs)
+    assert code == 0 and done["status"] == "completed" and done["answer"] == "Deleted access.log to free space."

@@ -51,6 +51,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 import runner.view.live as live  # the modules, not the package: runner.view imports this one
 import runner.view.pages as pages
 from runner.errors import NotPending, RunBusy, RunnerError, RunNotFound, UsageError
+from runner.state import RunState
 from runner.store import RunStore, default_owner
 
 HERE = Path(__file__).parent
@@ -359,20 +360,30 @@ def give_web_verdict(store: RunStore, run_id: str, call_id: str, choice: str, re
 
     if choice not in ("approve", "reject"):
         raise UsageError(f"a verdict is approve or reject, not {choice!r}")
+    info = store.info(run_id)
+    _waits_for(info.state, call_id)  # refused: the run is left as it is (queued stays queued)
     lease = store.claim(run_id, owner=by)
     try:
         state = store.load(run_id)
-        it = state.interruption
-        if state.status != "interrupted" or it is None or it.type != "approval":
-            raise NotPending(f"run {run_id} does not wait for a verdict on call {call_id!r} (it is {state.status})")
-        if it.call_id != call_id:
-            raise NotPending(f"run {run_id} waits for a verdict on call {it.call_id} ({it.tool_name}), "
-                             f"not on {call_id!r}")
+        _waits_for(state, call_id)  # again: it may have moved on meanwhile
         give_verdict(store, lease, state, call_id, choice, reason)
     except BaseException:
-        store.release(lease)
+        store.release(lease, runnable=info.shown_status == "queued")
         raise
     store.release(lease, runnable=True)
+
+
+def _waits_for(state: RunState, call_id: str) -> None:
+    """NotPending unless the run waits for a verdict on `call_id` and has none yet."""
+    from runner.loop import verdict_call
+
+    it = state.interruption
+    if state.status != "interrupted" or it is None or it.type != "approval":
+        raise NotPending(f"run {state.run_id} does not wait for a verdict on call {call_id!r} (it is {state.status})")
+    if it.call_id != call_id:
+        raise NotPending(f"run {state.run_id} waits for a verdict on call {it.call_id} ({it.tool_name}), "
+                         f"not on {call_id!r}")
+    verdict_call(state, call_id)
 
 
 def _event_stream(settings: ViewSettings, call: Callable[..., Any], token: Callable[[], Any],
