@@ -699,7 +699,7 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
     began = time.perf_counter()
     error: Exception | None = None
     try:
-        text = await tool.run(args, ctx)
+        text = _as_text(tool, await tool.run(args, ctx))
     except Cancelled as exc:  # the call stays pending: a resume runs it again
         rt.tracer.emit(ToolCancelled(runId=state.run_id, toolName=tool.name, callId=call.id,
                                      ms=round((time.perf_counter() - began) * 1000, 3), reason=exc.reason))
@@ -735,6 +735,25 @@ def _progress(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, label: s
     rt.tracer.emit(ToolProgress(runId=state.run_id, toolName=tool.name, callId=call.id, label=label))
     if rt.on_progress is not None:
         rt.on_progress(tool.name, label)
+
+
+def _as_text(tool: Tool, value: object) -> str:
+    """What a tool returned, as the text the model reads: a str as it is, data (a dict, a
+    list, a number) as JSON.
+
+    Raises:
+        TypeError: anything else (None: the tool returned nothing), as the call's error.
+    """
+    import json
+
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (dict, list, tuple, int, float)):
+        try:
+            return json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError):
+            pass
+    raise TypeError(f"the tool {tool.name} returned {type(value).__name__}, not text (a tool returns a str)")
 
 
 def _answer(state: RunState, rt: Runtime, call: ToolCall, text: str, record: ToolRun,

@@ -800,3 +800,24 @@ def test_a_scenario_never_reaches_the_provider_the_environment_names(tmp_path: P
                           cwd=tmp_path, env={**env, "RUNNER_API_KEY": KEY})
             assert proc.returncode == 0 and json.loads(proc.stdout)["status"] == "completed", proc.stderr
         assert fake.requests == []
+
+
+def test_a_tool_returning_data_is_read_as_json_and_one_returning_nothing_is_its_error(tmp_path: Path) -> None:
+    (tmp_path / "datatools.py").write_text(WEATHER.replace('return f"{args.city}: 21 C, clear"',
+                                                           'return {"city": args.city, "temp_c": 21}') + '''
+
+class Nothing(Weather):
+    def run_sync(self, args, ctx):
+        self.description  # forgot to return
+''')
+    said = {}
+    with FakeProvider(weather_handler) as fake:
+        for attr in ("Weather", "Nothing"):
+            proc = runner_process("run", "Weather in Lisbon?", "--base-url", fake.base_url, "--model", "m",
+                                  "--no-builtin-tools", "--tool", f"datatools.py:{attr}", "--runs-dir", "runs",
+                                  "--json", cwd=tmp_path)
+            assert proc.returncode == 0, proc.stderr
+            said[attr] = json.loads(proc.stdout)["answer"]
+    assert said["Weather"] == 'The weather: {"city": "Lisbon", "temp_c": 21}'
+    assert said["Nothing"] == ("The weather: Error: the tool get_weather returned NoneType, not text "
+                               "(a tool returns a str)")
