@@ -70,6 +70,23 @@ def build(config: RunConfig, given: Iterable[Tool] = ()) -> list[Tool]:
     return tools
 
 
+def check_supplied(config: RunConfig, tools: Iterable[Tool]) -> None:
+    """Tool objects given again for a saved run (a resume's --tool) stand in for tools of its
+    own the run recorded, found elsewhere now: never for a built-in the run used, nor under a
+    name the run does not offer.
+
+    Raises:
+        UsageError: one line naming the tool and the run's tools.
+    """
+    for tool in tools:
+        if tool.name not in config.tools:
+            raise UsageError(f"--tool gives {tool.name!r}, a tool the run does not offer (it offers "
+                             f"{', '.join(config.tools)}); a resume takes --tool for a tool of the run's own only")
+        if tool.name not in config.tool_refs and tool.name in NAMES:
+            raise UsageError(f"--tool gives {tool.name!r}, but the run uses the built-in {tool.name}: a resume "
+                             "does not put another tool in its place")
+
+
 def _named_once(names: Sequence[str]) -> None:
     """The model calls a tool by its name: two tools offered under one name would be one."""
     twice = [n for i, n in enumerate(names) if n in names[:i]]

@@ -356,6 +356,7 @@ def _check_reopening(state: RunState, asked: Reopening, tools: Sequence[Tool]) -
         said = "failed" if state.status == "failed" else "is completed"
         raise UsageError(f"run {run_id} {said}; there is nothing to resume")
     _apply_limits(state, asked)
+    catalog.check_supplied(state.config, tools)
     catalog.build(state.config, tools)  # a tool that cannot be found: one line, nothing changed
     endpoint = state.config.endpoint
     if not asked.queued and key_for(endpoint.api_key_env, asked.api_key, given=endpoint.api_key_given) is None:

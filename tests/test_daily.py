@@ -821,3 +821,19 @@ class Nothing(Weather):
     assert said["Weather"] == 'The weather: {"city": "Lisbon", "temp_c": 21}'
     assert said["Nothing"] == ("The weather: Error: the tool get_weather returned NoneType, not text "
                                "(a tool returns a str)")
+
+
+def test_a_resume_tool_stands_in_only_for_a_tool_of_the_runs_own(tmp_path: Path) -> None:
+    """`resume --tool` gives a run's own tool that moved; it never replaces a built-in the run
+    used, nor adds a tool the run does not offer. Refused before the run is touched."""
+    (tmp_path / "mine.py").write_text(OWN_FILES + "\n\nclass Weather2(ReadFile):\n    name = 'get_weather'\n")
+    proc = runner_process("run", "--scenario", "destructive", "--runs-dir", "runs", "--json", cwd=tmp_path)
+    run_id = json.loads(proc.stdout)["run_id"]
+    seq = FileStore(tmp_path / "runs").load(run_id).seq
+    for spec, said in [("mine.py:ReadFile", "--tool gives 'read_file', but the run uses the built-in read_file: a "
+                                            "resume does not put another tool in its place"),
+                       ("mine.py:Weather2", "--tool gives 'get_weather', a tool the run does not offer (it offers "
+                                            "list_files, read_file, delete_file, scan_archive)")]:
+        proc = runner_process("resume", run_id, "--approve", "c2", "--tool", spec, "--runs-dir", "runs", cwd=tmp_path)
+        assert proc.returncode == 2 and said in one_error(proc.stderr), proc.stderr
+    assert FileStore(tmp_path / "runs").load(run_id).seq == seq
