@@ -51,7 +51,11 @@ def is_in_process(base_url: str) -> bool:
 
 def transport() -> httpx.AsyncBaseTransport:
     """The httpx transport for `HOSTS`: each request goes to the app its host names; an
-    unknown or unregistered one is a connection error."""
+    unknown or unregistered one is a connection error. The request's read timeout bounds the
+    whole reply (the app answers in one piece here), raised as a read timeout, as a slow
+    server's would be."""
+    import asyncio
+
     import httpx
 
     class _Router(httpx.AsyncBaseTransport):
@@ -59,6 +63,10 @@ def transport() -> httpx.AsyncBaseTransport:
             app = _apps.get(request.url.host)
             if app is None:
                 raise httpx.ConnectError(f"no in-process provider answers {request.url.host}", request=request)
-            return await httpx.ASGITransport(app=app).handle_async_request(request)
+            timeout_s = request.extensions.get("timeout", {}).get("read")
+            try:
+                return await asyncio.wait_for(httpx.ASGITransport(app=app).handle_async_request(request), timeout_s)
+            except TimeoutError:
+                raise httpx.ReadTimeout(f"no reply within {timeout_s} s", request=request) from None
 
     return _Router()

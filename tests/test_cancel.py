@@ -163,6 +163,16 @@ def test_a_slow_reply_times_out_and_is_retried(faulty, provider: str) -> None:  
     assert state.status == "completed" and state.per_turn[1].retries == 1
 
 
+def test_a_slow_reply_of_the_in_process_provider_times_out_too(runs: Path) -> None:
+    """`--scenario` answers in this process (no socket): its replies still obey --timeout-s."""
+    began = time.perf_counter()
+    code, out = cli_json("run", "--scenario", "plan", "--fault", "slow@1", "--timeout-s", "1", "--max-retries", "0",
+                         runs_dir=runs)
+    assert code == 1 and out["kept"] is False and out["status"] == "interrupted", out  # it never got a reply
+    assert out["interruption"]["type"] == "provider_unavailable" and "timed out" in out["reason"], out
+    assert time.perf_counter() - began < 4  # the slow reply takes 5 s
+
+
 def test_401_fails_with_the_providers_message(runs: Path) -> None:
     code, out = cli_json("run", "--scenario", "plan", "--fault", "401@2", runs_dir=runs)
     assert code == 1 and out["status"] == "failed" and out["turns"] == 1
