@@ -125,6 +125,9 @@ async def work(store: RunStore, *, concurrency: int = 1, idle_exit_s: float | No
                 while not all(s.done() for s in slots):
                     await asyncio.wait([waiter, *slots], return_when=asyncio.FIRST_COMPLETED)
                     if stop.is_set():
+                        if cancels:
+                            say(f"stopping: {len(cancels)} run(s) being driven stop at their next step (a running "
+                                "tool that does not check for a stop finishes first)")
                         for token in list(cancels):
                             token.cancel("the worker is stopping")
                         await asyncio.gather(*slots)

@@ -208,3 +208,22 @@ def test_a_run_the_worker_cannot_drive_is_set_aside_and_a_stop_still_stops_it(
     assert waiting.returncode is not None and time.monotonic() - began < 20, out + err
     assert (out + err).count("not driven") == 1, out + err
     assert backend.store.info(bad["run_id"]).shown_status == "queued"
+
+
+def test_a_stopped_worker_says_what_it_waits_for(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    code, queued = cli_json("run", "--scenario", "slow", "--detach", runs_dir=runs)
+    assert code == 0
+    env = {**os.environ, "RUNNER_RUNS_DIR": str(runs)}
+    worker = subprocess.Popen([sys.executable, "-m", "runner", "worker", "--poll", "0.1"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    trace = runs / queued["run_id"] / "trace.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (trace.exists() and "tool_progress" in trace.read_text()):
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGTERM)
+    out, err = worker.communicate(timeout=60)
+    assert "stopping: 1 run(s) being driven stop at their next step" in out + err, out + err
+    from runner.store import FileStore
+
+    assert FileStore(runs).load(queued["run_id"]).status == "interrupted"
