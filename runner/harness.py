@@ -398,4 +398,5 @@ def _apply_limits(state: RunState, asked: Reopening) -> None:
     if (it is not None and it.type == "max_budget" and it.needs_usd and state.status == "budget_exceeded"
             and limits.cap_max_tokens and limits.max_budget_usd is not None and limits.max_budget_usd < it.needs_usd):
         raise UsageError(f"run {state.run_id} has spent ${state.cost_usd:.6f} and its next turn needs a budget of "
-                         f"${it.needs_usd:.6f} (its prompt and a short reply); give --max-budget at least that")
+                         f"${it.needs_usd:.6f} (its prompt and a reply as long as the run's longest); give --max-budget at least "
+                         "that")

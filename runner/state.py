@@ -95,7 +95,8 @@ class MaxBudgetInterruption(BaseModel, defer_build=True):
     """Spend when the run stopped, USD (may pass the limit by at most one turn's cost)."""
     needs_usd: float | None = None
     """With `cap_max_tokens`: the least budget that pays for the next prompt (as estimated)
-    and `MIN_REPLY_TOKENS` of reply, USD; None when the budget itself was spent."""
+    and a reply as long as the run's longest (at least `MIN_REPLY_TOKENS`), USD; None when
+    the budget itself was spent."""
 
 
 class ProviderUnavailableInterruption(BaseModel, defer_build=True):
@@ -304,10 +305,12 @@ class Limits(BaseModel, defer_build=True):
         reply_tokens = self.reply_tokens(state, next_prompt_tokens, prices)
         if reply_tokens is not None and reply_tokens < MIN_REPLY_TOKENS:
             (price_in, price_out), prompt_tokens = prices, next_prompt_tokens()
-            needs_usd = state.cost_usd + (prompt_tokens * price_in + MIN_REPLY_TOKENS * price_out) / 1e6
+            reply = max([MIN_REPLY_TOKENS, *(t.completion_tokens for t in state.per_turn)])
+            needs_usd = state.cost_usd + (prompt_tokens * price_in + reply * price_out) / 1e6
             budget.needs_usd = (int(needs_usd * 1e6) + 2) / 1e6  # whole micro-dollars, rounded up with room
             return LimitStop("budget_exceeded", budget, f"{spent}; the next prompt (~{prompt_tokens} tokens) would "
-                             f"leave too little for a reply (a budget of ${budget.needs_usd:.6f} pays for one)")
+                             f"leave too little for a reply (a budget of ${budget.needs_usd:.6f} pays for one as long "
+                             "as the run's longest)")
         return None
 
     def reply_tokens(self, state: "RunState", next_prompt_tokens: Callable[[], int],
