@@ -381,6 +381,8 @@ class FileStore(RunStore):
             replay = self._replay(run_id, events=True)
             lines = replay.events or []
             base = replay.base
+            if replay.seq == 1 and not lines and not base:  # created (queued), never driven: no trace yet
+                return []
             note = (f"{path} is missing: rebuilt from journal.jsonl ({len(lines)} committed events; events that "
                     "commit nothing, such as run_started, tool_progress and read-only tool starts, are not in it")
             self.problems.append(note + (f"; the journal was folded into state.json at save {base}, events before "
