@@ -129,7 +129,8 @@ def drive_in_foreground(state: RunState, runs: RunStore, lease: Lease, signals: 
     signals.on_stopping = feedback.on_stopping
     try:
         signals.arm()
-        return _drive(state, runs, lease, faults, provider, feedback, signals, runner, options)
+        with contextlib.redirect_stdout(sys.stderr):  # what a tool prints: stdout carries the result (--json)
+            return _drive(state, runs, lease, faults, provider, feedback, signals, runner, options)
     except KeyboardInterrupt:
         _save_stopped_early(state, runs, lease, signals.reason or stopped_by(signal.SIGINT))
     finally:

@@ -808,7 +808,7 @@ def test_a_tool_returning_data_is_read_as_json_and_one_returning_nothing_is_its_
 
 class Nothing(Weather):
     def run_sync(self, args, ctx):
-        self.description  # forgot to return
+        print("looked it up")  # and forgot to return it; a print never reaches --json's stdout
 ''')
     said = {}
     with FakeProvider(weather_handler) as fake:
@@ -818,6 +818,7 @@ class Nothing(Weather):
                                   "--json", cwd=tmp_path)
             assert proc.returncode == 0, proc.stderr
             said[attr] = json.loads(proc.stdout)["answer"]
+            assert ("looked it up" in proc.stderr) == (attr == "Nothing")
     assert said["Weather"] == 'The weather: {"city": "Lisbon", "temp_c": 21}'
     assert said["Nothing"] == ("The weather: Error: the tool get_weather returned NoneType, not text "
                                "(a tool returns a str)")
