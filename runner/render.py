@@ -553,6 +553,9 @@ def next_steps(state: RunState, store_opts: str = "") -> list[str]:
     `store_opts` (see `store_options`) goes into every command."""
     rid = resume_target(state, store_opts)
     it = state.interruption
+    if it is not None and it.type == "approval" and it.call_id in state.approved:
+        return [f"approved: {it.tool_name}({json.dumps(it.args)})  call id {it.call_id}; a resume carries it out",
+                f"resume with: runner resume {rid}"]
     if it is not None and it.type == "approval":
         return [f"waiting for approval: {it.tool_name}({json.dumps(it.args)})  call id {it.call_id}"
                 + ("  [in doubt: it may already have run]" if it.in_doubt else ""),

@@ -190,3 +190,19 @@ def test_a_second_verdict_on_a_call_says_what_was_decided(runs: Path) -> None:
     assert late.returncode == 2 and "call c2 (delete_file) of run" in late.stderr, late.stderr
     assert "was rejected already: there is no verdict to give on it (pending: none)" in late.stderr
     assert (_files(runs, out["run_id"]) / "access.log").exists()
+
+
+def test_an_approval_recorded_by_a_resume_that_stopped_says_a_resume_carries_it_out(runs: Path) -> None:
+    """A resume records the verdict, then stops before the loop runs (killed, Ctrl-C while
+    llama.cpp starts): the run still says why it stopped, but offers no verdict to give."""
+    from runner.harness import Reopening, reopen
+
+    out = _stop_for_approval(runs)
+    files = store.FileStore(runs)
+    _, lease = reopen(files, out["run_id"], Reopening(approve="c2"))
+    files.release(lease)  # the resume went no further
+    shown = cli("show", out["run_id"], runs_dir=runs, env={"COLUMNS": "200"})
+    assert 'approved: delete_file({"path": "access.log"})  call id c2; a resume carries it out' in shown.stdout
+    assert "approve with:" not in shown.stdout and f"resume with: runner resume {out['run_id']}" in shown.stdout
+    code, done = cli_json("resume", out["run_id"], runs_dir=runs)
+    assert code == 0 and done["answer"] == "Deleted access.log to free space."
