@@ -99,8 +99,9 @@ def _named_once(names: Sequence[str]) -> None:
 
 def spec_to_ref(spec: str) -> str:
     """A `--tool` value as a reference `load` takes: "module:attribute" as it is, the path of
-    an existing file ("PATH/TO/FILE.py:attribute") made absolute (a resume or a worker may
-    start in another folder), or, for a plain name, the `runner.tools` entry point of that name.
+    an existing file ("PATH/TO/FILE.py:attribute", or a module that is a file of the current
+    folder) made absolute (a resume or a worker may start in another folder), or, for a
+    plain name, the `runner.tools` entry point of that name.
 
     Raises:
         UnknownTool: a plain name no installed plugin offers.
@@ -108,7 +109,12 @@ def spec_to_ref(spec: str) -> str:
     if ":" in spec:
         where, _, attribute = spec.rpartition(":")
         path = Path(where).expanduser()
-        return f"{path.resolve()}:{attribute}" if _is_path(where) and path.suffix == ".py" and path.is_file() else spec
+        if _is_path(where) and path.suffix == ".py" and path.is_file():
+            return f"{path.resolve()}:{attribute}"
+        here = Path.cwd() / f"{where}.py"
+        if "." not in where and here.is_file() and _origin(where) in (None, here.resolve()):
+            return f"{here.resolve()}:{attribute}"  # a module of this folder: recorded by its file
+        return spec
     from importlib.metadata import entry_points
 
     found = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
@@ -117,6 +123,17 @@ def spec_to_ref(spec: str) -> str:
                           f"{', '.join(sorted(found)) or 'none'}); give MODULE:NAME or FILE.py:NAME for a tool of "
                           "your own")
     return found[spec]
+
+
+def _origin(module: str) -> Path | None:
+    """The file `module` would be imported from on the current path, if any."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    return Path(spec.origin).resolve() if spec is not None and spec.origin else None
 
 
 def _is_path(where: str) -> bool:

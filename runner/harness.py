@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -303,11 +303,13 @@ class Reopening:
     """The run goes to a worker next; else it is driven here, and the key it sends (`api_key`,
     else the variable it names, see `runner.config.key_for`) must be at hand."""
     api_key: str | None = None
+    tool_refs: dict[str, str] = field(default_factory=dict)
+    """Where tools of the run's own are found now (`--tool` on resume), by name: recorded."""
 
     @property
-    def changes_limits(self) -> bool:
+    def changes_config(self) -> bool:
         return (self.max_turns is not None or self.max_budget_usd is not None or self.latency_ms is not None
-                or self.base_url is not None)
+                or self.base_url is not None or bool(self.tool_refs))
 
 
 def reopen(store: RunStore, run_id: str, asked: Reopening,
@@ -337,7 +339,7 @@ def reopen(store: RunStore, run_id: str, asked: Reopening,
         if asked.approve or asked.reject:  # saved with the new limits, if any
             give_verdict(store, lease, state, str(asked.approve or asked.reject),
                          "approve" if asked.approve else "reject", asked.reason, empty=asked.empty_rejection)
-        elif asked.changes_limits and not asked.force:
+        elif asked.changes_config and not asked.force:
             store.save(state, (), lease)
     except BaseException:
         store.release(lease)
@@ -357,6 +359,7 @@ def _check_reopening(state: RunState, asked: Reopening, tools: Sequence[Tool]) -
         raise UsageError(f"run {run_id} {said}; there is nothing to resume")
     _apply_limits(state, asked)
     catalog.check_supplied(state.config, tools)
+    state.config.tool_refs.update(asked.tool_refs)  # a tool of the run's own that moved: found there from now on
     catalog.build(state.config, tools)  # a tool that cannot be found: one line, nothing changed
     endpoint = state.config.endpoint
     if not asked.queued and key_for(endpoint.api_key_env, asked.api_key, given=endpoint.api_key_given) is None:

@@ -324,12 +324,14 @@ def resume(run_id: str, req: ResumeRequest, runs: store.RunStore, feedback: Feed
         UsageError: as `reopen`, or a tool of the run's own that cannot be found.
         RunBusy: another process drives the run.
     """
-    own = [catalog.load(catalog.spec_to_ref(spec)) for spec in req.tools]
+    refs = [catalog.spec_to_ref(spec) for spec in req.tools]
+    own = [catalog.load(ref) for ref in refs]
     signals = StopSignals.install() if not req.detach else None
     asked = Reopening(approve=req.approve, reject=req.reject, reason=req.reason,
                       empty_rejection=req.unsafe_empty_rejection, max_turns=req.max_turns,
                       max_budget_usd=req.max_budget_usd, latency_ms=req.latency_ms, base_url=req.base_url,
-                      force=req.force, queued=req.detach, api_key=req.api_key)
+                      force=req.force, queued=req.detach, api_key=req.api_key,
+                      tool_refs={tool.name: ref for tool, ref in zip(own, refs)})
     state, lease = reopen(runs, run_id, asked, tools=own)
     if signals is None:
         runs.release(lease, runnable=True)

@@ -336,7 +336,8 @@ def test_own_tool_from_cli_and_missing_on_resume_is_one_line(tmp_path: Path) -> 
         run_id = json.loads(proc.stdout)["run_id"]
         assert "get_weather" in [t["function"]["name"] for t in fake.requests[0]["tools"]]
         state = FileStore(tmp_path / "runs").load(run_id)
-        assert state.config.tool_refs == {"get_weather": "mytools:Weather"}
+        # a module of the working folder is recorded by its file: found from any folder
+        assert state.config.tool_refs == {"get_weather": f"{tmp_path / 'mytools.py'}:Weather"}
         assert state.messages[-1].content == "Lisbon: 21 C, clear"
         (tmp_path / "mytools.py").rename(tmp_path / "elsewhere.py")
         proc = runner_process("resume", run_id, "--max-turns", "3", "--runs-dir", "runs", cwd=tmp_path)
@@ -409,12 +410,12 @@ def test_a_tool_spec_that_is_no_usable_tool_is_one_usage_line(tmp_path: Path) ->
         (f"{tmp_path}/mytools.py:Weather:X", f"one NAME goes after the file ({tmp_path}/mytools.py:NAME; "
                                               "an attribute of it: NAME.ATTR)"),
         (".mytools:Weather", ".mytools is a relative module name"),
-        ("mytools:Tool", "mytools:Tool is not a usable tool: it has no name and no description and no run_sync or run"),
-        ("mytools:NoName", "mytools:NoName is not a usable tool: it has no name ("),
-        ("mytools:NoRun", "mytools:NoRun is not a usable tool: it has no run_sync or run ("),
-        ("mytools:BaseModel", "mytools:BaseModel is not a runner.Tool"),
-        ("mytools:Nothing", "mytools has no attribute 'Nothing'"),
-        ("boom:X", "cannot import boom:X: ValueError: boom at import"),
+        ("mytools:Tool", "mytools.py:Tool is not a usable tool: it has no name and no description and no run_sync or run"),
+        ("mytools:NoName", "mytools.py:NoName is not a usable tool: it has no name ("),
+        ("mytools:NoRun", "mytools.py:NoRun is not a usable tool: it has no run_sync or run ("),
+        ("mytools:BaseModel", "mytools.py:BaseModel is not a runner.Tool"),
+        ("mytools:Nothing", "mytools.py has no attribute 'Nothing'"),
+        ("boom:X", "boom.py:X: ValueError: boom at import"),
         ("./boom.py:X", "ValueError: boom at import"),
     ]:
         proc = runner_process("run", "hi", "--scenario", "plan", "--tool", spec, "--runs-dir", "runs", cwd=tmp_path)
@@ -751,7 +752,8 @@ def test_config_file_tools_and_model_apply_to_a_run(tmp_path: Path) -> None:
         assert fake.requests[0]["model"] == "m-from-config"
         assert "get_weather" in [t["function"]["name"] for t in fake.requests[0]["tools"]]
     state = FileStore(tmp_path / "runs").load(json.loads(proc.stdout)["run_id"])
-    assert state.config.endpoint.max_retries == 0 and state.config.tool_refs == {"get_weather": "mytools:Weather"}
+    assert state.config.endpoint.max_retries == 0
+    assert state.config.tool_refs == {"get_weather": f"{tmp_path / 'mytools.py'}:Weather"}
 
 
 def test_a_worker_finds_the_runs_tool_and_key_again(tmp_path: Path) -> None:
@@ -838,3 +840,24 @@ def test_a_resume_tool_stands_in_only_for_a_tool_of_the_runs_own(tmp_path: Path)
         proc = runner_process("resume", run_id, "--approve", "c2", "--tool", spec, "--runs-dir", "runs", cwd=tmp_path)
         assert proc.returncode == 2 and said in one_error(proc.stderr), proc.stderr
     assert FileStore(tmp_path / "runs").load(run_id).seq == seq
+
+
+def test_a_tool_given_again_on_resume_is_recorded_where_it_is_now(tmp_path: Path) -> None:
+    """The tools file moved: `resume --tool NEW/PATH --detach` records the new place, so the
+    worker that drives the run next finds it."""
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "mytools.py").write_text(WEATHER)
+    with FakeProvider(weather_handler) as fake:
+        proc = runner_process("run", "Weather in Lisbon?", "--base-url", fake.base_url, "--model", "m", "--tool",
+                              "old/mytools.py:Weather", "--max-turns", "1", "--runs-dir", "runs", "--json",
+                              cwd=tmp_path)
+        run_id = json.loads(proc.stdout)["run_id"]
+        (tmp_path / "old").rename(tmp_path / "new")
+        proc = runner_process("resume", run_id, "--max-turns", "3", "--tool", "new/mytools.py:Weather", "--detach",
+                              "--runs-dir", "runs", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        state = FileStore(tmp_path / "runs").load(run_id)
+        assert state.config.tool_refs == {"get_weather": f"{tmp_path / 'new' / 'mytools.py'}:Weather"}
+        proc = runner_process("worker", "--runs-dir", str(tmp_path / "runs"), "--idle-exit", "1", cwd=tmp_path / "new")
+    assert proc.returncode == 0, proc.stderr
+    assert FileStore(tmp_path / "runs").load(run_id).status == "completed"
