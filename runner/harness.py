@@ -362,6 +362,9 @@ def _check_reopening(state: RunState, asked: Reopening, tools: Sequence[Tool]) -
     state.config.tool_refs.update(asked.tool_refs)  # a tool of the run's own that moved: found there from now on
     catalog.build(state.config, tools)  # a tool that cannot be found: one line, nothing changed
     endpoint = state.config.endpoint
+    if asked.queued and (asked.api_key or endpoint.api_key_given):
+        raise UsageError(f"run {run_id}: a key given with --api-key is never saved, so no worker could send it; "
+                         "resume it here (without --detach) with --api-key")
     if not asked.queued and key_for(endpoint.api_key_env, asked.api_key, given=endpoint.api_key_given) is None:
         raise UsageError(f"run {run_id}: {_key_missing(state)}: " + (
             f"set ${endpoint.api_key_env}, or give --api-key" if endpoint.api_key_env else "give --api-key KEY"))

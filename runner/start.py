@@ -132,6 +132,9 @@ def _check_choices(req: RunRequest) -> None:
         raise UsageError("--on-slip must be corrective, repeat or fail")
     if req.tool_choice is not None and req.tool_choice not in ("auto", "required", "none"):
         raise UsageError(f"--tool-choice must be auto, required or none, got {req.tool_choice!r}")
+    if req.detach and req.api_key:
+        raise UsageError("--api-key is never saved, so no worker could send it: with --detach, name the variable "
+                         "that holds the key (--api-key-env NAME, set where the worker runs)")
     if req.detach and (req.latency_ms or req.fault):
         raise UsageError("--latency-ms and --fault configure a scripted provider started here; "
                          "they do not go with --detach")

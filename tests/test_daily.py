@@ -191,10 +191,21 @@ def test_a_run_given_its_key_on_the_command_line_needs_it_again(tmp_path: Path) 
                          env={"OPENAI_API_KEY": "sk-another-providers-key-1234"})
         assert refused.returncode == 2 and "--api-key" in one_error(refused.stderr), refused.stderr
         assert len(fake.requests) == asked
+        for args in (("--detach",), ("--api-key", KEY, "--detach")):  # a worker would have no key to send
+            queued = runner("resume", run_id, "--max-turns", "5", *args, "--runs-dir", "runs", cwd=tmp_path)
+            assert queued.returncode == 2 and "never saved, so no worker could send it" in one_error(queued.stderr)
+        assert FileStore(tmp_path / "runs").info(run_id).shown_status == "max_turns_exceeded"
         done = runner("resume", run_id, "--api-key", KEY, "--max-turns", "5", "--runs-dir", "runs", "--json",
                       cwd=tmp_path)
         assert done.returncode == 0 and json.loads(done.stdout)["status"] == "completed", done.stderr
         assert fake.auth and all(a == f"Bearer {KEY}" for a in fake.auth)
+
+
+def test_a_key_given_on_the_command_line_is_refused_for_a_queued_run(tmp_path: Path) -> None:
+    proc = runner("run", "hi", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--api-key", KEY, "--detach",
+                  "--runs-dir", "runs", cwd=tmp_path)
+    assert proc.returncode == 2 and "--api-key is never saved, so no worker could send it" in one_error(proc.stderr)
+    assert not (tmp_path / "runs").exists()
 
 
 def test_config_file_refuses_a_key_and_show_names_sources(tmp_path: Path) -> None:
