@@ -394,15 +394,17 @@ def _apply_limits(state: RunState, asked: Reopening) -> None:
         from runner.endpoints import checked_base_url
 
         state.config.endpoint = state.config.endpoint.model_copy(update={"base_url": checked_base_url(asked.base_url)})
-    if state.status == "max_turns_exceeded" and limits.max_turns is not None and state.turns >= limits.max_turns:
-        raise UsageError(f"run {state.run_id} stopped at its turn cap after {state.turns} turns; "
-                         f"give --max-turns larger than {state.turns}")
-    if (limits.max_budget_usd is not None and state.cost_usd >= limits.max_budget_usd
-            and state.status == "budget_exceeded"):
-        raise UsageError(f"run {state.run_id} has spent ${state.cost_usd:.6f}; give --max-budget larger than that")
+    if state.status not in ("max_turns_exceeded", "budget_exceeded"):
+        return  # a limit is checked before the next model request: a run stopped on one asks next
+    if limits.max_turns is not None and state.turns >= limits.max_turns:
+        raise UsageError(f"run {state.run_id} has made {state.turns} turns, so a turn cap of {limits.max_turns} stops "
+                         f"it again at once; give --max-turns larger than {state.turns} (0: no cap)")
+    if limits.max_budget_usd is not None and state.cost_usd >= limits.max_budget_usd:
+        raise UsageError(f"run {state.run_id} has spent ${state.cost_usd:.6f}; give --max-budget larger than that "
+                         "(0: no budget)")
     it = state.interruption
-    if (it is not None and it.type == "max_budget" and it.needs_usd and state.status == "budget_exceeded"
-            and limits.cap_max_tokens and limits.max_budget_usd is not None and limits.max_budget_usd < it.needs_usd):
+    if (it is not None and it.type == "max_budget" and it.needs_usd and limits.cap_max_tokens
+            and limits.max_budget_usd is not None and limits.max_budget_usd < it.needs_usd):
         raise UsageError(f"run {state.run_id} has spent ${state.cost_usd:.6f} and its next turn needs a budget of "
-                         f"${it.needs_usd:.6f} (its prompt and a reply as long as the run's longest); give --max-budget at least "
-                         "that")
+                         f"${it.needs_usd:.6f} (its prompt and a reply as long as the run's longest); give "
+                         "--max-budget at least that")

@@ -178,6 +178,14 @@ def test_resume_without_room_under_the_limit_that_stopped_it_is_a_usage_error(ru
     proc = cli("resume", broke["run_id"], "--max-budget", "0.001", runs_dir=runs)
     assert proc.returncode == 2 and "give --max-budget larger than that" in one_error(proc.stderr)
     assert store.load(runs, broke["run_id"]).config.limits.max_budget_usd == 0.002  # nothing saved
+    # nor under the other limit: a resume that lifts one cap and sets the other too low
+    proc = cli("resume", capped["run_id"], "--max-turns", "0", "--max-budget", "0.0001", runs_dir=runs)
+    assert proc.returncode == 2 and "give --max-budget larger than that (0: no budget)" in one_error(proc.stderr)
+    turns = store.load(runs, broke["run_id"]).turns
+    proc = cli("resume", broke["run_id"], "--max-budget", "0", "--max-turns", str(turns), runs_dir=runs)
+    assert proc.returncode == 2 and f"give --max-turns larger than {turns} (0: no cap)" in one_error(proc.stderr)
+    assert store.load(runs, capped["run_id"]).status == "max_turns_exceeded"
+    assert store.load(runs, broke["run_id"]).status == "budget_exceeded"
 
 
 def test_corrupt_state_file_is_a_clear_error(runs: Path) -> None:
