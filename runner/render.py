@@ -1010,6 +1010,8 @@ def started(started: Started, runs: RunStore, as_json: bool) -> None:
     if as_json:
         marks = {"status": "queued"} if started.queued else {} if started.kept else {"kept": False}
         print(json.dumps({**result_json(state), **marks}))
+        if not started.kept:
+            unkept(state)  # on stderr, as without --json: the id printed names no stored run
     elif started.queued:
         print(f"queued run {state.run_id}; a worker drives it: runner worker{store_opts}")
     elif not started.kept:

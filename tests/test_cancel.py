@@ -166,9 +166,11 @@ def test_a_slow_reply_times_out_and_is_retried(faulty, provider: str) -> None:  
 def test_a_slow_reply_of_the_in_process_provider_times_out_too(runs: Path) -> None:
     """`--scenario` answers in this process (no socket): its replies still obey --timeout-s."""
     began = time.perf_counter()
-    code, out = cli_json("run", "--scenario", "plan", "--fault", "slow@1", "--timeout-s", "1", "--max-retries", "0",
-                         runs_dir=runs)
+    proc = cli("run", "--scenario", "plan", "--fault", "slow@1", "--timeout-s", "1", "--max-retries", "0", "--json",
+               runs_dir=runs)
+    code, out = proc.returncode, json.loads(proc.stdout)
     assert code == 1 and out["kept"] is False and out["status"] == "interrupted", out  # it never got a reply
+    assert f"not kept: run {out['run_id']} never got a reply" in proc.stderr, proc.stderr  # said with --json too
     assert out["interruption"]["type"] == "provider_unavailable" and "timed out" in out["reason"], out
     assert time.perf_counter() - began < 4  # the slow reply takes 5 s
 
