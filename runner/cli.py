@@ -226,7 +226,8 @@ def list_runs(request: RunsRequest, runs_dir: RunsDir = None, store_url: StoreOp
     elif request.totals:
         render.runs_totals(store.select(runs, status, request.limit, request.offset), runs, request.by, as_json)
     else:
-        render.runs_list(store.select(runs, status, request.limit, request.offset), runs, as_json, status)
+        render.runs_list(store.select(runs, status, request.limit, request.offset), runs, as_json, status,
+                         request.offset)
     return 0
 
 

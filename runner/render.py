@@ -1033,7 +1033,8 @@ def trace(events: Sequence[TraceEvent], info: RunInfo | None, runs: RunStore, as
         print("\n".join(trace_lines(events, info, terminal_width(), store_options(runs.url))))
 
 
-def runs_list(infos: Sequence[RunInfo], where: RunStore, as_json: bool, status: str | None = None) -> None:
+def runs_list(infos: Sequence[RunInfo], where: RunStore, as_json: bool, status: str | None = None,
+              offset: int = 0) -> None:
     """`runner runs`: a warning on stderr per unreadable run skipped, then the table (or that
     there are none), or with `as_json` each run's `RunResult` (without its per-turn prompt
     tokens) with its shown status, its driver and any damage."""
@@ -1048,7 +1049,8 @@ def runs_list(infos: Sequence[RunInfo], where: RunStore, as_json: bool, status: 
     elif said := _missing(where):
         print(said)
     else:
-        print(f"no runs in {_shown(where.url)}" + (f" with status {status}" if status else ""))
+        print(f"no runs in {_shown(where.url)}" + (f" with status {status}" if status else "")
+              + (f" past the first {offset} (--offset)" if offset else ""))
 
 
 def runs_totals(infos: Sequence[RunInfo], where: RunStore, by: str | None, as_json: bool) -> None:

@@ -340,3 +340,9 @@ def test_an_answer_of_several_lines_prints_as_written(tmp_path: Path) -> None:
     at = lines.index("   answer:")
     assert lines[at + 1:at + 5] == ["     Two findings:", "", "     - errors.log: a timeout", "     - access.log: nothing"]
     assert "\\n" not in proc.stdout
+
+
+def test_runs_past_the_offset_says_so(runs: Path) -> None:
+    cli_json("run", "--scenario", "plan", runs_dir=runs)
+    shown = cli("runs", "--offset", "5", runs_dir=runs)
+    assert shown.returncode == 0 and shown.stdout.strip() == f"no runs in {runs} past the first 5 (--offset)"
