@@ -307,3 +307,31 @@ def test_a_lease_length_in_the_environment_that_is_no_number_is_one_clear_line(p
         assert one_error(proc.stderr) == (f"error: $RUNNER_LEASE_S must be a lease length in seconds, at least 0.1; "
                                           f"got {bad!r}")
     assert cli("runs", "--store", pg_url, runs_dir=None, env={"RUNNER_LEASE_S": "2.5"}).returncode == 0
+
+
+def test_a_killed_driver_not_yet_reaped_is_taken_over_at_once(pg_url: str, tmp_path: Path) -> None:
+    """A driver killed with SIGKILL whose parent has not reaped it yet (a zombie) holds a
+    lease that has not run out: a resume on the same machine sees the process is gone and
+    takes the run over, instead of waiting out the lease."""
+    import os
+    import signal
+
+    env = {**os.environ, "RUNNER_STORE": pg_url, "RUNNER_LEASE_S": "60"}
+    driver = subprocess.Popen([sys.executable, "-m", "runner", "run", "--scenario", "slow", "--json"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = PostgresStore(pg_url)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            infos = store.list_runs()
+            if infos and any(e.type == "tool_progress" for e in store.read_trace(infos[0].state.run_id)):
+                break
+            time.sleep(0.05)
+        os.kill(driver.pid, signal.SIGKILL)  # not waited for: a zombie until the end of this test
+        time.sleep(0.3)
+        run_id = infos[0].state.run_id
+        code, done = cli_json("resume", run_id, runs_dir=tmp_path / "unused", env={"RUNNER_STORE": pg_url})
+        assert code == 0 and done["status"] == "completed", done
+    finally:
+        store.close()
+        driver.wait(timeout=30)

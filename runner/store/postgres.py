@@ -1124,13 +1124,18 @@ def _dead_pid_here(owner: str | None) -> int | None:
     match = re.match(r"^[^@]*@(\S+) pid (\d+)", owner or "")
     if match is None or match.group(1) != socket.gethostname():
         return None
+    pid = int(match.group(2))
     try:
-        os.kill(int(match.group(2)), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
-        return int(match.group(2))
+        return pid
     except PermissionError:
         return None
-    return None
+    try:  # a killed process its parent has not reaped yet is gone too (a zombie: state Z)
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
+    return pid if state == "Z" else None
 
 
 def _iso(value: datetime | None) -> str:
