@@ -399,17 +399,20 @@ def _stalled(state: RunState) -> bool:
 
 
 def restated_results(state: RunState) -> str:
-    """Every distinct successful tool result of the run, in order, each under a header naming
-    the call (``--- read_file notes.txt ---``: the tool and its argument values), each cut to
-    `RESTATED_RESULT_CHARS`; "" when no call succeeded."""
+    """Every distinct successful tool result of the run, and every call the user declined (the
+    model must not answer as if it ran), in order, each under a header naming the call
+    (``--- read_file notes.txt ---``: the tool and its argument values), each cut to
+    `RESTATED_RESULT_CHARS`; "" when there is none."""
     calls = {c.id: c for m in state.messages for c in (m.tool_calls or [])}
     texts = {m.tool_call_id: m.content or "" for m in state.messages if m.role == "tool"}
     seen: set[str] = set()
     parts = []
     for record in state.tool_runs:
-        if not record.ok or record.signature in seen or record.call_id not in calls:
+        declined = record.source == "rejected"
+        key = record.call_id if declined else record.signature
+        if not (record.ok or declined) or key in seen or record.call_id not in calls:
             continue
-        seen.add(record.signature)
+        seen.add(key)
         parts.append(f"--- {_call_label(calls[record.call_id])} ---\n"
                      f"{cap_text(texts.get(record.call_id, ''), RESTATED_RESULT_CHARS)[0]}")
     return "\n\n".join(parts)

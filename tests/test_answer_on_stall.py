@@ -110,3 +110,20 @@ def test_parallel_tool_calls_is_sent_when_set(fake: FakeProvider, tmp_path: Path
     drive(scripted_run("fake", prompt="Go.", base_url=fake.base_url, parallel_tool_calls=False), fake.base_url, None)
     drive(scripted_run("fake", prompt="Go.", base_url=fake.base_url), fake.base_url, None)
     assert [r.get("parallel_tool_calls", "unset") for r in fake.requests] == [False, "unset"]
+
+
+def test_a_declined_call_is_restated_with_the_results(fake: FakeProvider) -> None:
+    """The user declined a call: when the answer is asked for with the results restated, the
+    rejection is among them, so the model does not answer as if the call had run."""
+    from runner import loop
+
+    _play(fake, [_calls(("delete_file", '{"path": "access.log"}')), _calls(("list_files", "{}")),
+                 _calls(("list_files", "{}"))])
+    state = drive(_run(fake, answer_restates_results="always"), fake.base_url, None)
+    assert state.status == "interrupted" and state.interruption is not None and state.interruption.type == "approval"
+    loop.reject(state, state.interruption.call_id, "keep it for the audit")
+    state = drive(state, fake.base_url, None)
+    assert state.status == "completed"
+    asked = fake.requests[-1]["messages"][-1]["content"]
+    assert "--- delete_file access.log ---\nThe user declined this call: keep it for the audit" in asked, asked
+    assert asked.count("--- list_files ---") == 1
