@@ -221,6 +221,8 @@ def _import_file(path: Path, ref: str) -> Any:
         raise UnknownTool(f"cannot import {ref}: {path} is not a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # as an import does: the module's classes find their module by name
+    if str(path.parent) not in sys.path:  # as for a script: the modules beside it import by name
+        sys.path.append(str(path.parent))
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # the user's file raised: its error, not runner's

@@ -872,3 +872,20 @@ def test_a_tool_given_again_on_resume_is_recorded_where_it_is_now(tmp_path: Path
         proc = runner_process("worker", "--runs-dir", str(tmp_path / "runs"), "--idle-exit", "1", cwd=tmp_path / "new")
     assert proc.returncode == 0, proc.stderr
     assert FileStore(tmp_path / "runs").load(run_id).status == "completed"
+
+
+def test_a_tools_module_that_imports_its_neighbour_works_from_any_folder(tmp_path: Path) -> None:
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "helper.py").write_text('CLEAR = "21 C, clear"\n')
+    (tmp_path / "proj" / "mytools.py").write_text(
+        WEATHER.replace("from runner import Tool", "from runner import Tool\n\nfrom helper import CLEAR")
+        .replace('return f"{args.city}: 21 C, clear"', 'return f"{args.city}: {CLEAR}"'))
+    with FakeProvider(weather_handler) as fake:
+        proc = runner_process("run", "Weather in Lisbon?", "--base-url", fake.base_url, "--model", "m", "--tool",
+                              "mytools:Weather", "--detach", "--runs-dir", str(tmp_path / "runs"), "--json",
+                              cwd=tmp_path / "proj")
+        assert proc.returncode == 0, proc.stderr
+        worker = runner_process("worker", "--idle-exit", "0.5", "--runs-dir", "runs", cwd=tmp_path)
+        assert worker.returncode == 0, worker.stdout + worker.stderr
+    state = FileStore(tmp_path / "runs").load(json.loads(proc.stdout)["run_id"])
+    assert state.status == "completed" and state.answer == "The weather: Lisbon: 21 C, clear"
