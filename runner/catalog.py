@@ -125,6 +125,18 @@ def spec_to_ref(spec: str) -> str:
     return found[spec]
 
 
+def load_specs(specs: Iterable[str]) -> tuple[list[Tool], dict[str, str]]:
+    """The tools `--tool` values name, and where each is found, by tool name, as a run
+    records it (`RunConfig.tool_refs`; see `spec_to_ref`).
+
+    Raises:
+        UnknownTool: as `spec_to_ref` and `load`.
+    """
+    refs = [spec_to_ref(spec) for spec in specs]
+    tools = [load(ref) for ref in refs]
+    return tools, {tool.name: ref for tool, ref in zip(tools, refs)}
+
+
 def _origin(module: str) -> Path | None:
     """The file `module` would be imported from on the current path, if any."""
     import importlib.util

@@ -108,8 +108,7 @@ def prepare(req: RunRequest) -> Prepared:
         raise UsageError("give a PROMPT (or - to read it from stdin, or --prompt-file PATH)")
     # runner's own scripted provider takes no key: a scenario run on it needs none
     key = settings.key(req.api_key) if url is not None or not scenario else Key(None, "none", None)
-    refs = {spec: catalog.spec_to_ref(spec) for spec in settings.get("tools")}
-    own = [catalog.load(ref) for ref in refs.values()]  # a missing tool stops here: no run is made
+    own, refs = catalog.load_specs(settings.get("tools"))  # a missing tool stops here: no run is made
     endpoint = Endpoint(
         model=f"scripted/{name}" if scenario else (local.name if local else str(model)), base_url=url,
         local_model=local.recorded if local else None, latency_ms=req.latency_ms, api_key_env=key.env,
@@ -121,7 +120,7 @@ def prepare(req: RunRequest) -> Prepared:
         raise UsageError("--no-builtin-tools leaves no tool: give --tool MODULE:ATTRIBUTE")
     if own:
         builtin = [] if req.no_builtin_tools else config.tools
-        catalog.offer(config, [*builtin, *own], {t.name: ref for t, ref in zip(own, refs.values())})
+        catalog.offer(config, [*builtin, *own], refs)
     return Prepared(new_run(task, config), key, own, local, req.detach, req.fault, req.keep)
 
 
@@ -327,14 +326,13 @@ def resume(run_id: str, req: ResumeRequest, runs: store.RunStore, feedback: Feed
         UsageError: as `reopen`, or a tool of the run's own that cannot be found.
         RunBusy: another process drives the run.
     """
-    refs = [catalog.spec_to_ref(spec) for spec in req.tools]
-    own = [catalog.load(ref) for ref in refs]
+    own, refs = catalog.load_specs(req.tools)
     signals = StopSignals.install() if not req.detach else None
     asked = Reopening(approve=req.approve, reject=req.reject, reason=req.reason,
                       empty_rejection=req.unsafe_empty_rejection, max_turns=req.max_turns,
                       max_budget_usd=req.max_budget_usd, latency_ms=req.latency_ms, base_url=req.base_url,
                       force=req.force, queued=req.detach, api_key=req.api_key,
-                      tool_refs={tool.name: ref for tool, ref in zip(own, refs)})
+                      tool_refs=refs)
     state, lease = reopen(runs, run_id, asked, tools=own)
     if signals is None:
         runs.release(lease, runnable=True)
