@@ -158,7 +158,7 @@ def _placed(state: RunState, store: RunStore | None, lease: Lease | None, cancel
     workspace, removed by `cleanup`."""
     from runner.tools import Workspace
 
-    template = workspace_template()
+    template = Path(state.config.workspace) if state.config.workspace else workspace_template()
     if store is None:
         def scratch_copy() -> Path:
             import shutil

@@ -393,6 +393,10 @@ class RunConfig(BaseModel, defer_build=True):
     parallel_tool_calls: bool | None = None
     """Sent as OpenAI's ``parallel_tool_calls`` (False: at most one call per turn; runner's
     local server then allows one call under its grammar). None: not sent."""
+    workspace: str | None = None
+    """The folder the tools work over, as an absolute path (None: the packaged three-file
+    workspace, `tasks/workspace`). The run works on its own copy of it, made when a tool that
+    may write first runs."""
     max_tool_result_chars: int | None = 20_000
     """Longer tool results are cut, with a marker the model reads (None: no cap)."""
     auto_approve: bool = False
