@@ -1,0 +1,7 @@
+package limiter
+
+const DefaultRate = 120 // requests per minute
+
+type Limiter struct{ rate int }
+
+func New(rate int) *Limiter { return &Limiter{rate: rate} }

@@ -1,0 +1,7 @@
+package limiter
+
+import "testing"
+
+func TestNew(t *testing.T) {}
+
+func TestDefaultRate(t *testing.T) {}
