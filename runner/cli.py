@@ -370,7 +370,8 @@ def models_pull(name: Annotated[str, typer.Argument(help="A manifest name, or a 
 @_command()
 def suite(request: SuiteRequest, runs_dir: RunsDir = None, store_url: StoreOpt = None,
           durability: DurabilityOpt = None, otlp_endpoint: OtlpOpt = None, as_json: JsonOut = False) -> int:
-    """Run the six-task suite on the scripted provider and local models, side by side, N times each."""
+    """Run suites of tasks (the six-task suite by default, or --suite DIR, --split dev|test) on the scripted
+    provider and local models, side by side, N times each."""
     from runner import suite as suites
 
     runs_root = store.runs_dir(runs_dir)
@@ -384,6 +385,13 @@ def suite(request: SuiteRequest, runs_dir: RunsDir = None, store_url: StoreOpt =
     render.write_suite_report(report, runs_root)
     render.suite_done(report, as_json, render.store_options(store_url or runs_root))
     return EXIT_CODES["interrupted"] if report.cancelled else 0
+
+
+@_command()
+def policies(as_json: JsonOut = False) -> int:
+    """The steering policies a run on a small local model can get, and which each model of the manifest has."""
+    render.print_policies(as_json)
+    return 0
 
 
 @_command()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from runner import policies
 from runner.cancel import Cancelled, CancelToken, race
 from runner.errors import DiskFull, NotPending, ProviderError
 from runner.state import (
@@ -56,27 +57,6 @@ SLIPS = {
     "dropped_call": "a tool call the server dropped (cut off or unparseable)",
 }
 """The protocol slips, in words (see `ChatReply.slip`)."""
-CORRECTIVE_NAME = "runner"
-"""The ``name`` of the user messages the harness writes (corrections after a slip, the request
-for the answer of answer forcing)."""
-CORRECTIONS = {
-    "empty_tool_calls": "Your last reply announced a tool call but held none. Call one of the tools ({tools}), "
-                        "or answer my question in one short sentence.",
-    "blank_content": "Your last reply was empty. Using the tool results above, answer my question in one short "
-                     "sentence: {question} If you still need to look, call one of the tools ({tools}).",
-    "unparsed_tool_call": 'Your last tool call could not be read. Write it as <tool_call>{{"name": "<tool>", '
-                          '"arguments": {{...}}}}</tool_call> with one of the tools ({tools}), or answer my '
-                          "question in one short sentence.",
-}
-"""The corrective user message for each slip: what went wrong and what to do."""
-ASK_FOR_ANSWER = "Using the tool results above, answer my question in one short sentence: {question}"
-"""The user message of answer forcing (sent with ``tool_choice: "none"``)."""
-ASK_WITH_RESULTS = "Here is what the tools returned:\n\n{results}\n\nUsing only this, answer in one short sentence: {question}"
-"""The user message of answer forcing with `RunConfig.answer_restates_results`."""
-RESTATED_RESULT_CHARS = 4_000
-"""Each restated tool result is cut to this many characters."""
-
-
 def _crash_point(name: str) -> None:
     """`runner.store.crash_point` (the kill tests' hook), imported on first use."""
     from runner.store.base import crash_point
@@ -236,7 +216,7 @@ def _opening(state: RunState, rt: Runtime, fresh: bool) -> _Event:
 
     if fresh:
         return RunStarted(runId=state.run_id, formatVersion=TRACE_FORMAT_VERSION, model=state.config.endpoint.model,
-                          parentRunId=state.parent_run_id, prompt=_question(state), endpoint=rt.client.base_url,
+                          parentRunId=state.parent_run_id, prompt=policies.question(state), endpoint=rt.client.base_url,
                           server=rt.server_settings)
     return RunResumed(runId=state.run_id, turns=state.turns, costUsd=state.cost_usd,
                       approved=[c.id for c in pending(state) if c.id in state.approved], endpoint=rt.client.base_url)
@@ -329,18 +309,23 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     cap = _reply_token_budget(state, rt)
     if cap is not None:
         max_tokens = cap if max_tokens is None else min(max_tokens, cap)
-    tool_choice = _tool_choice(state)
+    policies.before_request(state, [t.name for t in rt.tools], _listed_folder(rt))
+    tool_choice = policies.tool_choice(state)
     extra: dict[str, Any] = {"tool_choice": tool_choice} if tool_choice else {}
     if cfg.parallel_tool_calls is not None:
         extra["parallel_tool_calls"] = cfg.parallel_tool_calls
-    if _answer_is_due(state):
-        _ask_for_answer(state)
     meter = TurnMeter(state.turns + 1, rt.on_turn) if rt.on_turn else None  # live per-turn line
     reply = await rt.client.chat(cfg.endpoint.model, state.messages, rt.tool_schemas, max_tokens=max_tokens, extra=extra or None,
                                  on_delta=meter.update if meter else None, call_ids=call_id_stem(state))
     if meter:
         meter.finish(reply.completion_tokens, reply.message.content or "")
     return reply, max_tokens
+
+
+def _listed_folder(rt: Runtime) -> Path | None:
+    """The folder a listing tool of the run would list (for the listing_in_prompt policy)."""
+    tool = rt.tool("list_files")
+    return rt.workspace_for(tool) if tool is not None else None
 
 
 def call_id_stem(state: RunState) -> str:
@@ -353,142 +338,13 @@ def call_id_stem(state: RunState) -> str:
     return f"call_{digest}_{state.turns + 1}"
 
 
-def _tool_choice(state: RunState) -> str | None:
-    """The ``tool_choice`` the next request sends, None for the default: "none" when an
-    answer is due (`_answer_is_due`), else the first turn's setting on turn 1 only."""
-    if _answer_is_due(state):
-        return "none"
-    first = state.config.endpoint.first_turn_tool_choice
-    return first if state.turns == 0 and first != "auto" else None
-
-
-def _answer_is_due(state: RunState) -> bool:
-    """Answer forcing: the last message is not the model's (a tool result or a corrective
-    message), and there were `answer_after_tool_turns` assistant turns of tool calls, or
-    (`answer_on_stall`) the last of them brought nothing new."""
-    cfg = state.config
-    if state.messages[-1].role == "assistant":
-        return False
-    after = cfg.answer_after_tool_turns
-    if after is not None and sum(1 for m in state.messages if m.role == "assistant" and m.tool_calls) >= after:
-        return True
-    return cfg.answer_on_stall and (_stalled(state) or _blank_after_results(state))
-
-
-def _blank_after_results(state: RunState) -> bool:
-    """The model's last reply was empty, after some tool call succeeded: it has nothing more
-    to call, so its answer is asked for."""
-    last = state.per_turn[-1] if state.per_turn else None
-    return last is not None and last.slip == "blank_content" and any(r.ok for r in state.tool_runs)
-
-
-def _stalled(state: RunState) -> bool:
-    """The last turn of tool calls brought nothing new: each of its calls failed or repeated
-    an earlier successful call, and some earlier call had succeeded (there is something to
-    answer from)."""
-    last = next((m for m in reversed(state.messages) if m.role == "assistant"), None)
-    if last is None or not last.tool_calls:
-        return False
-    ids = {c.id for c in last.tool_calls}
-    before = [r for r in state.tool_runs if r.call_id not in ids]
-    known = {r.signature for r in before if r.ok}
-    runs = [r for r in state.tool_runs if r.call_id in ids]
-    if not known or len(runs) < len(ids):
-        return False
-    return all(not r.ok or r.signature in known for r in runs)
-
-
-def restated_results(state: RunState) -> str:
-    """Every distinct successful tool result of the run, and every call the user declined (the
-    model must not answer as if it ran), in order, each under a header naming the call
-    (``--- read_file notes.txt ---``: the tool and its argument values), each cut to
-    `RESTATED_RESULT_CHARS`; "" when there is none."""
-    calls = {c.id: c for m in state.messages for c in (m.tool_calls or [])}
-    texts = {m.tool_call_id: m.content or "" for m in state.messages if m.role == "tool"}
-    seen: set[str] = set()
-    parts = []
-    for record in state.tool_runs:
-        declined = record.source == "rejected"
-        key = record.call_id if declined else record.signature
-        if not (record.ok or declined) or key in seen or record.call_id not in calls:
-            continue
-        seen.add(key)
-        parts.append(f"--- {_call_label(calls[record.call_id])} ---\n"
-                     f"{cap_text(texts.get(record.call_id, ''), RESTATED_RESULT_CHARS)[0]}")
-    return "\n\n".join(parts)
-
-
-def _last_calls_failed(state: RunState) -> bool:
-    """Some call of the last assistant turn of tool calls failed."""
-    last = next((m for m in reversed(state.messages) if m.role == "assistant" and m.tool_calls), None)
-    ids = {c.id for c in last.tool_calls or []} if last is not None else set()
-    return any(not r.ok for r in state.tool_runs if r.call_id in ids)
-
-
-def _call_label(call: ToolCall) -> str:
-    """A call in words: the tool's name and its argument values (``read_file notes.txt``)."""
-    import json
-
-    try:
-        args = json.loads(call.function.arguments or "{}")
-    except json.JSONDecodeError:
-        args = {}
-    values = args.values() if isinstance(args, dict) else [args]
-    shown = " ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values)
-    return f"{call.function.name} {shown}".strip()
-
-
-def _answer_request(state: RunState) -> str:
-    """The user message asking for the answer: the task restated, after the run's successful
-    tool results as `RunConfig.answer_restates_results` says."""
-    mode = state.config.answer_restates_results
-    restate = mode == "always" or (mode == "after_failure" and _last_calls_failed(state))
-    results = restated_results(state) if restate else ""
-    if results:
-        return ASK_WITH_RESULTS.format(results=results, question=_question(state))
-    return ASK_FOR_ANSWER.format(question=_question(state))
-
-
-def _correct(state: RunState, rt: Runtime, slip: str) -> str:
-    """Add the corrective user message for `slip` (replacing one added for the slip before,
-    so corrections never pile up) and return its text. When the answer is due (answer
-    forcing, or an empty reply after results with `answer_on_stall`), the correction is the
-    request for the answer itself: the next request hides the tools."""
-    text = CORRECTIONS.get(slip, CORRECTIONS["blank_content"]).format(
-        tools=", ".join(t.name for t in rt.tools), question=_question(state))
-    if _answer_is_due(state):
-        text = _answer_request(state)
-    message = Message(role="user", content=text, name=CORRECTIVE_NAME)
-    if _harness_message_last(state):
-        state.messages[-1] = message
-    else:
-        state.messages.append(message)
-    return text
-
-
-def _ask_for_answer(state: RunState) -> None:
-    """Answer forcing: add the user message asking for the answer, unless the last message
-    is already one the harness wrote (a correction, or this request made before a crash)."""
-    if not _harness_message_last(state):
-        state.messages.append(Message(role="user", content=_answer_request(state), name=CORRECTIVE_NAME))
-
-
-def _harness_message_last(state: RunState) -> bool:
-    return state.messages[-1].role == "user" and state.messages[-1].name == CORRECTIVE_NAME
-
-
-def _question(state: RunState) -> str:
-    """The run's task: its first user message."""
-    return next((m.content or "" for m in state.messages if m.role == "user"), "")
-
-
 def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: int | None) -> None:
     """Bill the reply; keep it unless it is a protocol slip (then it is asked again, up to
     `max_protocol_retries` times, and the run fails past that)."""
     from runner.trace import TurnEvent
 
     cfg = state.config
-    tool_choice = _tool_choice(state)  # what `_ask_model` sent: the state has not changed since
+    tool_choice = policies.tool_choice(state)  # what `_ask_model` sent: the state has not changed since
     cost = (reply.prompt_tokens * cfg.price_in_usd_per_mtok
             + reply.completion_tokens * cfg.price_out_usd_per_mtok) / 1e6
     state.turns += 1
@@ -512,7 +368,7 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
     if slip is not None:
         _fail_if_slipping(state)
         if state.status == "running" and cfg.on_slip == "corrective":
-            corrective = _correct(state, rt, slip)
+            corrective = policies.correction(state, [t.name for t in rt.tools], slip)
     rt.commit(state, TurnEvent(
         runId=state.run_id, turn=state.turns, promptTokens=reply.prompt_tokens,
         completionTokens=reply.completion_tokens,

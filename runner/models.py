@@ -122,13 +122,31 @@ class ModelEntry(BaseModel):
     call per turn); None: not sent."""
     system_addendum: str = ""
     """Harness default for runs on this model: text added to the end of the system prompt."""
+    policies: list[str] | None = None
+    """The steering policies runs on this model get, by name (`runner.policies.POLICIES`):
+    exactly these, every other off; the fields above give their parameters (N of answer
+    forcing, when results are restated). None: the fields above alone say what is on."""
+    steering: list[str] = []
+    """The policies named in `policies` that are not fields of their own (set from it)."""
+    on_slip: Literal["corrective", "repeat", "fail"] = "corrective"
+    """Harness default for runs on this model: what a protocol slip gets (set from `policies`)."""
     description: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_policies(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("policies") is not None:
+            from runner.policies import fields_for
+
+            data = {**data, **fields_for(data["policies"], data)}
+        return data
 
     def harness_defaults(self) -> dict[str, Any]:
         """The `RunConfig` fields a run on this model gets unless the user sets them."""
         return {"answer_after_tool_turns": self.answer_after_tool_turns, "answer_on_stall": self.answer_on_stall,
                 "answer_restates_results": self.answer_restates_results,
-                "parallel_tool_calls": self.parallel_tool_calls}
+                "parallel_tool_calls": self.parallel_tool_calls, "steering": list(self.steering),
+                "on_slip": self.on_slip}
 
     @model_validator(mode="after")
     def _check_source_fields(self) -> ModelEntry:

@@ -288,6 +288,12 @@ def markdown(report: SuiteReport) -> str:
              + (" (cancelled: the runs finished before Ctrl-C)" if report.cancelled else "") + ". "
              f"Executor: {report.executor}; {report.repeats} repeat(s) per task and model; "
              f"turn cap {report.max_turns}. Each run shows with `runner show RUN_ID`.", ""]
+    if report.suites:
+        lines += ["Suites: " + ", ".join(f"{x.name} ({x.split or 'no split'}, {x.tasks} tasks)" for x in report.suites)
+                  + ".", ""]
+    scored = score_lines(report)
+    if scored:
+        lines += [scored[0], "", *[f"- {line.strip()}" for line in scored[1:]], ""]
     if report.unfinished:
         lines += [f"Not finished ({len(report.unfinished)}; `runner suite --resume` on the JSON report drives them): "
                   + ", ".join(f"`{r}`" for r in report.unfinished) + ".", ""]
@@ -434,6 +440,46 @@ def print_suite(report: SuiteReport) -> None:
     numbers_width = max(len(line) for line in probe.file.getvalue().splitlines()[1:])  # type: ignore[attr-defined]
     room = out.width - numbers_width - 3
     out.print(_suite_table(report, shape, room if len(shape.locals_) == 1 and room >= 20 else 0))
+    for line in score_lines(report):
+        out.print(line, highlight=False, soft_wrap=True)
+
+
+def print_policies(as_json: bool) -> None:
+    """`runner policies`: each policy and what it does, then the policies of each manifest model."""
+    import json
+
+    from runner import models, policies
+    from runner.state import Endpoint, RunConfig
+
+    by_model = {}
+    for entry in models.load_manifest().models:
+        config = RunConfig(endpoint=Endpoint(model=entry.name, first_turn_tool_choice=entry.first_turn_tool_choice),
+                           **entry.harness_defaults())
+        by_model[entry.name] = policies.active(config) + (["untagged_calls"] if entry.untagged_calls else [])
+    if as_json:
+        print(json.dumps({"policies": policies.POLICIES, "models": by_model}, indent=2))
+        return
+    for name, what in policies.POLICIES.items():
+        print(f"{name}\n    {what}")
+    print()
+    for model, names in by_model.items():
+        print(f"{model}: {', '.join(n for n in policies.POLICIES if n in names) or 'none'}")
+
+
+def score_lines(report: SuiteReport) -> list[str]:
+    """Per model column and split (or suite): correct, wrong and abstained of N, with the
+    correct rate's 95% Wilson interval; nothing for a suite of the scripted column alone."""
+    from runner.suite import scores
+
+    rows = report.scores or scores(report.results)
+    if not [r for r in rows if r.model != "scripted"]:
+        return []
+    lines = ["correct / wrong / abstained (says it is not there), 95% interval of correct:"]
+    for r in rows:
+        lines.append(f"  {_short(short_model(r.model), 18):<18} {r.split:<9} {r.correct:>3}/{r.n:<3} correct "
+                     f"({r.correct / r.n:.0%}, {r.correct_low:.0%}-{r.correct_high:.0%})  {r.wrong} wrong  "
+                     f"{r.abstained} abstained")
+    return lines
 
 
 @dataclass(frozen=True)
@@ -467,7 +513,9 @@ def _suite_table(report: SuiteReport, shape: _SuiteShape, answer_chars: int) -> 
 
     from runner.suite import totals
 
-    title = "runner suite" + (f"  (local model: {', '.join(shape.locals_)}, first turn tool_choice="
+    named = [x.name for x in report.suites if x.name != "six-task"]
+    title = "runner suite" + (f" {', '.join(named)}" if named and len(named) <= 2 else
+                              f" ({len(named)} suites)" if named else "") + (f"  (local model: {', '.join(shape.locals_)}, first turn tool_choice="
                               f"{report.first_turn_tool_choice})" if shape.locals_ else "")
     if report.repeats > 1 or report.executor != "local":
         title += f"  [{report.repeats} repeat(s), executor {report.executor}]"

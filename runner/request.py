@@ -120,6 +120,10 @@ class RunRequest:
         "corrective", "A reply with no answer and no usable call: corrective (ask again with a message saying "
                       "what went wrong), repeat (ask again as before) or fail.",
         metavar="corrective|repeat|fail")
+    policies: list[str] = option(
+        [], "A steering policy (repeatable): NAME replaces the model's set, +NAME adds one, -NAME removes one, "
+            "none turns all off (`runner policies` lists them) [default: the model manifest's].",
+        "--policy", metavar="[+|-]NAME")
     answer_after: int | None = option(
         None, "After this many turns of tool calls, ask for the answer (tool_choice none) [default: the local "
               "model's manifest value, else never].", min=1)
@@ -181,8 +185,21 @@ class SuiteRequest:
     """The options of `runner suite`: which model columns, how many runs of each task, and
     which executor drives them; or a cancelled suite's report to finish."""
 
-    provider: str = option(
-        "both", "scripted, local or both (the columns when no --model is given).", metavar="scripted|local|both")
+    provider: str | None = option(
+        None, "scripted, local or both (the columns when no --model is given) [default: both for the six-task "
+              "suite, else local].", metavar="scripted|local|both")
+    suites: list[Path] = option(
+        [], "A suite folder (repeatable): suite.json and workspace/ (docs/suite.md) [default: the six-task suite].",
+        "--suite", metavar="DIR")
+    split: str | None = option(
+        None, "Run every suite shipped in tasks/ of this half of the development set (after any --suite).",
+        "--split", metavar="dev|test", parser=choice("dev", "test"))
+    tasks: list[str] = option(
+        [], "Run only this task (repeatable): its id, or SUITE/ID when several suites run.", "--task", metavar="ID")
+    policies: list[str] = option(
+        [], "A steering policy for the local columns (repeatable): NAME replaces the model's set, +NAME adds "
+            "one, -NAME removes one, none turns all off [default: the model manifest's].", "--policy",
+        metavar="[+|-]NAME")
     models: list[str] = option(
         [], "A model column (repeatable): a name from `runner models list`, a .gguf path, or 'scripted' "
             "[default: qwen2.5-coder-1.5b-instruct if pulled, else the packaged smollm2-135m-instruct]. "
@@ -209,6 +226,8 @@ class SuiteRequest:
     def __post_init__(self) -> None:
         if self.base_url is not None and self.provider == "scripted" and not self.models:
             raise UsageError("--base-url names the local column's endpoint; --provider scripted has no local column")
+        if self.resume_report is not None and (self.suites or self.split or self.tasks):
+            raise UsageError("--resume finishes the suites its report ran: leave out --suite, --split and --task")
 
 
 @dataclass(frozen=True, eq=False, repr=False)

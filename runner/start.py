@@ -116,12 +116,27 @@ def prepare(req: RunRequest) -> Prepared:
         first_turn_tool_choice=settings.get("tool_choice") or (local.tool_choice if local else "auto"),
         timeout_s=settings.get("timeout_s"), max_retries=settings.get("max_retries"))
     config = _config(req, settings, endpoint, name, local.harness if local else {})
+    if req.policies:
+        config = steered(config, req.policies, local.harness if local else {})
     if req.no_builtin_tools and not own:
         raise UsageError("--no-builtin-tools leaves no tool: give --tool MODULE:ATTRIBUTE")
     if own:
         builtin = [] if req.no_builtin_tools else config.tools
         catalog.offer(config, [*builtin, *own], refs)
     return Prepared(new_run(task, config), key, own, local, req.detach, req.fault, req.keep)
+
+
+def steered(config: RunConfig, edits: list[str], defaults: dict[str, Any]) -> RunConfig:
+    """`config` with its steering policies changed by `--policy` values (`runner.policies.edited`).
+
+    Raises:
+        UsageError: a name that is no policy.
+    """
+    from runner import policies
+
+    fields = policies.fields_for(policies.edited(policies.active(config), edits), defaults)
+    own, at_endpoint = policies.split_fields(fields)
+    return config.model_copy(update={**own, "endpoint": config.endpoint.model_copy(update=at_endpoint)})
 
 
 def _check_choices(req: RunRequest) -> None:

@@ -393,6 +393,9 @@ class RunConfig(BaseModel, defer_build=True):
     parallel_tool_calls: bool | None = None
     """Sent as OpenAI's ``parallel_tool_calls`` (False: at most one call per turn; runner's
     local server then allows one call under its grammar). None: not sent."""
+    steering: list[str] = []
+    """The steering policies in force that are not fields of their own (`runner.policies`:
+    listing_in_prompt, abstain_option, evidence_first)."""
     workspace: str | None = None
     """The folder the tools work over, as an absolute path (None: the packaged three-file
     workspace, `tasks/workspace`). The run works on its own copy of it, made when a tool that

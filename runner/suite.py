@@ -1,9 +1,12 @@
-"""The six-task suite (the main job): the same harness on the scripted provider and on one
-or more local models, side by side, each task repeated N times.
+"""Suites of tasks: the same harness on the scripted provider and on one or more local models,
+side by side, each task repeated N times.
 
-Tasks live in `tasks/suite.json` (prompt + answer check as regular expressions over the
-lower-cased answer). The scripted provider answers each task with the scenario of the same
-name. Every (model, task, repeat) is a normal saved run, created in the store before any is
+A suite is a folder: `suite.json` (a system prompt, the tools offered, the tasks: each a prompt
+and an answer check as regular expressions over the lower-cased answer) and `workspace/`, the
+files its tools work over (`docs/suite.md` has the format). The six-task suite of `tasks/` is
+the default; the suites beside it (`tasks/*/suite.json`) form the development set, each marked
+`dev` or `test`. The scripted provider answers the six-task suite with the scenario of each
+task's name. Every (model, task, repeat) is a normal saved run, created in the store before any is
 driven, then driven by a `runner.fanout` executor (this process, or Ray actors); `runner trace`
 works on each. Reports, with pass rates and turn-time percentiles over the repeats, are
 written to `runs/suite-<timestamp>.json`, `.md` and `.png` (turn time per task and model).
@@ -20,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from runner import fanout
 from runner.chat_adapter import HANDLER_NAME
@@ -47,36 +50,63 @@ TOOL_LIST_MAX_OTHER_WORDS = 6
 """An answer naming two or more tools with fewer other words than this is a list of tools."""
 
 
-class Check(BaseModel):
+ABSTAINS = re.compile(
+    r"\b(?:(?:is|are|was|were|'s)(?:n't| not) (?:mentioned|found|listed|specified|present|available|included|stated|"
+    r"given|provided|defined|configured|recorded|shown|there|in (?:the|any))"
+    r"|not (?:mentioned|listed|specified|stated|recorded|provided|given) (?:in|anywhere)"
+    r"|no (?:information|mention|record|data|details?|entry|indication|reference)s?\b"
+    r"|(?:does|do|did)(?:n't| not) (?:say|mention|contain|specify|include|list|state|show|give|record)"
+    r"|(?:cannot|can't|could not|couldn't|unable to) (?:find|determine|tell|locate|see)"
+    r"|there (?:is|are) no (?:\w+ )?(?:information|mention|record|data|details?|entry|file)"
+    r"|information (?:is )?not (?:available|there)|not (?:available|found) in)")
+"""An answer that says the information is not there (an abstention), in the ways models say it."""
+Verdict = Literal["correct", "wrong", "abstained"]
+
+
+class Check(BaseModel, extra="forbid"):
     all: list[str] = []
     """Every pattern must match the lower-cased answer."""
     none: list[str] = []
     """Wrong answers: no pattern may match (e.g. another file named as the largest)."""
+    absent: bool = False
+    """The honest answer is that the folder does not hold the information: an answer is right
+    when it says so (`ABSTAINS`) and matches `all` and none of `none`."""
 
 
 class Grade(BaseModel):
     correct: bool
     why: str | None = None
     """Why a wrong answer is wrong; None when correct."""
+    verdict: Verdict = "wrong"
+    """correct; abstained (said the information is not there, on a task that has it); wrong."""
 
 
-class Task(BaseModel):
-    id: str
-    prompt: str
+class Task(BaseModel, extra="forbid"):
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    prompt: str = Field(min_length=1)
     check: Check
-    min_tool_runs: int = 0
+    min_tool_runs: int = Field(0, ge=0)
     """The answer only counts if at least this many tools really ran (e.g. 'read each one')."""
 
     def grade(self, answer: str, tool_runs: int, tool_results: list[str] = []) -> Grade:  # noqa: B006
-        """Grade an answer. Before the task's own patterns, these rules hold for every task: an
-        answer containing chat-protocol text (`PROTOCOL_TEXT`) is wrong, so is one that
-        reproduces a tool result verbatim (`echoes`): pasting the evidence back is not an
-        answer, one holding tool-call or tool-schema JSON (`TOOL_JSON`), and one that is a
+        """Grade an answer: correct, wrong, or abstained (it says the information is not there,
+        on a task whose folder holds it). Before the task's own patterns, these rules hold for
+        every task: an answer containing chat-protocol text (`PROTOCOL_TEXT`) is wrong, so is
+        one that reproduces a tool result verbatim (`echoes`): pasting the evidence back is not
+        an answer, one holding tool-call or tool-schema JSON (`TOOL_JSON`), and one that is a
         list of tool names (`lists_tools`).
 
         Args:
             tool_results: the text of every tool result the run saw.
         """
+        grade = self._grade(answer, tool_runs, tool_results)
+        if grade.correct:
+            return grade.model_copy(update={"verdict": "correct"})
+        if not self.check.absent and answer.strip() and ABSTAINS.search(answer.lower()):
+            return grade.model_copy(update={"verdict": "abstained", "why": "says the information is not there"})
+        return grade
+
+    def _grade(self, answer: str, tool_runs: int, tool_results: list[str]) -> Grade:
         text = answer.lower()
         if not text.strip():
             return Grade(correct=False, why="no answer")
@@ -88,6 +118,8 @@ class Task(BaseModel):
             return Grade(correct=False, why="is a tool call or tool schema written as JSON")
         if lists_tools(text):
             return Grade(correct=False, why="lists tool names")
+        if self.check.absent and not ABSTAINS.search(text):
+            return Grade(correct=False, why="does not say the information is not there")
         missing = [p for p in self.check.all if not re.search(p, text)]
         if missing:
             return Grade(correct=False, why=f"does not match {missing[0]!r}")
@@ -125,14 +157,143 @@ def echoes(answer: str, tool_results: list[str]) -> bool:
     return False
 
 
-class SuiteDefinition(BaseModel):
-    system: str
-    tasks: list[Task]
+Split = Literal["dev", "test"]
+
+
+class SuiteDefinition(BaseModel, extra="forbid"):
+    """A suite folder's `suite.json` (`docs/suite.md`)."""
+
+    name: str = Field("", pattern=r"^[A-Za-z0-9_.-]*$")
+    """How reports name the suite ("" in the file: the folder's name)."""
+    split: Split | None = None
+    """Which half of a development set the suite belongs to: techniques are chosen on "dev"
+    and only reported on "test". None: outside any split (the six-task suite)."""
+    description: str = ""
+    system: str = Field(min_length=1)
+    """The system prompt of every run."""
+    tools: list[str] | None = None
+    """The built-in tools offered (None: the default catalog, `runner.state.DEFAULT_TOOLS`)."""
+    tasks: list[Task] = Field(min_length=1)
+    folder: Path = Field(Path(), exclude=True)
+    """The suite's folder (set on load): its `workspace/` is what the tools work over."""
+
+    @property
+    def workspace(self) -> Path:
+        return self.folder / "workspace"
+
+    @property
+    def default(self) -> bool:
+        """The six-task suite: the scripted provider has a scenario for each of its tasks."""
+        return self.folder.resolve() == tasks_dir().resolve()
 
 
 def load_suite(path: Path | None = None) -> SuiteDefinition:
-    """Read `tasks/suite.json` (or `path`)."""
-    return SuiteDefinition.model_validate_json((path or tasks_dir() / "suite.json").read_text())
+    """Read a suite folder (or its `suite.json`); the six-task suite of `tasks/` by default.
+
+    Raises:
+        UsageError: the folder, its `suite.json` or its `workspace/` is missing, or the file
+            has mistakes: every mistake on a line of its own (where, and what is wrong).
+    """
+    folder = (path or tasks_dir()).expanduser()
+    if folder.name == "suite.json" and folder.is_file():
+        folder = folder.parent
+    file = folder / "suite.json"
+    if not folder.is_dir():
+        raise UsageError(f"--suite {folder}: no such folder (a suite is a folder with suite.json and workspace/)")
+    if not file.is_file():
+        raise UsageError(f"--suite {folder}: it has no suite.json (docs/suite.md has the format)")
+    try:
+        suite = SuiteDefinition.model_validate_json(file.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        raise UsageError(f"{file} has {exc.error_count()} mistake(s):\n" + "\n".join(
+            f"  {_where(e['loc'])}: {_what(e)}" for e in exc.errors(include_url=False))) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {file}: {exc}") from None
+    suite.folder = folder.resolve()
+    suite.name = suite.name or folder.resolve().name
+    mistakes = _mistakes(suite)
+    if mistakes:
+        raise UsageError(f"{file} has {len(mistakes)} mistake(s):\n" + "\n".join(f"  {m}" for m in mistakes))
+    return suite
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    """A pydantic error location as a path into the file: tasks[3].check.all[0]."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "the file"
+
+
+def _what(error: Any) -> str:
+    if error["type"] == "extra_forbidden":
+        return "not a field of a suite (docs/suite.md lists them)"
+    if error["type"] == "missing":
+        return "is missing"
+    if error["type"] == "json_invalid":
+        return f"not valid JSON ({error['ctx'].get('error', '')})"
+    return str(error["msg"])
+
+
+def _mistakes(suite: SuiteDefinition) -> list[str]:
+    """What a well-formed suite.json still gets wrong: patterns that are not regular
+    expressions, task ids given twice, unknown tools, a missing workspace."""
+    from runner.catalog import NAMES
+
+    out = []
+    if not suite.workspace.is_dir():
+        out.append(f"workspace/: there is no folder {suite.workspace} for the tools to work over")
+    for name in suite.tools or []:
+        if name not in NAMES:
+            out.append(f"tools: {name!r} is not a built-in tool ({', '.join(NAMES)})")
+    seen: set[str] = set()
+    for i, task in enumerate(suite.tasks):
+        if task.id in seen:
+            out.append(f"tasks[{i}].id: {task.id!r} is the id of an earlier task")
+        seen.add(task.id)
+        for field in ("all", "none"):
+            for j, pattern in enumerate(getattr(task.check, field)):
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    out.append(f"tasks[{i}].check.{field}[{j}]: not a regular expression ({exc})")
+        if not task.check.all and not task.check.absent:
+            out.append(f"tasks[{i}].check: give `all` patterns a right answer matches, or `absent`: true")
+    return out
+
+
+def shipped_suites(split: Split | None = None) -> list[Path]:
+    """The suite folders shipped beside the six-task suite (`tasks/*/suite.json`), by name;
+    with `split`, those of that half only."""
+    import json
+
+    found = sorted(p.parent for p in tasks_dir().glob("*/suite.json"))
+    if split is None:
+        return found
+    return [p for p in found if json.loads((p / "suite.json").read_text(encoding="utf-8")).get("split") == split]
+
+
+def select_tasks(suites: list[SuiteDefinition], ids: Sequence[str]) -> list[SuiteDefinition]:
+    """The suites cut to the tasks `ids` names (a task id, or SUITE/ID); suites left with no
+    task are dropped.
+
+    Raises:
+        UsageError: an id that names no task of these suites.
+    """
+    if not ids:
+        return suites
+    wanted = set(ids)
+    out, used = [], set()
+    for suite in suites:
+        keep = [t for t in suite.tasks if t.id in wanted or f"{suite.name}/{t.id}" in wanted]
+        used |= {t.id for t in keep} | {f"{suite.name}/{t.id}" for t in keep}
+        if keep:
+            out.append(suite.model_copy(update={"tasks": keep}))
+    unknown = [i for i in ids if i not in used]
+    if unknown:
+        known = ", ".join(f"{s.name}/{t.id}" if len(suites) > 1 else t.id for s in suites for t in s.tasks)
+        raise UsageError(f"--task {unknown[0]}: no such task (tasks: {known})")
+    return out
 
 
 class TaskResult(RunResult):
@@ -145,6 +306,11 @@ class TaskResult(RunResult):
     correct: bool
     why_wrong: str | None = None
     """The grading rule a wrong answer failed (see `Task.grade`)."""
+    verdict: Verdict = "wrong"
+    """correct, wrong, or abstained (the answer says the information is not there)."""
+    suite: str = ""
+    """The suite's name ("" in reports written before suites were data: the six-task suite)."""
+    split: Split | None = None
     calls: int = 0
     """Tool calls the model made (valid or not)."""
     invalid_calls: int = 0
@@ -183,7 +349,33 @@ class TaskSummary(BaseModel):
     turn_ms_p95: float
 
 
+class Score(BaseModel):
+    """One model column on one split (or suite): how many answers were correct, wrong and
+    abstained, with the correct rate's 95% Wilson interval."""
+
+    model: str
+    split: str
+    """"dev", "test", or a suite's name for a suite outside the split."""
+    n: int
+    correct: int
+    wrong: int
+    abstained: int
+    correct_low: float
+    correct_high: float
+
+
+class SuiteRef(BaseModel):
+    """A suite a report ran: its name, split and folder."""
+
+    name: str
+    split: Split | None = None
+    path: str
+    tasks: int
+
+
 class SuiteReport(BaseModel):
+    suites: list[SuiteRef] = []
+    """The suites run, in order (empty in reports written before suites were data)."""
     model: str | None
     """The first local model's name (None when only the scripted provider ran)."""
     model_path: str | None = None
@@ -208,6 +400,10 @@ class SuiteReport(BaseModel):
     executor: Literal["local", "ray"] = "local"
     summaries: list[TaskSummary] = []
     """One per (model, task), from `summarize`."""
+    scores: list[Score] = []
+    """One per (model, split), from `scores`."""
+    policies: dict[str, list[str]] = {}
+    """The steering policies of each local column, by name (`runner.policies`)."""
     report_path: str | None = None
     """Where the Markdown report was written (the JSON and the plot sit beside it)."""
     unfinished: list[str] = []
@@ -215,14 +411,15 @@ class SuiteReport(BaseModel):
     and continues with `runner resume ID`."""
 
 
-def _result(provider: Provider, task: Task, state: RunState) -> TaskResult:
+def _result(provider: Provider, task: Task, state: RunState, suite: SuiteDefinition | None = None,
+            key: str | None = None) -> TaskResult:
     results = [m.content or "" for m in state.messages if m.role == "tool"]
     grade = task.grade(state.answer, state.tool_run_count, results)
     return TaskResult(
         **(RunResult.of(state).model_dump() | {"wall_ms": round(state.wall_ms, 1)}),
-        provider=provider, task=task.id,
+        provider=provider, task=key or task.id, suite=suite.name if suite else "", split=suite.split if suite else None,
         mean_turn_ms=round(statistics.fmean(t.ms for t in state.per_turn), 1) if state.per_turn else 0.0,
-        correct=grade.correct, why_wrong=grade.why,
+        correct=grade.correct, why_wrong=grade.why, verdict=grade.verdict,
         calls=sum(len(m.tool_calls or []) for m in state.messages if m.role == "assistant"),
         invalid_calls=sum(1 for r in state.tool_runs if r.source == "invalid"),
     )
@@ -276,22 +473,35 @@ def model_columns(provider: str, models: Sequence[str] = (), base_url: str | Non
 
 
 def harness_settings(column: Endpoint, run_settings: dict[str, Any] | None = None,
-                     system_addendum: str | None = None) -> tuple[dict[str, Any], str]:
+                     system_addendum: str | None = None, policy_edits: Sequence[str] = ()) -> tuple[dict[str, Any], str]:
     """The harness settings a column's runs get, from the model manifest unless overridden:
     (`RunConfig` fields, text added to the system prompt). The scripted column gets none.
 
     A local model's manifest entry (found by name, or by the file name of its GGUF) gives
     ``answer_after_tool_turns``, ``answer_on_stall``, ``answer_restates_results``,
     ``parallel_tool_calls`` and ``system_addendum``; `run_settings` and `system_addendum`
-    take precedence."""
+    take precedence, and `policy_edits` (`runner.policies.edited`) change the policies last."""
     if column.scripted:
         return {}, ""
     from runner import models as models_mod
+    from runner import policies
 
     entry = models_mod.entry_for(column.model, Path(column.local_model) if column.local_model else None)
     settings = (entry.harness_defaults() if entry is not None else {}) | (run_settings or {})
+    if policy_edits:
+        own, at_endpoint = policies.split_fields(settings)
+        current = RunConfig(endpoint=column.model_copy(update=at_endpoint), **own)
+        settings = settings | policies.fields_for(policies.edited(policies.active(current), policy_edits), settings)
     addendum = system_addendum if system_addendum is not None else (entry.system_addendum if entry else "")
     return settings, addendum
+
+
+def _policies_of(column: Endpoint, settings: dict[str, Any], addendum: str) -> list[str]:
+    """The steering policies a local column's runs get, by name."""
+    from runner import policies
+
+    own, at_endpoint = policies.split_fields(settings)
+    return policies.active(RunConfig(endpoint=column.model_copy(update=at_endpoint), **own))
 
 
 def _model_for(column: Endpoint, task: Task) -> str:
@@ -304,9 +514,10 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
               executor: Executor | None = None, columns: list[Endpoint] | None = None,
               on_result: Callable[[TaskResult], None] | None = None, on_note: Callable[[str], None] | None = None,
               store_location: str | None = None, durability: Durability = "process",
-              run_settings: dict[str, Any] | None = None, system_addendum: str | None = None) -> SuiteReport:
-    """Run every task on every model column `repeats` times; returns the report (see
-    `runner.render.write_suite_report` to write it).
+              run_settings: dict[str, Any] | None = None, system_addendum: str | None = None,
+              suites: Sequence[SuiteDefinition] = (), policy_edits: Sequence[str] = ()) -> SuiteReport:
+    """Run every task of `suites` (default: the six-task suite) on every model column
+    `repeats` times; returns the report (see `runner.render.write_suite_report` to write it).
 
     Every (model, task, repeat) is saved as a run in the store before any is driven; then
     `executor` (default `LocalExecutor`: this process, one run after another) drives them.
@@ -329,28 +540,39 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
             (`harness_settings`), e.g. ``{"on_slip": "repeat"}``.
         system_addendum: text added to the suite's system prompt for local columns, instead of
             the manifest's ``system_addendum`` (None: the manifest's; "": none).
+        suites: the suites to run, in order (`load_suite`, `select_tasks`).
+        policy_edits: `--policy` values for the local columns (`runner.policies.edited`).
 
     Raises:
-        UsageError, models.ModelNotFound: as `model_columns`.
+        UsageError, models.ModelNotFound: as `model_columns`; a scripted column with a suite
+            other than the six-task one (the scripted provider has no scenarios for it).
         RuntimeError: a server failed to start.
     """
+    suites = list(suites) or [load_suite()]
     columns = columns or model_columns(provider, models, base_url, latency_ms, on_note)
+    scripted_for = [s.name for s in suites if not s.default]
+    if scripted_for and any(c.scripted for c in columns):
+        raise UsageError(f"the scripted provider answers only the six-task suite, not {scripted_for[0]}: "
+                         "run it with --provider local (or --model NAME)")
     executor = executor or LocalExecutor()
     local = [c for c in columns if not c.scripted]
-    report = SuiteReport(model=local[0].label if local else None, model_path=local[0].local_model if local else None,
+    report = SuiteReport(suites=[SuiteRef(name=x.name, split=x.split, path=str(x.folder), tasks=len(x.tasks))
+                                 for x in suites], model=local[0].label if local else None, model_path=local[0].local_model if local else None,
                          base_url=base_url, max_turns=max_turns, results=[], models=[c.label for c in columns],
                          repeats=repeats, executor="ray" if isinstance(executor, RayExecutor) else "local",
                          first_turn_tool_choice=local[0].first_turn_tool_choice if local else "auto")
     location = StoreAt(store_location or str(runs_root.resolve()), durability)
     jobs: Jobs = {}
-    suite = load_suite()
-    batches = [Batch(column, _create_runs(suite, column, location, jobs, repeats, max_turns, max_tokens,
-                                          *harness_settings(column, run_settings, system_addendum)))
-               for column in columns]
+    batches = [Batch(column, [run_id for suite in suites for run_id in _create_runs(
+        suite, column, location, jobs, repeats, max_turns, max_tokens, len(suites) > 1,
+        *harness_settings(column, run_settings, system_addendum, policy_edits))]) for column in columns]
+    report.policies = {c.label: _policies_of(c, *harness_settings(c, run_settings, system_addendum, policy_edits))
+                       for c in local}
     report.results = _drive(executor, batches, location, jobs, on_result)
     finished = {r.run_id for r in report.results}
     report.unfinished = [run_id for batch in batches for run_id in batch.run_ids if run_id not in finished]
     report.summaries = summarize(report.results)
+    report.scores = scores(report.results)
     report.cancelled = executor.cancelled
     if local:
         report.load_average = [round(x, 2) for x in os.getloadavg()]
@@ -370,39 +592,77 @@ def run_requested(req: SuiteRequest, runs_root: Path, *, store_location: str | N
     Raises:
         UsageError, models.ModelNotFound: as `runner.fanout.executor` and `model_columns`.
     """
+    suites = requested_suites(req)
+    provider = req.provider or ("both" if len(suites) == 1 and suites[0].default else "local")
     executor = fanout.executor(req.executor, address=req.address, actors=req.actors)
     columns = (None if req.resume_report is not None
-               else model_columns(req.provider, req.models, req.base_url, req.latency_ms, on_note=on_note))
+               else model_columns(provider, req.models, req.base_url, req.latency_ms, on_note=on_note))
     if req.resume_report is not None:  # its runs are in the store already: nothing to make
         return resume_suite(req.resume_report, runs_root, store_location=store_location, durability=durability,
                             on_result=on_result, executor=executor)
     made_dir = make_runs_dir(FileStore(runs_root)) if store_location is None else None
     if made_dir is not None and on_runs_dir is not None:
         on_runs_dir(made_dir)
-    return run_suite(req.provider, runs_root, models=req.models, base_url=req.base_url, max_turns=req.max_turns,
+    return run_suite(provider, runs_root, models=req.models, base_url=req.base_url, max_turns=req.max_turns,
                      max_tokens=req.max_tokens, repeats=req.repeats, store_location=store_location,
-                     durability=durability, on_result=on_result, columns=columns, executor=executor)
+                     durability=durability, on_result=on_result, columns=columns, executor=executor, suites=suites,
+                     policy_edits=req.policies)
 
 
-Jobs = dict[str, tuple[Endpoint, "Task", int]]
-"""Run id -> (the model column, the task, which repeat) of each run a suite drives."""
+def requested_suites(req: SuiteRequest) -> list[SuiteDefinition]:
+    """The suites `runner suite` asks for: each --suite folder, then the shipped suites of
+    --split, cut to the --task ids; the six-task suite when none is named.
+
+    Raises:
+        UsageError: as `load_suite` and `select_tasks`; a folder given twice.
+    """
+    if req.resume_report is not None:
+        return []
+    folders = [*req.suites, *(shipped_suites(req.split) if req.split else [])]  # type: ignore[arg-type]
+    suites = [load_suite(f) for f in folders] or [load_suite()]
+    names = [s.name for s in suites]
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise UsageError(f"the suite {twice!r} is named twice: give each suite once (a report names tasks SUITE/ID)")
+    return select_tasks(suites, req.tasks)
+
+
+class Job(BaseModel):
+    """What one run of a suite is: its model column, suite, task, the key reports name the
+    task by (SUITE/ID when several suites ran), and which repeat."""
+
+    model_config = {"arbitrary_types_allowed": True}
+    column: Endpoint
+    suite: SuiteDefinition
+    task: Task
+    key: str
+    repeat: int
+
+
+Jobs = dict[str, Job]
+"""Run id -> the job of each run a suite drives."""
 
 
 def _create_runs(suite: SuiteDefinition, column: Endpoint, location: StoreAt, jobs: Jobs, repeats: int, max_turns: int,
-                 max_tokens: int | None, harness: dict[str, Any], addendum: str) -> list[str]:
-    """Save every task x repeat of one column as a queued run (recorded in `jobs`); returns
-    their ids. Each run records how `runner resume` reaches its endpoint again."""
+                 max_tokens: int | None, qualified: bool, harness: dict[str, Any], addendum: str) -> list[str]:
+    """Save every task x repeat of one suite on one column as a queued run (recorded in
+    `jobs`); returns their ids. Each run records how `runner resume` reaches its endpoint
+    again, and the suite's workspace and tools."""
     run_ids = []
     for task in suite.tasks:
         for repeat in range(1, repeats + 1):
             overrides = dict(harness)  # endpoint settings (e.g. first_turn_tool_choice) go on the endpoint
             moved = {k: overrides.pop(k) for k in list(overrides) if k in Endpoint.model_fields}
             endpoint = column.model_copy(update={"model": _model_for(column, task), **moved})
+            where: dict[str, Any] = {} if suite.default else {"workspace": str(suite.workspace)}
+            if suite.tools is not None:
+                where["tools"] = list(suite.tools)
             config = RunConfig(endpoint=endpoint, limits=Limits(max_turns=max_turns), max_tokens=max_tokens,
-                               **overrides)
+                               **overrides, **where)
             state = new_run(task.prompt, config, system=suite.system + addendum)
             fanout.create(state, location)
-            jobs[state.run_id] = (column, task, repeat)
+            key = f"{suite.name}/{task.id}" if qualified else task.id
+            jobs[state.run_id] = Job(column=column, suite=suite, task=task, key=key, repeat=repeat)
             run_ids.append(state.run_id)
     return run_ids
 
@@ -412,9 +672,9 @@ def _drive(executor: Executor, batches: list[Batch], location: StoreAt, jobs: Jo
     """Drive the batches to their stops; each run's graded result, in batch order."""
 
     def result_of(state: RunState, where: str) -> TaskResult:
-        column, task, repeat = jobs[state.run_id]
-        return _result("scripted" if column.scripted else "local", task, state).model_copy(
-            update={"model": column.label, "repeat": repeat, "turn_ms": [round(t.ms, 1) for t in state.per_turn],
+        job = jobs[state.run_id]
+        return _result("scripted" if job.column.scripted else "local", job.task, state, job.suite, job.key).model_copy(
+            update={"model": job.column.label, "repeat": job.repeat, "turn_ms": [round(t.ms, 1) for t in state.per_turn],
                     "driven_by": where})
 
     def done(state: RunState, where: str) -> None:
@@ -457,27 +717,33 @@ def resume_suite(report_file: Path, runs_root: Path, *, executor: Executor | Non
     todo = [r.run_id for r in old.results if _cancelled(r)] + old.unfinished
     if not todo:
         raise UsageError(f"nothing to resume: every run of {path} finished")
-    tasks = load_suite().tasks
+    suites = [load_suite(Path(ref.path)) for ref in old.suites] or [load_suite()]
     location = StoreAt(store_location or str(runs_root.resolve()), durability)
     kept = [r for r in old.results if not _cancelled(r)]
-    jobs = _requeue(fanout._store(location), todo, kept, {r.run_id: r for r in old.results}, tasks)
-    columns = {column.label: column for column, _, _ in jobs.values()}
+    jobs = _requeue(fanout._store(location), todo, kept, {r.run_id: r for r in old.results}, suites)
+    columns = {job.column.label: job.column for job in jobs.values()}
     executor = executor or LocalExecutor()
-    batches = [Batch(c, [rid for rid, job in jobs.items() if job[0].label == c.label]) for c in columns.values()]
+    batches = [Batch(c, [rid for rid, job in jobs.items() if job.column.label == c.label]) for c in columns.values()]
     order = {m: i for i, m in enumerate(old.models)}
-    task_order = {t.id: i for i, t in enumerate(tasks)}
+    task_order = {key: i for i, key in enumerate(_keys(suites))}
     results = kept + _drive(executor, batches, location, jobs, on_result)
     results.sort(key=lambda r: (order.get(r.model, len(order)), task_order.get(r.task, 0), r.repeat))
     finished = {r.run_id for r in results}
     return old.model_copy(update={
-        "results": results, "cancelled": executor.cancelled, "summaries": summarize(results),
+        "results": results, "cancelled": executor.cancelled, "summaries": summarize(results), "scores": scores(results),
         "unfinished": [rid for rid in todo if rid not in finished], "report_path": None})
 
 
+def _keys(suites: list[SuiteDefinition]) -> list[str]:
+    """The key each task of `suites` is reported under, in order (SUITE/ID when several ran)."""
+    return [f"{s.name}/{t.id}" if len(suites) > 1 else t.id for s in suites for t in s.tasks]
+
+
 def _requeue(runs: RunStore, todo: list[str], kept: list[TaskResult], known: dict[str, TaskResult],
-             tasks: list[Task]) -> Jobs:
-    """Queue again the runs Ctrl-C stopped (as they were), and find each run's column, task
-    and repeat (from the old report, or counted after the finished ones)."""
+             suites: list[SuiteDefinition]) -> Jobs:
+    """Queue again the runs Ctrl-C stopped (as they were), and find each run's column, suite,
+    task and repeat (the suite by the run's workspace, the task by its prompt; the repeat from
+    the old report, or counted after the finished ones)."""
     columns: dict[str, Endpoint] = {}
     jobs: Jobs = {}
     for run_id in todo:
@@ -491,12 +757,40 @@ def _requeue(runs: RunStore, todo: list[str], kept: list[TaskResult], known: dic
         column = columns.setdefault(endpoint.label, endpoint.model_copy(update={"model": "scripted"})
                                     if endpoint.scripted else endpoint)
         prompt = next(m.content for m in state.messages if m.role == "user")
-        task = next(t for t in tasks if t.prompt == prompt)
-        done = sum(1 for r in kept if (r.model, r.task) == (column.label, task.id))
+        folder = Path(state.config.workspace).parent if state.config.workspace else tasks_dir().resolve()
+        suite = next((x for x in suites if x.folder == folder), suites[0])
+        task = next(t for t in suite.tasks if t.prompt == prompt)
+        key = f"{suite.name}/{task.id}" if len(suites) > 1 else task.id
+        done = sum(1 for r in kept if (r.model, r.task) == (column.label, key))
         repeat = known[run_id].repeat if run_id in known else done + 1 + sum(
-            1 for c, t, _ in jobs.values() if (c.label, t.id) == (column.label, task.id))
-        jobs[run_id] = (column, task, repeat)
+            1 for j in jobs.values() if (j.column.label, j.key) == (column.label, key))
+        jobs[run_id] = Job(column=column, suite=suite, task=task, key=key, repeat=repeat)
     return jobs
+
+
+def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion, (low, high); (0, 1) for n = 0."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def scores(results: list[TaskResult]) -> list[Score]:
+    """A `Score` per (model column, split), in the order first seen; runs Ctrl-C stopped are left out."""
+    groups: dict[tuple[str, str], list[TaskResult]] = {}
+    for r in results:
+        if not _cancelled(r):
+            groups.setdefault((r.model, r.split or r.suite or "six-task"), []).append(r)
+    out = []
+    for (model, split), rs in groups.items():
+        verdicts = Counter(r.verdict if r.verdict != "wrong" or not r.correct else "correct" for r in rs)
+        low, high = wilson(verdicts["correct"], len(rs))
+        out.append(Score(model=model, split=split, n=len(rs), correct=verdicts["correct"], wrong=verdicts["wrong"],
+                         abstained=verdicts["abstained"], correct_low=round(low, 3), correct_high=round(high, 3)))
+    return out
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from runner.loop import ASK_FOR_ANSWER
+from runner.policies import ASK_FOR_ANSWER
 from tests.conftest import drive, scripted_run
 from tests.fakeprovider import Answer, FakeProvider, completion, error, tool_call
 

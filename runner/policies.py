@@ -1,0 +1,364 @@
+"""Steering: what the harness adds to a run so that a small model finishes it, as named policies.
+
+A large hosted model needs none of this; a 0.5-1.5B local model does. Each policy is a name
+(`POLICIES` says what each does) that a model's manifest entry, `runner run --policy` and
+`runner suite --policy` turn on or off. The loop asks this module three things and nothing
+else: which ``tool_choice`` the next request sends (`tool_choice`), what to add to the
+conversation before it is sent (`before_request`: the request for the answer, a nudge, the
+folder's listing), and what to say after a protocol slip (`correction`). Every message the
+harness adds is a user message named ``runner`` (`CORRECTIVE_NAME`) kept in the transcript,
+so a resumed run sends what the killed one would have.
+
+The policies of earlier formats were separate `RunConfig` fields (`answer_after_tool_turns`,
+`answer_on_stall`, `answer_restates_results`, `parallel_tool_calls`, `on_slip`,
+`Endpoint.first_turn_tool_choice`); they still are, and `active` reads them back as names.
+The policies added since are listed by name in `RunConfig.steering`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from runner.errors import UsageError
+from runner.state import Message, RunConfig, RunState, ToolCall
+
+if TYPE_CHECKING:
+    from runner.state import Endpoint
+
+CORRECTIVE_NAME = "runner"
+"""The ``name`` of the user messages the harness writes."""
+
+POLICIES: dict[str, str] = {
+    "first_turn_required": "the first request sends tool_choice \"required\": the model's first reply is a call",
+    "untagged_calls": "runner's local server reads a reply that opens with a JSON object as a call",
+    "corrective_retries": "a protocol slip (an empty reply, an unreadable call) is answered with a short message "
+                          "saying what went wrong, instead of the same request again",
+    "answer_forcing": "after N turns of tool calls, the answer is asked for with tool_choice \"none\"",
+    "answer_on_stall": "the answer is asked for as soon as a turn of calls brings nothing new, or the reply after "
+                       "results is empty",
+    "one_call_per_turn": "parallel_tool_calls false: at most one call per reply",
+    "restate_results": "the request for the answer restates the successful tool results",
+    "listing_in_prompt": "the system prompt lists the folder's files (names and sizes) before the first turn",
+    "abstain_option": "the system prompt says how to answer when the files do not hold the answer",
+    "evidence_first": "the answer is asked for on a stall only once a call other than a listing succeeded; before "
+                      "that a repeated call is answered with a nudge to look inside the files",
+}
+"""Every policy, by name, in words."""
+NEW_POLICIES = ("listing_in_prompt", "abstain_option", "evidence_first")
+"""The policies kept by name in `RunConfig.steering` (the others are fields of their own)."""
+
+CORRECTIONS = {
+    "empty_tool_calls": "Your last reply announced a tool call but held none. Call one of the tools ({tools}), "
+                        "or answer my question in one short sentence.",
+    "blank_content": "Your last reply was empty. Using the tool results above, answer my question in one short "
+                     "sentence: {question} If you still need to look, call one of the tools ({tools}).",
+    "unparsed_tool_call": 'Your last tool call could not be read. Write it as <tool_call>{{"name": "<tool>", '
+                          '"arguments": {{...}}}}</tool_call> with one of the tools ({tools}), or answer my '
+                          "question in one short sentence.",
+}
+"""The corrective user message for each slip: what went wrong and what to do."""
+ASK_FOR_ANSWER = "Using the tool results above, answer my question in one short sentence: {question}"
+"""The user message of answer forcing (sent with ``tool_choice: "none"``)."""
+ASK_WITH_RESULTS = "Here is what the tools returned:\n\n{results}\n\nUsing only this, answer in one short sentence: {question}"
+"""The user message of answer forcing with restated results."""
+NUDGE = ("That call gave the same result as before. You have not yet looked inside a file: call a tool on one of "
+         "the files to find the answer to my question: {question}")
+"""The user message after a repeated call with `evidence_first`, before anything but a listing succeeded."""
+LISTING = "\n\nThe folder holds these files (path and size in bytes):\n{listing}"
+"""Added to the system prompt with `listing_in_prompt`."""
+ABSTAIN = ("\n\nIf the files do not hold the answer, do not guess: say that the information is not in the files.")
+"""Added to the system prompt with `abstain_option`."""
+LISTING_MAX_ENTRIES = 60
+"""At most this many files are listed in the system prompt (a line says how many more there are)."""
+RESTATED_RESULT_CHARS = 4_000
+"""Each restated tool result is cut to this many characters."""
+LISTING_TOOLS = frozenset({"list_files"})
+"""Tools whose result lists the folder rather than showing what a file holds."""
+
+
+# --- choosing policies by name: the manifest, --policy ---
+
+def active(config: RunConfig) -> list[str]:
+    """The policies in force for a run, by name, in `POLICIES` order."""
+    on = {
+        "first_turn_required": config.endpoint.first_turn_tool_choice == "required",
+        "untagged_calls": False,  # a property of the server (runner.local), not of the run
+        "corrective_retries": config.on_slip == "corrective",
+        "answer_forcing": config.answer_after_tool_turns is not None,
+        "answer_on_stall": config.answer_on_stall,
+        "one_call_per_turn": config.parallel_tool_calls is False,
+        "restate_results": config.answer_restates_results != "never",
+        **{name: name in config.steering for name in NEW_POLICIES},
+    }
+    return [name for name in POLICIES if on[name]]
+
+
+def fields_for(names: Iterable[str], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The `RunConfig` (and `Endpoint`) fields that turn exactly the policies `names` on:
+    those listed on, every other off. Parameters (N of answer forcing, when results are
+    restated) come from `defaults` (a manifest entry's `harness_defaults`), else the values
+    measured best for a 1.5B model (N = 6, restated after a failed call).
+
+    Raises:
+        UsageError: a name that is no policy (one line, with the names there are).
+    """
+    wanted = list(names)
+    unknown = [n for n in wanted if n not in POLICIES]
+    if unknown:
+        raise UsageError(f"unknown policy {unknown[0]!r}; policies: {', '.join(POLICIES)}")
+    d = defaults or {}
+    on = set(wanted)
+    restate = d.get("answer_restates_results") or "never"
+    return {
+        "first_turn_tool_choice": "required" if "first_turn_required" in on else "auto",
+        "on_slip": "corrective" if "corrective_retries" in on else "repeat",
+        "answer_after_tool_turns": (d.get("answer_after_tool_turns") or 6) if "answer_forcing" in on else None,
+        "answer_on_stall": "answer_on_stall" in on,
+        "parallel_tool_calls": False if "one_call_per_turn" in on else None,
+        "answer_restates_results": ((restate if restate != "never" else "after_failure")
+                                    if "restate_results" in on else "never"),
+        "steering": [n for n in NEW_POLICIES if n in on],
+    }
+
+
+def edited(current: Iterable[str], edits: Iterable[str]) -> list[str]:
+    """`current` changed by `--policy` values: ``+NAME`` adds, ``-NAME`` removes, plain names
+    replace the whole set (``none``: no policy).
+
+    Raises:
+        UsageError: a name that is no policy.
+    """
+    names = list(current)
+    edits = list(edits)
+    if any(e and e[0] not in "+-" for e in edits):
+        names = []
+    for edit in edits:
+        name = edit.lstrip("+-")
+        if name == "none":
+            names = []
+            continue
+        if name not in POLICIES:
+            raise UsageError(f"--policy {edit}: no such policy; policies: {', '.join(POLICIES)}")
+        if edit.startswith("-"):
+            names = [n for n in names if n != name]
+        elif name not in names:
+            names.append(name)
+    return [n for n in POLICIES if n in names]
+
+
+def split_fields(fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`fields_for`'s fields as (RunConfig fields, Endpoint fields)."""
+    from runner.state import Endpoint
+
+    endpoint = {k: v for k, v in fields.items() if k in Endpoint.model_fields}
+    return {k: v for k, v in fields.items() if k not in endpoint}, endpoint
+
+
+def with_endpoint(endpoint: Endpoint, fields: dict[str, Any]) -> Endpoint:
+    return endpoint.model_copy(update=split_fields(fields)[1])
+
+
+# --- what the loop asks ---
+
+def tool_choice(state: RunState) -> str | None:
+    """The ``tool_choice`` the next request sends, None for the default: "none" when an
+    answer is due (`answer_is_due`), else the first turn's setting on turn 1 only."""
+    if answer_is_due(state):
+        return "none"
+    first = state.config.endpoint.first_turn_tool_choice
+    return first if state.turns == 0 and first != "auto" else None
+
+
+def before_request(state: RunState, tool_names: list[str], workspace: Path | None) -> None:
+    """Add what the policies in force add before the next request: on the first, the folder's
+    listing and the way to abstain (to the system prompt); later, the request for the answer
+    when it is due, or a nudge after a repeated call (unless the harness's last message is
+    still unanswered, e.g. written just before a crash)."""
+    if state.turns == 0:
+        _extend_system(state, tool_names, workspace)
+    if _harness_message_last(state) or state.messages[-1].role == "assistant":
+        return
+    if answer_is_due(state):
+        state.messages.append(Message(role="user", content=_answer_request(state), name=CORRECTIVE_NAME))
+    elif _nudge_due(state):
+        state.messages.append(Message(role="user", content=NUDGE.format(question=question(state)),
+                                      name=CORRECTIVE_NAME))
+
+
+def correction(state: RunState, tool_names: list[str], slip: str) -> str:
+    """Add the corrective user message for `slip` (replacing one added before, so corrections
+    never pile up) and return its text. When the answer is due, the correction is the request
+    for the answer itself: the next request hides the tools."""
+    text = CORRECTIONS.get(slip, CORRECTIONS["blank_content"]).format(
+        tools=", ".join(tool_names), question=question(state))
+    if answer_is_due(state):
+        text = _answer_request(state)
+    message = Message(role="user", content=text, name=CORRECTIVE_NAME)
+    if _harness_message_last(state):
+        state.messages[-1] = message
+    else:
+        state.messages.append(message)
+    return text
+
+
+# --- the policies themselves ---
+
+def answer_is_due(state: RunState) -> bool:
+    """Answer forcing: the last message is not the model's (a tool result or a harness
+    message), and there were `answer_after_tool_turns` assistant turns of tool calls, or
+    (answer_on_stall) the last of them brought nothing new, or the reply after results was
+    empty. With evidence_first a stall asks for the answer only once a call that looked
+    inside a file succeeded."""
+    cfg = state.config
+    if state.messages[-1].role == "assistant":
+        return False
+    if _nudge_last(state):
+        return False
+    after = cfg.answer_after_tool_turns
+    if after is not None and sum(1 for m in state.messages if m.role == "assistant" and m.tool_calls) >= after:
+        return True
+    if not cfg.answer_on_stall:
+        return False
+    if "evidence_first" in cfg.steering and not _has_evidence(state):
+        return False
+    return _stalled(state) or _blank_after_results(state)
+
+
+def _has_evidence(state: RunState) -> bool:
+    """A call that can hold an answer succeeded: any but a listing, or a listing when the
+    model asked about the folder itself (it read only listings, and they are the evidence).
+    A listing counts as evidence once it has been nudged past, too."""
+    return any(r.ok and r.source == "run" and r.tool_name not in LISTING_TOOLS for r in state.tool_runs) or any(
+        m.role == "user" and m.name == CORRECTIVE_NAME and m.content and m.content.startswith(NUDGE[:40])
+        for m in state.messages)
+
+
+def _nudge_due(state: RunState) -> bool:
+    """evidence_first: the last turn of calls stalled before anything but a listing succeeded."""
+    cfg = state.config
+    return ("evidence_first" in cfg.steering and cfg.answer_on_stall and not _has_evidence(state)
+            and _stalled(state))
+
+
+def _nudge_last(state: RunState) -> bool:
+    last = state.messages[-1]
+    return last.role == "user" and last.name == CORRECTIVE_NAME and bool(last.content) and \
+        last.content.startswith(NUDGE[:40])
+
+
+def _blank_after_results(state: RunState) -> bool:
+    """The model's last reply was empty, after some tool call succeeded: it has nothing more
+    to call, so its answer is asked for."""
+    last = state.per_turn[-1] if state.per_turn else None
+    return last is not None and last.slip == "blank_content" and any(r.ok for r in state.tool_runs)
+
+
+def _stalled(state: RunState) -> bool:
+    """The last turn of tool calls brought nothing new: each of its calls failed or repeated
+    an earlier successful call, and some earlier call had succeeded (there is something to
+    answer from)."""
+    last = next((m for m in reversed(state.messages) if m.role == "assistant"), None)
+    if last is None or not last.tool_calls:
+        return False
+    ids = {c.id for c in last.tool_calls}
+    before = [r for r in state.tool_runs if r.call_id not in ids]
+    known = {r.signature for r in before if r.ok}
+    runs = [r for r in state.tool_runs if r.call_id in ids]
+    if not known or len(runs) < len(ids):
+        return False
+    return all(not r.ok or r.signature in known for r in runs)
+
+
+def restated_results(state: RunState) -> str:
+    """Every distinct successful tool result of the run, and every call the user declined (the
+    model must not answer as if it ran), in order, each under a header naming the call
+    (``--- read_file notes.txt ---``: the tool and its argument values), each cut to
+    `RESTATED_RESULT_CHARS`; "" when there is none."""
+    from runner.loop import cap_text
+
+    calls = {c.id: c for m in state.messages for c in (m.tool_calls or [])}
+    texts = {m.tool_call_id: m.content or "" for m in state.messages if m.role == "tool"}
+    seen: set[str] = set()
+    parts = []
+    for record in state.tool_runs:
+        declined = record.source == "rejected"
+        key = record.call_id if declined else record.signature
+        if not (record.ok or declined) or key in seen or record.call_id not in calls:
+            continue
+        seen.add(key)
+        parts.append(f"--- {_call_label(calls[record.call_id])} ---\n"
+                     f"{cap_text(texts.get(record.call_id, ''), RESTATED_RESULT_CHARS)[0]}")
+    return "\n\n".join(parts)
+
+
+def _last_calls_failed(state: RunState) -> bool:
+    """Some call of the last assistant turn of tool calls failed."""
+    last = next((m for m in reversed(state.messages) if m.role == "assistant" and m.tool_calls), None)
+    ids = {c.id for c in last.tool_calls or []} if last is not None else set()
+    return any(not r.ok for r in state.tool_runs if r.call_id in ids)
+
+
+def _call_label(call: ToolCall) -> str:
+    """A call in words: the tool's name and its argument values (``read_file notes.txt``)."""
+    try:
+        args = json.loads(call.function.arguments or "{}")
+    except json.JSONDecodeError:
+        args = {}
+    values = args.values() if isinstance(args, dict) else [args]
+    shown = " ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values)
+    return f"{call.function.name} {shown}".strip()
+
+
+def _answer_request(state: RunState) -> str:
+    """The user message asking for the answer: the task restated, after the run's successful
+    tool results as `RunConfig.answer_restates_results` says."""
+    mode = state.config.answer_restates_results
+    restate = mode == "always" or (mode == "after_failure" and _last_calls_failed(state))
+    results = restated_results(state) if restate else ""
+    if results:
+        return ASK_WITH_RESULTS.format(results=results, question=question(state))
+    return ASK_FOR_ANSWER.format(question=question(state))
+
+
+def _extend_system(state: RunState, tool_names: list[str], workspace: Path | None) -> None:
+    """listing_in_prompt and abstain_option: their text added to the system prompt, once."""
+    steering = state.config.steering
+    system = state.messages[0] if state.messages and state.messages[0].role == "system" else None
+    if system is None or not steering:
+        return
+    text = system.content or ""
+    if "listing_in_prompt" in steering and workspace is not None and "list_files" in tool_names \
+            and LISTING.split("{")[0] not in text:
+        text += LISTING.format(listing=folder_listing(workspace))
+    if "abstain_option" in steering and ABSTAIN not in text:
+        text += ABSTAIN
+    system.content = text
+
+
+def folder_listing(folder: Path, max_entries: int = LISTING_MAX_ENTRIES) -> str:
+    """Every visible file under `folder` (hidden files and folders left out), as
+    ``path (N bytes)`` lines in path order, at most `max_entries` of them."""
+    found: list[tuple[str, int]] = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in files:
+            if not name.startswith("."):
+                path = Path(root, name)
+                found.append((path.relative_to(folder).as_posix(), path.stat().st_size))
+    found.sort()
+    lines = [f"{path} ({size} bytes)" for path, size in found[:max_entries]]
+    if len(found) > max_entries:
+        lines.append(f"... and {len(found) - max_entries} more files")
+    return "\n".join(lines) or "(no files)"
+
+
+def question(state: RunState) -> str:
+    """The run's task: its first user message."""
+    return next((m.content or "" for m in state.messages if m.role == "user"), "")
+
+
+def _harness_message_last(state: RunState) -> bool:
+    return state.messages[-1].role == "user" and state.messages[-1].name == CORRECTIVE_NAME
