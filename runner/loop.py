@@ -310,7 +310,7 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     if cap is not None:
         max_tokens = cap if max_tokens is None else min(max_tokens, cap)
     policies.before_request(state, [t.name for t in rt.tools], _listed_folder(rt))
-    tool_choice = policies.tool_choice(state)
+    tool_choice = policies.tool_choice(state, bool(rt.tool_schemas))
     extra: dict[str, Any] = {"tool_choice": tool_choice} if tool_choice else {}
     if cfg.parallel_tool_calls is not None:
         extra["parallel_tool_calls"] = cfg.parallel_tool_calls
@@ -344,7 +344,7 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
     from runner.trace import TurnEvent
 
     cfg = state.config
-    tool_choice = policies.tool_choice(state)  # what `_ask_model` sent: the state has not changed since
+    tool_choice = policies.tool_choice(state, bool(rt.tool_schemas))  # what `_ask_model` sent: the state has not changed since
     cost = (reply.prompt_tokens * cfg.price_in_usd_per_mtok
             + reply.completion_tokens * cfg.price_out_usd_per_mtok) / 1e6
     state.turns += 1
@@ -619,6 +619,7 @@ def _answer(state: RunState, rt: Runtime, call: ToolCall, text: str, record: Too
             child: str | None = None) -> None:
     """Append the tool result for `call` (capped at `max_tool_result_chars`) and its record;
     save; trace."""
+    from runner.tools import cap_text
     from runner.trace import ToolResult
 
     text, omitted = cap_text(text, state.config.max_tool_result_chars)
@@ -628,15 +629,6 @@ def _answer(state: RunState, rt: Runtime, call: ToolCall, text: str, record: Too
                                 ms=round(record.ms, 3), ok=record.ok, source=record.source,
                                 error=record.error, childRunId=child, omittedChars=omitted or None))
     _crash_point("tool_result")
-
-
-def cap_text(text: str, max_chars: int | None) -> tuple[str, int]:
-    """`text` cut to `max_chars` characters plus a marker the model can read
-    (`[truncated: N of M characters omitted]`), and N; unchanged (and 0) when it fits."""
-    if max_chars is None or len(text) <= max_chars:
-        return text, 0
-    omitted = len(text) - max_chars
-    return f"{text[:max_chars]}\n[truncated: {omitted} of {len(text)} characters omitted]", omitted
 
 
 def _fail_if_fatal(state: RunState, error: Exception, record: ToolRun) -> None:

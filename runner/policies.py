@@ -163,13 +163,17 @@ def with_endpoint(endpoint: Endpoint, fields: dict[str, Any]) -> Endpoint:
 
 # --- what the loop asks ---
 
-def tool_choice(state: RunState) -> str | None:
-    """The ``tool_choice`` the next request sends, None for the default: "none" when an
-    answer is due (`answer_is_due`), else the first turn's setting on turn 1 only."""
+def tool_choice(state: RunState, sends_tools: bool = True) -> str | None:
+    """The ``tool_choice`` the next request sends: "none" when an answer is due
+    (`answer_is_due`), else the first turn's setting on turn 1, else "auto", said outright
+    (some servers, llama-cpp-python's own among them, leave the tools out of the prompt
+    unless it is sent); None, nothing sent, for a request without tools."""
+    if not sends_tools:
+        return None
     if answer_is_due(state):
         return "none"
     first = state.config.endpoint.first_turn_tool_choice
-    return first if state.turns == 0 and first != "auto" else None
+    return first if state.turns == 0 else "auto"
 
 
 def before_request(state: RunState, tool_names: list[str], workspace: Path | None) -> None:
@@ -277,7 +281,7 @@ def restated_results(state: RunState) -> str:
     model must not answer as if it ran), in order, each under a header naming the call
     (``--- read_file notes.txt ---``: the tool and its argument values), each cut to
     `RESTATED_RESULT_CHARS`; "" when there is none."""
-    from runner.loop import cap_text
+    from runner.tools import cap_text
 
     calls = {c.id: c for m in state.messages for c in (m.tool_calls or [])}
     texts = {m.tool_call_id: m.content or "" for m in state.messages if m.role == "tool"}

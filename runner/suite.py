@@ -519,8 +519,7 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
     """Run every task of `suites` (default: the six-task suite) on every model column
     `repeats` times; returns the report (see `runner.render.write_suite_report` to write it).
 
-    Every (model, task, repeat) is saved as a run in the store before any is driven; then
-    `executor` (default `LocalExecutor`: this process, one run after another) drives them.
+    Every (model, task, repeat) is saved as a run before `executor` drives any.
 
     Args:
         provider, models, base_url: the columns, as `model_columns`.
@@ -544,23 +543,15 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
         policy_edits: `--policy` values for the local columns (`runner.policies.edited`).
 
     Raises:
-        UsageError, models.ModelNotFound: as `model_columns`; a scripted column with a suite
-            other than the six-task one (the scripted provider has no scenarios for it).
+        UsageError, models.ModelNotFound: as `model_columns` and `_check_scripted`.
         RuntimeError: a server failed to start.
     """
     suites = list(suites) or [load_suite()]
     columns = columns or model_columns(provider, models, base_url, latency_ms, on_note)
-    scripted_for = [s.name for s in suites if not s.default]
-    if scripted_for and any(c.scripted for c in columns):
-        raise UsageError(f"the scripted provider answers only the six-task suite, not {scripted_for[0]}: "
-                         "run it with --provider local (or --model NAME)")
+    _check_scripted(suites, columns)
     executor = executor or LocalExecutor()
     local = [c for c in columns if not c.scripted]
-    report = SuiteReport(suites=[SuiteRef(name=x.name, split=x.split, path=str(x.folder), tasks=len(x.tasks))
-                                 for x in suites], model=local[0].label if local else None, model_path=local[0].local_model if local else None,
-                         base_url=base_url, max_turns=max_turns, results=[], models=[c.label for c in columns],
-                         repeats=repeats, executor="ray" if isinstance(executor, RayExecutor) else "local",
-                         first_turn_tool_choice=local[0].first_turn_tool_choice if local else "auto")
+    report = _new_report(suites, columns, executor, base_url=base_url, max_turns=max_turns, repeats=repeats)
     location = StoreAt(store_location or str(runs_root.resolve()), durability)
     jobs: Jobs = {}
     batches = [Batch(column, [run_id for suite in suites for run_id in _create_runs(
@@ -578,6 +569,29 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
         report.load_average = [round(x, 2) for x in os.getloadavg()]
         report.local_turns = executor.server_turns.get(local[0].label, [])
     return report
+
+
+def _check_scripted(suites: list[SuiteDefinition], columns: list[Endpoint]) -> None:
+    """The scripted provider has scenarios for the six-task suite's tasks only.
+
+    Raises:
+        UsageError: a scripted column with another suite.
+    """
+    other = [s.name for s in suites if not s.default]
+    if other and any(c.scripted for c in columns):
+        raise UsageError(f"the scripted provider answers only the six-task suite, not {other[0]}: "
+                         "run it with --provider local (or --model NAME)")
+
+
+def _new_report(suites: list[SuiteDefinition], columns: list[Endpoint], executor: Executor,
+                **settings: Any) -> SuiteReport:
+    """The report of a suite about to run: what runs, on which columns, how; no results yet."""
+    local = [c for c in columns if not c.scripted]
+    return SuiteReport(suites=[SuiteRef(name=x.name, split=x.split, path=str(x.folder), tasks=len(x.tasks))
+                               for x in suites], model=local[0].label if local else None,
+                       model_path=local[0].local_model if local else None, results=[],
+                       models=[c.label for c in columns], executor="ray" if isinstance(executor, RayExecutor) else "local",
+                       first_turn_tool_choice=local[0].first_turn_tool_choice if local else "auto", **settings)
 
 
 def run_requested(req: SuiteRequest, runs_root: Path, *, store_location: str | None = None,

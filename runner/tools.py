@@ -313,3 +313,12 @@ class ScanArchive(Tool):
 
 BASIC_TOOLS: tuple[type[Tool], ...] = (ListFiles, ReadFile, DeleteFile, ScanArchive)
 """The chapter's four tools; `runner.catalog` adds the research tool to make the registry."""
+
+
+def cap_text(text: str, max_chars: int | None) -> tuple[str, int]:
+    """`text` cut to `max_chars` characters plus a marker the model can read
+    (`[truncated: N of M characters omitted]`), and N; unchanged (and 0) when it fits."""
+    if max_chars is None or len(text) <= max_chars:
+        return text, 0
+    omitted = len(text) - max_chars
+    return f"{text[:max_chars]}\n[truncated: {omitted} of {len(text)} characters omitted]", omitted

@@ -51,7 +51,7 @@ def test_new_successful_calls_keep_going_and_a_repeated_call_asks_for_the_answer
                  _calls(("read_file", '{"path": "errors.log"}')), _calls(("list_files", "{}"))])
     state = drive(_run(fake), fake.base_url, None)
     assert state.status == "completed" and state.answer == "Done."
-    assert [r.get("tool_choice") for r in fake.requests] == [None, None, None, None, "none"]
+    assert [r.get("tool_choice") for r in fake.requests] == ["auto", "auto", "auto", "auto", "none"]
     asked = fake.requests[-1]["messages"][-1]
     assert asked["name"] == "runner" and asked["content"] == ASK_FOR_ANSWER.format(question="Which file is it?")
 
@@ -85,7 +85,7 @@ def test_failures_alone_are_not_a_stall(fake: FakeProvider) -> None:
                  _calls(("list_files", "{}"))])
     state = drive(_run(fake), fake.base_url, None)
     assert state.status == "completed"
-    assert [r.get("tool_choice") for r in fake.requests] == [None, None, None, "none"]
+    assert [r.get("tool_choice") for r in fake.requests] == ["auto", "auto", "auto", "none"]
 
 
 def test_an_empty_reply_after_results_asks_for_the_answer_with_tools_hidden(fake: FakeProvider) -> None:
@@ -102,7 +102,7 @@ def test_without_answer_on_stall_a_repeated_call_is_run_again(fake: FakeProvider
     _play(fake, [_calls(("list_files", "{}")), _calls(("list_files", "{}")), ANSWER])
     state = drive(scripted_run("fake", prompt="Go.", base_url=fake.base_url), fake.base_url, None)
     assert state.status == "completed" and state.tool_run_count == 2
-    assert all(r.get("tool_choice") is None for r in fake.requests)
+    assert all(r.get("tool_choice") == "auto" for r in fake.requests)
 
 
 def test_parallel_tool_calls_is_sent_when_set(fake: FakeProvider, tmp_path: Path) -> None:

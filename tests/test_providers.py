@@ -318,12 +318,12 @@ def test_answer_forcing_sends_tool_choice_none_after_n_tool_turns(fake: FakeProv
     fake.handler = handler
     state = drive(_fake_run(fake, answer_after_tool_turns=2), fake.base_url, runs)
     assert state.status == "completed" and state.answer == "There are 3 files." and state.turns == 3
-    assert [r.get("tool_choice") for r in fake.requests] == [None, None, "none"]
+    assert [r.get("tool_choice") for r in fake.requests] == ["auto", "auto", "none"]
     asked = fake.requests[2]["messages"][-1]
     assert asked["role"] == "user" and asked["name"] == "runner" and asked["content"].endswith(": Go.")
     assert [m.role for m in state.messages] == ["user", "assistant", "tool", "assistant", "tool", "user", "assistant"]
     turns = [e for e in _events(runs, state.run_id) if e.type == "turn"]
-    assert [e.toolChoice for e in turns] == [None, None, "none"]
+    assert [e.toolChoice for e in turns] == ["auto", "auto", "none"]
 
 
 def test_a_slip_then_an_answer_completes(fake: FakeProvider) -> None:

@@ -1,0 +1,123 @@
+"""The steering policies, by name: what each adds to a real run's requests (a fake provider
+on loopback records them), how the manifest and --policy choose them, and `runner policies`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from runner import policies
+from runner.errors import UsageError
+from runner.models import ModelEntry
+from runner.state import RunConfig
+from tests.conftest import cli, drive, scripted_run
+from tests.fakeprovider import Answer, FakeProvider, completion, error, tool_call
+
+DONE = completion({"role": "assistant", "content": "Done."})
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider(lambda body: error(500, "no handler set")) as server:
+        yield server
+
+
+def _call(name: str, args: str = "{}", turn: int = 0) -> Answer:
+    return completion({"role": "assistant", "content": None, "tool_calls": [tool_call(f"c{turn}_{name}", name, args)]})
+
+
+def _play(fake: FakeProvider, turns: list[Answer]) -> None:
+    replies = iter(turns)
+    fake.handler = lambda body: DONE if body.get("tool_choice") == "none" else next(replies, DONE)
+
+
+def _run(fake: FakeProvider, **config: Any) -> Any:
+    return scripted_run("fake", prompt="Which file is it?", base_url=fake.base_url, **config)
+
+
+def test_a_request_with_tools_says_tool_choice_auto_outright(fake: FakeProvider) -> None:
+    _play(fake, [_call("list_files")])
+    state = drive(_run(fake), fake.base_url, None)
+    assert state.status == "completed"
+    assert [r.get("tool_choice") for r in fake.requests] == ["auto", "auto"]
+    assert all(r["tools"] for r in fake.requests)
+
+
+def test_a_request_without_tools_sends_no_tool_choice(fake: FakeProvider) -> None:
+    _play(fake, [])
+    state = drive(_run(fake, tools=[]), fake.base_url, None)
+    assert state.status == "completed"
+    assert "tool_choice" not in fake.requests[0] and not fake.requests[0].get("tools")
+
+
+def test_listing_in_prompt_and_abstain_option_extend_the_system_prompt_once(fake: FakeProvider) -> None:
+    _play(fake, [_call("read_file", '{"path": "notes.txt"}', 1)])
+    state = _run(fake, steering=["listing_in_prompt", "abstain_option"])
+    state.messages.insert(0, state.messages[0].model_copy(update={"role": "system", "content": "Be brief."}))
+    state = drive(state, fake.base_url, None)
+    assert state.status == "completed"
+    systems = [r["messages"][0]["content"] for r in fake.requests]
+    assert systems[0] == systems[1]  # added before the first turn only
+    assert systems[0].startswith("Be brief.\n\nThe folder holds these files")
+    for line in ("access.log (", "errors.log (", "notes.txt ("):
+        assert line in systems[0]
+    assert systems[0].endswith(policies.ABSTAIN)
+
+
+def test_evidence_first_nudges_a_repeated_listing_and_asks_once_a_file_was_read(fake: FakeProvider) -> None:
+    _play(fake, [_call("list_files", turn=1), _call("list_files", turn=2), _call("read_file", '{"path": "errors.log"}', 3),
+                 _call("read_file", '{"path": "errors.log"}', 4)])
+    state = drive(_run(fake, answer_on_stall=True, steering=["evidence_first"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "Done."
+    assert [r.get("tool_choice") for r in fake.requests] == ["auto", "auto", "auto", "auto", "none"]
+    nudge = fake.requests[2]["messages"][-1]
+    assert nudge["name"] == "runner" and nudge["content"] == policies.NUDGE.format(question="Which file is it?")
+    assert fake.requests[4]["messages"][-1]["content"] == policies.ASK_FOR_ANSWER.format(question="Which file is it?")
+
+
+def test_without_evidence_first_a_repeated_listing_asks_for_the_answer_at_once(fake: FakeProvider) -> None:
+    _play(fake, [_call("list_files", turn=1), _call("list_files", turn=2)])
+    state = drive(_run(fake, answer_on_stall=True), fake.base_url, None)
+    assert state.status == "completed" and state.tool_run_count == 2
+    assert [r.get("tool_choice") for r in fake.requests] == ["auto", "auto", "none"]
+
+
+def test_policy_names_round_trip_through_the_config() -> None:
+    names = ["first_turn_required", "corrective_retries", "answer_forcing", "one_call_per_turn", "listing_in_prompt"]
+    fields = policies.fields_for(names, {"answer_after_tool_turns": 2})
+    own, at_endpoint = policies.split_fields(fields)
+    config = RunConfig(model="m", **own)
+    config = config.model_copy(update={"endpoint": config.endpoint.model_copy(update=at_endpoint)})
+    assert policies.active(config) == names and config.answer_after_tool_turns == 2
+
+
+def test_policy_edits_add_remove_and_replace() -> None:
+    start = ["first_turn_required", "answer_on_stall"]
+    assert policies.edited(start, ["+abstain_option", "-answer_on_stall"]) == ["first_turn_required", "abstain_option"]
+    assert policies.edited(start, ["listing_in_prompt"]) == ["listing_in_prompt"]
+    assert policies.edited(start, ["none"]) == []
+    with pytest.raises(UsageError, match="no such policy"):
+        policies.edited(start, ["+answer_everything"])
+
+
+def test_a_manifest_entry_names_its_policies() -> None:
+    entry = ModelEntry(name="m", source="package", package="p", filename="m.gguf", quantization="Q4",
+                       policies=["first_turn_required", "answer_on_stall", "abstain_option"])
+    assert entry.first_turn_tool_choice == "required" and entry.answer_on_stall and entry.steering == ["abstain_option"]
+    assert entry.answer_after_tool_turns is None and entry.on_slip == "repeat"
+
+
+def test_runner_policies_lists_every_policy_and_each_models_set(tmp_path: Path) -> None:
+    done = cli("policies", "--json", runs_dir=tmp_path)
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert list(shown["policies"]) == list(policies.POLICIES)
+    assert "first_turn_required" in shown["models"]["qwen2.5-coder-1.5b-instruct"]
+
+
+def test_an_unknown_policy_is_a_usage_error_in_one_line(tmp_path: Path) -> None:
+    done = cli("run", "--scenario", "plan", "--policy", "+guess_harder", runs_dir=tmp_path)
+    assert done.returncode == 2 and "guess_harder" in done.stderr and len(done.stderr.strip().splitlines()) == 1
