@@ -67,7 +67,7 @@ ASK_WITH_RESULTS = "Here is what the tools returned:\n\n{results}\n\nUsing only 
 NUDGE = ("That call gave the same result as before. You have not yet looked inside a file: call a tool on one of "
          "the files to find the answer to my question: {question}")
 """The user message after a repeated call with `evidence_first`, before anything but a listing succeeded."""
-LISTING = "\n\nThe folder holds these files (path and size in bytes):\n{listing}"
+LISTING = "\n\nThe folder holds {count} (path and size in bytes):\n{listing}"
 """Added to the system prompt with `listing_in_prompt`."""
 ABSTAIN = ("\n\nIf the files do not hold the answer, do not guess: say that the information is not in the files.")
 """Added to the system prompt with `abstain_option`."""
@@ -94,6 +94,16 @@ def active(config: RunConfig) -> list[str]:
         **{name: name in config.steering for name in NEW_POLICIES},
     }
     return [name for name in POLICIES if on[name]]
+
+
+def active_for_entry(entry: Any) -> list[str]:
+    """The policies a model manifest entry (`runner.models.ModelEntry`) gives its runs, by name."""
+    from runner.state import Endpoint
+
+    config = RunConfig(endpoint=Endpoint(model=entry.name, first_turn_tool_choice=entry.first_turn_tool_choice),
+                       **entry.harness_defaults())
+    names = set(active(config)) | ({"untagged_calls"} if entry.untagged_calls else set())
+    return [n for n in POLICIES if n in names]
 
 
 def fields_for(names: Iterable[str], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -336,7 +346,11 @@ def _extend_system(state: RunState, tool_names: list[str], workspace: Path | Non
     text = system.content or ""
     if "listing_in_prompt" in steering and workspace is not None and "list_files" in tool_names \
             and LISTING.split("{")[0] not in text:
-        text += LISTING.format(listing=folder_listing(workspace))
+        listing = folder_listing(workspace)
+        files = len([line for line in listing.splitlines() if line.endswith(" bytes)")])
+        more = listing.rsplit("... and ", 1)[-1].split(" ", 1)[0] if "... and " in listing else "0"
+        count = files + int(more)
+        text += LISTING.format(count=f"{count} file{'s' if count != 1 else ''}", listing=listing)
     if "abstain_option" in steering and ABSTAIN not in text:
         text += ABSTAIN
     system.content = text

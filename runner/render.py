@@ -449,13 +449,8 @@ def print_policies(as_json: bool) -> None:
     import json
 
     from runner import models, policies
-    from runner.state import Endpoint, RunConfig
 
-    by_model = {}
-    for entry in models.load_manifest().models:
-        config = RunConfig(endpoint=Endpoint(model=entry.name, first_turn_tool_choice=entry.first_turn_tool_choice),
-                           **entry.harness_defaults())
-        by_model[entry.name] = policies.active(config) + (["untagged_calls"] if entry.untagged_calls else [])
+    by_model = {entry.name: policies.active_for_entry(entry) for entry in models.load_manifest().models}
     if as_json:
         print(json.dumps({"policies": policies.POLICIES, "models": by_model}, indent=2))
         return

@@ -717,47 +717,33 @@ def local_suite(lab: Lab) -> Outcome:
     )
 
 
-HARNESS_STEPS: list[tuple[str, dict[str, Any]]] = [
-    ("tagged calls only", {"untagged_calls": "off", "first_turn_tool_choice": "auto", "on_slip": "repeat",
-                           "answer_after_tool_turns": None, "answer_on_stall": False,
-                           "answer_restates_results": "never", "parallel_tool_calls": None, "prompting": False}),
-    ("+ first-turn required", {"first_turn_tool_choice": "required"}),
-    ("+ untagged calls", {"untagged_calls": "on"}),
-    ("+ corrective retries", {"on_slip": "corrective"}),
-    ("+ answer forcing after N tool turns", {"answer_after_tool_turns": "fixed"}),
-    ("+ answer on stall (N: manifest's cap)", {"answer_on_stall": "manifest", "answer_after_tool_turns": "manifest"}),
-    ("+ one call per turn", {"parallel_tool_calls": "manifest"}),
-    ("+ results restated when asking (manifest's mode)", {"answer_restates_results": "manifest"}),
-    ("+ manifest prompting", {"prompting": True}),
+HARNESS_STEPS: list[tuple[str, list[str]]] = [
+    ("tagged calls only", []),
+    ("+ first-turn required, untagged calls, corrective retries",
+     ["first_turn_required", "untagged_calls", "corrective_retries"]),
+    ("+ answer forcing after N tool turns, answer on stall", ["answer_forcing", "answer_on_stall"]),
+    ("+ one call per turn, results restated (wave 3's set)", ["one_call_per_turn", "restate_results"]),
+    ("+ listing in prompt, abstain option, evidence first",
+     ["listing_in_prompt", "abstain_option", "evidence_first"]),
 ]
-"""The techniques of `local_harness`, each added to the ones above it ("manifest": the model
-manifest's value, "fixed": `DEFAULT_ANSWER_AFTER` or the manifest's N if smaller)."""
-DEFAULT_ANSWER_AFTER = 2
-"""Answer forcing for a model whose manifest sets no `answer_after_tool_turns`."""
-CANDIDATE_ADDENDUM = " If the tool results above already answer the question, answer it without calling a tool again."
-"""The system-prompt addendum the "+ manifest prompting" row measures for a model whose manifest
-keeps none (general: it names no tool, file or task)."""
-HARNESS_RUN_SETTINGS = ("on_slip", "answer_after_tool_turns", "answer_on_stall", "answer_restates_results",
-                        "parallel_tool_calls")
-"""The `RunConfig` fields a `local_harness` row sets."""
-
-
-def _resolve_step(settings: dict[str, Any], entry: Any) -> dict[str, Any]:
-    """`settings` with "manifest" and "fixed" replaced by the values they stand for."""
-    fixed = min(entry.answer_after_tool_turns or DEFAULT_ANSWER_AFTER, DEFAULT_ANSWER_AFTER)
-    manifest = {"answer_after_tool_turns": entry.answer_after_tool_turns or DEFAULT_ANSWER_AFTER,
-                "answer_on_stall": entry.answer_on_stall, "answer_restates_results": entry.answer_restates_results,
-                "parallel_tool_calls": entry.parallel_tool_calls}
-    return {k: manifest[k] if v == "manifest" else fixed if v == "fixed" else v for k, v in settings.items()}
+"""The techniques of `local_harness` by policy name (`runner policies`), each row adding its
+names to those above; a model gets only the names of its manifest set (`runner policies`)
+plus the ones it lacks on the earlier rows, so the last row is the manifest's own set."""
+HARNESS_SUITES = ("test", "six-task")
+"""Where `local_harness` measures: the test half of the development set, beside the six-task suite."""
 
 
 def local_harness(lab: Lab) -> Outcome:
-    """Per local model: the six tasks with each harness technique added in turn."""
-    from runner import models
+    """Per local model: the test half and the six-task suite, with each group of steering
+    policies added in turn; every row from this one run."""
+    from runner import models, policies
     from runner.local import LocalServer
-    from runner.suite import run_suite
+    from runner.suite import load_suite, run_suite, shipped_suites
 
+    suites = [load_suite(f) for f in shipped_suites("test")] + [load_suite()]
     present = [r.name for r in models.list_models() if r.present and r.name in LOCAL_HARNESS_MODELS]
+    only = os.environ.get("RUNNER_HARNESS_MODELS")
+    present = [n for n in present if not only or n in only.split(",")]
     rows: list[list[str]] = []
     data: list[dict[str, Any]] = []
     load_before = [round(x, 2) for x in os.getloadavg()]
@@ -765,71 +751,72 @@ def local_harness(lab: Lab) -> Outcome:
         path = models.resolve(name)
         entry = models.entry_for(name, path)
         assert entry is not None
-        settings: dict[str, Any] = {}
-        server: Any = None
-        try:
-            for label, step in HARNESS_STEPS:
-                before = dict(settings)
-                settings = _resolve_step(settings | step, entry)
-                if settings == before:
-                    rows.append([entry.name, label, "(no change for this model: not run again)"] + [""] * 6)
-                    continue
-                if server is None or server.settings.untagged_calls != settings["untagged_calls"]:
-                    if server is not None:
-                        server.stop()
-                    server = LocalServer(path, model_name=path.stem, untagged_calls=settings["untagged_calls"]).start()
-                print(f"local_harness: {name}: {label}", file=sys.stderr, flush=True)
-                addendum = entry.system_addendum or CANDIDATE_ADDENDUM
-                row = _harness_row(lab, name, path, server, settings, addendum, run_suite)
-                if settings["prompting"] and not entry.system_addendum:
-                    label = "+ system addendum (a candidate: the manifest keeps none)"
-                rows.append([entry.name, label, f"{row['passed']}/6", str(row["turns"]), str(row["calls"]),
-                             str(row["malformed"]), str(row["slip_failures"]), f"{row['mean_turn_ms']:,.0f}",
-                             row["statuses"]])
-                data.append({"model": name, "technique": label, **{k: v for k, v in settings.items()}, **row})
-        finally:
-            if server is not None:
+        kept = set(policies.active_for_entry(entry))
+        names: list[str] = []
+        for i, (label, step) in enumerate(HARNESS_STEPS):
+            before = names
+            names = [n for n in policies.POLICIES if n in names or (n in step and (n in kept or n in NEW_UNKEPT))]
+            if i and names == before:
+                rows.append([entry.name, label, "not run: no change for this model", "", "", "", "", ""])
+                continue
+            print(f"local_harness: {name}: {label}: {', '.join(names) or 'none'}", file=sys.stderr, flush=True)
+            server = LocalServer(path, model_name=path.stem, untagged_calls="on" if "untagged_calls" in names else "off").start()
+            try:
+                row = _harness_row(lab, name, path, server, names, entry, suites, run_suite)
+            finally:
                 server.stop()
+            rows.append([entry.name, label, *[f"{row['correct'][s]}/{row['n'][s]}" for s in HARNESS_SUITES],
+                         str(row["wrong"]["test"]), str(row["abstained"]["test"]), str(row["malformed"]),
+                         f"{row['mean_turn_ms']:,.0f}"])
+            data.append({"model": name, "technique": label, "policies": names, **row})
     load_after = [round(x, 2) for x in os.getloadavg()]
     return Outcome(
-        title="what the harness adds to small local models",
-        tables=[Table(["model", "technique (added to those above)", "correct", "turns", "tool calls",
-                       "malformed calls", "failed by slip", "mean turn ms", "statuses"], rows)],
-        summary=(f"Every row is the six tasks (max 8 turns, greedy) run in this one experiment; load average "
-                 f"{' '.join(map(str, load_before))} at the start, {' '.join(map(str, load_after))} at the end "
-                 f"(2 cores shared). 'malformed calls' counts calls naming an unknown tool or with arguments their "
-                 f"schema rejects, plus unparsable call blocks; 'failed by slip' counts tasks that ended failed "
-                 f"on protocol slips."),
+        title="what the harness adds to small local models, on the test half and the six-task suite",
+        tables=[Table(["model", "policies (added to those above)", "test correct", "six-task correct", "test wrong",
+                       "test abstained", "malformed calls", "mean turn ms"], rows)],
+        summary=(f"Every row is the test half of the development set and the six-task suite (max 8 turns, greedy) "
+                 f"run in this one experiment; load average {' '.join(map(str, load_before))} at the start, "
+                 f"{' '.join(map(str, load_after))} at the end (2 cores shared). Policies not in a model's manifest "
+                 f"set are left out of its rows (the last row is the manifest's set). 'malformed calls' counts "
+                 f"calls naming an unknown tool or with arguments their schema rejects, plus unparsable call blocks."),
         data={"rows": data, "load_before": load_before, "load_after": load_after},
     )
 
 
+NEW_UNKEPT: frozenset[str] = frozenset()
+"""Policies measured on every model's rows even when its manifest does not keep them."""
 LOCAL_HARNESS_MODELS = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct")
-"""The models `local_harness` measures, in this order, when they are on disk."""
+"""The models `local_harness` measures, in this order, when they are on disk (RUNNER_HARNESS_MODELS=a,b: only those)."""
 
 
-def _harness_row(lab: Lab, name: str, path: Path, server: Any, settings: dict[str, Any], addendum: str,
+def _harness_row(lab: Lab, name: str, path: Path, server: Any, names: list[str], entry: Any, suites: list[Any],
                  run_suite: Callable[..., Any]) -> dict[str, Any]:
-    """The six tasks on `server` under `settings`; counts over the six runs."""
+    """The suites on `server` with exactly the policies `names`; counts per split."""
+    from runner import policies
+
     root = lab.runs_root / f"{name}-{len(list(lab.runs_root.glob(name + '-*')))}"
-    column = Endpoint(model=path.stem, base_url=server.base_url, local_model=str(path),
-                      first_turn_tool_choice=settings["first_turn_tool_choice"])
-    report = run_suite("local", root, columns=[column], max_turns=8,
-                       run_settings={k: settings[k] for k in HARNESS_RUN_SETTINGS},
-                       system_addendum=addendum if settings["prompting"] else "")
+    fields = policies.fields_for(names, entry.harness_defaults())
+    own, at_endpoint = policies.split_fields(fields)
+    column = Endpoint(model=path.stem, base_url=server.base_url, local_model=str(path), **at_endpoint)
+    report = run_suite("local", root, columns=[column], max_turns=8, run_settings=own, system_addendum="",
+                       suites=suites)
     results = report.results
     per_turn = [t for r in results for t in store.load(root, r.run_id).per_turn]
     unparsed = sum(1 for t in per_turn if t.slip == "unparsed_tool_call")
+
+    def count(split: str, verdict: str | None = None) -> int:
+        return sum(1 for r in results if (r.split or "six-task") == split and (verdict is None or r.verdict == verdict))
+
     return {
-        "passed": sum(r.correct for r in results),
-        "turns": sum(r.turns for r in results),
-        "calls": sum(r.calls for r in results),
+        "n": {s: count(s) for s in HARNESS_SUITES},
+        "correct": {s: count(s, "correct") for s in HARNESS_SUITES},
+        "wrong": {s: count(s, "wrong") for s in HARNESS_SUITES},
+        "abstained": {s: count(s, "abstained") for s in HARNESS_SUITES},
         "malformed": sum(r.invalid_calls for r in results) + unparsed,
-        "slip_failures": sum(1 for r in results if r.status == "failed" and (r.reason or "").startswith("protocol slip")),
         "mean_turn_ms": statistics.fmean(t.ms for t in per_turn) if per_turn else 0.0,
-        "statuses": " ".join(f"{k}={v}" for k, v in sorted(Counter(r.status for r in results).items())),
-        "answers": [{"task": r.task, "correct": r.correct, "answer": r.answer, "why_wrong": r.why_wrong,
-                     "status": r.status, "reason": r.reason} for r in results],
+        "statuses": dict(Counter(r.status for r in results)),
+        "answers": [{"task": r.task, "verdict": r.verdict, "answer": r.answer, "why_wrong": r.why_wrong,
+                     "status": r.status} for r in results],
     }
 
 

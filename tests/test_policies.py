@@ -61,7 +61,7 @@ def test_listing_in_prompt_and_abstain_option_extend_the_system_prompt_once(fake
     assert state.status == "completed"
     systems = [r["messages"][0]["content"] for r in fake.requests]
     assert systems[0] == systems[1]  # added before the first turn only
-    assert systems[0].startswith("Be brief.\n\nThe folder holds these files")
+    assert systems[0].startswith("Be brief.\n\nThe folder holds 3 files (path and size in bytes):\n")
     for line in ("access.log (", "errors.log (", "notes.txt ("):
         assert line in systems[0]
     assert systems[0].endswith(policies.ABSTAIN)
