@@ -158,6 +158,9 @@ def echoes(answer: str, tool_results: list[str]) -> bool:
 
 
 Split = Literal["dev", "test"]
+SUITE_TOOLS = ("list_files", "read_file")
+"""The tools a suite other than the six-task one offers when its suite.json names none: the
+folder's read-only tools."""
 
 
 class SuiteDefinition(BaseModel, extra="forbid"):
@@ -172,7 +175,8 @@ class SuiteDefinition(BaseModel, extra="forbid"):
     system: str = Field(min_length=1)
     """The system prompt of every run."""
     tools: list[str] | None = None
-    """The built-in tools offered (None: the default catalog, `runner.state.DEFAULT_TOOLS`)."""
+    """The built-in tools offered (None: `SUITE_TOOLS`; the six-task suite's default catalog,
+    `runner.state.DEFAULT_TOOLS`, for the six-task suite)."""
     tasks: list[Task] = Field(min_length=1)
     folder: Path = Field(Path(), exclude=True)
     """The suite's folder (set on load): its `workspace/` is what the tools work over."""
@@ -668,7 +672,8 @@ def _create_runs(suite: SuiteDefinition, column: Endpoint, location: StoreAt, jo
             overrides = dict(harness)  # endpoint settings (e.g. first_turn_tool_choice) go on the endpoint
             moved = {k: overrides.pop(k) for k in list(overrides) if k in Endpoint.model_fields}
             endpoint = column.model_copy(update={"model": _model_for(column, task), **moved})
-            where: dict[str, Any] = {} if suite.default else {"workspace": str(suite.workspace)}
+            where: dict[str, Any] = {} if suite.default else {"workspace": str(suite.workspace),
+                                                              "tools": list(suite.tools or SUITE_TOOLS)}
             if suite.tools is not None:
                 where["tools"] = list(suite.tools)
             config = RunConfig(endpoint=endpoint, limits=Limits(max_turns=max_turns), max_tokens=max_tokens,
