@@ -20,7 +20,9 @@ calls are constrained by a llama.cpp grammar built from the offered tools' JSON 
 (`call_grammar`): with ``tool_choice`` ``auto`` the grammar is lazy — free text until the model
 writes ``<tool_call>``, then only an offered tool's name, arguments valid for its schema (no
 extra keys) and ``</tool_call>``, then further calls or the end of the turn; ``required`` and a
-named function put the whole turn under the grammar (exactly one call); ``none`` hides the tools.
+named function put the whole turn under the grammar (exactly one call); ``none`` keeps the
+tools in the prompt (the KV cache of the conversation stays valid) and generates under a grammar
+that admits no call (`no_call_grammar`).
 The prompt is evaluated message by message and the KV cache is reused for whole messages only
 (see `Engine`), which makes a warm server's reply identical to a fresh one's.
 
@@ -111,7 +113,7 @@ class ToolChoice:
     """A request's ``tool_choice``, checked against its tools.
 
     Attributes:
-        mode: none (tools hidden, no call), auto (the model decides; calls under the grammar),
+        mode: none (tools still shown, no call), auto (the model decides; calls under the grammar),
             required (the turn is one call to any offered tool), named (one call to `name`).
         name: the function for mode "named", else None.
     """
@@ -426,12 +428,38 @@ def untagged_call_grammar(tools: Sequence[Mapping[str, Any]], calls: int = MAX_C
     return _grammar_for(json.dumps(call_schema(tools)), calls, False, untagged=True)
 
 
+def _lit(char: str) -> str:
+    return json.dumps(char)
+
+
+def _cls(char: str) -> str:
+    return "\\" + char if char in "]\\^-" else char
+
+
 PROSE_GRAMMAR = 'root ::= [^{[`<>| \\t\\r\\n] [^<{]*'
 """A reply that cannot be a tool call: it does not open with a JSON array, a code fence, a tag
 or a ``>``, and holds no ``{`` or ``<`` (so no JSON object and no ``<tool_call>``). For
 ``tool_choice: "none"`` on a model that writes untagged calls."""
 _UNTAGGED_START = re.compile(r"(?:```(?:json)?[ \t]*\n\s*)?\{")
 _UNTAGGED_UNDECIDED = re.compile(r"`{0,3}|```j|```js|```jso|```(?:json)?[ \t]*(?:\n\s*)?")
+
+
+TAGLESS_GRAMMAR = "\n".join([
+    'root ::= s0',
+    *(f's{k} ::= "<" s1 | {_lit(CALL_OPEN[k])} s{k + 1} | [^<{_cls(CALL_OPEN[k])}] s0 | ""'
+      for k in range(1, len(CALL_OPEN) - 1)),
+    's0 ::= "<" s1 | [^<] s0 | ""',
+    f's{len(CALL_OPEN) - 1} ::= "<" s1 | [^<{_cls(CALL_OPEN[-1])}] s0 | ""',
+])
+"""Any text that does not hold ``<tool_call>`` (states: how much of the tag the text ends
+with; the last character of the tag is never allowed). For ``tool_choice: "none"`` on a
+model that writes its calls tagged."""
+
+
+def no_call_grammar(untagged_calls: bool) -> str:
+    """The grammar of a ``tool_choice: "none"`` reply with the tools in the prompt:
+    `PROSE_GRAMMAR` for a model that writes calls as bare JSON, else `TAGLESS_GRAMMAR`."""
+    return PROSE_GRAMMAR if untagged_calls else TAGLESS_GRAMMAR
 
 
 def untagged_start(text: str) -> Literal["call", "text", "undecided"]:
@@ -821,11 +849,12 @@ class Engine:
         """
         names = _tool_names(request.tools)
         choice = parse_tool_choice(request.tool_choice, names)
+        # Under "none" the tools stay in the prompt, where every other turn has them, so the
+        # conversation's KV entries are reused; a grammar rules the call out instead
+        # (`no_call_grammar`).
         tools = request.tools if choice.mode != "none" else []
-        # A model that writes untagged calls would write one as text: under "none" a grammar
-        # holds it to prose. (Its tools stay hidden: in view, they made its answers worse.)
-        prose_only = choice.mode == "none" and self.untagged_calls and bool(request.tools)
-        segments = render_segments(request.messages, tools, self._default_system)
+        prose_only = choice.mode == "none" and bool(request.tools)
+        segments = render_segments(request.messages, request.tools, self._default_system)
         with self._lock:
             yield from self._generate(request, choice, tools, segments, cancel, prose_only)
 
@@ -836,10 +865,11 @@ class Engine:
         Args:
             request: the request being served.
             choice: its checked ``tool_choice``.
-            tools: the tools in view (none under ``tool_choice`` none).
+            tools: the tools the reply may call (none under ``tool_choice`` none, where they are
+                still in the prompt).
             segments: the rendered prompt, one string per turn (`render_segments`).
             cancel: set to stop generation within one token.
-            prose_only: generate under `PROSE_GRAMMAR` (see `stream`).
+            prose_only: generate under `no_call_grammar` (see `stream`).
 
         Raises:
             ContextOverflow: the prompt leaves no room for a reply token.
@@ -879,7 +909,8 @@ class Engine:
         watching = bool(tools) and choice.mode == "auto"
         constrained = bool(tools) and choice.mode in ("required", "named")
         calls = MAX_CALLS_PER_TURN if request.parallel_tool_calls else 1
-        sampler = self._prose_sampler() if prose_only else self._sampler(tools, choice if constrained else None, calls)
+        sampler = (self._grammar_sampler(no_call_grammar(self.untagged_calls)) if prose_only
+                   else self._sampler(tools, choice if constrained else None, calls))
         return _Reply(
             splitter=splitter,
             sampler=sampler,
@@ -1074,25 +1105,19 @@ class Engine:
         self.llama.n_tokens = sum(len(s) for s in self._segments) - len(header)
         self.llama.eval(header)
 
-    def _prose_sampler(self) -> Any:
-        """Greedy sampling under `PROSE_GRAMMAR`: a reply that cannot be a call."""
+    def _grammar_sampler(self, grammar: str) -> Any:
+        """Greedy sampling under the GBNF `grammar` from the reply's next token."""
         from llama_cpp._internals import LlamaSampler
         from llama_cpp.llama_grammar import LlamaGrammar
 
         sampler: Any = LlamaSampler()  # type: ignore[no-untyped-call]
-        sampler.add_grammar(self.llama._model, LlamaGrammar.from_string(PROSE_GRAMMAR, verbose=False))
+        sampler.add_grammar(self.llama._model, LlamaGrammar.from_string(grammar, verbose=False))
         sampler.add_greedy()
         return sampler
 
     def _untagged_sampler(self, tools: list[JsonObject], calls: int) -> Any:
         """Greedy sampling under `untagged_call_grammar` from the reply's first token."""
-        from llama_cpp._internals import LlamaSampler
-        from llama_cpp.llama_grammar import LlamaGrammar
-
-        sampler: Any = LlamaSampler()  # type: ignore[no-untyped-call]
-        sampler.add_grammar(self.llama._model, LlamaGrammar.from_string(untagged_call_grammar(tools, calls), verbose=False))
-        sampler.add_greedy()
-        return sampler
+        return self._grammar_sampler(untagged_call_grammar(tools, calls))
 
     def _tokenize(self, text: str) -> list[int]:
         return self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
