@@ -304,7 +304,8 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
               executor: Executor | None = None, columns: list[Endpoint] | None = None,
               on_result: Callable[[TaskResult], None] | None = None, on_note: Callable[[str], None] | None = None,
               store_location: str | None = None, durability: Durability = "process",
-              run_settings: dict[str, Any] | None = None, system_addendum: str | None = None) -> SuiteReport:
+              run_settings: dict[str, Any] | None = None, system_addendum: str | None = None,
+              workspace: str | None = None) -> SuiteReport:
     """Run every task on every model column `repeats` times; returns the report (see
     `runner.render.write_suite_report` to write it).
 
@@ -329,6 +330,8 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
             (`harness_settings`), e.g. ``{"on_slip": "repeat"}``.
         system_addendum: text added to the suite's system prompt for local columns, instead of
             the manifest's ``system_addendum`` (None: the manifest's; "": none).
+        workspace: the folder every run works over, on its own copy (absolute; None: the
+            suite's own workspace).
 
     Raises:
         UsageError, models.ModelNotFound: as `model_columns`.
@@ -345,7 +348,7 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
     jobs: Jobs = {}
     suite = load_suite()
     batches = [Batch(column, _create_runs(suite, column, location, jobs, repeats, max_turns, max_tokens,
-                                          *harness_settings(column, run_settings, system_addendum)))
+                                          *harness_settings(column, run_settings, system_addendum), workspace))
                for column in columns]
     report.results = _drive(executor, batches, location, jobs, on_result)
     finished = {r.run_id for r in report.results}
@@ -381,7 +384,8 @@ def run_requested(req: SuiteRequest, runs_root: Path, *, store_location: str | N
         on_runs_dir(made_dir)
     return run_suite(req.provider, runs_root, models=req.models, base_url=req.base_url, max_turns=req.max_turns,
                      max_tokens=req.max_tokens, repeats=req.repeats, store_location=store_location,
-                     durability=durability, on_result=on_result, columns=columns, executor=executor)
+                     durability=durability, on_result=on_result, columns=columns, executor=executor,
+                     workspace=req.workspace_path)
 
 
 Jobs = dict[str, tuple[Endpoint, "Task", int]]
@@ -389,9 +393,11 @@ Jobs = dict[str, tuple[Endpoint, "Task", int]]
 
 
 def _create_runs(suite: SuiteDefinition, column: Endpoint, location: StoreAt, jobs: Jobs, repeats: int, max_turns: int,
-                 max_tokens: int | None, harness: dict[str, Any], addendum: str) -> list[str]:
+                 max_tokens: int | None, harness: dict[str, Any], addendum: str,
+                 workspace: str | None = None) -> list[str]:
     """Save every task x repeat of one column as a queued run (recorded in `jobs`); returns
-    their ids. Each run records how `runner resume` reaches its endpoint again."""
+    their ids. Each run records how `runner resume` reaches its endpoint again, and the
+    folder it works over (`workspace`; None: the suite's own)."""
     run_ids = []
     for task in suite.tasks:
         for repeat in range(1, repeats + 1):
@@ -399,7 +405,7 @@ def _create_runs(suite: SuiteDefinition, column: Endpoint, location: StoreAt, jo
             moved = {k: overrides.pop(k) for k in list(overrides) if k in Endpoint.model_fields}
             endpoint = column.model_copy(update={"model": _model_for(column, task), **moved})
             config = RunConfig(endpoint=endpoint, limits=Limits(max_turns=max_turns), max_tokens=max_tokens,
-                               **overrides)
+                               workspace=workspace, **overrides)
             state = new_run(task.prompt, config, system=suite.system + addendum)
             fanout.create(state, location)
             jobs[state.run_id] = (column, task, repeat)

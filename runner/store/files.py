@@ -5,7 +5,8 @@
     runs/<run_id>/state.json     a snapshot of the RunState (seq S), written when the journal is
                                  folded into it (compaction), replaced atomically
     runs/<run_id>/trace.jsonl    the trace, one event per line
-    runs/<run_id>/workspace/     the run's private copy of the task workspace
+    runs/<run_id>/workspace/     the run's private copy of the task workspace (sandbox "copy")
+    runs/<run_id>/ledger.jsonl   what write tools did in a folder of the user's (sandbox "none")
     runs/<run_id>/lock           flock'ed by the process driving the run; says who and since when
     runs/<run_id>/queued         present while the run waits for a worker
     runs/.reserve/<host>-<pid>   space a process driving runs keeps aside for a full disk
@@ -39,7 +40,7 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
@@ -724,7 +725,7 @@ class FileStore(RunStore):
         ws = self.run_dir(run_id) / "workspace"
         if not ws.exists():
             tmp = ws.with_name(f"workspace.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-            shutil.copytree(template, tmp, symlinks=True)
+            shutil.copytree(template, tmp, symlinks=True, ignore=_skipping(self.root))
             try:
                 os.rename(tmp, ws)
             except OSError as exc:  # another writer made it first
@@ -738,6 +739,9 @@ class FileStore(RunStore):
     def existing_workspace(self, run_id: str, lease: Lease | None = None) -> Path | None:
         ws = self.run_dir(run_id) / "workspace"
         return ws if ws.is_dir() else None
+
+    def own_folder(self, run_id: str) -> Path | None:
+        return self.run_dir(run_id)
 
     def repair(self, run_id: str) -> RepairReport:
         """Rebuild a damaged run from its last good record and its trace, under the run's lock.
@@ -795,6 +799,18 @@ class FileStore(RunStore):
     def close(self) -> None:
         for head in list(self._heads.values()):
             self.release(head.lease)
+
+
+def _skipping(root: Path) -> Callable[[str, list[str]], list[str]]:
+    """A `shutil.copytree` ignore that leaves out the runs directory `root` when the folder
+    copied holds it (a run on the current folder, its runs in ./runs): a copy never holds
+    runner's own files, nor itself."""
+    real = root.resolve()
+
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        return [n for n in names if n == real.name and Path(folder, n).resolve() == real]
+
+    return ignore
 
 
 def _lock(folder: Path, owner: str) -> tuple[int, Lease]:
