@@ -684,7 +684,7 @@ def deleted_files(where: Path) -> list[str]:
 @functools.cache
 def _findings() -> tuple[tuple[str, re.Pattern[str]], ...]:
     """What scan_archive counts, per file: lines that look like errors, warnings, timeouts."""
-    return (("errors", re.compile(r"\b(error|fatal|exception|traceback|fail(ed|ure)?)\b", re.I)),
+    return (("errors", re.compile(r"error|exception|traceback|fatal|\bfail(ed|s|ure)?\b", re.I)),
             ("warnings", re.compile(r"\bwarn(ing)?\b", re.I)),
             ("timeouts", re.compile(r"\btime[sd]?[ -]?out\b", re.I)))
 
