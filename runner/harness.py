@@ -345,7 +345,8 @@ class Reopening:
     """A new budget, USD (0: no budget); None keeps the recorded one."""
     latency_ms: float | None = None
     base_url: str | None = None
-    """Another endpoint for a run started against one (its provider came back elsewhere)."""
+    """Another endpoint for a run started against one (its provider came back elsewhere), or
+    for a scripted run, a scripted provider serving there."""
     force: bool = False
     queued: bool = False
     """The run goes to a worker next; else it is driven here, and the key it sends (`api_key`,
@@ -465,9 +466,10 @@ def _apply_limits(state: RunState, asked: Reopening) -> None:
     if asked.latency_ms is not None and state.config.endpoint.kind == "scripted":
         state.config.endpoint = state.config.endpoint.model_copy(update={"latency_ms": asked.latency_ms})
     if asked.base_url is not None:
-        if state.config.endpoint.kind != "url":
-            raise UsageError(f"run {state.run_id} was not started against a base URL (runner serves its "
-                             f"{state.config.endpoint.kind} model itself): --base-url has nothing to replace")
+        endpoint = state.config.endpoint
+        if endpoint.kind == "local":  # another server may serve another model under the name
+            raise UsageError(f"run {state.run_id} was not started against a base URL (runner serves its local "
+                             "model itself): --base-url has nothing to replace")
         from runner.endpoints import checked_base_url
 
         state.config.endpoint = state.config.endpoint.model_copy(update={"base_url": checked_base_url(asked.base_url)})

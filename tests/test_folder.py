@@ -166,7 +166,7 @@ def test_edit_file_says_when_the_snippet_is_missing_or_not_unique(tmp_path: Path
     (tmp_path / "a.txt").write_text("x = 1\ny = 1\nx = 1\n")
     with pytest.raises(ToolError, match=r"occurs 2 times in a.txt \(at lines 1, 3\)"):
         call(EditFile(), tmp_path, path="a.txt", old="x = 1", new="x = 2")
-    with pytest.raises(ToolError, match="does not occur in a.txt"):
+    with pytest.raises(ToolError, match=r"does not occur in a\.txt"):
         call(EditFile(), tmp_path, path="a.txt", old="z = 1", new="z = 2")
     assert (tmp_path / "a.txt").read_text() == "x = 1\ny = 1\nx = 1\n"
 
