@@ -128,26 +128,29 @@ def prepare(req: RunRequest) -> Prepared:
 
 
 def _place(config: RunConfig, req: RunRequest, settings: Settings) -> None:
-    """Where the run's tools work, and on what: a scenario works on a copy of the packaged
-    workspace (or of --workspace DIR) with the demo tools; a question of one's own works on
-    the folder itself (--workspace DIR, the config's workspace, else the current folder) with
-    the folder tools, every write stopping for a verdict. --sandbox overrides either.
+    """Where the run's tools work, and on what: a demonstration (a scenario, or a prompt to
+    the scripted provider, whose replies are written for the packaged workspace) works on a
+    copy of the packaged workspace (or of --workspace DIR) with the demo tools; a question of
+    one's own works on the folder itself (--workspace DIR, the config's workspace, else the
+    current folder) with the folder tools, every write stopping for a verdict. --sandbox
+    overrides either.
 
     Raises:
         UsageError: the folder does not exist or is not a folder.
     """
-    given = req.workspace is not None or (req.scenario is None and settings.get("workspace"))
+    demo = req.scenario is not None or config.endpoint.scripted
+    given = req.workspace is not None or (not demo and settings.get("workspace"))
     if given:
         folder = Path(str(req.workspace if req.workspace is not None else settings.get("workspace"))).expanduser()
         if not folder.is_dir():
             raise UsageError(f"--workspace {folder}: {'not a folder' if folder.exists() else 'no such folder'}")
         config.workspace = str(folder.resolve())
-    elif req.scenario is None:
+    elif not demo:
         config.workspace = str(Path.cwd().resolve())
-    if req.scenario is None:
+    if not demo:
         config.builtin_tools = "folder"
         config.tools = [*FOLDER_TOOLS, *(["research"] if req.research else [])]
-    config.sandbox = req.sandbox or ("copy" if req.scenario is not None else "none")  # type: ignore[assignment]
+    config.sandbox = req.sandbox or ("copy" if demo else "none")  # type: ignore[assignment]
 
 
 def _check_choices(req: RunRequest) -> None:

@@ -35,7 +35,7 @@ RunStatus = Literal[
     # error, protocol slips or repeated calls past their bound); `error` says which; final
     "max_turns_exceeded",  # the turn cap stopped it; resumable with a higher cap
     "budget_exceeded",  # the USD, token or time budget stopped it; resumable with a higher budget
-    "interrupted",  # approval needed, cancelled, or the provider unavailable; resumable
+    "interrupted",  # approval needed, cancelled, the provider unavailable, or repaired; resumable
 ]
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed"})
 DEFAULT_TOOLS: tuple[str, ...] = ("list_files", "read_file", "delete_file", "scan_archive")
@@ -123,9 +123,20 @@ class CancelledInterruption(BaseModel, defer_build=True):
     reason: str
 
 
+class RepairedInterruption(BaseModel, defer_build=True):
+    """`runner repair` rebuilt the run from a damaged journal at a save where it was still
+    running: no process drives it, and a plain resume goes on from there."""
+
+    type: Literal["repaired"] = "repaired"
+    kept_seq: int
+    """The last good save the run was rebuilt from."""
+    dropped: int = 0
+    """Transitions committed after it that the damage lost."""
+
+
 Interruption = Annotated[
     Union[ApprovalInterruption, MaxTurnsInterruption, MaxBudgetInterruption, CancelledInterruption,
-          ProviderUnavailableInterruption],
+          ProviderUnavailableInterruption, RepairedInterruption],
     Field(discriminator="type"),
 ]
 
