@@ -86,7 +86,7 @@ class Coercion:
             return value
         if not many and kind is int and type(value) is str and not _WHOLE.fullmatch(value):
             raise typer.BadParameter(f"{value!r} is not a whole number", ctx=ctx, param=param)
-        if not many and kind in (int, float) and type(value) is str:
+        if not many and kind in (int, float) and type(value) in (str, int, float):
             self._check_range(kind, value, param, ctx)
         if not many and kind is Path and type(value) is str:
             from typer._param_types import coerce_cli_path
@@ -116,9 +116,11 @@ class Coercion:
             return items[0] if len(items) == 1 else None
         return None if described.is_tuple else described.annotation
 
-    def _check_range(self, kind: type, value: str, param: Any, ctx: Any) -> None:
+    def _check_range(self, kind: type, value: str | float, param: Any, ctx: Any) -> None:
         """A number out of the parameter's bounds is refused in click's words ("0 is not in the
         range x>=1"), not pydantic's ("Input should be greater than or equal to 1")."""
+        if kind is int and isinstance(value, float) and not value.is_integer():
+            return  # not a whole number: typer's coercion says so
         try:
             number = kind(value)
         except ValueError:
@@ -127,7 +129,7 @@ class Coercion:
             low, high = self.info.min, self.info.max
             shown = f"{low}<=x<={high}" if low is not None and high is not None else (
                 f"x>={low}" if low is not None else f"x<={high}")
-            raise typer.BadParameter(f"{value.strip()} is not in the range {shown}.", ctx=ctx, param=param)
+            raise typer.BadParameter(f"{str(value).strip()} is not in the range {shown}.", ctx=ctx, param=param)
 
     def _within(self, value: Any) -> bool:
         """A number within the parameter's `min` and `max` (text has no bounds)."""
