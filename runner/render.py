@@ -828,7 +828,7 @@ def run_totals(states: Sequence[tuple[RunState, str]], by: str | None) -> list[T
             groups.setdefault(key, Total(key)).add(state)
         kinds[state.config.priced].add(state)
         overall.add(state)
-    split = [kinds[True], kinds[False]] if kinds[False].runs else []  # runs at $0 beside priced ones: apart
+    split = [k for k in kinds.values() if k.runs] if kinds[False].runs else []  # runs at $0: said apart
     return [*groups.values(), *split, overall]
 
 
