@@ -1,8 +1,11 @@
 """The tool registry: every tool runner can offer, by name, and how a run's catalog is built.
 
 `RunConfig.tools` holds names (state stays plain data); `build` turns them into tool objects
-for one run. The default list of names is `runner.state.DEFAULT_TOOLS`; the research child
-gets the read-only tools of that list. This is the only place that maps names to tools.
+for one run. A name means a tool of the run's catalog (`RunConfig.builtin_tools`): the demo
+catalog (`DEMO`; its default list `runner.state.DEFAULT_TOOLS`, what the six-task suite and
+the scenarios offer) or the folder catalog (`FOLDER`; its default list `FOLDER_TOOLS`, what
+`runner run PROMPT` offers on a folder of one's own). The research child gets the read-only
+tools of its parent's list. This is the only place that maps names to tools.
 
 Your own tools come three ways: as objects handed to `runner.execute(tools=[...])` or
 `RunConfig(tools=[...])`; as "module:attribute" or "PATH/TO/FILE.py:attribute" references
@@ -23,19 +26,32 @@ from typing import Any
 from runner.errors import UnknownTool, UsageError
 from runner.research import Research
 from runner.state import DEFAULT_TOOLS, RunConfig, tool_ref
-from runner.tools import BASIC_TOOLS, Tool
+from runner.tools import BASIC_TOOLS, FOLDER_TOOL_CLASSES, Tool
 
 SIMPLE: dict[str, type[Tool]] = {cls.name: cls for cls in BASIC_TOOLS}
-"""Tools that need no per-run arguments, by name."""
-NAMES: tuple[str, ...] = (*SIMPLE, Research.name)
+"""The demo catalog's tools (no per-run arguments), by name."""
+DEMO = SIMPLE
+FOLDER: dict[str, type[Tool]] = {cls.name: cls for cls in FOLDER_TOOL_CLASSES}
+"""The folder catalog's tools, by name: the same names mean tools fit for a real folder."""
+FOLDER_TOOLS: tuple[str, ...] = ("list_files", "read_file", "search_files", "write_file", "edit_file", "delete_file")
+"""The tools a run on a folder of one's own offers unless told otherwise."""
+NAMES: tuple[str, ...] = (*dict.fromkeys([*SIMPLE, *FOLDER]), Research.name)
 """Every built-in tool name a run may list in `RunConfig.tools`."""
+
+
+def table(config: RunConfig) -> dict[str, type[Tool]]:
+    """The built-in tools `config`'s names mean, by name (see `RunConfig.builtin_tools`)."""
+    return FOLDER if config.builtin_tools == "folder" else DEMO
 ENTRY_POINT_GROUP = "runner.tools"
 """Installed plugins offer tools here: `[project.entry-points."runner.tools"] weather = "pkg.mod:Weather"`."""
 
 
-def child_tools() -> list[str]:
-    """The tools a research child gets: the read-only ones of the default catalog."""
-    return [n for n in DEFAULT_TOOLS if n in SIMPLE and SIMPLE[n].read_only]
+def child_tools(config: RunConfig | None = None) -> list[str]:
+    """The tools a research child gets: the read-only ones of its parent's catalog's default
+    list (the demo catalog's when no parent is given)."""
+    folder = config is not None and config.builtin_tools == "folder"
+    builtins, names = (FOLDER, FOLDER_TOOLS) if folder else (DEMO, DEFAULT_TOOLS)
+    return [n for n in names if builtins[n].read_only]
 
 
 def build(config: RunConfig, given: Iterable[Tool] = ()) -> list[Tool]:
@@ -59,9 +75,9 @@ def build(config: RunConfig, given: Iterable[Tool] = ()) -> list[Tool]:
             except UnknownTool as exc:
                 missing.append(f"{name} ({exc})")
         elif name == Research.name:
-            tools.append(Research(config, child_tools()))
-        elif name in SIMPLE:
-            tools.append(SIMPLE[name]())
+            tools.append(Research(config, child_tools(config)))
+        elif name in table(config):
+            tools.append(table(config)[name]())
         else:
             missing.append(name)
     if missing:

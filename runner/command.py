@@ -86,6 +86,8 @@ class Coercion:
             return value
         if not many and kind is int and type(value) is str and not _WHOLE.fullmatch(value):
             raise typer.BadParameter(f"{value!r} is not a whole number", ctx=ctx, param=param)
+        if not many and kind in (int, float) and type(value) in (str, int, float):
+            self._check_range(kind, value, param, ctx)
         if not many and kind is Path and type(value) is str:
             from typer._param_types import coerce_cli_path
 
@@ -114,6 +116,21 @@ class Coercion:
             return items[0] if len(items) == 1 else None
         return None if described.is_tuple else described.annotation
 
+    def _check_range(self, kind: type, value: str | float, param: Any, ctx: Any) -> None:
+        """A number out of the parameter's bounds is refused in click's words ("0 is not in the
+        range x>=1"), not pydantic's ("Input should be greater than or equal to 1")."""
+        if kind is int and isinstance(value, float) and not value.is_integer():
+            return  # not a whole number: typer's coercion says so
+        try:
+            number = kind(value)
+        except ValueError:
+            return  # typer's coercion says what is wrong with it
+        if not self._within(number):
+            low, high = self.info.min, self.info.max
+            shown = f"{low}<=x<={high}" if low is not None and high is not None else (
+                f"x>={low}" if low is not None else f"x<={high}")
+            raise typer.BadParameter(f"{str(value).strip()} is not in the range {shown}.", ctx=ctx, param=param)
+
     def _within(self, value: Any) -> bool:
         """A number within the parameter's `min` and `max` (text has no bounds)."""
         low, high = self.info.min, self.info.max
@@ -140,6 +157,19 @@ class Command(typer.core.TyperCommand):
         for param in (p for p in self.get_params(ctx) if p.param_type_name == "argument"):
             param.display_type_rich = lambda ctx: None  # type: ignore[attr-defined]
         super().format_options(ctx, formatter)
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        """The usage line names a required argument as `RUN_ID`, an optional one as
+        `[PROMPT]` (typer 0.29 writes a required one as `{RUN_ID}`)."""
+        for param in (p for p in self.get_params(ctx) if p.param_type_name == "argument"):
+            if hasattr(param, "_usage_display_name"):
+                param._usage_display_name = lambda param=param: _usage_name(param)
+        return list(super().collect_usage_pieces(ctx))
+
+
+def _usage_name(param: Any) -> str:
+    name = param.metavar or param.name.upper()
+    return (name if param.required else f"[{name}]") + ("..." if param.nargs != 1 else "")
 
 
 class Group(typer.core.TyperGroup):

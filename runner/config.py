@@ -45,6 +45,7 @@ SETTINGS: dict[str, tuple[type, tuple[str, ...], Any, str]] = {
     "max_retries": (int, (), 4, "retries of 429/5xx/timeouts/refused connections"),
     "tool_choice": (str, (), None, "tool_choice of the first turn: auto, required, none"),
     "tools": (list, (), [], "tools offered besides the built-in ones: module:attribute or plugin names"),
+    "workspace": (str, ("RUNNER_WORKSPACE",), None, "the folder a PROMPT's run works on (default: the current folder)"),
 }
 """Every setting a config file may hold, in the order `runner config show` prints them; each
 applies to `runner run` (the runs directory is `--runs-dir` or `$RUNNER_RUNS_DIR`)."""
@@ -119,11 +120,15 @@ def read_file(path: Path) -> dict[str, Any]:
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read config file {path}: {exc}") from None
     for name, value in data.items():
-        if _KEYISH.search(name) and name != "api_key_env":
+        if name not in SETTINGS and _KEYISH.search(name) and _secret_like(value):
             raise UsageError(f"config file {path} holds a secret ({name!r}); keep keys out of files: "
                              f'put it in an environment variable and write api_key_env = "THAT_VARIABLE"')
         if name not in SETTINGS:
-            raise UsageError(f"config file {path}: unknown setting {name!r}; known: {', '.join(SETTINGS)}")
+            import difflib
+
+            near = difflib.get_close_matches(name, SETTINGS, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise UsageError(f"config file {path}: unknown setting {name!r}{hint} (known: {', '.join(SETTINGS)})")
         kind = SETTINGS[name][0]
         ok = isinstance(value, kind) or (kind is float and isinstance(value, int) and not isinstance(value, bool))
         if not ok or (kind is int and isinstance(value, bool)):
@@ -210,6 +215,12 @@ def key_for(api_key_env: str | None, flag_key: str | None = None, *, given: bool
         if key := os.environ.get(env):
             return key
     return LOCAL_KEY
+
+
+def _secret_like(value: Any) -> bool:
+    """True for a value that may be a key itself: text that is not the NAME of an environment
+    variable (such as MY_PROVIDER_KEY) and not a word of setting (a number, a list, true)."""
+    return isinstance(value, str) and re.fullmatch(r"[A-Z_][A-Z0-9_]*", value) is None and len(value) >= 8
 
 
 def _parse(name: str, kind: type, raw: str, env: str) -> Any:

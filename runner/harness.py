@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 # shutil and tempfile are imported where they are used: `from runner import execute` loads little
 # more than the loop.
 
-__all__ = ["drive", "execute", "workspace_template"]
+__all__ = ["drive", "execute", "workspace_folder", "workspace_template"]
 
 
 def workspace_template() -> Path:
@@ -155,24 +155,72 @@ def _placed(state: RunState, store: RunStore | None, lease: Lease | None, cancel
             cleanup: contextlib.ExitStack) -> tuple[RunHandle | None, Workspace]:
     """Where the run lives and works: its handle in the store (claimed, or created, under
     `lease`) and its workspace there; in memory, no handle and a temporary copy of the
-    workspace, removed by `cleanup`."""
+    workspace, removed by `cleanup`. With sandbox "none" the tools work on the folder itself
+    and keep their ledger in the run's own folder (in memory: a temporary one).
+
+    Raises:
+        UsageError: the recorded folder is gone and the run has no copy of it (a resume
+            says so before it claims the run).
+    """
     from runner.tools import Workspace
 
-    template = Path(state.config.workspace) if state.config.workspace else workspace_template()
     if store is None:
+        template = workspace_folder(state)
+        scratch = _scratch(cleanup)
+        if state.config.sandbox == "none":
+            return None, Workspace(template, ledger=scratch() / LEDGER_FILE)
+
         def scratch_copy() -> Path:
             import shutil
-            import tempfile
 
-            scratch = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="runner-")))
-            return Path(shutil.copytree(template, scratch / "workspace", symlinks=True))
+            return Path(shutil.copytree(template, scratch() / "workspace", symlinks=True))
 
         return None, Workspace(template, scratch_copy)
     handle, _ = _claimed(store, state, lease, cancel, cleanup)
     _drop_unrecorded_approvals(state, store)
     held, run_id = handle.lease, state.run_id
-    return handle, Workspace(template, lambda: store.workspace(run_id, template, held),
-                             store.existing_workspace(run_id, held))
+    if state.config.sandbox == "none":
+        own = store.own_folder(run_id) or _scratch(cleanup)()
+        return handle, Workspace(workspace_folder(state), ledger=own / LEDGER_FILE)
+    existing = store.existing_workspace(run_id, held)
+    template = workspace_folder(state) if existing is None else _recorded_folder(state)
+    return handle, Workspace(template, lambda: store.workspace(run_id, template, held), existing)
+
+
+LEDGER_FILE = "ledger.jsonl"
+"""The write tools' ledger in the run's own folder (sandbox "none"; see `runner.tools.Ledger`)."""
+
+
+def _scratch(cleanup: contextlib.ExitStack) -> Callable[[], Path]:
+    """A temporary folder of the run's own, made on first use and removed by `cleanup`."""
+    made: list[Path] = []
+
+    def folder() -> Path:
+        if not made:
+            import tempfile
+
+            made.append(Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="runner-"))))
+        return made[0]
+
+    return folder
+
+
+def _recorded_folder(state: RunState) -> Path:
+    return Path(state.config.workspace) if state.config.workspace else workspace_template()
+
+
+def workspace_folder(state: RunState) -> Path:
+    """The folder `state`'s tools work over (`RunConfig.workspace`, else the packaged one).
+
+    Raises:
+        UsageError: the run's recorded folder is gone (or is not a folder), and the run has
+            no copy of its own to work in instead.
+    """
+    folder = _recorded_folder(state)
+    if state.config.workspace and not folder.is_dir():
+        raise UsageError(f"run {state.run_id} works on {folder}, which is {'not a folder' if folder.exists() else 'gone'}"
+                         "; give --workspace DIR with where it is now")
+    return folder
 
 
 def _child_driver(store: RunStore | None, client: ChatClient, workspace: Workspace,
@@ -297,7 +345,8 @@ class Reopening:
     """A new budget, USD (0: no budget); None keeps the recorded one."""
     latency_ms: float | None = None
     base_url: str | None = None
-    """Another endpoint for a run started against one (its provider came back elsewhere)."""
+    """Another endpoint for a run started against one (its provider came back elsewhere), or
+    for a scripted run, a scripted provider serving there."""
     force: bool = False
     queued: bool = False
     """The run goes to a worker next; else it is driven here, and the key it sends (`api_key`,
@@ -305,11 +354,20 @@ class Reopening:
     api_key: str | None = None
     tool_refs: dict[str, str] = field(default_factory=dict)
     """Where tools of the run's own are found now (`--tool` on resume), by name: recorded."""
+    max_tokens_total: int | None = None
+    """A new token budget (0: none); None keeps the recorded one."""
+    max_wall_s: float | None = None
+    """A new time budget, seconds (0: none); None keeps the recorded one."""
+    workspace: str | None = None
+    """Where the run's folder is now (an absolute path): recorded."""
+    sandbox: str | None = None
+    """Another sandbox ("copy" or "none") for a run that has no copy of its own yet."""
 
     @property
     def changes_config(self) -> bool:
         return (self.max_turns is not None or self.max_budget_usd is not None or self.latency_ms is not None
-                or self.base_url is not None or bool(self.tool_refs))
+                or self.base_url is not None or bool(self.tool_refs) or self.max_tokens_total is not None
+                or self.max_wall_s is not None or self.workspace is not None or self.sandbox is not None)
 
 
 def reopen(store: RunStore, run_id: str, asked: Reopening,
@@ -329,11 +387,11 @@ def reopen(store: RunStore, run_id: str, asked: Reopening,
         raise UsageError("give --approve or --reject, not both")
     if asked.reason and not asked.reject:
         raise UsageError("--reason goes with --reject CALL_ID")
-    _check_reopening(store.load(run_id, force=asked.force), asked, tools)  # refused: the run is left untouched
+    _check_reopening(store.load(run_id, force=asked.force), asked, tools, store)  # refused: the run is left untouched
     lease = store.claim(run_id)  # one driver at a time: a second one stops here
     try:
         state = store.load(run_id, force=asked.force)
-        _check_reopening(state, asked, tools)  # again: it may have moved on meanwhile
+        _check_reopening(state, asked, tools, store)  # again: it may have moved on meanwhile
         if asked.force:
             store.save(state, (), lease, force=True)
         if asked.approve or asked.reject:  # saved with the new limits, if any
@@ -347,8 +405,8 @@ def reopen(store: RunStore, run_id: str, asked: Reopening,
     return state, lease
 
 
-def _check_reopening(state: RunState, asked: Reopening, tools: Sequence[Tool]) -> None:
-    """Apply `asked`'s limits and endpoint to `state`; UsageError if the run cannot be
+def _check_reopening(state: RunState, asked: Reopening, tools: Sequence[Tool], store: RunStore) -> None:
+    """Apply `asked`'s limits, endpoint and folder to `state`; UsageError if the run cannot be
     reopened so (see `reopen`)."""
     from runner import catalog
     from runner.config import key_for
@@ -358,6 +416,7 @@ def _check_reopening(state: RunState, asked: Reopening, tools: Sequence[Tool]) -
         said = "failed" if state.status == "failed" else "is completed"
         raise UsageError(f"run {run_id} {said}; there is nothing to resume")
     _apply_limits(state, asked)
+    _apply_folder(state, asked, store)
     catalog.check_supplied(state.config, tools)
     state.config.tool_refs.update(asked.tool_refs)  # a tool of the run's own that moved: found there from now on
     catalog.build(state.config, tools)  # a tool that cannot be found: one line, nothing changed
@@ -377,6 +436,21 @@ def _check_reopening(state: RunState, asked: Reopening, tools: Sequence[Tool]) -
                          f"give --approve {it.call_id} or --reject {it.call_id} --reason TEXT")
 
 
+def _apply_folder(state: RunState, asked: Reopening, store: RunStore) -> None:
+    """Record where the run's folder is now and how it works on it, as asked; a run whose
+    folder is gone (and that has no copy of its own to work in) is refused in one line."""
+    copy = store.existing_workspace(state.run_id) if state.config.sandbox == "copy" else None
+    if asked.sandbox is not None and asked.sandbox != state.config.sandbox:
+        if copy is not None:
+            raise UsageError(f"run {state.run_id} already works on its own copy ({copy}); --sandbox "
+                             f"{asked.sandbox} would leave what it wrote there behind")
+        state.config.sandbox = asked.sandbox  # type: ignore[assignment]
+    if asked.workspace is not None:
+        state.config.workspace = asked.workspace
+    if copy is None:
+        workspace_folder(state)
+
+
 def _apply_limits(state: RunState, asked: Reopening) -> None:
     """Raise the run's limits and change its endpoint as asked; a resume that would stop again
     at once on the limit that stopped it is a usage error."""
@@ -385,12 +459,17 @@ def _apply_limits(state: RunState, asked: Reopening) -> None:
         limits.max_turns = asked.max_turns or None
     if asked.max_budget_usd is not None:
         limits.max_budget_usd = asked.max_budget_usd or None
+    if asked.max_tokens_total is not None:
+        limits.max_tokens_total = asked.max_tokens_total or None
+    if asked.max_wall_s is not None:
+        limits.max_wall_s = asked.max_wall_s or None
     if asked.latency_ms is not None and state.config.endpoint.kind == "scripted":
         state.config.endpoint = state.config.endpoint.model_copy(update={"latency_ms": asked.latency_ms})
     if asked.base_url is not None:
-        if state.config.endpoint.kind != "url":
-            raise UsageError(f"run {state.run_id} was not started against a base URL (runner serves its "
-                             f"{state.config.endpoint.kind} model itself): --base-url has nothing to replace")
+        endpoint = state.config.endpoint
+        if endpoint.kind == "local":  # another server may serve another model under the name
+            raise UsageError(f"run {state.run_id} was not started against a base URL (runner serves its local "
+                             "model itself): --base-url has nothing to replace")
         from runner.endpoints import checked_base_url
 
         state.config.endpoint = state.config.endpoint.model_copy(update={"base_url": checked_base_url(asked.base_url)})
@@ -399,6 +478,13 @@ def _apply_limits(state: RunState, asked: Reopening) -> None:
     if limits.max_turns is not None and state.turns >= limits.max_turns:
         raise UsageError(f"run {state.run_id} has made {state.turns} turns, so a turn cap of {limits.max_turns} stops "
                          f"it again at once; give --max-turns larger than {state.turns} (0: no cap)")
+    spent_tokens = state.prompt_tokens + state.completion_tokens
+    if limits.max_tokens_total is not None and spent_tokens >= limits.max_tokens_total:
+        raise UsageError(f"run {state.run_id} has spent {spent_tokens:,} tokens; give --max-tokens-total larger than "
+                         "that (0: no cap)")
+    if limits.max_wall_s is not None and state.wall_ms >= limits.max_wall_s * 1000:
+        raise UsageError(f"run {state.run_id} has run {state.wall_ms / 1000:.1f} s; give --max-wall-s larger than "
+                         "that (0: no cap)")
     if limits.max_budget_usd is not None and state.cost_usd >= limits.max_budget_usd:
         raise UsageError(f"run {state.run_id} has spent ${state.cost_usd:.6f}; give --max-budget larger than that "
                          "(0: no budget)")

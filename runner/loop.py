@@ -115,6 +115,12 @@ class Runtime:
         ws = self.workspace
         return ws.for_tool(tool) if isinstance(ws, Workspace) else ws
 
+    def ledger(self) -> Path | None:
+        """Where write tools keep their ledger (see `runner.tools.Workspace`)."""
+        from runner.tools import Workspace
+
+        return self.workspace.ledger if isinstance(self.workspace, Workspace) else None
+
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
 
@@ -493,9 +499,8 @@ def _needs_verdict(state: RunState, tool: Tool, call: ToolCall, signature: str) 
         del state.started[call.id]
         state.approved.pop(call.id, None)
         state.in_doubt.append(call.id)
-    if not (tool.needs_approval or call.id in state.in_doubt):
-        return False
-    if state.config.auto_approve and call.id not in state.in_doubt:
+    if call.id not in state.in_doubt and not state.config.needs_verdict(tool.name, tool.needs_approval,
+                                                                         tool.read_only):
         return False
     return state.approved.get(call.id) != signature
 
@@ -553,7 +558,7 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
         cancel=cancel, workspace=rt.workspace_for(tool),
         progress=lambda label: _progress(state, rt, tool, call, label),
         idempotency_key=f"{state.run_id}/{call.id}", call_id=call.id, run_id=state.run_id,
-        spawn=spawn if rt.run_child is not None else None,
+        spawn=spawn if rt.run_child is not None else None, ledger=rt.ledger(),
     )
     began = time.perf_counter()
     error: Exception | None = None

@@ -344,6 +344,9 @@ class Exporter:
         fresh = [s for s in spans if s.context is not None and (s.context.trace_id, s.context.span_id) not in self.sent]
         if not fresh:
             return 0
+        refused = _refused(self.endpoint)
+        if refused:  # the exporter would retry with back-off for seconds: nothing listens
+            raise ExportFailed(f"the OTLP receiver at {self.endpoint} did not take {len(fresh)} span(s): {refused}")
         if self._otlp.export(fresh) is not SpanExportResult.SUCCESS:
             raise ExportFailed(f"the OTLP receiver at {self.endpoint} did not take {len(fresh)} span(s): "
                                "unreachable through the exporter's retries, or it refused them")
@@ -352,6 +355,26 @@ class Exporter:
 
     def close(self) -> None:
         self._otlp.shutdown()  # type: ignore[no-untyped-call,unused-ignore]
+
+
+CONNECT_PROBE_S = 1.0
+"""How long the check that a receiver listens waits for a TCP connection, seconds."""
+
+
+def _refused(endpoint: str) -> str:
+    """Why no receiver can take spans at `endpoint` (connection refused, no such host, no
+    answer within `CONNECT_PROBE_S`), in words; "" when something listens there. One TCP
+    connect: the OTLP exporter itself retries a refused connection with back-off for ~7 s."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "localhost", port), timeout=CONNECT_PROBE_S):
+            return ""
+    except OSError as exc:
+        return f"nothing listens there ({exc.strerror or exc})"
 
 
 class ExportFailed(RunnerError):
@@ -409,7 +432,7 @@ class LiveExport:
 
     def __init__(self, store: RunStore, endpoint: str, run_ids: Iterable[str] | None = None, *,
                  poll_s: float = LIVE_POLL_S, on_problem: Callable[[str], None] | None = None) -> None:
-        from runner.view.live import RunWatch
+        from runner.store.watch import RunWatch
 
         self.store, self.poll_s, self.on_problem = store, poll_s, on_problem
         self.exporter = Exporter(endpoint)

@@ -138,7 +138,9 @@ def print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
     while len(keep) > 1 and width_of(build(keep, widths)) > out.width:
         keep.pop()
     out.width = max(out.width, width_of(build(keep, widths)))  # one id wider than the console: whole
-    out.print(build(keep, widths))
+    with out.capture() as captured:
+        out.print(build(keep, widths))
+    print("".join(line.rstrip() + "\n" for line in captured.get().splitlines()), end="")  # no padding at line ends
 
 
 def cut(cell: str, share: int, kind: str = "text") -> str:
@@ -852,20 +854,25 @@ class Total:
 
 def run_totals(states: Sequence[tuple[RunState, str]], by: str | None) -> list[Total]:
     """Sums per group (`by`: "model", "day" (UTC, of the start) or "status" (as shown)), in
-    order of first appearance, then a TOTAL row; one "all runs" row when `by` is None.
+    order of first appearance, then a TOTAL row; one "all runs" row when `by` is None. When
+    some runs are unpriced (a model on this machine, no price given: $0), a "priced" and an
+    "unpriced" row come before the last, so $0 is never read as a cheap hosted run.
     `states` holds (state, shown status) pairs. Every run counts its own spend: a research
     child's cost, which its parent's `cost_usd` includes, is counted once, with the child.
     """
     groups: dict[str, Total] = {}
     overall = Total("TOTAL" if by else "all runs")
+    kinds = {True: Total("priced"), False: Total("unpriced")}
     names = short_models(sorted({s.config.endpoint.model for s, _ in states}))
     for state, shown in states:
         key = {"model": names.get(state.config.endpoint.model, state.config.endpoint.model),
                "day": time.strftime("%Y-%m-%d", time.gmtime(state.created_at)), "status": shown}.get(by or "", "")
         if by:
             groups.setdefault(key, Total(key)).add(state)
+        kinds[state.config.priced].add(state)
         overall.add(state)
-    return [*groups.values(), overall]
+    split = [k for k in kinds.values() if k.runs] if kinds[False].runs else []  # runs at $0: said apart
+    return [*groups.values(), *split, overall]
 
 
 def print_runs(infos: Sequence[RunInfo], store_opts: str = "") -> None:
@@ -885,8 +892,14 @@ def print_runs(infos: Sequence[RunInfo], store_opts: str = "") -> None:
     print_table([("run id", "id"), ("started", "id"), ("status", "id"), ("turns", "num"),
                  ("cost USD", "num"), ("model", "text"), *([("reason", "text")] if wide else [])],
                 [[i.state.run_id, when(i.state.created_at)[5:], i.shown_status, str(i.state.turns),
-                  f"{i.state.cost_usd:.6f}", names[i.state.config.endpoint.model],
+                  own_cost(i.state), names[i.state.config.endpoint.model],
                   *([reason(i)] if wide else [])] for i in infos])
+
+
+def own_cost(state: RunState) -> str:
+    """A run's own spend for a list of runs, in USD: a research parent's without its children's
+    (each child is a row of its own, so the column adds up)."""
+    return f"{state.cost_usd - state.child_cost_usd:.6f}"
 
 
 def print_totals(rows: Sequence[Total], by: str | None) -> None:
@@ -980,9 +993,12 @@ def print_models(rows: Sequence[ModelStatus], as_json: bool = False) -> None:
     if as_json:
         print(json.dumps([r.model_dump(mode="json") for r in rows]))
         return
-    print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num"), ("path", "path")],
-                [[r.name, "yes" if r.present else "no", r.source, f"{r.size_bytes / 1e6:.0f}" if r.size_bytes else "-",
-                  str(r.path or "")] for r in rows])
+    print_table([("name", "id"), ("present", "id"), ("source", "id"), ("size MB", "num")],
+                [[r.name, "yes" if r.present else "no", r.source, f"{r.size_bytes / 1e6:.0f}" if r.size_bytes else "-"]
+                 for r in rows])
+    print("where each is (or goes when pulled):")  # whole: a path cut short says nothing of where
+    pad = max((len(r.name) for r in rows), default=0)
+    print("".join(f"  {r.name:<{pad}}  {r.path or '-'}\n" for r in rows), end="")
 
 
 def unkept(state: RunState) -> None:

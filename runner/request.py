@@ -67,6 +67,20 @@ def _max_budget() -> Any:
                   "--max-budget", min=0.0)
 
 
+def _max_tokens_total() -> Any:
+    return option(None, "Stop once the run's prompt and completion tokens reach N (0: no cap); the budget of a "
+                        "run at $0 (a local model). Checked before each turn.", "--max-tokens-total", min=0)
+
+
+def _max_wall_s() -> Any:
+    return option(None, "Stop once the run has taken this many seconds, over every process that drove it (0: no "
+                        "cap). Checked before each turn.", "--max-wall-s", min=0.0)
+
+
+def _sandbox(help: str) -> Any:
+    return option(None, help, "--sandbox", metavar="copy|none", parser=choice("copy", "none"))
+
+
 def _latency_ms(default: float | None, note: str = "") -> Any:
     return option(default, f"Scripted provider: delay every reply by this many ms{note}.", min=0.0)
 
@@ -107,6 +121,15 @@ class RunRequest:
         "--tool-choice", metavar="auto|required|none")
     max_turns: int | None = _max_turns()
     max_budget_usd: float | None = _max_budget()
+    max_tokens_total: int | None = _max_tokens_total()
+    max_wall_s: float | None = _max_wall_s()
+    workspace: Path | None = option(
+        None, "The folder the tools work over [default: for a PROMPT, the current folder (config workspace); for a "
+              "scenario, the packaged demo workspace].", "--workspace", metavar="DIR")
+    sandbox: str | None = _sandbox(
+        "copy: the run works on its own copy of the folder (the folder is never changed); none: the tools act on "
+        "the folder itself, every write stopping for your verdict first (see --auto-approve) [default: none for a "
+        "PROMPT, copy for a scenario].")
     dedupe: bool = option(False, "Answer a repeated read-only call from the cache.")
     dedupe_all: bool = option(False, "UNSAFE: dedupe write tools too (a second, intended write is swallowed).")
     tool_errors: str = option(
@@ -115,7 +138,9 @@ class RunRequest:
     permanent_errors: bool = option(True, "Stop as failed on errors the model cannot fix.")
     max_identical_failures: int = option(
         2, "Same failing call this many times in a row is permanent (0: off).", min=0)
-    auto_approve: bool = option(False, "Run needs-approval tools without stopping.")
+    auto_approve: list[str] = option(
+        [], "Run calls of the tools this pattern names without stopping for a verdict (repeatable; shell-style: "
+            "write_file, '*_file', '*' for every tool).", "--auto-approve", metavar="GLOB")
     on_slip: str = option(
         "corrective", "A reply with no answer and no usable call: corrective (ask again with a message saying "
                       "what went wrong), repeat (ask again as before) or fail.",
@@ -163,6 +188,14 @@ class ResumeRequest:
                "gives when a refusal is not written down.", hidden=True)
     max_turns: int | None = _max_turns()
     max_budget_usd: float | None = _max_budget()
+    max_tokens_total: int | None = _max_tokens_total()
+    max_wall_s: float | None = _max_wall_s()
+    workspace: Path | None = option(
+        None, "Where the run's folder is now (it moved) [default: the folder the run recorded; a resume refuses when that "
+        "is gone].", "--workspace", metavar="DIR")
+    sandbox: str | None = _sandbox(
+        "Change how the run works on its folder (copy or none), before it has made a copy of its own [default: as "
+        "the run recorded].")
     latency_ms: float | None = _latency_ms(None, " (default: as the run recorded)")
     base_url: str | None = option(
         None, "Continue against this endpoint instead of the one the run recorded (a provider that came back "
@@ -211,6 +244,12 @@ class SuiteRequest:
     max_turns: int = option(8, "Turn cap per task.", min=1)
     max_tokens: int | None = option(None, "Cap on each reply, tokens [default: the server's].", min=1)
     latency_ms: float = _latency_ms(0.0)
+    workspace: Path | None = option(
+        None, "The folder the suite's tasks work over instead of the suite's own workspace (each run works on its own copy "
+        "of it; the grades still expect the suite's answers) [default: the suite's workspace].", "--workspace", metavar="DIR")
+    sandbox: str | None = _sandbox(
+        "copy, the only choice for a suite: each run works on its own copy of its folder, which is never changed "
+        "(none, the folder itself, is refused: graded runs cannot stop for verdicts).")
     repeats: int = option(1, "Runs per task and model (the report gives pass rates over them).", "--repeat", min=1)
     executor: str = option(
         "local", "local (this process, one run at a time) or ray (Ray actors; pip install 'runner[ray]').",
@@ -226,8 +265,20 @@ class SuiteRequest:
     def __post_init__(self) -> None:
         if self.base_url is not None and self.provider == "scripted" and not self.models:
             raise UsageError("--base-url names the local column's endpoint; --provider scripted has no local column")
+        if self.sandbox == "none":
+            raise UsageError("a suite's runs are graded unattended, each on its own copy of its folder: --sandbox none "
+                             "(writes on the folder itself, each stopping for a verdict) does not go with runner suite")
+        if self.workspace is not None and not self.workspace.expanduser().is_dir():
+            raise UsageError(f"--workspace {self.workspace}: no such folder")
+        if self.workspace is not None and self.resume_report is not None:
+            raise UsageError("--workspace does not go with --resume: the suite's runs recorded their folder")
         if self.resume_report is not None and (self.suites or self.split or self.tasks):
             raise UsageError("--resume finishes the suites its report ran: leave out --suite, --split and --task")
+
+    @property
+    def workspace_path(self) -> str | None:
+        """--workspace as an absolute path (None: the suite's own workspace)."""
+        return str(self.workspace.expanduser().resolve()) if self.workspace is not None else None
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from runner import catalog, store
+from runner.catalog import FOLDER_TOOLS
 from runner.config import Key, Settings
 from runner.endpoints import checked_base_url
 from runner.errors import EXIT_CODES, RunnerError, UnknownScenario, UsageError
@@ -95,7 +96,8 @@ def prepare(req: RunRequest) -> Prepared:
     settings = Settings({"model": req.model, "api_key_env": req.api_key_env, "price_in_usd_per_mtok": req.price_in,
                          "price_out_usd_per_mtok": req.price_out, "max_turns": req.max_turns,
                          "max_budget_usd": req.max_budget_usd, "timeout_s": req.timeout_s,
-                         "max_retries": req.max_retries, "tool_choice": req.tool_choice, "tools": req.tools or None})
+                         "max_retries": req.max_retries, "tool_choice": req.tool_choice, "tools": req.tools or None,
+                         "workspace": str(req.workspace) if req.workspace is not None else None})
     scenario = req.scenario
     if scenario is not None and scenario_name(scenario) not in SCENARIOS:
         shown = [s for s in SCENARIOS if s != "research_child"]  # the research tool's child, not a scenario to run
@@ -118,6 +120,7 @@ def prepare(req: RunRequest) -> Prepared:
     config = _config(req, settings, endpoint, name, local.harness if local else {})
     if req.policies:
         config = steered(config, req.policies, local.harness if local else {})
+    _place(config, req, settings)
     if req.no_builtin_tools and not own:
         raise UsageError("--no-builtin-tools leaves no tool: give --tool MODULE:ATTRIBUTE")
     if own:
@@ -139,7 +142,35 @@ def steered(config: RunConfig, edits: list[str], defaults: dict[str, Any]) -> Ru
     return config.model_copy(update={**own, "endpoint": config.endpoint.model_copy(update=at_endpoint)})
 
 
+def _place(config: RunConfig, req: RunRequest, settings: Settings) -> None:
+    """Where the run's tools work, and on what: a demonstration (a scenario, or a prompt to
+    the scripted provider, whose replies are written for the packaged workspace) works on a
+    copy of the packaged workspace (or of --workspace DIR) with the demo tools; a question of
+    one's own works on the folder itself (--workspace DIR, the config's workspace, else the
+    current folder) with the folder tools, every write stopping for a verdict. --sandbox
+    overrides either.
+
+    Raises:
+        UsageError: the folder does not exist or is not a folder.
+    """
+    demo = req.scenario is not None or config.endpoint.scripted
+    given = req.workspace is not None or (not demo and settings.get("workspace"))
+    if given:
+        folder = Path(str(req.workspace if req.workspace is not None else settings.get("workspace"))).expanduser()
+        if not folder.is_dir():
+            raise UsageError(f"--workspace {folder}: {'not a folder' if folder.exists() else 'no such folder'}")
+        config.workspace = str(folder.resolve())
+    elif not demo:
+        config.workspace = str(Path.cwd().resolve())
+    if not demo:
+        config.builtin_tools = "folder"
+        config.tools = [*FOLDER_TOOLS, *(["research"] if req.research else [])]
+    config.sandbox = req.sandbox or ("copy" if demo else "none")  # type: ignore[assignment]
+
+
 def _check_choices(req: RunRequest) -> None:
+    if req.sandbox is not None and req.sandbox not in ("copy", "none"):
+        raise UsageError(f"--sandbox must be copy or none, got {req.sandbox!r}")
     if req.tool_errors not in ("text", "generic", "fatal"):
         raise UsageError("--tool-errors must be text, generic or fatal")
     if req.on_slip not in ("corrective", "repeat", "fail"):
@@ -191,7 +222,7 @@ def _config(req: RunRequest, settings: Settings, endpoint: Endpoint, scenario: s
     fields: dict[str, Any] = {
         **model_defaults,
         "dedupe": req.dedupe, "dedupe_all": req.dedupe_all, "tool_errors": req.tool_errors,
-        "permanent_errors": req.permanent_errors, "auto_approve": req.auto_approve,
+        "permanent_errors": req.permanent_errors, "auto_approve_tools": list(req.auto_approve),
         "price_in_usd_per_mtok": settings.get("price_in_usd_per_mtok"),
         "price_out_usd_per_mtok": settings.get("price_out_usd_per_mtok"),
         "research_max_turns": req.research_max_turns, "research_max_budget_usd": req.research_max_budget_usd,
@@ -200,7 +231,11 @@ def _config(req: RunRequest, settings: Settings, endpoint: Endpoint, scenario: s
     if req.answer_after is not None or "answer_after_tool_turns" not in fields:
         fields["answer_after_tool_turns"] = req.answer_after
     limits = Limits(max_turns=settings.get("max_turns") or None, max_budget_usd=settings.get("max_budget_usd") or None,
+                    max_tokens_total=req.max_tokens_total or None, max_wall_s=req.max_wall_s or None,
                     cap_max_tokens=req.cap_max_tokens, max_identical_failures=req.max_identical_failures)
+    priced = {k: settings.get(k) for k in ("price_in_usd_per_mtok", "price_out_usd_per_mtok")
+              if settings.value(k).source != "default"}  # unpriced: $0 on this machine (`RunConfig`)
+    fields = {k: v for k, v in fields.items() if not k.startswith("price_")} | priced
     config = RunConfig(endpoint=endpoint, limits=limits, **fields)
     if req.research or scenario == "research":
         config.tools = [*config.tools, "research"]
@@ -282,16 +317,19 @@ def never_reached(state: RunState) -> bool:
         "auth", "not_found", "invalid_request", "bad_endpoint")
 
 
-def _llama_note(endpoint: Endpoint) -> str:
+def _llama_note(state: RunState) -> str:
     """What a run on a local model says as it starts llama.cpp: the model, its first turn's
-    tool choice, and the GGUF file (by name, where a new run and a resume both find it)."""
+    tool choice (or, for a run that has made turns, the turn it continues at), and the GGUF
+    file (by name, where a new run and a resume both find it)."""
+    endpoint = state.config.endpoint
     recorded = endpoint.local_model or endpoint.model
     choice = None
     with contextlib.suppress(RunnerError):  # not on disk now: the start says so next
         choice = local_choice(recorded)
     file = choice.path.name if choice is not None else Path(recorded).name
-    return (f"model: {endpoint.model}, first turn tool_choice={endpoint.first_turn_tool_choice}\n"
-            f"  starting llama.cpp on {file} for this run")
+    turn = (f"first turn tool_choice={endpoint.first_turn_tool_choice}" if not state.turns
+            else f"continuing at turn {state.turns + 1}")
+    return f"model: {endpoint.model}, {turn}\n  starting llama.cpp on {file} for this run"
 
 
 def _unwatched(run_id: str) -> AbstractContextManager[object]:
@@ -315,7 +353,7 @@ def launch(prepared: Prepared, runs: store.RunStore, feedback: Feedback = Feedba
         runs.create(state)
         return Started(state, queued=True)
     if prepared.local is not None and feedback.on_note is not None:
-        feedback.on_note(_llama_note(endpoint))
+        feedback.on_note(_llama_note(state))
     provider = (scripted_provider(latency_ms=endpoint.latency_ms, faults=prepared.faults, in_process=True)
                 if endpoint.kind == "scripted" else None)
     signals = StopSignals.install()  # before the run exists: a Ctrl-C from here on keeps it resumable
@@ -330,6 +368,20 @@ def launch(prepared: Prepared, runs: store.RunStore, feedback: Feedback = Feedba
     if made_dir is not None:
         store.unmake_runs_dir(runs, made_dir)
     return Started(state, kept=False)
+
+
+def _resumed_folder(folder: Path | None) -> str | None:
+    """--workspace on resume: where the run's folder is now, as an absolute path.
+
+    Raises:
+        UsageError: no such folder.
+    """
+    if folder is None:
+        return None
+    folder = folder.expanduser()
+    if not folder.is_dir():
+        raise UsageError(f"--workspace {folder}: {'not a folder' if folder.exists() else 'no such folder'}")
+    return str(folder.resolve())
 
 
 def resume(run_id: str, req: ResumeRequest, runs: store.RunStore, feedback: Feedback = Feedback(), *,
@@ -347,13 +399,14 @@ def resume(run_id: str, req: ResumeRequest, runs: store.RunStore, feedback: Feed
                       empty_rejection=req.unsafe_empty_rejection, max_turns=req.max_turns,
                       max_budget_usd=req.max_budget_usd, latency_ms=req.latency_ms, base_url=req.base_url,
                       force=req.force, queued=req.detach, api_key=req.api_key,
-                      tool_refs=refs)
+                      tool_refs=refs, max_tokens_total=req.max_tokens_total, max_wall_s=req.max_wall_s,
+                      workspace=_resumed_folder(req.workspace), sandbox=req.sandbox)
     state, lease = reopen(runs, run_id, asked, tools=own)
     if signals is None:
         runs.release(lease, runnable=True)
         return Started(state, queued=True)
     if state.config.endpoint.kind == "local" and feedback.on_note is not None:
-        feedback.on_note(_llama_note(state.config.endpoint))
+        feedback.on_note(_llama_note(state))
     with watch(run_id):
         state = drive_in_foreground(state, runs, lease, signals, feedback, api_key=req.api_key, tools=own)
     return Started(state)

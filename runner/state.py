@@ -34,8 +34,8 @@ RunStatus = Literal[
     "failed",  # what no resume fixes (401/403, invalid request, context overflow, permanent tool
     # error, protocol slips or repeated calls past their bound); `error` says which; final
     "max_turns_exceeded",  # the turn cap stopped it; resumable with a higher cap
-    "budget_exceeded",  # the USD budget stopped it; resumable with a higher budget
-    "interrupted",  # approval needed, cancelled, or the provider unavailable; resumable
+    "budget_exceeded",  # the USD, token or time budget stopped it; resumable with a higher budget
+    "interrupted",  # approval needed, cancelled, the provider unavailable, or repaired; resumable
 ]
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed"})
 DEFAULT_TOOLS: tuple[str, ...] = ("list_files", "read_file", "delete_file", "scan_archive")
@@ -97,6 +97,12 @@ class MaxBudgetInterruption(BaseModel, defer_build=True):
     """With `cap_max_tokens`: the least budget that pays for the next prompt (as estimated)
     and a reply as long as the run's longest (at least `MIN_REPLY_TOKENS`), USD; None when
     the budget itself was spent."""
+    limit_tokens: int | None = None
+    """The token budget in force (`Limits.max_tokens_total`) when it is what stopped the run."""
+    used_tokens: int | None = None
+    """Prompt plus completion tokens spent when the run stopped."""
+    limit_wall_s: float | None = None
+    """The time budget in force (`Limits.max_wall_s`) when it is what stopped the run, seconds."""
 
 
 class ProviderUnavailableInterruption(BaseModel, defer_build=True):
@@ -117,9 +123,20 @@ class CancelledInterruption(BaseModel, defer_build=True):
     reason: str
 
 
+class RepairedInterruption(BaseModel, defer_build=True):
+    """`runner repair` rebuilt the run from a damaged journal at a save where it was still
+    running: no process drives it, and a plain resume goes on from there."""
+
+    type: Literal["repaired"] = "repaired"
+    kept_seq: int
+    """The last good save the run was rebuilt from."""
+    dropped: int = 0
+    """Transitions committed after it that the damage lost."""
+
+
 Interruption = Annotated[
     Union[ApprovalInterruption, MaxTurnsInterruption, MaxBudgetInterruption, CancelledInterruption,
-          ProviderUnavailableInterruption],
+          ProviderUnavailableInterruption, RepairedInterruption],
     Field(discriminator="type"),
 ]
 
@@ -271,6 +288,13 @@ class Limits(BaseModel, defer_build=True):
     """Turn cap; None: no cap (version-1 files without one load as None, as they ran)."""
     max_budget_usd: float | None = None
     """Spend cap, USD; None: no cap."""
+    max_tokens_total: int | None = None
+    """Token budget: prompt plus completion tokens of every turn (a run at $0, on a local
+    model, is limited by this or by `max_wall_s`); None: no cap. Checked before each turn, so
+    it can be passed by at most one turn's tokens."""
+    max_wall_s: float | None = None
+    """Time budget: the run's wall time over every process that drove it, seconds; None: no
+    cap. Checked before each turn."""
     cap_max_tokens: bool = False
     """Cap each request's max_tokens from the budget left after an (over-)estimate of the
     next prompt, and stop when fewer than `MIN_REPLY_TOKENS` reply tokens fit: spend stays
@@ -296,6 +320,14 @@ class Limits(BaseModel, defer_build=True):
         if self.max_turns is not None and state.turns >= self.max_turns:
             return LimitStop("max_turns_exceeded", MaxTurnsInterruption(limit=self.max_turns, used=state.turns),
                              f"reached the turn cap of {self.max_turns}")
+        spent_tokens = state.prompt_tokens + state.completion_tokens
+        if self.max_tokens_total is not None and spent_tokens >= self.max_tokens_total:
+            return LimitStop("budget_exceeded", MaxBudgetInterruption(
+                limit_tokens=self.max_tokens_total, used_tokens=spent_tokens),
+                f"spent {spent_tokens:,} of a {self.max_tokens_total:,}-token budget")
+        if self.max_wall_s is not None and state.wall_ms >= self.max_wall_s * 1000:
+            return LimitStop("budget_exceeded", MaxBudgetInterruption(limit_wall_s=self.max_wall_s),
+                             f"ran {state.wall_ms / 1000:.1f} s of a {self.max_wall_s:g} s time budget")
         if self.max_budget_usd is None:
             return None
         budget = MaxBudgetInterruption(limit_usd=self.max_budget_usd, used_usd=round(state.cost_usd, 9))
@@ -398,12 +430,23 @@ class RunConfig(BaseModel, defer_build=True):
     listing_in_prompt, abstain_option, evidence_first)."""
     workspace: str | None = None
     """The folder the tools work over, as an absolute path (None: the packaged three-file
-    workspace, `tasks/workspace`). The run works on its own copy of it, made when a tool that
-    may write first runs."""
+    workspace, `tasks/workspace`). Recorded, so a resume or a worker works on the same folder."""
+    sandbox: Literal["copy", "none"] = "copy"
+    """``copy``: the run works on its own copy of `workspace`, made when a tool that may write
+    first runs (the folder itself is never changed). ``none``: every tool acts on the folder
+    itself, and every tool that may write stops for a verdict first (unless
+    `auto_approve_tools` names it); the write tools' ledger is kept in the run's own folder."""
+    builtin_tools: Literal["demo", "folder"] = "demo"
+    """Which built-in tools the names in `tools` mean (`runner.catalog`): ``demo``, the
+    packaged workspace's tools (the six-task suite and the scenarios); ``folder``, tools fit
+    for a folder of one's own (subfolders, line ranges, search, write and edit)."""
     max_tool_result_chars: int | None = 20_000
     """Longer tool results are cut, with a marker the model reads (None: no cap)."""
     auto_approve: bool = False
     """Approve every needs_approval call without stopping (used by the double_delete demo)."""
+    auto_approve_tools: list[str] = []
+    """Shell-style patterns (``write_file``, ``*_file``, ``*``) of tool names whose calls run
+    without stopping for a verdict (`--auto-approve GLOB`)."""
     tools: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOLS))
     """Names of the tools offered to the model (`research` adds a child-agent tool). Given
     tool objects (your own tools) instead of names, the config keeps their names, records
@@ -431,10 +474,37 @@ class RunConfig(BaseModel, defer_build=True):
                 data[group] = base | flat
         return data
 
+    @model_validator(mode="after")
+    def _unpriced_on_own_machine(self) -> "RunConfig":
+        """A model on this machine (runner's own llama.cpp server, or a base URL on a loopback
+        address) costs nothing unless a price is given: both prices are then 0."""
+        given = self.model_fields_set & {"price_in_usd_per_mtok", "price_out_usd_per_mtok"}
+        if not given and on_own_machine(self.endpoint):
+            self.price_in_usd_per_mtok = self.price_out_usd_per_mtok = 0.0
+        return self
+
     @property
     def prices(self) -> tuple[float, float]:
         """USD per million prompt and completion tokens."""
         return self.price_in_usd_per_mtok, self.price_out_usd_per_mtok
+
+    @property
+    def priced(self) -> bool:
+        """False for a run at $0 (no price: a model on this machine, or prices of 0 given)."""
+        return self.price_in_usd_per_mtok > 0 or self.price_out_usd_per_mtok > 0
+
+    def approves_itself(self, tool_name: str) -> bool:
+        """True if a call of `tool_name` runs without a person's verdict (`auto_approve`, or
+        a pattern of `auto_approve_tools` matches the name)."""
+        import fnmatch
+
+        return self.auto_approve or any(fnmatch.fnmatchcase(tool_name, p) for p in self.auto_approve_tools)
+
+    def needs_verdict(self, tool_name: str, needs_approval: bool, read_only: bool) -> bool:
+        """True if a call of this tool stops for a verdict: the tool needs approval, or it may
+        write and acts on the user's own folder (sandbox "none"); unless approved in advance."""
+        asks = needs_approval or (self.sandbox == "none" and not read_only)
+        return asks and not self.approves_itself(tool_name)
 
     _given_tools: dict[str, Any] = PrivateAttr(default_factory=dict)
 
@@ -455,6 +525,21 @@ class RunConfig(BaseModel, defer_build=True):
     def given_tools(self) -> dict[str, Any]:
         """The tool objects this config was built with, by name (never saved; a loaded config has none)."""
         return dict(self._given_tools)
+
+
+def on_own_machine(endpoint: Endpoint) -> bool:
+    """True for a model served on this machine that is not the scripted provider (which plays
+    a hosted one, prices included): runner's own llama.cpp server, or a loopback base URL."""
+    if endpoint.scripted:
+        return False
+    if endpoint.kind == "local":
+        return True
+    if endpoint.kind != "url" or not endpoint.base_url:
+        return False
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(endpoint.base_url).hostname or "").lower()
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def tool_ref(tool: Any) -> str | None:

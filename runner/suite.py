@@ -161,6 +161,9 @@ Split = Literal["dev", "test"]
 SUITE_TOOLS = ("list_files", "read_file")
 """The tools a suite other than the six-task one offers when its suite.json names none: the
 folder's read-only tools."""
+SUITE_CATALOG: Literal["demo", "folder"] = "demo"
+"""Which built-in tools a suite other than the six-task one offers when its suite.json does
+not say (`RunConfig.builtin_tools`)."""
 
 
 class SuiteDefinition(BaseModel, extra="forbid"):
@@ -174,6 +177,9 @@ class SuiteDefinition(BaseModel, extra="forbid"):
     description: str = ""
     system: str = Field(min_length=1)
     """The system prompt of every run."""
+    catalog: Literal["demo", "folder"] | None = None
+    """Which built-in tools `tools` names: "demo" (the packaged workspace's: a flat folder) or
+    "folder" (subfolders, line ranges, search); None: `SUITE_CATALOG`."""
     tools: list[str] | None = None
     """The built-in tools offered (None: `SUITE_TOOLS`; the six-task suite's default catalog,
     `runner.state.DEFAULT_TOOLS`, for the six-task suite)."""
@@ -519,9 +525,10 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
               on_result: Callable[[TaskResult], None] | None = None, on_note: Callable[[str], None] | None = None,
               store_location: str | None = None, durability: Durability = "process",
               run_settings: dict[str, Any] | None = None, system_addendum: str | None = None,
-              suites: Sequence[SuiteDefinition] = (), policy_edits: Sequence[str] = ()) -> SuiteReport:
+              suites: Sequence[SuiteDefinition] = (), policy_edits: Sequence[str] = (),
+              workspace: str | None = None) -> SuiteReport:
     """Run every task of `suites` (default: the six-task suite) on every model column
-    `repeats` times; returns the report (see `runner.render.write_suite_report` to write it).
+    `repeats` times; returns the report (`runner.render.write_suite_report` writes it).
 
     Every (model, task, repeat) is saved as a run before `executor` drives any.
 
@@ -529,8 +536,7 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
         provider, models, base_url: the columns, as `model_columns`.
         max_turns: turn cap per task.
         max_tokens: cap on each reply, tokens (None: the server's default, 512 for runner serve).
-        latency_ms: delay of every scripted reply, ms (the scripted column only).
-        repeats: runs per (task, model).
+        latency_ms: delay of every scripted reply, ms (the scripted column only); repeats: runs per (task, model).
         executor: a `runner.fanout` executor (`RayExecutor` fans out over a Ray cluster).
         columns: the model columns as endpoints, instead of `provider`, `models`, `base_url`
             and `latency_ms` (e.g. a scripted provider that is already running).
@@ -543,8 +549,8 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
             (`harness_settings`), e.g. ``{"on_slip": "repeat"}``.
         system_addendum: text added to the suite's system prompt for local columns, instead of
             the manifest's ``system_addendum`` (None: the manifest's; "": none).
-        suites: the suites to run, in order (`load_suite`, `select_tasks`).
-        policy_edits: `--policy` values for the local columns (`runner.policies.edited`).
+        suites: the suites to run, in order (`load_suite`, `select_tasks`); policy_edits:
+            `--policy` values (`runner.policies.edited`); workspace: another folder to work over.
 
     Raises:
         UsageError, models.ModelNotFound: as `model_columns` and `_check_scripted`.
@@ -560,7 +566,7 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
     jobs: Jobs = {}
     batches = [Batch(column, [run_id for suite in suites for run_id in _create_runs(
         suite, column, location, jobs, repeats, max_turns, max_tokens, len(suites) > 1,
-        *harness_settings(column, run_settings, system_addendum, policy_edits))]) for column in columns]
+        *harness_settings(column, run_settings, system_addendum, policy_edits), workspace)]) for column in columns]
     report.policies = {c.label: _policies_of(c, *harness_settings(c, run_settings, system_addendum, policy_edits))
                        for c in local}
     report.results = _drive(executor, batches, location, jobs, on_result)
@@ -624,7 +630,7 @@ def run_requested(req: SuiteRequest, runs_root: Path, *, store_location: str | N
     return run_suite(provider, runs_root, models=req.models, base_url=req.base_url, max_turns=req.max_turns,
                      max_tokens=req.max_tokens, repeats=req.repeats, store_location=store_location,
                      durability=durability, on_result=on_result, columns=columns, executor=executor, suites=suites,
-                     policy_edits=req.policies)
+                     policy_edits=req.policies, workspace=req.workspace_path)
 
 
 def requested_suites(req: SuiteRequest) -> list[SuiteDefinition]:
@@ -662,20 +668,24 @@ Jobs = dict[str, Job]
 
 
 def _create_runs(suite: SuiteDefinition, column: Endpoint, location: StoreAt, jobs: Jobs, repeats: int, max_turns: int,
-                 max_tokens: int | None, qualified: bool, harness: dict[str, Any], addendum: str) -> list[str]:
+                 max_tokens: int | None, qualified: bool, harness: dict[str, Any], addendum: str,
+                 workspace: str | None = None) -> list[str]:
     """Save every task x repeat of one suite on one column as a queued run (recorded in
     `jobs`); returns their ids. Each run records how `runner resume` reaches its endpoint
-    again, and the suite's workspace and tools."""
+    again, and the folder it works over (`workspace`, else the suite's own) and its tools."""
     run_ids = []
     for task in suite.tasks:
         for repeat in range(1, repeats + 1):
             overrides = dict(harness)  # endpoint settings (e.g. first_turn_tool_choice) go on the endpoint
             moved = {k: overrides.pop(k) for k in list(overrides) if k in Endpoint.model_fields}
             endpoint = column.model_copy(update={"model": _model_for(column, task), **moved})
-            where: dict[str, Any] = {} if suite.default else {"workspace": str(suite.workspace),
-                                                              "tools": list(suite.tools or SUITE_TOOLS)}
+            where: dict[str, Any] = {} if suite.default else {
+                "workspace": str(suite.workspace), "tools": list(suite.tools or SUITE_TOOLS),
+                "builtin_tools": suite.catalog or SUITE_CATALOG}
             if suite.tools is not None:
                 where["tools"] = list(suite.tools)
+            if workspace is not None:
+                where["workspace"] = workspace
             config = RunConfig(endpoint=endpoint, limits=Limits(max_turns=max_turns), max_tokens=max_tokens,
                                **overrides, **where)
             state = new_run(task.prompt, config, system=suite.system + addendum)

@@ -1,9 +1,15 @@
 """Tools: small objects with a name, a pydantic parameter model, flags and `run`.
 
-The catalog works over a workspace folder (a per-run copy of `tasks/workspace/`):
-`list_files`, `read_file`, `delete_file` (needs approval) and `scan_archive` (slow on
-purpose, reports progress, honours cancellation within 50 ms). No tool reaches outside
-its workspace: absolute paths, `..` and escaping symlinks are refused with a readable error.
+Two catalogs of built-in tools work over a workspace folder. The demo catalog (the packaged
+`tasks/workspace/`, the six-task suite, the scenarios): `list_files`, `read_file`,
+`delete_file` (needs approval) and `scan_archive` (slow on purpose, reports progress, honours
+cancellation within 50 ms). The folder catalog, for a folder of one's own: `list_files` (a
+subfolder, recursive, sizes; hidden entries and what `.gitignore` ignores left out unless
+asked), `read_file` (a line range), `search_files` (a regular expression), and the write
+tools `write_file`, `edit_file`, `delete_file` (each needs approval; a ledger in the run's own
+folder makes each idempotent). Every result is capped and says what it left out. No tool
+reaches outside its workspace: absolute paths, `..` and escaping symlinks are refused with a
+readable error.
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
@@ -63,6 +71,8 @@ class ToolContext:
         call_id: the id of the tool call being answered.
         run_id: the id of the run making the call.
         spawn: starts (or resumes) a child run; None where child runs are not wired.
+        ledger: the file where write tools record what they did (see `Ledger`), in the run's
+            own folder; None: `LEDGER_NAME` inside `workspace` (the run's own copy).
     """
 
     cancel: CancelToken
@@ -72,6 +82,7 @@ class ToolContext:
     call_id: str = ""
     run_id: str = ""
     spawn: Spawner | None = None
+    ledger: Path | None = None
 
 
 class Workspace:
@@ -86,12 +97,17 @@ class Workspace:
         make: makes the run's copy and returns its path; called at most once. None: there
             is no copying, and every tool works in `path` (else in `template`).
         path: the run's copy if it exists already (a resumed run that wrote), else None.
+        ledger: where write tools keep their ledger (`ToolContext.ledger`): a file in the
+            run's own folder when tools work on a folder of the user's (sandbox "none");
+            None: inside the run's copy.
     """
 
-    def __init__(self, template: Path, make: Callable[[], Path] | None = None, path: Path | None = None) -> None:
+    def __init__(self, template: Path, make: Callable[[], Path] | None = None, path: Path | None = None,
+                 ledger: Path | None = None) -> None:
         self.template = template
         self._make = make
         self._path = path if path is not None or make is not None else template
+        self.ledger = ledger
 
     def for_tool(self, tool: Tool) -> Path:
         """The folder `tool` works in: the run's copy (made now if `tool` may write and there
@@ -210,7 +226,149 @@ def _visible_files(workspace: Path) -> list[tuple[str, int]]:
         return sorted((e.name, e.stat().st_size) for e in entries if not e.name.startswith(".") and e.is_file())
 
 
+MAX_LIST_ENTRIES = 200
+"""list_files shows at most this many entries, then says how many more there are."""
+MAX_READ_CHARS = 16_000
+"""read_file returns at most this many characters (whole lines), then says how to read on."""
+MAX_SEARCH_MATCHES = 100
+"""search_files shows at most this many matching lines, then says how many more there are."""
+MAX_SEARCH_FILE_BYTES = 2_000_000
+"""search_files and scan_archive skip files larger than this (and say so)."""
+MAX_LINE_CHARS = 200
+"""A matching line longer than this is cut in search_files' results."""
+
+
+class Folder:
+    """A folder as the folder tools see it: entries whose name starts with "." and what a
+    `.gitignore` (the folder's own and those of its subfolders) ignores are left out unless
+    `everything`. The patterns are gitignore's, read with `pathspec`."""
+
+    def __init__(self, root: Path, everything: bool = False) -> None:
+        self.root = _real(str(root))
+        self.everything = everything
+        self._rules: dict[Path, Any] = {}
+
+    def _ignores(self, folder: Path, relative: str, is_dir: bool) -> bool:
+        """True if a `.gitignore` in `folder` or above it (up to the root) ignores `relative`
+        (the entry's path below the root)."""
+        here = folder
+        while True:
+            spec = self._rules_of(here)
+            if spec is not None:
+                below = Path(relative).relative_to(here.relative_to(self.root)).as_posix() if here != self.root else relative
+                if spec.match_file(below + ("/" if is_dir else "")):
+                    return True
+            if here == self.root:
+                return False
+            here = here.parent
+
+    def _rules_of(self, folder: Path) -> Any:
+        if folder not in self._rules:
+            spec = None
+            ignore = folder / ".gitignore"
+            if ignore.is_file():
+                import pathspec
+
+                try:
+                    spec = pathspec.GitIgnoreSpec.from_lines(ignore.read_text(encoding="utf-8", errors="replace").splitlines())
+                except (ValueError, OSError):
+                    spec = None
+            self._rules[folder] = spec
+        return self._rules[folder]
+
+    def entries(self, folder: Path) -> list[os.DirEntry[str]]:
+        """The shown entries of `folder` (a folder at or below the root), by name."""
+        try:
+            with os.scandir(folder) as it:
+                found = sorted(it, key=lambda e: e.name)
+        except (NotADirectoryError, FileNotFoundError, PermissionError):
+            return []
+        if self.everything:
+            return found
+        shown = []
+        for entry in found:
+            if entry.name.startswith("."):
+                continue
+            is_dir = entry.is_dir(follow_symlinks=False)
+            relative = Path(entry.path).relative_to(self.root).as_posix()
+            if not self._ignores(folder, relative, is_dir):
+                shown.append(entry)
+        return shown
+
+    def files(self, folder: Path) -> Iterator[tuple[str, Path, int]]:
+        """(path below the root, real path, size in bytes) of every shown file at or below
+        `folder`, depth first by name; symlinks are not followed."""
+        for entry in self.entries(folder):
+            if entry.is_dir(follow_symlinks=False):
+                yield from self.files(Path(entry.path))
+            elif entry.is_file(follow_symlinks=False):
+                yield Path(entry.path).relative_to(self.root).as_posix(), Path(entry.path), entry.stat().st_size
+
+
+def _more(shown: int, total: int, noun: str, hint: str) -> str:
+    return f"... {total - shown} more {noun} not shown ({shown} of {total} shown); {hint}"
+
+
+def _folder_arg(ctx: ToolContext, path: str | None) -> Path:
+    """The real folder `path` names in the workspace (the workspace itself for None or ".").
+
+    Raises:
+        PermanentToolError: outside the workspace. ToolError: not a folder.
+    """
+    if path in (None, "", ".", "./"):
+        return _real(str(ctx.workspace))
+    folder = resolve_in_workspace(ctx.workspace, path)
+    if not folder.is_dir():
+        raise ToolError(f"no such folder: {path}. Call list_files to see what exists.")
+    return folder
+
+
+class ListParams(BaseModel, defer_build=True):
+    path: str | None = Field(default=None, description="A subfolder to list, e.g. src (default: the top folder)")
+    recursive: bool = Field(default=False, description="Also list the files in every subfolder")
+    include_hidden: bool = Field(
+        default=False, description="Also list hidden entries (names starting with '.') and what .gitignore ignores")
+
+
+class FolderListFiles(Tool):
+    """list_files of the folder catalog: a subfolder, recursive, sizes, hidden and ignored
+    entries left out unless asked, capped."""
+
+    name = "list_files"
+    read_only = True
+    blocking = False
+    description = ("List the files in a folder of the workspace with their sizes in bytes (subfolders end in /). "
+                   f"Hidden entries and what .gitignore ignores are left out; at most {MAX_LIST_ENTRIES} entries.")
+    Params = ListParams
+
+    def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
+        assert isinstance(args, ListParams)
+        asked = args
+        root = _real(str(ctx.workspace))
+        folder = _folder_arg(ctx, asked.path)
+        tree = Folder(root, asked.include_hidden)
+        if asked.recursive:
+            lines = [f"{name} ({size} bytes)" for name, _, size in tree.files(folder)]
+        else:
+            lines = []
+            for entry in tree.entries(folder):
+                shown = Path(entry.path).relative_to(root).as_posix()
+                if entry.is_dir(follow_symlinks=False):
+                    lines.append(f"{shown}/")
+                elif entry.is_file(follow_symlinks=False):
+                    lines.append(f"{shown} ({entry.stat().st_size} bytes)")
+        if not lines:
+            return "The workspace is empty." if folder == root else f"{asked.path} is empty."
+        if len(lines) > MAX_LIST_ENTRIES:
+            hint = "give path to list one subfolder" if asked.recursive or asked.path is None else "list a subfolder"
+            return "\n".join([*lines[:MAX_LIST_ENTRIES], _more(MAX_LIST_ENTRIES, len(lines), "entries", hint)])
+        return "\n".join(lines)
+
+
 class ListFiles(Tool):
+    """list_files of the demo catalog: no parameters, the files of the top folder (the
+    six-task suite's prompt depends on its exact schema and text)."""
+
     name = "list_files"
     read_only = True
     blocking = False
@@ -227,7 +385,76 @@ class PathParams(BaseModel, defer_build=True):
     path: str = Field(description="A file name as shown by list_files, e.g. notes.txt")
 
 
+class ReadParams(PathParams, defer_build=True):
+    start_line: int | None = Field(default=None, ge=1, description="First line to read, counting from 1")
+    end_line: int | None = Field(default=None, ge=1, description="Last line to read (inclusive)")
+
+
+def _text_file(ctx: ToolContext, path: str) -> Path:
+    """The real path of a readable file `path` of the workspace.
+
+    Raises:
+        PermanentToolError: outside the workspace. ToolError: no such file.
+    """
+    target = resolve_in_workspace(ctx.workspace, path)
+    if not target.is_file() or target.name.startswith("."):
+        raise ToolError(f"no such file: {path}. Call list_files to see what exists.")
+    return target
+
+
+def _read_text(target: Path, path: str) -> str:
+    try:
+        return target.read_text(encoding="utf-8", errors="replace")
+    except PermissionError:
+        raise PermanentToolError(f"permission denied: the process may not open {path}") from None
+
+
+class FolderReadFile(Tool):
+    """read_file of the folder catalog: a line range, a size cap that says where it cut."""
+
+    name = "read_file"
+    read_only = True
+    blocking = False
+    description = (f"Read a text file from the workspace (optionally lines start_line to end_line). At most "
+                   f"{MAX_READ_CHARS} characters are returned; the result says where it cut and how to read on.")
+    Params = ReadParams
+
+    def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
+        assert isinstance(args, PathParams)
+        start = getattr(args, "start_line", None) or 1
+        end = getattr(args, "end_line", None)
+        target = _text_file(ctx, args.path)
+        with target.open("rb") as f:
+            if b"\0" in f.read(8192):
+                raise ToolError(f"{args.path} is not a text file ({target.stat().st_size} bytes); it cannot be read "
+                                "as text")
+        text = _read_text(target, args.path)
+        if start == 1 and end is None and len(text) <= MAX_READ_CHARS:
+            return text
+        lines = text.splitlines(keepends=True)
+        if end is not None and end < start:
+            raise ToolError(f"end_line {end} is before start_line {start}")
+        if start > max(len(lines), 1):
+            raise ToolError(f"{args.path} has {len(lines)} lines; start_line {start} is past its end")
+        last = min(end or len(lines), len(lines))
+        taken, size = [], 0
+        for line in lines[start - 1:last]:
+            if size + len(line) > MAX_READ_CHARS and taken:
+                break
+            taken.append(line[:MAX_READ_CHARS])
+            size += len(line)
+        through = start + len(taken) - 1
+        body = "".join(taken)
+        if through < len(lines):
+            cut = " (cut at the size cap)" if through < last else ""
+            body += ("" if body.endswith("\n") else "\n") + (
+                f"[lines {start}-{through} of {len(lines)}{cut}; read on with start_line={through + 1}]")
+        return body
+
+
 class ReadFile(Tool):
+    """read_file of the demo catalog: a path only, the whole file."""
+
     name = "read_file"
     read_only = True
     blocking = False
@@ -236,13 +463,102 @@ class ReadFile(Tool):
 
     def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
         assert isinstance(args, PathParams)
-        target = resolve_in_workspace(ctx.workspace, args.path)
-        if not target.is_file() or target.name.startswith("."):
-            raise ToolError(f"no such file: {args.path}. Call list_files to see what exists.")
+        return _read_text(_text_file(ctx, args.path), args.path)
+
+
+class SearchParams(BaseModel, defer_build=True):
+    pattern: str = Field(description="A regular expression (Python syntax), e.g. timed? ?out")
+    path: str | None = Field(default=None, description="A subfolder to search (default: the whole workspace)")
+    ignore_case: bool = Field(default=False, description="Match regardless of case")
+
+
+class SearchFiles(Tool):
+    name = "search_files"
+    read_only = True
+    description = ("Search the workspace's text files for a regular expression; each match as file:line: text. "
+                   f"Hidden files and what .gitignore ignores are skipped; at most {MAX_SEARCH_MATCHES} matches.")
+    Params = SearchParams
+
+    def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
+        assert isinstance(args, SearchParams)
         try:
-            return target.read_text(encoding="utf-8", errors="replace")
-        except PermissionError:
-            raise PermanentToolError(f"permission denied: the process may not open {args.path}") from None
+            regex = re.compile(args.pattern, re.IGNORECASE if args.ignore_case else 0)
+        except re.error as exc:
+            raise ToolError(f"the pattern {args.pattern!r} is not a regular expression: {exc}") from None
+        root = _real(str(ctx.workspace))
+        matches: list[str] = []
+        total = searched = skipped = 0
+        for name, real, size in Folder(root).files(_folder_arg(ctx, args.path)):
+            if ctx.cancel.is_cancelled:
+                raise Cancelled(ctx.cancel.reason or "cancelled")
+            text = _text_or_none(real, size)
+            if text is None:
+                skipped += 1
+                continue
+            searched += 1
+            for number, line in enumerate(text.splitlines(), 1):
+                if regex.search(line):
+                    total += 1
+                    if len(matches) < MAX_SEARCH_MATCHES:
+                        shown = line.strip()
+                        cut = shown[:MAX_LINE_CHARS] + (" ..." if len(shown) > MAX_LINE_CHARS else "")
+                        matches.append(f"{name}:{number}: {cut}")
+        files = f"{searched} file{'s' if searched != 1 else ''} searched" + (
+            f", {skipped} skipped (binary or over {MAX_SEARCH_FILE_BYTES:,} bytes)" if skipped else "")
+        if not matches:
+            return f"No line matches {args.pattern!r} ({files})."
+        if total > len(matches):
+            matches.append(_more(len(matches), total, "matches", "narrow the pattern or give path"))
+        return "\n".join(matches) + f"\n({total} match{'es' if total != 1 else ''}; {files})"
+
+
+def _text_or_none(real: Path, size: int) -> str | None:
+    """The file's text, or None for a file too large to search or that holds a NUL byte."""
+    if size > MAX_SEARCH_FILE_BYTES:
+        return None
+    try:
+        data = real.read_bytes()
+    except OSError:
+        return None
+    if b"\0" in data[:8192]:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+class Ledger:
+    """The record of a run's writes, one JSON line per write done ({"key", "op", "path",
+    "said", "ts"}): a write tool called again with an idempotency key it holds (a resume after
+    a crash) says what it said then and does nothing. It lives in the run's own folder
+    (`ToolContext.ledger`), never in a folder of the user's."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def done(self, key: str | None) -> str | None:
+        """What the write with `key` said when it was done, or None if it was not."""
+        if not key or not self.path.exists():
+            return None
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("key") == key:
+                return str(entry.get("said") or f"Deleted {entry.get('path')}.")
+        return None
+
+    def record(self, key: str | None, op: str, path: str, said: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"key": key, "op": op, "path": path, "said": said, "ts": time.time()}) + "\n")
+
+
+LEDGER_NAME = ".deleted.jsonl"
+"""The ledger's name inside the run's own copy of a workspace (sandbox "copy")."""
+
+
+def _ledger(ctx: ToolContext) -> Ledger:
+    return Ledger(ctx.ledger if ctx.ledger is not None else ctx.workspace / LEDGER_NAME)
 
 
 class DeleteFile(Tool):
@@ -254,65 +570,179 @@ class DeleteFile(Tool):
     needs_approval = True
     idempotent = True
 
-    LEDGER = ".deleted.jsonl"
+    LEDGER = LEDGER_NAME
 
     def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
         assert isinstance(args, PathParams)
         target = resolve_in_workspace(ctx.workspace, args.path)
-        ledger = ctx.workspace / self.LEDGER
-        done = _ledger_keys(ledger)
-        if ctx.idempotency_key and ctx.idempotency_key in done:
-            return f"Deleted {args.path}."  # this operation already happened before a crash
+        ledger = _ledger(ctx)
+        said = ledger.done(ctx.idempotency_key)
+        if said is not None:
+            return said  # this operation already happened before a crash
         if not target.is_file() or target.name.startswith("."):
             raise ToolError(f"no such file: {args.path}. Call list_files to see what exists.")
         target.unlink()
-        with ledger.open("a", encoding="utf-8") as f:
-            f.write(json.dumps({"key": ctx.idempotency_key, "path": args.path, "ts": time.time()}) + "\n")
-        return f"Deleted {args.path}."
+        said = f"Deleted {args.path}."
+        ledger.record(ctx.idempotency_key, "delete", args.path, said)
+        return said
 
 
-def _ledger_keys(ledger: Path) -> set[str]:
-    if not ledger.exists():
-        return set()
-    keys = set()
-    for line in ledger.read_text(encoding="utf-8").splitlines():
+class WriteParams(BaseModel, defer_build=True):
+    path: str = Field(description="The file to write, e.g. notes.txt or src/app.py (folders are made)")
+    content: str = Field(description="The whole new content of the file")
+
+
+class WriteFile(Tool):
+    name = "write_file"
+    blocking = False
+    description = "Create or replace a text file in the workspace with the given content. Requires the user's approval."
+    Params = WriteParams
+    needs_approval = True
+    idempotent = True
+
+    def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
+        assert isinstance(args, WriteParams)
+        target = resolve_in_workspace(ctx.workspace, args.path)
+        ledger = _ledger(ctx)
+        said = ledger.done(ctx.idempotency_key)
+        if said is not None:
+            return said
+        if target.is_dir():
+            raise ToolError(f"{args.path} is a folder; give a file name")
+        existed = target.exists()
         try:
-            keys.add(json.loads(line)["key"])
-        except (ValueError, KeyError):
-            continue
-    return keys
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(args.content, encoding="utf-8")
+        except PermissionError:
+            raise PermanentToolError(f"permission denied: the process may not write {args.path}") from None
+        said = f"{'Replaced' if existed else 'Created'} {args.path} ({len(args.content.encode())} bytes)."
+        ledger.record(ctx.idempotency_key, "write", args.path, said)
+        return said
 
 
-def deleted_files(workspace: Path) -> list[str]:
-    """Paths deleted in this workspace, in order, from the delete ledger (one per real deletion)."""
-    ledger = workspace / DeleteFile.LEDGER
+class EditParams(BaseModel, defer_build=True):
+    path: str = Field(description="The file to change")
+    old: str = Field(description="The exact text to replace; it must occur exactly once in the file")
+    new: str = Field(description="The text to put in its place")
+
+
+class EditFile(Tool):
+    name = "edit_file"
+    blocking = False
+    description = ("Replace one snippet of a text file: old must occur exactly once (include enough of the "
+                   "surrounding text). Requires the user's approval.")
+    Params = EditParams
+    needs_approval = True
+    idempotent = True
+
+    def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
+        assert isinstance(args, EditParams)
+        target = _text_file(ctx, args.path)
+        ledger = _ledger(ctx)
+        said = ledger.done(ctx.idempotency_key)
+        if said is not None:
+            return said
+        if not args.old:
+            raise ToolError("old is empty; give the exact text to replace")
+        text = _read_text(target, args.path)
+        count = text.count(args.old)
+        if count == 0:
+            raise ToolError(f"the text of old does not occur in {args.path}; read_file it and copy the exact text "
+                            "(spaces and line breaks included)")
+        if count > 1:
+            lines, at = [], text.find(args.old)
+            while at != -1 and len(lines) < 5:
+                lines.append(str(text.count("\n", 0, at) + 1))
+                at = text.find(args.old, at + 1)
+            raise ToolError(f"the text of old occurs {count} times in {args.path} (at lines {', '.join(lines)}); "
+                            "include more of the text around it so it occurs once")
+        try:
+            target.write_text(text.replace(args.old, args.new, 1), encoding="utf-8")
+        except PermissionError:
+            raise PermanentToolError(f"permission denied: the process may not write {args.path}") from None
+        line = text.count("\n", 0, text.find(args.old)) + 1
+        said = f"Edited {args.path} at line {line}: replaced {len(args.old)} characters with {len(args.new)}."
+        ledger.record(ctx.idempotency_key, "edit", args.path, said)
+        return said
+
+
+def deleted_files(where: Path) -> list[str]:
+    """Paths deleted, in order (one per real deletion), from a ledger: the file itself, or a
+    workspace copy holding one (`LEDGER_NAME`)."""
+    ledger = where / LEDGER_NAME if where.is_dir() else where
     if not ledger.exists():
         return []
-    return [json.loads(line)["path"] for line in ledger.read_text(encoding="utf-8").splitlines() if line]
+    paths = []
+    for line in ledger.read_text(encoding="utf-8").splitlines():
+        if line:
+            entry = json.loads(line)
+            if entry.get("op", "delete") == "delete":
+                paths.append(entry["path"])
+    return paths
+
+
+@functools.cache
+def _findings() -> tuple[tuple[str, re.Pattern[str]], ...]:
+    """What scan_archive counts, per file: lines that look like errors, warnings, timeouts."""
+    return (("errors", re.compile(r"error|exception|traceback|fatal|\bfail(ed|s|ure)?\b", re.I)),
+            ("warnings", re.compile(r"\bwarn(ing)?\b", re.I)),
+            ("timeouts", re.compile(r"\btime[sd]?[ -]?out\b", re.I)))
 
 
 class ScanArchive(Tool):
-    """Slow on purpose: 1200 files in about 3 s, progress every ~500 ms, stops within 50 ms."""
+    """Slow on purpose: every shown file of the folder (recursively) read in `steps` steps of
+    `step_s` each (about 3 s), progress every ~500 ms, stops within 50 ms. It reports what it
+    read: files scanned, bytes, and per file the lines that look like errors, warnings or
+    timeouts (only files it read)."""
 
     name = "scan_archive"
     read_only = True
     description = "Scan the log archive for anomalies. Slow: takes a few seconds."
-    total_files: ClassVar[int] = 1200
     step_s: ClassVar[float] = 0.05  # the longest the tool can take to notice a cancel
     steps: ClassVar[int] = 60
+    max_files_named: ClassVar[int] = 20
 
     def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
-        per_step = self.total_files // self.steps
+        files = list(Folder(ctx.workspace).files(_real(str(ctx.workspace))))
+        found: list[tuple[str, dict[str, int]]] = []
+        scanned = total_bytes = skipped = 0
         for step in range(1, self.steps + 1):
             if ctx.cancel.sleep(self.step_s):
                 raise Cancelled(ctx.cancel.reason or "cancelled")
+            for name, real, size in files[len(files) * (step - 1) // self.steps: len(files) * step // self.steps]:
+                text = _text_or_none(real, size)
+                if text is None:
+                    skipped += 1
+                    continue
+                scanned, total_bytes = scanned + 1, total_bytes + size
+                counts = {kind: sum(1 for line in text.splitlines() if rx.search(line)) for kind, rx in _findings()}
+                if any(counts.values()):
+                    found.append((name, counts))
             if step % 10 == 0 and step < self.steps:
-                ctx.progress(f"scanned {step * per_step} of {self.total_files} files")
-        return f"Scanned {self.total_files} archived files: no anomalies beyond errors.log."
+                ctx.progress(f"scanned {len(files) * step // self.steps} of {len(files)} files")
+        return _scan_report(scanned, total_bytes, skipped, found, self.max_files_named)
+
+
+def _scan_report(scanned: int, total_bytes: int, skipped: int, found: list[tuple[str, dict[str, int]]],
+                 named: int) -> str:
+    head = f"Scanned {scanned} file{'s' if scanned != 1 else ''} ({total_bytes:,} bytes)" + (
+        f"; {skipped} skipped (binary or over {MAX_SEARCH_FILE_BYTES:,} bytes)" if skipped else "")
+    if not found:
+        return f"{head}: no line looks like an error, a warning or a timeout."
+    lines = [f"{head}; lines that look like errors, warnings or timeouts:"]
+    for name, counts in found[:named]:
+        lines.append(f"{name}: " + ", ".join(f"{n} {kind if n != 1 else kind[:-1]}" for kind, n in counts.items() if n))
+    if len(found) > named:
+        lines.append(f"... and {len(found) - named} more files with such lines")
+    return "\n".join(lines)
 
 
 BASIC_TOOLS: tuple[type[Tool], ...] = (ListFiles, ReadFile, DeleteFile, ScanArchive)
-"""The chapter's four tools; `runner.catalog` adds the research tool to make the registry."""
+"""The demo catalog's four tools (the packaged workspace, the six-task suite, the scenarios);
+`runner.catalog` adds the research tool to make the registry."""
+FOLDER_TOOL_CLASSES: tuple[type[Tool], ...] = (FolderListFiles, FolderReadFile, SearchFiles, WriteFile, EditFile, DeleteFile,
+                                               ScanArchive)
+"""Tools for a folder of one's own (`RunConfig.builtin_tools` "folder"), by name in `runner.catalog`."""
 
 
 def cap_text(text: str, max_chars: int | None) -> tuple[str, int]:

@@ -134,7 +134,7 @@ class Lane:
         while not self.stop.is_set():
             if run_id is None:  # create it: `runner run`, killed at random too
                 proc = self._start("run", prompt, "--base-url", self.base_url, "--model", f"scripted/{scenario}",
-                                   "--auto-approve")
+                                   "--auto-approve", "delete_file")
                 killed = self._kill_later(proc, lambda: self._find(prompt) is not None)
                 run_id = self._find(prompt)
                 if run_id is not None:

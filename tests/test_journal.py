@@ -13,7 +13,7 @@ from pathlib import Path
 
 from runner.harness import workspace_template
 from runner.scripted import ScriptedServer, ScriptedSettings
-from runner.store import DamagedRun, FileStore
+from runner.store import FileStore
 from runner.tools import deleted_files
 from tests.conftest import cli, cli_json, cli_process, one_error
 
@@ -77,7 +77,9 @@ def test_a_flipped_byte_in_a_middle_record_is_listed_damaged_then_repaired(
     assert "turn 2 was paid" in out and "list_files (call c1) was started after save 2" in out
     assert len((runs / run_id / "journal.jsonl.damaged-2").read_bytes().splitlines()) == 5  # kept as found
     code, listed = cli_json("runs", runs_dir=runs)
-    assert [r["status"] for r in listed] == ["died"]
+    assert [r["status"] for r in listed] == ["interrupted"]  # stopped by the repair, not a driver that died
+    assert listed[0]["reason"] == "repaired from save 2 of a damaged journal; resume to go on"
+    assert listed[0]["interruption"] == {"type": "repaired", "kept_seq": 2, "dropped": 2}
 
     code, done = cli_json("resume", run_id, runs_dir=runs)
     assert code == 0 and done["status"] == "completed" and done["turns"] == 3
@@ -123,18 +125,19 @@ def test_a_torn_tail_is_dropped_and_old_journals_without_checksums_load(provider
     assert store.load(run_id) == whole and store.info(run_id).shown_status == "completed"
 
 
-def test_a_damaged_first_record_is_reported_not_hidden(provider: str, runs: Path) -> None:
+def test_a_damaged_first_record_hides_nothing(provider: str, runs: Path) -> None:
+    """The first record holds the whole new run; the snapshot written at creation holds it
+    too, so the records after a damaged first one still follow: the run is listed damaged
+    with all its saves, and a repair loses nothing."""
     code, out = cli_json("run", "--scenario", "plan", "--base-url", provider, runs_dir=runs)
     assert code == 0
     _flip_a_byte(runs / out["run_id"] / "journal.jsonl", 2)
-    proc = cli("runs", runs_dir=runs)
-    assert proc.returncode == 0 and "damaged beyond repair" in proc.stderr, proc.stderr
-    try:
-        FileStore(runs).repair(out["run_id"])
-    except DamagedRun as exc:
-        assert "no earlier record" in str(exc)
-    else:
-        raise AssertionError("a run with no good record was repaired")
+    code, listed = cli_json("runs", runs_dir=runs)
+    assert [(r["run_id"], r["status"], r["turns"]) for r in listed] == [(out["run_id"], "damaged", 3)]
+    report = FileStore(runs).repair(out["run_id"])
+    assert report.kept_seq == 7 and report.dropped == [] and report.status == "completed"
+    code, listed = cli_json("runs", runs_dir=runs)
+    assert listed[0]["status"] == "completed" and listed[0]["answer"] == out["answer"]
 
 
 def test_trace_is_rebuilt_from_the_journal_when_its_file_is_gone(provider: str, runs: Path) -> None:

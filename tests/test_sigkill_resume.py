@@ -94,7 +94,7 @@ def test_kill_anywhere_then_resume_equals_an_uninterrupted_run(
 @pytest.mark.parametrize("crash", ["tool_start:2", "tool_done:2"])
 def test_a_write_in_doubt_happens_exactly_once(crash: str, backend: Backend, provider: str) -> None:
     """delete_file honours its idempotency key, so the in-doubt call is re-run safely."""
-    run_id = _kill_and_resume("destructive", crash, backend, provider, "--auto-approve")
+    run_id = _kill_and_resume("destructive", crash, backend, provider, "--auto-approve", "delete_file")
     state = backend.store.load(run_id)
     assert state.status == "completed" and state.answer == "Deleted access.log to free space."
     assert deleted_files(backend.store.workspace(run_id, workspace_template())) == ["access.log"]

@@ -388,6 +388,12 @@ class RunStore(ABC):
         """The run's copy of the workspace if it has one (as `workspace` returns it), else
         None: a run that never ran a tool that may write has none (see `runner.tools.Workspace`)."""
 
+    def own_folder(self, run_id: str) -> Path | None:
+        """A folder of the run's own on this machine, outside any workspace, where its tools
+        keep records (the write tools' ledger when they act on a folder of the user's); None
+        when the store keeps none (the ledger then lasts as long as the process)."""
+        return None
+
     @abstractmethod
     def delete(self, lease: Lease) -> None:
         """Remove the claimed run: its state, trace and workspace. Claiming first is what keeps

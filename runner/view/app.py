@@ -48,7 +48,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-import runner.view.live as live  # the modules, not the package: runner.view imports this one
+import runner.store.watch as live
 import runner.view.pages as pages
 from runner.errors import NotPending, RunBusy, RunnerError, RunNotFound, UsageError
 from runner.state import RunState

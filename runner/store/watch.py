@@ -1,4 +1,5 @@
-"""Cheap change detection over a store, for the view's live pages.
+"""Cheap change detection over a store: the view's live pages, and a live OpenTelemetry export
+following the runs a worker or a suite drives.
 
 A page being watched asks, a few times a second, for a *token*: a small value that changes
 whenever something committed to the run (or to any run, for the list) changes: a save, a trace
@@ -16,7 +17,8 @@ import time
 from collections.abc import Hashable
 from pathlib import Path
 
-from runner.store import FileStore, RunStore
+from runner.store.base import RunStore
+from runner.store.files import FileStore
 
 DIED_CHECK_S = 3.0
 """How often a page re-reads a running run even when nothing was written, seconds."""
