@@ -375,6 +375,8 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
         _fail_if_slipping(state)
         if state.status == "running" and cfg.on_slip == "corrective":
             corrective = policies.correction(state, [t.name for t in rt.tools], slip)
+    else:
+        corrective = policies.review_answer(state)
     rt.commit(state, TurnEvent(
         runId=state.run_id, turn=state.turns, promptTokens=reply.prompt_tokens,
         completionTokens=reply.completion_tokens,

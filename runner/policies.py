@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -45,9 +46,11 @@ POLICIES: dict[str, str] = {
     "abstain_option": "the system prompt says how to answer when the files do not hold the answer",
     "evidence_first": "the answer is asked for on a stall only once a call other than a listing succeeded; before "
                       "that a repeated call is answered with a nudge to look inside the files",
+    "abstain_check": "an answer that says the information is not there is taken only after one reminder to look "
+                     "in the file most likely to hold it",
 }
 """Every policy, by name, in words."""
-NEW_POLICIES = ("listing_in_prompt", "abstain_option", "evidence_first")
+NEW_POLICIES = ("listing_in_prompt", "abstain_option", "evidence_first", "abstain_check")
 """The policies kept by name in `RunConfig.steering` (the others are fields of their own)."""
 
 CORRECTIONS = {
@@ -67,6 +70,15 @@ ASK_WITH_RESULTS = "Here is what the tools returned:\n\n{results}\n\nUsing only 
 NUDGE = ("That call gave the same result as before. You have not yet looked inside a file: call a tool on one of "
          "the files to find the answer to my question: {question}")
 """The user message after a repeated call with `evidence_first`, before anything but a listing succeeded."""
+CHECK_ABSTENTION = ("Before you say the information is not there: you have read {read}. Read the file most likely "
+                    "to hold the answer, then answer my question in one short sentence: {question}")
+"""The user message after an answer that says the information is not there, with `abstain_check`."""
+ABSTENTION = re.compile(
+    r"\b(?:not (?:in|found|mentioned|listed|specified|provided|given|available|stated|present|included)\b"
+    r"|no (?:information|mention|record|data|details?)\b"
+    r"|(?:does|do|did)(?:n't| not) (?:say|mention|contain|specify|include|list|state|show)"
+    r"|(?:cannot|can't|could not|couldn't|unable to) (?:find|determine|tell|locate))", re.IGNORECASE)
+"""A reply that says the information is not there, as small models say it."""
 LISTING = "\n\nThe folder holds {count} (path and size in bytes):\n{listing}"
 """Added to the system prompt with `listing_in_prompt`."""
 ABSTAIN = ("\n\nIf the files do not hold the answer, do not guess: say that the information is not in the files.")
@@ -202,6 +214,27 @@ def before_request(state: RunState, tool_names: list[str], workspace: Path | Non
                                       name=CORRECTIVE_NAME))
 
 
+def review_answer(state: RunState) -> str | None:
+    """abstain_check: after a reply that answers (no calls) by saying the information is not
+    there, once per run, add the reminder to read the likeliest file and return its text
+    (the run then goes on); None to take the answer."""
+    last = state.messages[-1]
+    if "abstain_check" not in state.config.steering or last.role != "assistant" or last.tool_calls:
+        return None
+    if not ABSTENTION.search(last.content or "") or _checked_abstention(state):
+        return None
+    read = sorted({_call_label(c).partition(" ")[2] or c.function.name for m in state.messages
+                   for c in (m.tool_calls or []) if c.id in {r.call_id for r in state.tool_runs if r.ok}})
+    text = CHECK_ABSTENTION.format(read=", ".join(read) if read else "nothing yet", question=question(state))
+    state.messages.append(Message(role="user", content=text, name=CORRECTIVE_NAME))
+    return text
+
+
+def _checked_abstention(state: RunState) -> bool:
+    return any(m.role == "user" and m.name == CORRECTIVE_NAME and (m.content or "").startswith(CHECK_ABSTENTION[:30])
+               for m in state.messages)
+
+
 def correction(state: RunState, tool_names: list[str], slip: str) -> str:
     """Add the corrective user message for `slip` (replacing one added before, so corrections
     never pile up) and return its text. When the answer is due, the correction is the request
@@ -229,7 +262,8 @@ def answer_is_due(state: RunState) -> bool:
     cfg = state.config
     if state.messages[-1].role == "assistant":
         return False
-    if _nudge_last(state):
+    if _nudge_last(state) or (_harness_message_last(state) and _checked_abstention(state)
+                              and (state.messages[-1].content or "").startswith(CHECK_ABSTENTION[:30])):
         return False
     after = cfg.answer_after_tool_turns
     if after is not None and sum(1 for m in state.messages if m.role == "assistant" and m.tool_calls) >= after:

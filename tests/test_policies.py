@@ -121,3 +121,22 @@ def test_runner_policies_lists_every_policy_and_each_models_set(tmp_path: Path) 
 def test_an_unknown_policy_is_a_usage_error_in_one_line(tmp_path: Path) -> None:
     done = cli("run", "--scenario", "plan", "--policy", "+guess_harder", runs_dir=tmp_path)
     assert done.returncode == 2 and "guess_harder" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_abstain_check_sends_one_reminder_before_an_abstention_is_taken(fake: FakeProvider) -> None:
+    gave_up = completion({"role": "assistant", "content": "The information is not in the files."})
+    replies = iter([_call("read_file", '{"path": "nope.txt"}', 1), gave_up, _call("read_file", '{"path": "errors.log"}', 2),
+                    gave_up])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, steering=["abstain_check"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "The information is not in the files."
+    reminder = fake.requests[2]["messages"][-1]
+    assert reminder["name"] == "runner" and reminder["content"] == policies.CHECK_ABSTENTION.format(
+        read="nothing yet", question="Which file is it?")
+    assert fake.requests[2].get("tool_choice") == "auto" and len(fake.requests) == 4  # one reminder only
+
+
+def test_without_abstain_check_an_abstention_ends_the_run(fake: FakeProvider) -> None:
+    fake.handler = lambda body: completion({"role": "assistant", "content": "The files do not say."})
+    state = drive(_run(fake), fake.base_url, None)
+    assert state.status == "completed" and len(fake.requests) == 1
