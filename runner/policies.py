@@ -47,7 +47,7 @@ POLICIES: dict[str, str] = {
     "evidence_first": "the answer is asked for on a stall only once a call other than a listing succeeded; before "
                       "that a repeated call is answered with a nudge to look inside the files",
     "abstain_check": "an answer that says the information is not there is taken only after one reminder to look "
-                     "in the file most likely to hold it",
+                     "in the file most likely to hold it (that request sends tool_choice \"required\")",
 }
 """Every policy, by name, in words."""
 NEW_POLICIES = ("listing_in_prompt", "abstain_option", "evidence_first", "abstain_check")
@@ -194,6 +194,8 @@ def tool_choice(state: RunState, sends_tools: bool = True) -> str | None:
         return None
     if answer_is_due(state):
         return "none"
+    if _check_last(state):
+        return "required"
     first = state.config.endpoint.first_turn_tool_choice
     return first if state.turns == 0 else "auto"
 
@@ -230,6 +232,11 @@ def review_answer(state: RunState) -> str | None:
     return text
 
 
+def _check_last(state: RunState) -> bool:
+    """The last message is the abstain_check reminder: the next reply must be a call."""
+    return _harness_message_last(state) and (state.messages[-1].content or "").startswith(CHECK_ABSTENTION[:30])
+
+
 def _checked_abstention(state: RunState) -> bool:
     return any(m.role == "user" and m.name == CORRECTIVE_NAME and (m.content or "").startswith(CHECK_ABSTENTION[:30])
                for m in state.messages)
@@ -262,8 +269,7 @@ def answer_is_due(state: RunState) -> bool:
     cfg = state.config
     if state.messages[-1].role == "assistant":
         return False
-    if _nudge_last(state) or (_harness_message_last(state) and _checked_abstention(state)
-                              and (state.messages[-1].content or "").startswith(CHECK_ABSTENTION[:30])):
+    if _nudge_last(state) or _check_last(state):
         return False
     after = cfg.answer_after_tool_turns
     if after is not None and sum(1 for m in state.messages if m.role == "assistant" and m.tool_calls) >= after:

@@ -158,10 +158,10 @@ def echoes(answer: str, tool_results: list[str]) -> bool:
 
 
 Split = Literal["dev", "test"]
-SUITE_TOOLS = ("list_files", "read_file")
+SUITE_TOOLS = ("list_files", "read_file", "search_files")
 """The tools a suite other than the six-task one offers when its suite.json names none: the
 folder's read-only tools."""
-SUITE_CATALOG: Literal["demo", "folder"] = "demo"
+SUITE_CATALOG: Literal["demo", "folder"] = "folder"
 """Which built-in tools a suite other than the six-task one offers when its suite.json does
 not say (`RunConfig.builtin_tools`)."""
 

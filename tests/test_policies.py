@@ -133,7 +133,7 @@ def test_abstain_check_sends_one_reminder_before_an_abstention_is_taken(fake: Fa
     reminder = fake.requests[2]["messages"][-1]
     assert reminder["name"] == "runner" and reminder["content"] == policies.CHECK_ABSTENTION.format(
         read="nothing yet", question="Which file is it?")
-    assert fake.requests[2].get("tool_choice") == "auto" and len(fake.requests) == 4  # one reminder only
+    assert fake.requests[2].get("tool_choice") == "required" and len(fake.requests) == 4  # one reminder only
 
 
 def test_without_abstain_check_an_abstention_ends_the_run(fake: FakeProvider) -> None:

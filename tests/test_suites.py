@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from runner.suite import Check, Task, load_suite, shipped_suites, wilson
+from runner.suite import SUITE_TOOLS, Check, Task, load_suite, shipped_suites, wilson
 from tests.conftest import cli
 from tests.fakeprovider import Answer, FakeProvider, completion, error, tool_call
 
@@ -62,8 +62,7 @@ def test_a_suite_folder_never_seen_runs_on_an_endpoint_and_is_graded(folder: Pat
     assert verdicts == {"eggs": "correct", "milk": "abstained", "owner": "correct"}
     [score] = report["scores"]
     assert (score["n"], score["correct"], score["wrong"], score["abstained"]) == (3, 2, 0, 1)
-    assert [r.get("tools") for r in fake.requests][:1] and {t["function"]["name"] for t in fake.requests[0]["tools"]} \
-        == {"list_files", "read_file"}
+    assert [t["function"]["name"] for t in fake.requests[0]["tools"]] == list(SUITE_TOOLS)
     assert all("pantry" not in (r["messages"][0]["content"] or "") for r in fake.requests)  # the runs read its files
 
 
