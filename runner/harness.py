@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import httpx
 
     from runner.client import ChatClient, RetryCallback
+    from runner.mcp import Servers
     from runner.result import RunResult
     from runner.store import Lease, RunHandle, RunStore
     from runner.streaming import TurnProgress
@@ -66,7 +67,7 @@ async def drive(
     on_turn: Callable[[TurnProgress], None] | None = None,
     lease: Lease | None = None, http: httpx.AsyncClient | None = None,
     tools: Sequence[Tool | str] | None = None, api_key: str | None = None,
-    on_retry: RetryCallback | None = None,
+    on_retry: RetryCallback | None = None, on_note: Callable[[str], None] | None = None,
 ) -> RunState:
     """Run (or resume) `state` against `base_url`, committing every transition to `runs`;
     returns the same state, stopped (`execute` returns its `RunResult`).
@@ -91,13 +92,19 @@ async def drive(
             "sk-local" (`runner.config.key_for`). Never saved or traced.
         on_retry: called before each back-off of a failed request (see `ChatClient`).
         server_settings: what the endpoint runs with (n_ctx, chat_format, ...), for `run_started`.
+        on_note: told of each MCP tool that cannot be offered (one line each).
+
+    The run's MCP servers (`config.mcp`) are started once the run is claimed and stopped at its
+    stop (`runner.mcp.Servers`); one that does not start stops the run `interrupted`.
 
     Raises:
         UnknownTool: a tool the run names cannot be found (UsageError: two share a name);
             raised before the run is created or claimed: a failed start leaves nothing stored.
+        ToolsChanged: a resumed run called an MCP tool that is gone or changed (a UsageError).
         RunBusy: another process drives the run. StaleState: `state` is behind the stored one.
         LeaseLost: another driver took the run over (its lease expired).
     """
+    from runner import catalog
     from runner.endpoints import open_endpoint
     from runner.store import FileStore
     from runner.trace import Tracer
@@ -111,14 +118,52 @@ async def drive(
         if base_url is None:  # open the run's own endpoint for this run alone
             opened = cleanup.enter_context(open_endpoint(cfg.endpoint))
             base_url, server_settings = opened.base_url, server_settings or opened.server_settings
-        async with _client(state, base_url, http, api_key, on_retry) as client:
+        async with contextlib.AsyncExitStack() as servers_open, _client(state, base_url, http, api_key,
+                                                                         on_retry) as client:
+            servers = await _mcp_opened(state, handle, servers_open, on_note) if cfg.mcp else None
+            if servers is not None:
+                if state.status == "interrupted":  # a server did not start: saved so, resumable
+                    return state
+                given = [t for t in tools or [] if not isinstance(t, str)]
+                catalog_tools = catalog.build(cfg, given, servers.tools)
             rt = loop.Runtime(
                 client=client, tools=catalog_tools, workspace=workspace, run=handle, cancel=cancel,
                 on_progress=on_progress, tracer=handle.tracer() if handle else Tracer(None),
                 run_child=_child_driver(store, client, workspace, on_progress), server_settings=server_settings,
                 on_turn=on_turn,
             )
+            if servers is not None:
+                servers.bind(rt.defer)  # each server event is traced with the next transition
             return await loop.run(state, rt)
+
+
+async def _mcp_opened(state: RunState, handle: RunHandle | None, stack: contextlib.AsyncExitStack,
+                      on_note: Callable[[str], None] | None) -> Servers:
+    """The run's MCP servers started (closed when `stack` closes) and their tools listed; a
+    server that does not start stops the run `interrupted` (saved, resumable), and the caller
+    drives nothing.
+
+    Raises:
+        ToolsChanged: a tool the run called is gone or defined differently now.
+    """
+    from runner.mcp import McpStartError, Servers
+    from runner.state import ToolServerInterruption
+    from runner.trace import RunStopped
+
+    servers = await stack.enter_async_context(Servers(state))
+    try:
+        await servers.open()
+    except McpStartError as exc:
+        state.status, state.reason = "interrupted", str(exc)
+        state.interruption = ToolServerInterruption(server=exc.server, message=exc.why)
+        stopped = RunStopped(runId=state.run_id, status=state.status, reason=state.reason, turns=state.turns,
+                             costUsd=state.cost_usd)
+        if handle is not None:
+            handle.commit(state, [*servers.waiting, stopped])
+    for warning in servers.warnings:
+        if on_note is not None:
+            on_note(f"warning: {warning}")
+    return servers
 
 
 def _offered(state: RunState, tools: Sequence[Tool | str] | None) -> list[Tool]:
@@ -358,6 +403,10 @@ def _check_reopening(state: RunState, asked: Reopening, tools: Sequence[Tool]) -
         said = "failed" if state.status == "failed" else "is completed"
         raise UsageError(f"run {run_id} {said}; there is nothing to resume")
     _apply_limits(state, asked)
+    if asked.force and state.config.mcp:
+        from runner.mcp import forget_listings
+
+        forget_listings(state)  # the tools as the servers list them now: no change refuses the resume
     catalog.check_supplied(state.config, tools)
     state.config.tool_refs.update(asked.tool_refs)  # a tool of the run's own that moved: found there from now on
     catalog.build(state.config, tools)  # a tool that cannot be found: one line, nothing changed

@@ -900,6 +900,9 @@ class Servers:
         self._emit: Callable[[_Event], None] = self.waiting.append
         self.servers = [_Server(spec, state.run_id, self._forward) for spec in state.config.mcp]
         self.warnings: list[str] = []
+        """One line per tool left out (its schema cannot be offered, its name is taken)."""
+        self.tools: list[Tool] = []
+        """The runner tools of every server, in the order offered (set by `open`)."""
 
     def _forward(self, event: _Event) -> None:
         self._emit(event)
@@ -944,6 +947,7 @@ class Servers:
                                    for cls in offered}
             tools += [cls() for cls in offered]
             self._emit(started)
+        self.tools = tools
         return tools
 
     def _offer(self, server: _Server) -> tuple[list[type[McpTool]], list[str]]:
