@@ -122,7 +122,7 @@ async def drive(
                                                                          on_retry) as client:
             servers = await _mcp_opened(state, handle, servers_open, on_note) if cfg.mcp else None
             if servers is not None:
-                if state.status == "interrupted":  # a server did not start: saved so, resumable
+                if servers.failed:  # a server did not start: the run is saved interrupted, resumable
                     return state
                 given = [t for t in tools or [] if not isinstance(t, str)]
                 catalog_tools = catalog.build(cfg, given, servers.tools)
@@ -160,6 +160,7 @@ async def _mcp_opened(state: RunState, handle: RunHandle | None, stack: contextl
                              costUsd=state.cost_usd)
         if handle is not None:
             handle.commit(state, [*servers.waiting, stopped])
+        servers.failed = True
     for warning in servers.warnings:
         if on_note is not None:
             on_note(f"warning: {warning}")

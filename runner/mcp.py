@@ -903,6 +903,8 @@ class Servers:
         """One line per tool left out (its schema cannot be offered, its name is taken)."""
         self.tools: list[Tool] = []
         """The runner tools of every server, in the order offered (set by `open`)."""
+        self.failed = False
+        """Set by the caller when `open` raised: the run was stopped and is not driven."""
 
     def _forward(self, event: _Event) -> None:
         self._emit(event)
