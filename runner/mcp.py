@@ -600,7 +600,7 @@ class _Server:
                 self.tools = await _listing(self.client)
         except (Exception, asyncio.CancelledError) as exc:
             why = (f"no tool list within {self.spec.start_timeout_s:g} s (start_timeout_s)"
-                   if isinstance(exc, TimeoutError) else _why(exc))
+                   if isinstance(exc, TimeoutError) else exc.why if isinstance(exc, McpStartError) else _why(exc))
             tail = self.stderr_tail()
             await self.close()
             if isinstance(exc, asyncio.CancelledError) and not isinstance(exc, TimeoutError):

@@ -355,7 +355,7 @@ def test_a_server_that_does_not_start_leaves_the_run_interrupted_and_resumable(t
         assert state["reason"] == "MCP server 'everything' did not start: ${EV_BIN} is not set in this process's environment"
         assert fake.requests == []
         missing = cli("resume", state["run_id"], "--json", runs_dir=runs, env={"EV_BIN": "/nonexistent/server"})
-        assert missing.returncode == 3 and "no such program" in json.loads(missing.stdout)["reason"]
+        assert missing.returncode == 3 and "cannot run /nonexistent/server" in json.loads(missing.stdout)["reason"]
         done = cli("resume", state["run_id"], "--json", runs_dir=runs, env={"EV_BIN": str(EVERYTHING)})
     assert done.returncode == 0, done.stderr
     assert tool_messages(fake.requests[-1])[0]["content"] == "Echo: hi"
@@ -365,8 +365,12 @@ def _probe_config(tmp_path: Path, **env: str) -> Path:
     path = tmp_path / "probe.json"
     path.write_text(json.dumps({"mcpServers": {"probe": {
         "command": sys.executable, "args": [str(PROBE)],
-        "env": {"PROBE_LOG": str(tmp_path / "probe.log"), "PROBE_VARIANT": "${PROBE_VARIANT}", **env}}}}))
+        "env": {"PROBE_LOG": "${PROBE_LOG}", "PROBE_VARIANT": "${PROBE_VARIANT}", **env}}}}))
     return path
+
+
+def _probe_env(tmp_path: Path, variant: str = "1") -> dict[str, str]:
+    return {"PROBE_LOG": str(tmp_path / "probe.log"), "PROBE_VARIANT": variant}
 
 
 def _probe_log(tmp_path: Path) -> list[dict[str, Any]]:
@@ -380,22 +384,22 @@ def test_a_resume_refuses_when_a_used_tool_changed_and_force_goes_on(tmp_path: P
     model = calls(("probe__greet", {"name": "Ada"}), ("probe__erase", {"record": "r1"}))
     with FakeProvider(model) as fake:
         first = cli("run", "Greet, then erase", "--base-url", fake.base_url, "--model", "fake", "--no-builtin-tools",
-                    "--mcp-config", str(config), "--json", runs_dir=runs, env={"PROBE_VARIANT": "1"})
+                    "--mcp-config", str(config), "--json", runs_dir=runs, env=_probe_env(tmp_path))
         assert first.returncode == 3 and "probe__erase needs approval" in first.stdout
         run_id = run_id_of(first)
         same = cli("resume", run_id, "--reject", "c2", "--reason", "not yet", "--json", runs_dir=runs,
-                   env={"PROBE_VARIANT": "1"})
+                   env=_probe_env(tmp_path))
         assert same.returncode == 0, same.stderr
     with FakeProvider(calls(("probe__greet", {"name": "Ada"}), ("probe__erase", {"record": "r1"}))) as fake:
         first = cli("run", "Greet, then erase", "--base-url", fake.base_url, "--model", "fake", "--no-builtin-tools",
-                    "--mcp-config", str(config), "--json", runs_dir=runs, env={"PROBE_VARIANT": "1"})
+                    "--mcp-config", str(config), "--json", runs_dir=runs, env=_probe_env(tmp_path))
         run_id = run_id_of(first)
-        changed = cli("resume", run_id, "--reject", "c2", runs_dir=runs, env={"PROBE_VARIANT": "2"})
+        changed = cli("resume", run_id, "--reject", "c2", runs_dir=runs, env=_probe_env(tmp_path, "2"))
         assert changed.returncode == 2
         assert one_error(changed.stderr) == (
             f"error: run {run_id} called probe__greet of MCP server 'probe', which is defined differently "
             "(description, schema or annotations) now; resume with --force to go on with the tools as they are")
-        forced = cli("resume", run_id, "--force", "--json", runs_dir=runs, env={"PROBE_VARIANT": "2"})
+        forced = cli("resume", run_id, "--force", "--json", runs_dir=runs, env=_probe_env(tmp_path, "2"))
         assert forced.returncode == 0, forced.stderr
         greet = next(t for t in fake.requests[-1]["tools"] if t["function"]["name"] == "probe__greet")
         assert set(greet["function"]["parameters"]["properties"]) == {"name", "loud"}
@@ -422,11 +426,12 @@ def test_the_call_id_travels_in_meta_and_a_stop_reaches_the_server_within_50_ms(
             cancel.cancel("stop pressed")
             return await task, pressed
 
-        os.environ["PROBE_VARIANT"] = "1"
+        os.environ.update(_probe_env(tmp_path))
         try:
             stopped, pressed = asyncio.run(go())
         finally:
-            del os.environ["PROBE_VARIANT"]
+            for name in _probe_env(tmp_path):
+                del os.environ[name]
     assert stopped.status == "interrupted" and stopped.reason == "cancelled: stop pressed"
     log = _probe_log(tmp_path)
     assert log[0]["meta"] == {"runner/callId": "c1", "runner/runId": state.run_id}
@@ -447,13 +452,13 @@ def test_a_worker_on_postgresql_drives_an_mcp_run_and_the_secret_stays_out_of_th
     with FakeProvider(model) as fake:
         queued = cli_process("run", "What is the digest?", "--base-url", fake.base_url, "--model", "fake",
                              "--no-builtin-tools", "--mcp-config", str(config), "--detach", "--json",
-                             "--store", pg_url, runs_dir=None, env={"PROBE_VARIANT": "1"})
+                             "--store", pg_url, runs_dir=None, env=_probe_env(tmp_path))
         assert queued.returncode == 0, queued.stderr
         run_id = run_id_of(queued)
         worker = subprocess.run(
             [sys.executable, "-m", "runner", "worker", "--store", pg_url, "--idle-exit", "2", "--poll", "0.1"],
             capture_output=True, text=True, timeout=180,
-            env={**os.environ, "PROBE_SECRET": secret, "PROBE_VARIANT": "1"})
+            env={**os.environ, "PROBE_SECRET": secret, **_probe_env(tmp_path)})
         assert worker.returncode == 0, worker.stderr
         assert f"{run_id}: completed" in worker.stderr
     digest = tool_messages(fake.requests[-1])[0]["content"]
@@ -496,3 +501,20 @@ def _listening(port: int) -> bool:
 
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_kill_9_of_a_worker_leaves_no_server(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    with FakeProvider(calls(LONG)) as fake:
+        queued = cli("run", "Run the long operation", "--base-url", fake.base_url, "--model", "fake",
+                     "--no-builtin-tools", "--mcp", f"everything={EVERYTHING}", "--detach", "--json", runs_dir=runs)
+        assert queued.returncode == 0, queued.stderr
+        worker = spawn("worker", "--poll", "0.1", runs=runs)
+        try:
+            wait_for(lambda: events_of(runs, "tool_start"))
+            started = wait_for(lambda: events_of(runs, "mcp_server_started"))[0]
+            assert alive(started["pid"])
+        finally:
+            worker.send_signal(signal.SIGKILL)
+            worker.communicate(timeout=30)
+        wait_for(lambda: not alive(started["pid"]), timeout_s=5)
