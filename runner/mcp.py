@@ -41,7 +41,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import BaseModel, RootModel
 
@@ -316,7 +316,7 @@ def offerable_schema(schema: Any, offered: str) -> dict[str, Any]:
     """
     if not isinstance(schema, dict):
         raise ValueError("its input schema is not a JSON object")
-    out = copy.deepcopy(schema)
+    out: dict[str, Any] = copy.deepcopy(schema)
     defs = {**(out.pop("definitions", None) or {}), **(out.pop("$defs", None) or {})}
     combinators = [k for k in ("oneOf", "anyOf", "allOf", "not", "enum", "if") if k in out]
     if combinators:
@@ -326,7 +326,7 @@ def offerable_schema(schema: Any, offered: str) -> dict[str, Any]:
     out["type"] = "object"
     out.setdefault("properties", {})
     renamed = {name: f"{offered}_{re.sub(r'[^A-Za-z0-9_]', '_', name)}" for name in defs}
-    out = _cleaned(out, renamed)
+    out = dict(_cleaned(out, renamed))
     if defs:
         out["$defs"] = {renamed[k]: _cleaned(v, renamed) for k, v in defs.items()}
     if isinstance(out.get("required"), list):
@@ -373,7 +373,7 @@ def _check_schema(schema: dict[str, Any]) -> None:
         from llama_cpp.llama_grammar import SchemaConverter
     except ImportError:  # runner's grammar is llama-cpp-python's converter: without it nothing uses one
         return
-    closed = json.loads(json.dumps(schema))
+    closed: dict[str, Any] = json.loads(json.dumps(schema))
     try:
         converter: Any = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False,  # type: ignore[no-untyped-call]
                                          raw_pattern=False)
@@ -775,7 +775,7 @@ class _StderrFile:
     def __init__(self) -> None:
         fd, path = tempfile.mkstemp(prefix="runner-mcp-", suffix=".stderr")
         os.close(fd)
-        self.writer: IO[str] = open(path, "a", encoding="utf-8", errors="replace")
+        self.writer: TextIO = open(path, "a", encoding="utf-8", errors="replace")
         self._reader = open(path, encoding="utf-8", errors="replace")
         os.unlink(path)
         self._text = ""

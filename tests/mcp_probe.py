@@ -19,8 +19,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
 server = MCPServer("probe")
-READ_ONLY = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True)
-WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False)
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
+WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
 
 
 def _log(tool: str, event: str, ctx: Context[Any, Any] | None = None, **more: Any) -> None:
@@ -54,19 +54,21 @@ def secret_digest(ctx: Context[Any, Any]) -> str:
     return hashlib.sha256(os.environ.get("PROBE_SECRET", "").encode()).hexdigest()
 
 
-if os.environ.get("PROBE_VARIANT") == "2":
-    @server.tool(annotations=READ_ONLY, description="Greet someone.")
-    def greet(name: str, loud: bool, ctx: Context[Any, Any]) -> str:
-        _log("greet", "start", ctx)
-        return f"HELLO {name.upper()}" if loud else f"Hello {name}"
-else:
-    @server.tool(annotations=READ_ONLY, description="Greet someone.")
-    def greet(name: str, ctx: Context[Any, Any]) -> str:
-        _log("greet", "start", ctx)
-        return f"Hello {name}"
+def greet_loudly(name: str, loud: bool, ctx: Context[Any, Any]) -> str:
+    _log("greet", "start", ctx)
+    return f"HELLO {name.upper()}" if loud else f"Hello {name}"
 
 
-@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True),
+def greet(name: str, ctx: Context[Any, Any]) -> str:
+    _log("greet", "start", ctx)
+    return f"Hello {name}"
+
+
+server.add_tool(greet_loudly if os.environ.get("PROBE_VARIANT") == "2" else greet, name="greet",
+                annotations=READ_ONLY, description="Greet someone.")
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True),
              description="Erase a record (cannot be undone).")
 def erase(record: str, ctx: Context[Any, Any]) -> str:
     _log("erase", "start", ctx, record=record)

@@ -77,7 +77,7 @@ def trace(runs: Path, run_id: str) -> list[dict[str, Any]]:
 
 
 def run_id_of(proc: subprocess.CompletedProcess[str]) -> str:
-    return json.loads(proc.stdout)["run_id"]
+    return str(json.loads(proc.stdout)["run_id"])
 
 
 def spawn(*args: str, runs: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
@@ -184,7 +184,8 @@ def test_annotations_govern_and_the_config_beats_them() -> None:
     from mcp.types import ToolAnnotations
 
     def tool(name: str, **hints: bool) -> RemoteTool:
-        return RemoteTool(name=name, inputSchema={"type": "object"}, annotations=ToolAnnotations(**hints) if hints else None)
+        annotations = ToolAnnotations.model_validate(hints) if hints else None
+        return RemoteTool.model_validate({"name": name, "inputSchema": {"type": "object"}, "annotations": annotations})
 
     server = McpServer(name="s", command=["x"])
     assert governance(server, tool("read", readOnlyHint=True)) == (True, True, False)
