@@ -519,3 +519,28 @@ def test_kill_9_of_a_worker_leaves_no_server(tmp_path: Path) -> None:
             worker.send_signal(signal.SIGKILL)
             worker.communicate(timeout=30)
         wait_for(lambda: not alive(started["pid"]), timeout_s=5)
+
+
+def test_images_and_resources_are_described_in_one_line_and_bad_arguments_never_reach_the_server() -> None:
+    from runner.cancel import CancelToken
+    from runner.mcp import Servers
+    from runner.state import Endpoint, RunConfig, new_run
+    from runner.tools import ToolContext, ToolError
+
+    state = new_run("x", RunConfig(endpoint=Endpoint(model="m"),
+                                   mcp=[McpServer(name="ev", command=[str(EVERYTHING)])]))
+
+    async def go() -> dict[str, str]:
+        async with Servers(state) as servers:
+            tools = {t.name: t for t in await servers.open()}
+            ctx = ToolContext(cancel=CancelToken(), workspace=Path("."), call_id="c1", run_id=state.run_id)
+            out = {}
+            for name, args in (("ev__get-tiny-image", "{}"), ("ev__get-resource-links", '{"count": 2}')):
+                out[name] = await tools[name].run(tools[name].parse(args), ctx)
+            with pytest.raises(ToolError, match="a: 'x' is not of type 'number'"):
+                tools["ev__get-sum"].parse('{"a": "x", "b": 2}')
+            return out
+
+    out = asyncio.run(go())
+    assert "[image: image/png, 4,035 bytes, not shown]" in out["ev__get-tiny-image"].splitlines()
+    assert "[resource link: demo://resource/dynamic/text/2 (Text Resource 2)]" in out["ev__get-resource-links"]
