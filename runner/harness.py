@@ -62,11 +62,9 @@ def warm_up() -> None:
 
 async def drive(
     state: RunState, base_url: str | None, runs: Path | RunStore | None, *, cancel: CancelToken | None = None,
-    on_progress: Callable[[str, str], None] | None = None,
-    server_settings: dict[str, Any] | None = None,
-    on_turn: Callable[[TurnProgress], None] | None = None,
-    lease: Lease | None = None, http: httpx.AsyncClient | None = None,
-    tools: Sequence[Tool | str] | None = None, api_key: str | None = None,
+    on_progress: Callable[[str, str], None] | None = None, server_settings: dict[str, Any] | None = None,
+    on_turn: Callable[[TurnProgress], None] | None = None, lease: Lease | None = None,
+    http: httpx.AsyncClient | None = None, tools: Sequence[Tool | str] | None = None, api_key: str | None = None,
     on_retry: RetryCallback | None = None, on_note: Callable[[str], None] | None = None,
 ) -> RunState:
     """Run (or resume) `state` against `base_url`, committing every transition to `runs`;
@@ -92,19 +90,15 @@ async def drive(
             "sk-local" (`runner.config.key_for`). Never saved or traced.
         on_retry: called before each back-off of a failed request (see `ChatClient`).
         server_settings: what the endpoint runs with (n_ctx, chat_format, ...), for `run_started`.
-        on_note: told of each MCP tool that cannot be offered (one line each).
-
-    The run's MCP servers (`config.mcp`) are started once the run is claimed and stopped at its
-    stop (`runner.mcp.Servers`); one that does not start stops the run `interrupted`.
+        on_note: told of each MCP tool that cannot be offered (see `_mcp_opened`).
 
     Raises:
         UnknownTool: a tool the run names cannot be found (UsageError: two share a name);
             raised before the run is created or claimed: a failed start leaves nothing stored.
-        ToolsChanged: a resumed run called an MCP tool that is gone or changed (a UsageError).
+            ToolsChanged (a UsageError): a resumed run called an MCP tool now gone or changed.
         RunBusy: another process drives the run. StaleState: `state` is behind the stored one.
         LeaseLost: another driver took the run over (its lease expired).
     """
-    from runner import catalog
     from runner.endpoints import open_endpoint
     from runner.store import FileStore
     from runner.trace import Tracer
@@ -114,38 +108,40 @@ async def drive(
         store = FileStore(runs) if isinstance(runs, Path) else runs
         cancel = cancel or CancelToken()
         handle, workspace = _placed(state, store, lease, cancel, cleanup)
-        cfg = state.config
         if base_url is None:  # open the run's own endpoint for this run alone
-            opened = cleanup.enter_context(open_endpoint(cfg.endpoint))
+            opened = cleanup.enter_context(open_endpoint(state.config.endpoint))
             base_url, server_settings = opened.base_url, server_settings or opened.server_settings
-        async with contextlib.AsyncExitStack() as servers_open, _client(state, base_url, http, api_key,
-                                                                         on_retry) as client:
-            servers = await _mcp_opened(state, handle, servers_open, on_note) if cfg.mcp else None
-            if servers is not None:
-                if servers.failed:  # a server did not start: the run is saved interrupted, resumable
-                    return state
-                given = [t for t in tools or [] if not isinstance(t, str)]
-                catalog_tools = catalog.build(cfg, given, servers.tools)
+        async with _client(state, base_url, http, api_key, on_retry) as client, contextlib.AsyncExitStack() as stack:
+            if (servers := await _mcp_opened(state, tools, handle, stack, on_note)) and servers.failed:
+                return state  # an MCP server did not start: the run is saved interrupted, resumable
             rt = loop.Runtime(
-                client=client, tools=catalog_tools, workspace=workspace, run=handle, cancel=cancel,
-                on_progress=on_progress, tracer=handle.tracer() if handle else Tracer(None),
+                client=client, tools=servers.catalog if servers else catalog_tools, workspace=workspace, run=handle,
+                cancel=cancel, on_progress=on_progress, tracer=handle.tracer() if handle else Tracer(None),
                 run_child=_child_driver(store, client, workspace, on_progress), server_settings=server_settings,
-                on_turn=on_turn,
-            )
-            if servers is not None:
-                servers.bind(rt.defer)  # each server event is traced with the next transition
-            return await loop.run(state, rt)
+                on_turn=on_turn)
+            return await loop.run(state, _bound(rt, servers))
 
 
-async def _mcp_opened(state: RunState, handle: RunHandle | None, stack: contextlib.AsyncExitStack,
-                      on_note: Callable[[str], None] | None) -> Servers:
-    """The run's MCP servers started (closed when `stack` closes) and their tools listed; a
-    server that does not start stops the run `interrupted` (saved, resumable), and the caller
-    drives nothing.
+def _bound(rt: loop.Runtime, servers: Servers | None) -> loop.Runtime:
+    """`rt`, with the MCP servers' events (if any) traced with the run's next transition each."""
+    if servers is not None:
+        servers.bind(rt.defer)
+    return rt
+
+
+async def _mcp_opened(state: RunState, tools: Sequence[Tool | str] | None, handle: RunHandle | None,
+                      stack: contextlib.AsyncExitStack, on_note: Callable[[str], None] | None) -> Servers | None:
+    """The run's MCP servers (`config.mcp`; None if it names none) started (closed when `stack`
+    closes), their tools listed and the run's whole catalog built (`Servers.catalog`); a server
+    that does not start stops the run `interrupted` (saved, resumable; `Servers.failed`), and
+    the caller drives nothing.
 
     Raises:
         ToolsChanged: a tool the run called is gone or defined differently now.
     """
+    if not state.config.mcp:
+        return None
+    from runner import catalog
     from runner.mcp import McpStartError, Servers
     from runner.state import ToolServerInterruption
     from runner.trace import RunStopped
@@ -161,6 +157,8 @@ async def _mcp_opened(state: RunState, handle: RunHandle | None, stack: contextl
         if handle is not None:
             handle.commit(state, [*servers.waiting, stopped])
         servers.failed = True
+        return servers
+    servers.catalog = catalog.build(state.config, [t for t in tools or [] if not isinstance(t, str)], servers.tools)
     for warning in servers.warnings:
         if on_note is not None:
             on_note(f"warning: {warning}")

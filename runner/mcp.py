@@ -905,6 +905,8 @@ class Servers:
         """The runner tools of every server, in the order offered (set by `open`)."""
         self.failed = False
         """Set by the caller when `open` raised: the run was stopped and is not driven."""
+        self.catalog: list[Tool] = []
+        """The run's whole catalog, these tools last (set by the caller: `runner.catalog.build`)."""
 
     def _forward(self, event: _Event) -> None:
         self._emit(event)
