@@ -112,7 +112,7 @@ async def drive(
             opened = cleanup.enter_context(open_endpoint(state.config.endpoint))
             base_url, server_settings = opened.base_url, server_settings or opened.server_settings
         async with _client(state, base_url, http, api_key, on_retry) as client, contextlib.AsyncExitStack() as stack:
-            if (servers := await _mcp_opened(state, tools, handle, stack, on_note)) and servers.failed:
+            if (servers := await _mcp_opened(state, tools, handle, stack, on_note, cancel)) and servers.failed:
                 return state  # an MCP server did not start: the run is saved interrupted, resumable
             rt = loop.Runtime(
                 client=client, tools=servers.catalog if servers else catalog_tools, workspace=workspace, run=handle,
@@ -130,11 +130,12 @@ def _bound(rt: loop.Runtime, servers: Servers | None) -> loop.Runtime:
 
 
 async def _mcp_opened(state: RunState, tools: Sequence[Tool | str] | None, handle: RunHandle | None,
-                      stack: contextlib.AsyncExitStack, on_note: Callable[[str], None] | None) -> Servers | None:
+                      stack: contextlib.AsyncExitStack, on_note: Callable[[str], None] | None,
+                      cancel: CancelToken) -> Servers | None:
     """The run's MCP servers (`config.mcp`; None if it names none) started (closed when `stack`
     closes), their tools listed and the run's whole catalog built (`Servers.catalog`); a server
-    that does not start stops the run `interrupted` (saved, resumable; `Servers.failed`), and
-    the caller drives nothing.
+    that does not start, or the Stop signal while they start, stops the run `interrupted`
+    (saved, resumable; `Servers.failed`), and the caller drives nothing.
 
     Raises:
         ToolsChanged: a tool the run called is gone or defined differently now.
@@ -143,15 +144,19 @@ async def _mcp_opened(state: RunState, tools: Sequence[Tool | str] | None, handl
         return None
     from runner import catalog
     from runner.mcp import McpStartError, Servers
-    from runner.state import ToolServerInterruption
+    from runner.cancel import Cancelled, race
+    from runner.state import CancelledInterruption, ToolServerInterruption
     from runner.trace import RunStopped
 
     servers = await stack.enter_async_context(Servers(state))
     try:
-        await servers.open()
-    except McpStartError as exc:
+        await race(servers.open(), cancel)
+    except (McpStartError, Cancelled) as exc:
         state.status, state.reason = "interrupted", str(exc)
-        state.interruption = ToolServerInterruption(server=exc.server, message=exc.why)
+        state.interruption = (ToolServerInterruption(server=exc.server, message=exc.why)
+                              if isinstance(exc, McpStartError) else CancelledInterruption(reason=exc.reason))
+        if isinstance(exc, Cancelled):
+            state.reason = f"cancelled: {exc.reason} while the MCP servers started"
         stopped = RunStopped(runId=state.run_id, status=state.status, reason=state.reason, turns=state.turns,
                              costUsd=state.cost_usd)
         if handle is not None:

@@ -544,3 +544,27 @@ def test_images_and_resources_are_described_in_one_line_and_bad_arguments_never_
     out = asyncio.run(go())
     assert "[image: image/png, 4,035 bytes, not shown]" in out["ev__get-tiny-image"].splitlines()
     assert "[resource link: demo://resource/dynamic/text/2 (Text Resource 2)]" in out["ev__get-resource-links"]
+
+
+def test_a_call_past_its_timeout_is_a_tool_error_and_is_cancelled_on_the_server(tmp_path: Path) -> None:
+    from runner.cancel import CancelToken
+    from runner.mcp import Servers
+    from runner.state import Endpoint, RunConfig, new_run
+    from runner.tools import ToolContext, ToolError
+
+    probe = McpServer(name="probe", command=[sys.executable, str(PROBE)], call_timeout_s=1,
+                      env={"PROBE_LOG": str(tmp_path / "probe.log")})
+    state = new_run("x", RunConfig(endpoint=Endpoint(model="m"), mcp=[probe]))
+
+    async def go() -> str:
+        async with Servers(state) as servers:
+            tools = {t.name: t for t in await servers.open()}
+            ctx = ToolContext(cancel=CancelToken(), workspace=Path("."), call_id="c1", run_id=state.run_id)
+            began = time.monotonic()
+            with pytest.raises(ToolError, match=r"no answer within 1 s \(the call was cancelled on the server\)"):
+                await tools["probe__slow_write"].run(tools["probe__slow_write"].parse('{"seconds": 30}'), ctx)
+            assert time.monotonic() - began < 5
+            return await tools["probe__greet"].run(tools["probe__greet"].parse('{"name": "Ada"}'), ctx)
+
+    assert asyncio.run(go()) == "Hello Ada"  # the same session goes on
+    assert [e["event"] for e in _probe_log(tmp_path) if e["tool"] == "slow_write"] == ["start", "cancelled"]
