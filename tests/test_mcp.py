@@ -226,6 +226,10 @@ def test_time_server_answers_and_the_trace_names_it(tmp_path: Path) -> None:
     assert [e["type"] for e in events].index("run_started") == 0
     shown = cli("show", run_id, runs_dir=runs).stdout
     assert "time__get_current_time" in shown and "from time (mcp-time" in shown, shown
+    from runner.view.pages import run_view
+
+    [view_call] = [c for entry in run_view(FileStore(runs), run_id).entries for c in entry.calls]
+    assert view_call.server == "time"  # runner view says which server answered too
     assert not group_members(started["pid"]) and not alive(started["pid"])  # stopped with the run
 
 
