@@ -112,7 +112,7 @@ async def drive(
             opened = cleanup.enter_context(open_endpoint(state.config.endpoint))
             base_url, server_settings = opened.base_url, server_settings or opened.server_settings
         async with _client(state, base_url, http, api_key, on_retry) as client, contextlib.AsyncExitStack() as stack:
-            if (servers := await _mcp_opened(state, tools, handle, stack, on_note, cancel)) and servers.failed:
+            if (servers := await _mcp_opened(state, tools, handle, stack, on_note, cancel, workspace)) and servers.failed:
                 return state  # an MCP server did not start: the run is saved interrupted, resumable
             rt = loop.Runtime(
                 client=client, tools=servers.catalog if servers else catalog_tools, workspace=workspace, run=handle,
@@ -131,7 +131,7 @@ def _bound(rt: loop.Runtime, servers: Servers | None) -> loop.Runtime:
 
 async def _mcp_opened(state: RunState, tools: Sequence[Tool | str] | None, handle: RunHandle | None,
                       stack: contextlib.AsyncExitStack, on_note: Callable[[str], None] | None,
-                      cancel: CancelToken) -> Servers | None:
+                      cancel: CancelToken, workspace: Workspace) -> Servers | None:
     """The run's MCP servers (`config.mcp`; None if it names none) started (closed when `stack`
     closes), their tools listed and the run's whole catalog built (`Servers.catalog`); a server
     that does not start, or the Stop signal while they start, stops the run `interrupted`
@@ -143,12 +143,12 @@ async def _mcp_opened(state: RunState, tools: Sequence[Tool | str] | None, handl
     if not state.config.mcp:
         return None
     from runner import catalog
-    from runner.mcp import McpStartError, Servers
     from runner.cancel import Cancelled, race
+    from runner.mcp import McpStartError, McpTool, Servers
     from runner.state import CancelledInterruption, ToolServerInterruption
     from runner.trace import RunStopped
 
-    servers = await stack.enter_async_context(Servers(state))
+    servers = await stack.enter_async_context(Servers(state, lambda: workspace.for_tool(McpTool())))
     try:
         await race(servers.open(), cancel)
     except (McpStartError, Cancelled) as exc:

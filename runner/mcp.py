@@ -270,8 +270,14 @@ def shown_target(server: McpServer) -> str:
     return shlex.join(server.command or [])
 
 
-def expand(text: str, where: str) -> str:
-    """`text` with each ``${VAR}`` replaced by the environment's value.
+WORKSPACE_VARIABLE = "RUNNER_WORKSPACE"
+"""``${RUNNER_WORKSPACE}`` is the run's own copy of its workspace, the folder runner's tools
+work in (made when first asked for): a filesystem server pointed there works on the run's files."""
+
+
+def expand(text: str, where: str, workspace: Callable[[], Path] | None = None) -> str:
+    """`text` with each ``${VAR}`` replaced by the environment's value (``${RUNNER_WORKSPACE}``:
+    `workspace()`, when given).
 
     Raises:
         McpStartError: a variable that is not set (`where` names the server).
@@ -279,6 +285,8 @@ def expand(text: str, where: str) -> str:
 
     def value(match: re.Match[str]) -> str:
         name = match.group(1)
+        if name == WORKSPACE_VARIABLE and workspace is not None:
+            return str(workspace())
         if name not in os.environ:
             raise McpStartError(where, f"${{{name}}} is not set in this process's environment")
         return os.environ[name]
@@ -564,10 +572,12 @@ class _Server:
     there, so a server that dies never cancels the run's own task.
     """
 
-    def __init__(self, spec: McpServer, run_id: str, emit: Callable[[_Event], None]) -> None:
+    def __init__(self, spec: McpServer, run_id: str, emit: Callable[[_Event], None],
+                 workspace: Callable[[], Path] | None = None) -> None:
         self.spec = spec
         self.run_id = run_id
         self.emit = emit
+        self.workspace = workspace
         self.client: Client | None = None
         self.pid: int | None = None
         self.tools: list[RemoteTool] = []
@@ -641,19 +651,22 @@ class _Server:
 
             headers = {k: self._value("header", k, v) for k, v in spec.headers.items()}
             http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=spec.call_timeout_s))
-            return streamable_http_client(expand(spec.url, spec.name), http_client=http)
+            return streamable_http_client(self._expand(spec.url), http_client=http)
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        argv = [expand(part, spec.name) for part in spec.command or []]
+        argv = [self._expand(part) for part in spec.command or []]
         env = {k: self._value("env", k, v) for k, v in spec.env.items()}
         self._stderr = _StderrFile()
         params = StdioServerParameters(command=sys.executable, args=["-S", "-c", LAUNCHER, str(os.getpid()), *argv],
-                                       env=env, cwd=expand(spec.cwd, spec.name) if spec.cwd else None)
+                                       env=env, cwd=self._expand(spec.cwd) if spec.cwd else None)
         return _Watched(stdio_client(params, errlog=self._stderr.writer), self)
+
+    def _expand(self, text: str) -> str:
+        return expand(text, self.spec.name, self.workspace)
 
     def _value(self, kind: str, key: str, template: str | None) -> str:
         if template is not None:
-            return expand(template, self.spec.name)
+            return self._expand(template)
         secret = self.spec.secrets().get(f"{kind}:{key}")
         if secret is not None:
             return secret
@@ -892,13 +905,15 @@ class Servers:
     Args:
         state: the run; `state.config.mcp` names the servers, and `open` records each
             server's listing there (`McpServer.listing`).
+        workspace: the run's own workspace folder, made when first asked for: what
+            ``${RUNNER_WORKSPACE}`` stands for (None: the environment's variable, if any).
     """
 
-    def __init__(self, state: RunState) -> None:
+    def __init__(self, state: RunState, workspace: Callable[[], Path] | None = None) -> None:
         self.state = state
         self.waiting: list[_Event] = []
         self._emit: Callable[[_Event], None] = self.waiting.append
-        self.servers = [_Server(spec, state.run_id, self._forward) for spec in state.config.mcp]
+        self.servers = [_Server(spec, state.run_id, self._forward, workspace) for spec in state.config.mcp]
         self.warnings: list[str] = []
         """One line per tool left out (its schema cannot be offered, its name is taken)."""
         self.tools: list[Tool] = []

@@ -572,3 +572,22 @@ def test_a_call_past_its_timeout_is_a_tool_error_and_is_cancelled_on_the_server(
 
     assert asyncio.run(go()) == "Hello Ada"  # the same session goes on
     assert [e["event"] for e in _probe_log(tmp_path) if e["tool"] == "slow_write"] == ["start", "cancelled"]
+
+
+def test_a_filesystem_server_on_runner_workspace_works_on_the_runs_own_copy(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+
+    def write_there(messages: list[dict[str, Any]]) -> Step:
+        folder = tool_messages({"messages": messages})[-1]["content"].splitlines()[-1].strip()
+        return "fs__write_file", {"path": f"{folder}/summary.txt", "content": "three logs\n"}
+
+    model = calls(("fs__list_allowed_directories", {}), write_there)
+    with FakeProvider(model) as fake:
+        proc = cli("run", "Summarise", "--base-url", fake.base_url, "--model", "fake", "--no-builtin-tools",
+                   "--auto-approve", "--mcp", f"fs={FS} ${{RUNNER_WORKSPACE}}", "--json", runs_dir=runs)
+    assert proc.returncode == 0, proc.stderr
+    run_id = run_id_of(proc)
+    assert (runs / run_id / "workspace" / "summary.txt").read_text() == "three logs\n"
+    assert not (workspace_template() / "summary.txt").exists()
+    started = next(e for e in trace(runs, run_id) if e["type"] == "mcp_server_started")
+    assert started["target"] == f"{FS} '${{RUNNER_WORKSPACE}}'"  # as configured
