@@ -686,12 +686,20 @@ class _Server:
         lines = [line for line in self._stderr.text().splitlines() if not line.startswith("@runner-mcp ")]
         return "\n".join(lines)[-STDERR_TAIL_CHARS:]
 
-    def exit_status(self) -> str | None:
-        """How the server's process ended, in words, once it has; None while it runs."""
+    def reported_exit(self) -> str | None:
+        """How the server's process ended, as its launcher reported it ("exit code 1", "killed
+        by SIGKILL"); None until it has."""
         for line in self._stderr.text().splitlines() if self._stderr is not None else []:
             if line.startswith("@runner-mcp exit="):
                 code = int(line.split("=", 1)[1])
                 return f"exit code {code}" if code >= 0 else f"killed by {_signal_name(-code)}"
+        return None
+
+    def exit_status(self) -> str | None:
+        """How the server's process ended, in words, once it has; None while it runs."""
+        reported = self.reported_exit()
+        if reported is not None:
+            return reported
         if self.pid is not None and not _running(self.pid):
             return "ended"
         if self._task is not None and self._task.done():
@@ -743,11 +751,12 @@ class _Server:
         if isinstance(exc, TimeoutError) or "timed out" in str(exc).lower():
             return f"no answer within {self.spec.call_timeout_s:g} s (the call was cancelled on the server)"
         status = None
-        for _ in range(25):  # the launcher reports the exit a moment after the pipe closes
-            status = self.exit_status()
-            if status is not None:
+        for _ in range(100):  # a server that died: its launcher reports how a moment after the pipe closes
+            status = self.reported_exit()
+            if status is not None or self.pid is None or _running(self.pid):
                 break
             await asyncio.sleep(0.02)
+        status = status or self.exit_status()
         if status is None and self.spec.url is None:
             return f"the call failed: {_why(exc)}"
         self.down = status or _why(exc)
