@@ -299,6 +299,7 @@ def _kill_mid_call(runs: Path, fake: FakeProvider, *mcp: str) -> tuple[str, dict
     return run_id, started
 
 
+@pytest.mark.slow
 def test_kill_9_mid_call_leaves_no_server_and_resume_reruns_only_what_may_rerun(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     with FakeProvider(calls(LONG)) as fake:
@@ -383,6 +384,7 @@ def _probe_log(tmp_path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.slow
 def test_a_resume_refuses_when_a_used_tool_changed_and_force_goes_on(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     config = _probe_config(tmp_path)
