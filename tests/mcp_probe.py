@@ -2,7 +2,8 @@
 published servers cannot show on demand. It logs every call it receives, with the ``runner/``
 keys of the request's ``_meta``, and every cancellation it sees, one JSON line each to
 $PROBE_LOG; `greet` takes another schema when $PROBE_VARIANT is 2; `secret_digest` tells the
-sha256 of $PROBE_SECRET (so a test learns the server got it without the secret showing up).
+sha256 of $PROBE_SECRET (so a test learns the server got it without the secret showing up);
+`lookup` lists a schema that refers outside itself (runner leaves it out).
 """
 
 from __future__ import annotations
@@ -73,6 +74,16 @@ server.add_tool(greet_loudly if os.environ.get("PROBE_VARIANT") == "2" else gree
 def erase(record: str, ctx: Context[Any, Any]) -> str:
     _log("erase", "start", ctx, record=record)
     return f"erased {record}"
+
+
+def lookup(key: str) -> str:
+    return key
+
+
+server.add_tool(lookup, name="lookup", annotations=READ_ONLY, description="Look a key up (its schema refers elsewhere).")
+for tool in server._tool_manager.list_tools():  # a schema no client should offer: a reference outside itself
+    if tool.name == "lookup":
+        tool.parameters = {"type": "object", "properties": {"key": {"$ref": "https://example.com/key.json"}}}
 
 
 if __name__ == "__main__":

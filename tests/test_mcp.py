@@ -268,9 +268,13 @@ def test_an_error_result_goes_to_the_model_and_the_run_goes_on(tmp_path: Path) -
     shutil.copytree(workspace_template(), workspace)
     model = calls(("fs__read_text_file", {"path": str(workspace / "missing.txt")}),
                   ("fs__list_directory", {"path": str(workspace)}))
-    with FakeProvider(model) as fake:
-        proc = _fs_run(runs, workspace, fake)
+    (tmp_path / "runner.toml").write_text(f'[mcp.servers.fs]\ncommand = "{FS}"\nargs = ["{workspace}"]\n')
+    with FakeProvider(model) as fake:  # the server named in the config file, two of its tools offered
+        proc = cli("run", "Read missing.txt", "--base-url", fake.base_url, "--model", "fake", "--no-builtin-tools",
+                   "--mcp-tools", "fs:read_text_file", "--mcp-tools", "fs:list_directory", "--json", runs_dir=runs,
+                   cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    assert [t["function"]["name"] for t in fake.requests[0]["tools"]] == ["fs__list_directory", "fs__read_text_file"]
     error = tool_messages(fake.requests[1])[0]["content"]
     assert error.startswith("Error: ") and "missing.txt" in error
     assert "notes.txt" in tool_messages(fake.requests[2])[1]["content"]
@@ -397,10 +401,11 @@ def test_a_resume_refuses_when_a_used_tool_changed_and_force_goes_on(tmp_path: P
         same = cli("resume", run_id, "--reject", "c2", "--reason", "not yet", "--json", runs_dir=runs,
                    env=_probe_env(tmp_path))
         assert same.returncode == 0, same.stderr
+    runs = tmp_path / "runs2"
     with FakeProvider(calls(("probe__greet", {"name": "Ada"}), ("probe__erase", {"record": "r1"}))) as fake:
         first = cli("run", "Greet, then erase", "--base-url", fake.base_url, "--model", "fake", "--no-builtin-tools",
-                    "--mcp-config", str(config), "--json", runs_dir=runs, env=_probe_env(tmp_path))
-        run_id = run_id_of(first)
+                    "--mcp-config", str(config), runs_dir=runs, env=_probe_env(tmp_path))
+        [run_id] = [p.name for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")]
         changed = cli("resume", run_id, "--reject", "c2", runs_dir=runs, env=_probe_env(tmp_path, "2"))
         assert changed.returncode == 2
         assert one_error(changed.stderr) == (
@@ -410,6 +415,10 @@ def test_a_resume_refuses_when_a_used_tool_changed_and_force_goes_on(tmp_path: P
         assert forced.returncode == 0, forced.stderr
         greet = next(t for t in fake.requests[-1]["tools"] if t["function"]["name"] == "probe__greet")
         assert set(greet["function"]["parameters"]["properties"]) == {"name", "loud"}
+    warnings = [line for line in first.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: MCP server 'probe': tool 'lookup' is not offered: its input schema refers to "
+                        "'https://example.com/key.json', outside itself"], first.stderr
+    assert "probe__lookup" not in {t["function"]["name"] for t in fake.requests[0]["tools"]}
 
 
 def test_the_call_id_travels_in_meta_and_a_stop_reaches_the_server_within_50_ms(tmp_path: Path) -> None:
