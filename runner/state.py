@@ -358,11 +358,12 @@ class McpServer(BaseModel, defer_build=True):
 
     Either `command` (stdio: the server is a child process) or `url` (streamable HTTP). Every
     string may hold ``${VAR}`` references, expanded from the environment of the process that
-    starts the server. An `env` or `headers` value given without any ``${VAR}`` is a secret:
-    it is recorded as None and kept only in the memory of the process that was given it;
-    any other process (a resume, a worker) takes an `env` value from its own environment
-    variable of that name. `runner.mcp` starts the servers and turns their tools into runner
-    tools.
+    starts the server. Read from a command line or a file (`runner.mcp.from_entry`), an `env`
+    or `headers` value given without any ``${VAR}`` is a secret: it is recorded as None and
+    kept only in the memory of the process that was given it (`secrets`); any other process (a
+    resume, a worker) takes an `env` value from its own environment variable of that name.
+    Built in Python, write a secret as ``${VAR}``: every value given here is recorded.
+    `runner.mcp` starts the servers and turns their tools into runner tools.
     """
 
     model_config = ConfigDict(extra="forbid")

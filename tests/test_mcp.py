@@ -156,6 +156,12 @@ def test_servers_are_named_three_ways_and_secrets_stay_in_memory(tmp_path: Path)
         servers_for([], None, [], {"servers": {"t": {"command": "x", "env": {"API_TOKEN": "abc"}}}}, "runner.toml")
     with pytest.raises(UsageError, match="more than one"):
         servers_for(["gh=x"], desktop, [])
+    web_only = tmp_path / "web.json"
+    web_only.write_text(json.dumps({"mcpServers": {"web": {"url": "https://h/mcp", "headers": {"X-Key": "k1"}}}}))
+    queued = cli("run", "hi", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--mcp-config", str(web_only),
+                 "--detach", runs_dir=tmp_path / "runs")
+    assert queued.returncode == 2 and "header X-Key is given as a value, which is never saved" in queued.stderr
+    assert "k1" not in queued.stderr
 
 
 def test_offered_names_and_schemas_fit_openai_and_the_call_grammar() -> None:
