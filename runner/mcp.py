@@ -275,9 +275,10 @@ WORKSPACE_VARIABLE = "RUNNER_WORKSPACE"
 work in (made when first asked for): a filesystem server pointed there works on the run's files."""
 
 
-def expand(text: str, where: str, workspace: Callable[[], Path] | None = None) -> str:
+def expand(text: str, where: str, workspace: Callable[[], Path] | None = None,
+           filled: set[str] | None = None) -> str:
     """`text` with each ``${VAR}`` replaced by the environment's value (``${RUNNER_WORKSPACE}``:
-    `workspace()`, when given).
+    `workspace()`, when given); each value filled in is added to `filled`.
 
     Raises:
         McpStartError: a variable that is not set (`where` names the server).
@@ -289,6 +290,8 @@ def expand(text: str, where: str, workspace: Callable[[], Path] | None = None) -
             return str(workspace())
         if name not in os.environ:
             raise McpStartError(where, f"${{{name}}} is not set in this process's environment")
+        if filled is not None:
+            filled.add(os.environ[name])
         return os.environ[name]
 
     return _REF.sub(value, text)
@@ -589,6 +592,8 @@ class _Server:
         self._task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._stderr: _StderrFile | None = None
+        self._filled: set[str] = set()
+        self._http: Any = None
 
     async def start(self) -> McpServerStarted:
         """Start the server, open its session and list its tools; returns the event that says
@@ -610,7 +615,8 @@ class _Server:
                 self.tools = await _listing(self.client)
         except (Exception, asyncio.CancelledError) as exc:
             why = (f"no tool list within {self.spec.start_timeout_s:g} s (start_timeout_s)"
-                   if isinstance(exc, TimeoutError) else exc.why if isinstance(exc, McpStartError) else _why(exc))
+                   if isinstance(exc, TimeoutError) else exc.why if isinstance(exc, McpStartError)
+                   else self.scrub(_why(exc)))
             tail = self.stderr_tail()
             await self.close()
             if isinstance(exc, asyncio.CancelledError) and not isinstance(exc, TimeoutError):
@@ -640,7 +646,7 @@ class _Server:
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
             else:
-                self.down = self.down or _why(exc)
+                self.down = self.down or self.scrub(_why(exc))
 
     def _transport(self) -> Any:
         """The SDK transport for this server, secrets and ``${VAR}`` filled in now."""
@@ -650,8 +656,8 @@ class _Server:
             from mcp.client.streamable_http import streamable_http_client
 
             headers = {k: self._value("header", k, v) for k, v in spec.headers.items()}
-            http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=spec.call_timeout_s))
-            return streamable_http_client(self._expand(spec.url), http_client=http)
+            self._http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=spec.call_timeout_s))
+            return streamable_http_client(self._expand(spec.url), http_client=self._http)
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
         argv = [self._expand(part) for part in spec.command or []]
@@ -662,16 +668,25 @@ class _Server:
         return _Watched(stdio_client(params, errlog=self._stderr.writer), self)
 
     def _expand(self, text: str) -> str:
-        return expand(text, self.spec.name, self.workspace)
+        return expand(text, self.spec.name, self.workspace, self._filled)
+
+    def scrub(self, text: str) -> str:
+        """`text` with every value filled in from the environment or a secret shown as ``***``:
+        what runner writes of a server's errors and stderr never holds them."""
+        for value in sorted(self._filled, key=len, reverse=True):
+            if len(value) >= 4:
+                text = text.replace(value, "***")
+        return text
 
     def _value(self, kind: str, key: str, template: str | None) -> str:
         if template is not None:
             return self._expand(template)
         secret = self.spec.secrets().get(f"{kind}:{key}")
+        if secret is None and kind == "env":
+            secret = os.environ.get(key)
         if secret is not None:
+            self._filled.add(secret)
             return secret
-        if kind == "env" and key in os.environ:
-            return os.environ[key]
         if kind == "env":
             raise McpStartError(self.spec.name, f"its env {key} was given as a value, which runner never saves; "
                                                 f"set ${key} where the run is driven")
@@ -684,7 +699,7 @@ class _Server:
         if self._stderr is None:
             return ""
         lines = [line for line in self._stderr.text().splitlines() if not line.startswith("@runner-mcp ")]
-        return "\n".join(lines)[-STDERR_TAIL_CHARS:]
+        return self.scrub("\n".join(lines))[-STDERR_TAIL_CHARS:]
 
     def reported_exit(self) -> str | None:
         """How the server's process ended, as its launcher reported it ("exit code 1", "killed
@@ -758,8 +773,8 @@ class _Server:
             await asyncio.sleep(0.02)
         status = status or self.exit_status()
         if status is None and self.spec.url is None:
-            return f"the call failed: {_why(exc)}"
-        self.down = status or _why(exc)
+            return f"the call failed: {self.scrub(_why(exc))}"
+        self.down = status or self.scrub(_why(exc))
         self.emit(McpServerExited(runId=self.run_id, server=self.spec.name, pid=self.pid, status=self.down,
                                   stderrTail=self.stderr_tail()))
         return (f"the server stopped during the call ({self.down}); it is started again for the next call, so "
@@ -787,6 +802,10 @@ class _Server:
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
+        if self._http is not None:
+            with contextlib.suppress(Exception):
+                await self._http.aclose()
+            self._http = None
 
 
 class _StderrFile:

@@ -608,3 +608,21 @@ def test_a_filesystem_server_on_runner_workspace_works_on_the_runs_own_copy(tmp_
     assert not (workspace_template() / "summary.txt").exists()
     started = next(e for e in trace(runs, run_id) if e["type"] == "mcp_server_started")
     assert started["target"] == f"{FS} '${{RUNNER_WORKSPACE}}'"  # as configured
+
+
+def test_a_secret_a_failing_server_prints_is_never_recorded(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    secret = "tok-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16]
+    config = tmp_path / "leaky.json"
+    config.write_text(json.dumps({"mcpServers": {"leaky": {
+        "command": "sh", "args": ["-c", "echo \"login failed with $LEAKY_TOKEN\" >&2; exit 3"],
+        "env": {"LEAKY_TOKEN": "${LEAKY_TOKEN}"}}}}))
+    with FakeProvider(calls()) as fake:
+        proc = cli("run", "Hi", "--base-url", fake.base_url, "--model", "fake", "--mcp-config", str(config), "--json",
+                   runs_dir=runs, env={"LEAKY_TOKEN": secret})
+    assert proc.returncode == 3, proc.stderr
+    reason = json.loads(proc.stdout)["reason"]
+    assert reason.startswith("MCP server 'leaky' did not start: ") and "login failed with ***" in reason
+    for path in (runs / run_id_of(proc)).rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_text(errors="replace"), path
