@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from runner import catalog, mcp, store
+from runner import catalog, store
 from runner.config import Key, Settings
 from runner.endpoints import checked_base_url
 from runner.errors import EXIT_CODES, RunnerError, UnknownScenario, UsageError
@@ -109,8 +109,7 @@ def prepare(req: RunRequest) -> Prepared:
     # runner's own scripted provider takes no key: a scenario run on it needs none
     key = settings.key(req.api_key) if url is not None or not scenario else Key(None, "none", None)
     own, refs = catalog.load_specs(settings.get("tools"))  # a missing tool stops here: no run is made
-    table = settings.value("mcp")
-    servers = mcp.servers_for(req.mcp, req.mcp_config, req.mcp_tools, table.value, table.source)
+    servers = _mcp_servers(req, settings)
     endpoint = Endpoint(
         model=f"scripted/{name}" if scenario else (local.name if local else str(model)), base_url=url,
         local_model=local.recorded if local else None, latency_ms=req.latency_ms, api_key_env=key.env,
@@ -127,6 +126,16 @@ def prepare(req: RunRequest) -> Prepared:
     if req.detach:
         _check_detachable(servers)
     return Prepared(new_run(task, config), key, own, local, req.detach, req.fault, req.keep)
+
+
+def _mcp_servers(req: RunRequest, settings: Settings) -> list[McpServer]:
+    """The MCP servers a new run offers (`runner.mcp.servers_for`: config file, --mcp-config, --mcp)."""
+    table = settings.value("mcp")
+    if not (req.mcp or req.mcp_config or req.mcp_tools or table.value):
+        return []
+    from runner import mcp
+
+    return mcp.servers_for(req.mcp, req.mcp_config, req.mcp_tools, table.value, table.source)
 
 
 def _check_detachable(servers: list[McpServer]) -> None:
