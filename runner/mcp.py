@@ -278,7 +278,8 @@ work in (made when first asked for): a filesystem server pointed there works on 
 def expand(text: str, where: str, workspace: Callable[[], Path] | None = None,
            filled: set[str] | None = None) -> str:
     """`text` with each ``${VAR}`` replaced by the environment's value (``${RUNNER_WORKSPACE}``:
-    `workspace()`, when given); each value filled in is added to `filled`.
+    `workspace()`, when given); each value of a variable named like a secret (``*_TOKEN``,
+    ``*KEY*``, ...) is added to `filled`.
 
     Raises:
         McpStartError: a variable that is not set (`where` names the server).
@@ -290,7 +291,7 @@ def expand(text: str, where: str, workspace: Callable[[], Path] | None = None,
             return str(workspace())
         if name not in os.environ:
             raise McpStartError(where, f"${{{name}}} is not set in this process's environment")
-        if filled is not None:
+        if filled is not None and _SECRETISH.search(name):
             filled.add(os.environ[name])
         return os.environ[name]
 
@@ -671,16 +672,21 @@ class _Server:
         return expand(text, self.spec.name, self.workspace, self._filled)
 
     def scrub(self, text: str) -> str:
-        """`text` with every value filled in from the environment or a secret shown as ``***``:
-        what runner writes of a server's errors and stderr never holds them."""
+        """`text` with every env and header value, and every value of a variable named like a
+        secret, shown as ``***``: what runner writes of a server's errors and stderr never
+        holds them."""
         for value in sorted(self._filled, key=len, reverse=True):
-            if len(value) >= 4:
+            if len(value) >= 6:
                 text = text.replace(value, "***")
         return text
 
     def _value(self, kind: str, key: str, template: str | None) -> str:
+        """An env or header value, filled in: its template expanded, or the secret given for it
+        (an env one from the environment too). Each is kept for `scrub`."""
         if template is not None:
-            return self._expand(template)
+            value = self._expand(template)
+            self._filled.add(value)
+            return value
         secret = self.spec.secrets().get(f"{kind}:{key}")
         if secret is None and kind == "env":
             secret = os.environ.get(key)
