@@ -982,7 +982,8 @@ class Servers:
         already is checked against it first).
 
         Raises:
-            McpStartError: a server did not start (the first, in the order named).
+            McpStartError: a server did not start (the first, in the order named), or offers
+                a tool under a name another tool of the run has.
             ToolsChanged: a tool the run called is gone or defined differently now.
         """
         results = await asyncio.gather(*(server.start() for server in self.servers), return_exceptions=True)
@@ -990,9 +991,15 @@ class Servers:
             if isinstance(result, BaseException):
                 raise result
         tools: list[Tool] = []
+        taken = set(self.state.config.tools)
         for server, started in zip(self.servers, results):
             assert not isinstance(started, BaseException)
             offered, server.left_out = self._offer(server)
+            clash = next((cls.name for cls in offered if cls.name in taken), None)
+            if clash is not None:
+                raise McpStartError(server.spec.name, f"it offers {clash}, a name another tool of the run has; give "
+                                                      "it a prefix of its own (prefix) or leave one out")
+            taken.update(cls.name for cls in offered)
             self._check_unchanged(server, offered)
             server.offered = started.offered = [cls.name for cls in offered]
             started.leftOut = server.left_out

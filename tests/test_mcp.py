@@ -626,3 +626,34 @@ def test_a_secret_a_failing_server_prints_is_never_recorded(tmp_path: Path) -> N
     for path in (runs / run_id_of(proc)).rglob("*"):
         if path.is_file():
             assert secret not in path.read_text(errors="replace"), path
+
+
+@pytest.mark.slow
+def test_a_server_that_never_answers_or_clashes_stops_the_run_in_one_line(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {
+        "mute": {"command": "sleep", "args": ["120"], "start_timeout_s": 1},
+        "fs": {"command": str(FS), "args": [str(tmp_path)], "prefix": ""}}}))
+    with FakeProvider(calls()) as fake:
+        args = ("run", "Hi", "--base-url", fake.base_url, "--model", "fake", "--json")
+        began = time.monotonic()
+        mute = cli(*args, "--mcp-config", str(config), "--mcp-tools", "fs:nothing", runs_dir=runs)
+        assert mute.returncode == 3 and time.monotonic() - began < 30
+        assert json.loads(mute.stdout)["reason"] == ("MCP server 'mute' did not start: no tool list within 1 s "
+                                                     "(start_timeout_s)")
+        assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == "sleep\0120\0"]
+        config.write_text(json.dumps({"mcpServers": {"fs": {"command": str(FS), "args": [str(tmp_path)],
+                                                            "prefix": ""}}}))
+        clash = cli(*args, "--mcp-config", str(config), runs_dir=runs)  # its read_file beside runner's own
+        assert clash.returncode == 3 and json.loads(clash.stdout)["reason"] == (
+            "MCP server 'fs' did not start: it offers read_file, a name another tool of the run has; give it a "
+            "prefix of its own (prefix) or leave one out")
+    assert fake.requests == []
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_text()
+    except OSError:
+        return ""
