@@ -54,15 +54,16 @@ def child_tools(config: RunConfig | None = None) -> list[str]:
     return [n for n in names if builtins[n].read_only]
 
 
-def build(config: RunConfig, given: Iterable[Tool] = ()) -> list[Tool]:
+def build(config: RunConfig, given: Iterable[Tool] = (), servers: Sequence[Tool] = ()) -> list[Tool]:
     """The catalog named by `config.tools`, in that order: each name from `given`, else the
-    objects the config was built with, else imported from `tool_refs`, else the built-ins.
+    objects the config was built with, else imported from `tool_refs`, else the built-ins;
+    then `servers`, the tools of the run's MCP servers (`runner.mcp.Servers.open`).
 
     Raises:
         UnknownTool: one line naming every tool that cannot be found (and why an import failed).
         UsageError: two tools share a name.
     """
-    _named_once(config.tools)
+    _named_once([*config.tools, *(t.name for t in servers)])
     offered = {**config.given_tools(), **{t.name: t for t in given}}
     tools: list[Tool] = []
     missing: list[str] = []
@@ -83,7 +84,7 @@ def build(config: RunConfig, given: Iterable[Tool] = ()) -> list[Tool]:
     if missing:
         raise UnknownTool(f"tool(s) not found: {'; '.join(missing)}. Built in: {', '.join(NAMES)}; offer others "
                           "with --tool MODULE:NAME, --tool FILE.py:NAME or execute(..., tools=[...])")
-    return tools
+    return [*tools, *servers]
 
 
 def check_supplied(config: RunConfig, tools: Iterable[Tool]) -> None:

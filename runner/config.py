@@ -46,6 +46,7 @@ SETTINGS: dict[str, tuple[type, tuple[str, ...], Any, str]] = {
     "tool_choice": (str, (), None, "tool_choice of the first turn: auto, required, none"),
     "tools": (list, (), [], "tools offered besides the built-in ones: module:attribute or plugin names"),
     "workspace": (str, ("RUNNER_WORKSPACE",), None, "the folder a PROMPT's run works on (default: the current folder)"),
+    "mcp": (dict, (), None, "MCP servers whose tools a new run offers: [mcp.servers.NAME] tables (docs/mcp.md)"),
 }
 """Every setting a config file may hold, in the order `runner config show` prints them; each
 applies to `runner run` (the runs directory is `--runs-dir` or `$RUNNER_RUNS_DIR`)."""
@@ -57,7 +58,8 @@ MINIMUMS: dict[str, float] = {
 """The least value of each numeric setting, the bounds `runner run`'s options have (`--price-in`,
 `--max-turns`, ...): a config file or the environment is checked against them too."""
 
-_KIND_WORDS: dict[type, str] = {str: "a string", int: "a whole number", float: "a number", list: "a list"}
+_KIND_WORDS: dict[type, str] = {str: "a string", int: "a whole number", float: "a number", list: "a list",
+                                dict: "a table"}
 
 _KEYISH = re.compile(r"(^|_)(api_?key|key|token|secret|password)$", re.IGNORECASE)
 
@@ -236,6 +238,8 @@ def _parse(name: str, kind: type, raw: str, env: str) -> Any:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, dict):  # the mcp table: its servers by name (their env and headers may hold secrets)
+        return ", ".join(map(str, value.get("servers", {}))) or "(none)"
     if isinstance(value, list):
         return ", ".join(map(str, value)) or "(none)"
     return str(value)

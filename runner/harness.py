@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import httpx
 
     from runner.client import ChatClient, RetryCallback
+    from runner.mcp import Servers
     from runner.result import RunResult
     from runner.store import Lease, RunHandle, RunStore
     from runner.streaming import TurnProgress
@@ -61,12 +62,10 @@ def warm_up() -> None:
 
 async def drive(
     state: RunState, base_url: str | None, runs: Path | RunStore | None, *, cancel: CancelToken | None = None,
-    on_progress: Callable[[str, str], None] | None = None,
-    server_settings: dict[str, Any] | None = None,
-    on_turn: Callable[[TurnProgress], None] | None = None,
-    lease: Lease | None = None, http: httpx.AsyncClient | None = None,
-    tools: Sequence[Tool | str] | None = None, api_key: str | None = None,
-    on_retry: RetryCallback | None = None,
+    on_progress: Callable[[str, str], None] | None = None, server_settings: dict[str, Any] | None = None,
+    on_turn: Callable[[TurnProgress], None] | None = None, lease: Lease | None = None,
+    http: httpx.AsyncClient | None = None, tools: Sequence[Tool | str] | None = None, api_key: str | None = None,
+    on_retry: RetryCallback | None = None, on_note: Callable[[str], None] | None = None,
 ) -> RunState:
     """Run (or resume) `state` against `base_url`, committing every transition to `runs`;
     returns the same state, stopped (`execute` returns its `RunResult`).
@@ -91,10 +90,12 @@ async def drive(
             "sk-local" (`runner.config.key_for`). Never saved or traced.
         on_retry: called before each back-off of a failed request (see `ChatClient`).
         server_settings: what the endpoint runs with (n_ctx, chat_format, ...), for `run_started`.
+        on_note: told of each MCP tool that cannot be offered (see `_mcp_opened`).
 
     Raises:
         UnknownTool: a tool the run names cannot be found (UsageError: two share a name);
             raised before the run is created or claimed: a failed start leaves nothing stored.
+            ToolsChanged (a UsageError): a resumed run called an MCP tool now gone or changed.
         RunBusy: another process drives the run. StaleState: `state` is behind the stored one.
         LeaseLost: another driver took the run over (its lease expired).
     """
@@ -107,18 +108,66 @@ async def drive(
         store = FileStore(runs) if isinstance(runs, Path) else runs
         cancel = cancel or CancelToken()
         handle, workspace = _placed(state, store, lease, cancel, cleanup)
-        cfg = state.config
         if base_url is None:  # open the run's own endpoint for this run alone
-            opened = cleanup.enter_context(open_endpoint(cfg.endpoint))
+            opened = cleanup.enter_context(open_endpoint(state.config.endpoint))
             base_url, server_settings = opened.base_url, server_settings or opened.server_settings
-        async with _client(state, base_url, http, api_key, on_retry) as client:
+        async with _client(state, base_url, http, api_key, on_retry) as client, contextlib.AsyncExitStack() as stack:
+            if (servers := await _mcp_opened(state, tools, handle, stack, on_note, cancel, workspace)) and servers.failed:
+                return state  # an MCP server did not start: the run is saved interrupted, resumable
             rt = loop.Runtime(
-                client=client, tools=catalog_tools, workspace=workspace, run=handle, cancel=cancel,
-                on_progress=on_progress, tracer=handle.tracer() if handle else Tracer(None),
+                client=client, tools=servers.catalog if servers else catalog_tools, workspace=workspace, run=handle,
+                cancel=cancel, on_progress=on_progress, tracer=handle.tracer() if handle else Tracer(None),
                 run_child=_child_driver(store, client, workspace, on_progress), server_settings=server_settings,
-                on_turn=on_turn,
-            )
-            return await loop.run(state, rt)
+                on_turn=on_turn)
+            return await loop.run(state, _bound(rt, servers))
+
+
+def _bound(rt: loop.Runtime, servers: Servers | None) -> loop.Runtime:
+    """`rt`, with the MCP servers' events (if any) traced with the run's next transition each."""
+    if servers is not None:
+        servers.bind(rt.defer)
+    return rt
+
+
+async def _mcp_opened(state: RunState, tools: Sequence[Tool | str] | None, handle: RunHandle | None,
+                      stack: contextlib.AsyncExitStack, on_note: Callable[[str], None] | None,
+                      cancel: CancelToken, workspace: Workspace) -> Servers | None:
+    """The run's MCP servers (`config.mcp`; None if it names none) started (closed when `stack`
+    closes), their tools listed and the run's whole catalog built (`Servers.catalog`); a server
+    that does not start, or the Stop signal while they start, stops the run `interrupted`
+    (saved, resumable; `Servers.failed`), and the caller drives nothing.
+
+    Raises:
+        ToolsChanged: a tool the run called is gone or defined differently now.
+    """
+    if not state.config.mcp:
+        return None
+    from runner import catalog
+    from runner.cancel import Cancelled, race
+    from runner.mcp import McpStartError, McpTool, Servers
+    from runner.state import CancelledInterruption, ToolServerInterruption
+    from runner.trace import RunStopped
+
+    servers = await stack.enter_async_context(Servers(state, lambda: workspace.for_tool(McpTool())))
+    try:
+        await race(servers.open(), cancel)
+    except (McpStartError, Cancelled) as exc:
+        state.status, state.reason = "interrupted", str(exc)
+        state.interruption = (ToolServerInterruption(server=exc.server, message=exc.why)
+                              if isinstance(exc, McpStartError) else CancelledInterruption(reason=exc.reason))
+        if isinstance(exc, Cancelled):
+            state.reason = f"cancelled: {exc.reason} while the MCP servers started"
+        stopped = RunStopped(runId=state.run_id, status=state.status, reason=state.reason, turns=state.turns,
+                             costUsd=state.cost_usd)
+        if handle is not None:
+            handle.commit(state, [*servers.waiting, stopped])
+        servers.failed = True
+        return servers
+    servers.catalog = catalog.build(state.config, [t for t in tools or [] if not isinstance(t, str)], servers.tools)
+    for warning in servers.warnings:
+        if on_note is not None:
+            on_note(f"warning: {warning}")
+    return servers
 
 
 def _offered(state: RunState, tools: Sequence[Tool | str] | None) -> list[Tool]:
@@ -417,6 +466,10 @@ def _check_reopening(state: RunState, asked: Reopening, tools: Sequence[Tool], s
         raise UsageError(f"run {run_id} {said}; there is nothing to resume")
     _apply_limits(state, asked)
     _apply_folder(state, asked, store)
+    if asked.force and state.config.mcp:
+        from runner.mcp import forget_listings
+
+        forget_listings(state)  # the tools as the servers list them now: no change refuses the resume
     catalog.check_supplied(state.config, tools)
     state.config.tool_refs.update(asked.tool_refs)  # a tool of the run's own that moved: found there from now on
     catalog.build(state.config, tools)  # a tool that cannot be found: one line, nothing changed

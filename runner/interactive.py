@@ -41,7 +41,8 @@ class Feedback:
     printed: no generated `__eq__`, `__hash__` or `__repr__` to compile at start-up."""
 
     on_note: Callable[[str], None] | None = None
-    """A line about how the run starts (the local model runner serves for it)."""
+    """A line about how the run starts (the local model runner serves for it, an MCP tool that
+    cannot be offered)."""
     on_progress: OnToolProgress | None = None
     on_turn: Callable[[TurnProgress], None] | None = None
     """The progress of each model call (the live turn line)."""
@@ -184,7 +185,7 @@ def _drive(state: RunState, runs: RunStore, lease: Lease, faults: str | None,
         began = time.perf_counter()  # the run's clock, not the endpoint's start-up
         return await drive(state, base_url, runs, cancel=signals.cancel, on_progress=progress, lease=lease,
                            on_turn=feedback.on_turn, on_retry=feedback.on_retry, server_settings=server_settings,
-                           **options)
+                           on_note=feedback.on_note, **options)
 
     def run(base_url: str, server_settings: dict[str, Any] | None) -> RunState:
         signals.loop = runner.get_loop()  # from here a press is the run's Stop signal, seen by the loop

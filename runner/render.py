@@ -634,6 +634,20 @@ def _verdicts(events: Sequence[TraceEvent]) -> dict[str, str]:
     return out
 
 
+def answered_by(events: Sequence[TraceEvent]) -> dict[str, str]:
+    """call id -> the MCP server that answered it, in words ("time (mcp-time 2026.10.19)"):
+    the last `mcp_call` of the call, and what that server called itself when it started."""
+    servers: dict[str, str] = {}
+    out: dict[str, str] = {}
+    for e in events:
+        if e.type == "mcp_server_started":
+            about = " ".join(part for part in (e.serverName, e.serverVersion) if part)
+            servers[e.server] = f"{e.server} ({about})" if about else e.server
+        elif e.type == "mcp_call":
+            out[e.callId] = servers.get(e.server, e.server)
+    return out
+
+
 def _args(arguments: str) -> str:
     try:
         return json.dumps(json.loads(arguments or "{}"), ensure_ascii=False)
@@ -686,6 +700,7 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
         return lines
 
     verdicts = _verdicts(events)
+    servers = answered_by(events)
     runs = {r.call_id: r for r in state.tool_runs}
     for m in state.messages:
         if m.role == "assistant" or m.name == "runner":  # a reply, or runner's own corrective message
@@ -707,6 +722,8 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
                 label += f" ({record.source})"
             if record is not None:
                 label += f"  {record.ms:,.0f} ms"
+            if m.tool_call_id in servers:
+                label += f"  from {servers[m.tool_call_id]}"
             out.append(fit(label, width))
             if m.tool_call_id in verdicts:
                 out.append(fit(f"    {verdicts[m.tool_call_id]}", width))
@@ -772,6 +789,7 @@ def transcript_markdown(state: RunState, events: Sequence[TraceEvent], info: Run
     out = [f"# Run {state.run_id}", "", f"**{state.config.endpoint.model}** · {shown}", "", head[1], "", head[2], ""]
     records = iter(_turns(state))
     verdicts = _verdicts(events)
+    servers = answered_by(events)
     fence = "```"
     for m in state.messages:
         if m.role in ("system", "user"):
@@ -789,7 +807,8 @@ def transcript_markdown(state: RunState, events: Sequence[TraceEvent], info: Run
             if m.tool_calls:
                 out.append("")
         else:
-            out += [f"### Result of `{m.name}` (call `{m.tool_call_id}`)", ""]
+            server = servers.get(m.tool_call_id or "")
+            out += [f"### Result of `{m.name}` (call `{m.tool_call_id}`" + (f", from {server})" if server else ")"), ""]
             if m.tool_call_id in verdicts:
                 out += [f"*{verdicts[m.tool_call_id]}*", ""]
             out += [fence, m.content or "", fence, ""]

@@ -114,8 +114,18 @@ class RunRequest:
             "current folder is found too), PATH/TO/FILE.py:NAME (a Python file, relative or absolute), or the name "
             "of an installed plugin (entry point group runner.tools); NAME is a runner.Tool subclass or instance "
             "[config tools].", "--tool", metavar="MODULE:NAME|FILE.py:NAME")
-    no_builtin_tools: bool = option(False, "Offer only the --tool tools, not the built-in workspace tools.",
+    no_builtin_tools: bool = option(False, "Offer only the --tool and MCP tools, not the built-in workspace tools.",
                                     "--no-builtin-tools")
+    mcp: list[str] = option(
+        [], "Offer an MCP server's tools as NAME__TOOL (repeatable): NAME=COMMAND [ARGS...] starts a stdio server "
+            "(split as a shell would; ${VAR} expanded from the environment at start), NAME=URL reaches a "
+            "streamable HTTP one [config: [mcp.servers.NAME] tables].", "--mcp", metavar="NAME=COMMAND|NAME=URL")
+    mcp_config: Path | None = option(
+        None, "Offer the servers of a Claude-Desktop-style JSON file ({\"mcpServers\": {NAME: {command, args, env} "
+              "or {url, headers}}}); values without ${VAR} are secrets, never saved.", "--mcp-config", metavar="FILE")
+    mcp_tools: list[str] = option(
+        [], "Offer only the tools of server NAME matching GLOB (repeatable), e.g. fs:read_*.", "--mcp-tools",
+        metavar="NAME:GLOB")
     tool_choice: str | None = option(
         None, "tool_choice of the first turn [default: the local model's manifest value, else auto].",
         "--tool-choice", metavar="auto|required|none")

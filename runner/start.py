@@ -27,7 +27,7 @@ from runner.errors import EXIT_CODES, RunnerError, UnknownScenario, UsageError
 from runner.harness import Reopening, reopen
 from runner.interactive import Feedback, StopSignals, drive_in_foreground
 from runner.request import ResumeRequest, RunRequest
-from runner.state import Endpoint, Limits, RunConfig, RunState, new_run
+from runner.state import Endpoint, Limits, McpServer, RunConfig, RunState, new_run
 
 if TYPE_CHECKING:
     from runner.tools import Tool
@@ -111,6 +111,7 @@ def prepare(req: RunRequest) -> Prepared:
     # runner's own scripted provider takes no key: a scenario run on it needs none
     key = settings.key(req.api_key) if url is not None or not scenario else Key(None, "none", None)
     own, refs = catalog.load_specs(settings.get("tools"))  # a missing tool stops here: no run is made
+    servers = _mcp_servers(req, settings)
     endpoint = Endpoint(
         model=f"scripted/{name}" if scenario else (local.name if local else str(model)), base_url=url,
         local_model=local.recorded if local else None, latency_ms=req.latency_ms, api_key_env=key.env,
@@ -121,11 +122,14 @@ def prepare(req: RunRequest) -> Prepared:
     if req.policies:
         config = steered(config, req.policies, local.harness if local else {})
     _place(config, req, settings)
-    if req.no_builtin_tools and not own:
-        raise UsageError("--no-builtin-tools leaves no tool: give --tool MODULE:ATTRIBUTE")
-    if own:
+    if req.no_builtin_tools and not own and not servers:
+        raise UsageError("--no-builtin-tools leaves no tool: give --tool MODULE:ATTRIBUTE or --mcp NAME=COMMAND")
+    if own or req.no_builtin_tools:
         builtin = [] if req.no_builtin_tools else config.tools
         catalog.offer(config, [*builtin, *own], refs)
+    config.mcp = servers
+    if req.detach:
+        _check_detachable(servers)
     return Prepared(new_run(task, config), key, own, local, req.detach, req.fault, req.keep)
 
 
@@ -166,6 +170,27 @@ def _place(config: RunConfig, req: RunRequest, settings: Settings) -> None:
         config.builtin_tools = "folder"
         config.tools = [*FOLDER_TOOLS, *(["research"] if req.research else [])]
     config.sandbox = req.sandbox or ("copy" if demo else "none")  # type: ignore[assignment]
+
+
+def _mcp_servers(req: RunRequest, settings: Settings) -> list[McpServer]:
+    """The MCP servers a new run offers (`runner.mcp.servers_for`: config file, --mcp-config, --mcp)."""
+    table = settings.value("mcp")
+    if not (req.mcp or req.mcp_config or req.mcp_tools or table.value):
+        return []
+    from runner import mcp
+
+    return mcp.servers_for(req.mcp, req.mcp_config, req.mcp_tools, table.value, table.source)
+
+
+def _check_detachable(servers: list[McpServer]) -> None:
+    """A queued run's servers must start where a worker drives it: a header given as a value
+    (a secret) is never saved, so no worker could send it."""
+    for server in servers:
+        literal = [key.partition(":")[2] for key in server.secrets() if key.startswith("header:")]
+        if literal:
+            raise UsageError(f"MCP server {server.name!r}: header {literal[0]} is given as a value, which is never "
+                             "saved, so no worker could send it: write it as \"${VARIABLE}\" and set that variable "
+                             "where the worker runs")
 
 
 def _check_choices(req: RunRequest) -> None:

@@ -134,9 +134,19 @@ class RepairedInterruption(BaseModel, defer_build=True):
     """Transitions committed after it that the damage lost."""
 
 
+class ToolServerInterruption(BaseModel, defer_build=True):
+    """An MCP server the run offers tools from did not start: a plain resume starts it again."""
+
+    type: Literal["tool_server"] = "tool_server"
+    server: str
+    """The server's name (`McpServer.name`)."""
+    message: str
+    """Why it did not start, in one line."""
+
+
 Interruption = Annotated[
     Union[ApprovalInterruption, MaxTurnsInterruption, MaxBudgetInterruption, CancelledInterruption,
-          ProviderUnavailableInterruption, RepairedInterruption],
+          ProviderUnavailableInterruption, RepairedInterruption, ToolServerInterruption],
     Field(discriminator="type"),
 ]
 
@@ -375,6 +385,60 @@ class LimitStop(NamedTuple):
     reason: str
 
 
+class McpServer(BaseModel, defer_build=True):
+    """One MCP server a run offers tools from, as the run records it: no secret in it.
+
+    Either `command` (stdio: the server is a child process) or `url` (streamable HTTP). Every
+    string may hold ``${VAR}`` references, expanded from the environment of the process that
+    starts the server. Read from a command line or a file (`runner.mcp.from_entry`), an `env`
+    or `headers` value given without any ``${VAR}`` is a secret: it is recorded as None and
+    kept only in the memory of the process that was given it (`secrets`); any other process (a
+    resume, a worker) takes an `env` value from its own environment variable of that name.
+    Built in Python, write a secret as ``${VAR}``: every value given here is recorded.
+    `runner.mcp` starts the servers and turns their tools into runner tools.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    """Letters, digits, ``-`` and ``_`` (never two ``_`` in a row); the tools' default prefix."""
+    command: list[str] | None = None
+    """The program and its arguments (stdio)."""
+    url: str | None = None
+    """The streamable HTTP endpoint, e.g. ``http://127.0.0.1:3001/mcp``."""
+    env: dict[str, str | None] = {}
+    """Variables set for a stdio server: a template, or None for a secret (see above)."""
+    headers: dict[str, str | None] = {}
+    """HTTP headers sent to a URL server: a template, or None for a secret (see above)."""
+    cwd: str | None = None
+    prefix: str | None = None
+    """Offered tool names are ``PREFIX__TOOL``; None: the server's name; "": the tool's own name."""
+    tools: list[str] = []
+    """Globs over the server's tool names: only these are offered (empty: every tool)."""
+    approve: list[str] = []
+    """Globs of tools that need approval whatever their annotations say."""
+    allow: list[str] = []
+    """Globs of tools that never need approval whatever their annotations say."""
+    deny: list[str] = []
+    """Globs of tools never offered."""
+    trust_hints: bool = True
+    """Take the server's `readOnlyHint` / `idempotentHint` / `destructiveHint`; False: every tool
+    is a non-idempotent write that needs approval (unless `allow` names it)."""
+    start_timeout_s: float = Field(default=60.0, gt=0)
+    """How long the server may take to start and list its tools (``npx`` may install first)."""
+    call_timeout_s: float = Field(default=300.0, gt=0)
+    """How long one tool call may take before it is a tool error."""
+    listing: dict[str, str] = {}
+    """Offered tool name -> digest of its definition (description, schema, annotations) when
+    the run first listed it: a resume compares the tools the run called against it."""
+
+    _secrets: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def secrets(self) -> dict[str, str]:
+        """The secret values this process was given ("env:NAME" / "header:NAME" -> value); never saved."""
+        return dict(self._secrets)
+
+
 _ENDPOINT_KEYS = frozenset(Endpoint.model_fields)
 _LIMIT_KEYS = frozenset(Limits.model_fields)
 
@@ -455,6 +519,8 @@ class RunConfig(BaseModel, defer_build=True):
     tool_refs: dict[str, str] = {}
     """Tool name -> "module:attribute" for tools that are not built in: how a resume or a
     worker finds them again (a tool class, or an instance, importable from there)."""
+    mcp: list[McpServer] = []
+    """MCP servers whose tools the run offers after `tools` (see `runner.mcp`)."""
     research_model: str | None = None
     """Model for the `research` tool's child runs (default: the parent's model)."""
     research_max_turns: int = 6

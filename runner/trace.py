@@ -1,7 +1,8 @@
 """The trace: append-only JSONL, one event per line, `runId` on every line.
 
 The vocabulary is small on purpose: `run_started`, `run_resumed`, `turn`, `tool_start`,
-`tool_progress`, `tool_result`, `tool_cancelled`, `approval_required`, `run_stopped`, and three
+`tool_progress`, `tool_result`, `tool_cancelled`, `approval_required`, `run_stopped`, the MCP
+servers' `mcp_server_started`, `mcp_call` and `mcp_server_exited`, and three
 operator events: `verdict` (an approval or rejection given from outside), `state_forced`
 (`resume --force`) and `run_repaired` (`runner repair`). The event's `type` is snake_case;
 every other field name is camelCase (`runId`, `toolName`, `promptTokens`, `costUsd`), with units
@@ -189,10 +190,66 @@ class RunRepaired(_Event):
     by: str
 
 
+class McpServerStarted(_Event):
+    """An MCP server started for the run (or again, after it exited) and listed its tools."""
+
+    type: Literal["mcp_server_started"] = "mcp_server_started"
+    server: str
+    """The name the run gives it (`McpServer.name`)."""
+    transport: Literal["stdio", "http"]
+    target: str
+    """The command line or URL as configured: ``${VAR}`` unexpanded, no user:password, no query."""
+    protocolVersion: str
+    serverName: str | None = None
+    """What the server calls itself (`serverInfo.name`), and its version."""
+    serverVersion: str | None = None
+    toolsHash: str
+    """sha256 (16 hex) of the tool list the server gave, as listed (names, descriptions,
+    schemas, annotations)."""
+    offered: list[str]
+    """The names the run offers its tools under, in order."""
+    leftOut: list[str] = []
+    """Tools not offered, each with why ("NAME: its schema ..."; "NAME: denied by config")."""
+    pid: int | None = None
+    """The stdio server's process id (its process group is its launcher's)."""
+    ms: float
+    """From spawning (or connecting) to the tool list, ms."""
+
+
+class McpCall(_Event):
+    """One `tools/call` sent to an MCP server: who answered, how long it took, how it ended."""
+
+    type: Literal["mcp_call"] = "mcp_call"
+    server: str
+    tool: str
+    """The tool's name on the server (the model calls it by the offered name)."""
+    callId: str
+    ms: float
+    isError: bool = False
+    """The server answered with `isError` (the model reads it as a tool error)."""
+    failure: str | None = None
+    """The call got no answer: a timeout, the server exiting, a transport error."""
+    structured: Any = None
+    """The result's `structuredContent`, kept here (the model reads the text)."""
+
+
+class McpServerExited(_Event):
+    """An MCP server's process ended while the run still used it."""
+
+    type: Literal["mcp_server_exited"] = "mcp_server_exited"
+    server: str
+    pid: int | None = None
+    status: str
+    """How it ended, in words ("exit code 1", "killed by SIGKILL", "connection closed")."""
+    stderrTail: str = ""
+    """The last lines it wrote to stderr (at most 2,000 characters)."""
+
+
 TraceEvent = Annotated[
     Union[
         RunStarted, RunResumed, TurnEvent, ToolStart, ToolProgress, ToolResult, ToolCancelled,
-        ApprovalRequired, RunStopped, Verdict, StateForced, RunRepaired,
+        ApprovalRequired, RunStopped, Verdict, StateForced, RunRepaired, McpServerStarted, McpCall,
+        McpServerExited,
     ],
     Field(discriminator="type"),
 ]

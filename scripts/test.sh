@@ -5,6 +5,7 @@
 # nothing marked slow (docs/testing.md says what is in it).
 set -euo pipefail
 source "$(dirname "$0")/bootstrap.sh"
+source "$(dirname "$0")/mcp_servers.sh"   # the MCP servers tests/test_mcp.py starts (once; then ~10 ms)
 cd "$ROOT"
 # The suite starts many Python processes (pytest workers, the CLI, the scripted provider):
 # let them share compiled bytecode (gitignored __pycache__ folders) instead of each compiling

@@ -157,7 +157,8 @@ LAYOUT = [
     "runner.__main__", "runner.cli", "runner.command", "runner.view", "runner.render", "runner.otel", "runner.start", "runner.suite", "runner.fanout",
     "runner.worker", "runner.interactive",
     "runner.harness", "runner.result", "runner.endpoints", "runner.local", "runner.local_app", "runner.chat_adapter",
-    "runner.kvprefix", "runner.models", "runner.scripted", "runner.catalog", "runner.research", "runner.loop", "runner.policies", "runner.client",
+    "runner.kvprefix", "runner.models", "runner.scripted", "runner.catalog", "runner.research", "runner.mcp", "runner.loop",
+    "runner.policies", "runner.client",
     "runner.streaming", "runner.inprocess", "runner.store", "runner.trace", "runner.tools", "runner.tokens", "runner.resources",
     "runner.cancel", "runner.procs", "runner.config", "runner.state", "runner.request", "runner.errors",
 ]

@@ -101,6 +101,8 @@ class CallView:
     cancelled: str | None = None
     progress: str | None = None
     """The last progress label the tool reported."""
+    server: str | None = None
+    """The MCP server that answered the call (its name in the run), if one did."""
     pending: bool = False
     awaiting_verdict: bool = False
     """The run stopped for the operator's verdict on this call."""
@@ -214,6 +216,8 @@ def _call_view(call_id: str, name: str, arguments: str, results: dict[str, str],
             view.cancelled = e.reason
         elif e.type == "tool_progress":
             view.progress = e.label
+        elif e.type == "mcp_call":
+            view.server = e.server
     return view
 
 
