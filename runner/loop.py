@@ -501,8 +501,10 @@ def _needs_verdict(state: RunState, tool: Tool, call: ToolCall, signature: str) 
         del state.started[call.id]
         state.approved.pop(call.id, None)
         state.in_doubt.append(call.id)
+    from runner.tools import acts_on_folder
+
     if call.id not in state.in_doubt and not state.config.needs_verdict(tool.name, tool.needs_approval,
-                                                                         tool.read_only):
+                                                                         tool.read_only, acts_on_folder(tool)):
         return False
     return state.approved.get(call.id) != signature
 

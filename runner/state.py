@@ -566,10 +566,11 @@ class RunConfig(BaseModel, defer_build=True):
 
         return self.auto_approve or any(fnmatch.fnmatchcase(tool_name, p) for p in self.auto_approve_tools)
 
-    def needs_verdict(self, tool_name: str, needs_approval: bool, read_only: bool) -> bool:
+    def needs_verdict(self, tool_name: str, needs_approval: bool, read_only: bool, on_folder: bool = True) -> bool:
         """True if a call of this tool stops for a verdict: the tool needs approval, or it may
-        write and acts on the user's own folder (sandbox "none"); unless approved in advance."""
-        asks = needs_approval or (self.sandbox == "none" and not read_only)
+        write and acts on the user's own folder (a built-in tool, `on_folder`, with sandbox
+        "none"); unless approved in advance."""
+        asks = needs_approval or (self.sandbox == "none" and not read_only and on_folder)
         return asks and not self.approves_itself(tool_name)
 
     _given_tools: dict[str, Any] = PrivateAttr(default_factory=dict)

@@ -752,3 +752,9 @@ def cap_text(text: str, max_chars: int | None) -> tuple[str, int]:
         return text, 0
     omitted = len(text) - max_chars
     return f"{text[:max_chars]}\n[truncated: {omitted} of {len(text)} characters omitted]", omitted
+
+
+def acts_on_folder(tool: Tool) -> bool:
+    """True for runner's built-in tools, which act on the run's folder (a tool of one's own or
+    an MCP server's acts wherever it acts; its own flags govern it)."""
+    return type(tool) in (*BASIC_TOOLS, *FOLDER_TOOL_CLASSES)

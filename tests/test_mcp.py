@@ -601,7 +601,7 @@ def test_a_filesystem_server_on_runner_workspace_works_on_the_runs_own_copy(tmp_
     model = calls(("fs__list_allowed_directories", {}), write_there)
     with FakeProvider(model) as fake:
         proc = cli("run", "Summarise", "--base-url", fake.base_url, "--model", "fake", "--no-builtin-tools",
-                   "--auto-approve", "--mcp", f"fs={FS} ${{RUNNER_WORKSPACE}}", "--json", runs_dir=runs)
+                   "--auto-approve", "*", "--sandbox", "copy", "--mcp", f"fs={FS} ${{RUNNER_WORKSPACE}}", "--json", runs_dir=runs)
     assert proc.returncode == 0, proc.stderr
     run_id = run_id_of(proc)
     assert (runs / run_id / "workspace" / "summary.txt").read_text() == "three logs\n"
@@ -647,7 +647,7 @@ def test_a_server_that_never_answers_or_clashes_stops_the_run_in_one_line(tmp_pa
                                                             "prefix": ""}}}))
         clash = cli(*args, "--mcp-config", str(config), runs_dir=runs)  # its read_file beside runner's own
         assert clash.returncode == 3 and json.loads(clash.stdout)["reason"] == (
-            "MCP server 'fs' did not start: it offers read_file, a name another tool of the run has; give it a "
+            "MCP server 'fs' did not start: it offers edit_file, a name another tool of the run has; give it a "
             "prefix of its own (prefix) or leave one out")
     assert fake.requests == []
 
