@@ -437,7 +437,8 @@ class FolderReadFile(Tool):
         if start > max(len(lines), 1):
             raise ToolError(f"{args.path} has {len(lines)} lines; start_line {start} is past its end")
         last = min(end or len(lines), len(lines))
-        taken, size = [], 0
+        taken: list[str] = []
+        size = 0
         for line in lines[start - 1:last]:
             if size + len(line) > MAX_READ_CHARS and taken:
                 break
@@ -650,7 +651,8 @@ class EditFile(Tool):
             raise ToolError(f"the text of old does not occur in {args.path}; read_file it and copy the exact text "
                             "(spaces and line breaks included)")
         if count > 1:
-            lines, at = [], text.find(args.old)
+            lines: list[str] = []
+            at = text.find(args.old)
             while at != -1 and len(lines) < 5:
                 lines.append(str(text.count("\n", 0, at) + 1))
                 at = text.find(args.old, at + 1)
