@@ -55,7 +55,7 @@ def warm_up() -> None:
         models += model.__subclasses__()
         if model.__module__.startswith("runner."):
             model.model_rebuild(raise_errors=False)
-    for tool in catalog.SIMPLE.values():
+    for tool in (*catalog.SIMPLE.values(), *catalog.FOLDER.values()):
         tool().schema()
 
 
