@@ -291,7 +291,7 @@ class Folder:
                 continue
             is_dir = entry.is_dir(follow_symlinks=False)
             relative = Path(entry.path).relative_to(self.root).as_posix()
-            if not self._ignores(folder, relative, is_dir):
+            if not self._ignores(folder, relative, is_dir) and not (is_dir and _ignores_all(Path(entry.path))):
                 shown.append(entry)
         return shown
 
@@ -303,6 +303,16 @@ class Folder:
                 yield from self.files(Path(entry.path))
             elif entry.is_file(follow_symlinks=False):
                 yield Path(entry.path).relative_to(self.root).as_posix(), Path(entry.path), entry.stat().st_size
+
+
+def _ignores_all(folder: Path) -> bool:
+    """True for a folder whose own `.gitignore` ignores everything in it (`*`), as git leaves
+    it out: a virtualenv, a tool's cache, runner's runs directory."""
+    try:
+        lines = (folder / ".gitignore").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return False
+    return "*" in (line.strip() for line in lines)
 
 
 def _more(shown: int, total: int, noun: str, hint: str) -> str:
