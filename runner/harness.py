@@ -56,7 +56,7 @@ def warm_up() -> None:
         models += model.__subclasses__()
         if model.__module__.startswith("runner."):
             model.model_rebuild(raise_errors=False)
-    for tool in catalog.SIMPLE.values():
+    for tool in (*catalog.SIMPLE.values(), *catalog.FOLDER.values()):
         tool().schema()
 
 
@@ -492,14 +492,17 @@ def _check_reopening(state: RunState, asked: Reopening, tools: Sequence[Tool], s
 def _apply_folder(state: RunState, asked: Reopening, store: RunStore) -> None:
     """Record where the run's folder is now and how it works on it, as asked; a run whose
     folder is gone (and that has no copy of its own to work in) is refused in one line."""
-    copy = store.existing_workspace(state.run_id) if state.config.sandbox == "copy" else None
-    if asked.sandbox is not None and asked.sandbox != state.config.sandbox:
+    if asked.workspace is not None:
+        state.config.workspace = asked.workspace
+    changing = asked.sandbox is not None and asked.sandbox != state.config.sandbox
+    gone = bool(state.config.workspace) and not Path(str(state.config.workspace)).is_dir()
+    copy = (store.existing_workspace(state.run_id) if state.config.sandbox == "copy" and (changing or gone)
+            else None)  # looked for only when it matters (a database store fetches its files)
+    if changing:
         if copy is not None:
             raise UsageError(f"run {state.run_id} already works on its own copy ({copy}); --sandbox "
                              f"{asked.sandbox} would leave what it wrote there behind")
         state.config.sandbox = asked.sandbox  # type: ignore[assignment]
-    if asked.workspace is not None:
-        state.config.workspace = asked.workspace
     if copy is None:
         workspace_folder(state)
 

@@ -138,9 +138,7 @@ def print_table(columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
     while len(keep) > 1 and width_of(build(keep, widths)) > out.width:
         keep.pop()
     out.width = max(out.width, width_of(build(keep, widths)))  # one id wider than the console: whole
-    with out.capture() as captured:
-        out.print(build(keep, widths))
-    print("".join(line.rstrip() + "\n" for line in captured.get().splitlines()), end="")  # no padding at line ends
+    print_unpadded(out, build(keep, widths))
 
 
 def cut(cell: str, share: int, kind: str = "text") -> str:
@@ -441,9 +439,9 @@ def print_suite(report: SuiteReport) -> None:
     probe.print(_suite_table(report, shape, 0))
     numbers_width = max(len(line) for line in probe.file.getvalue().splitlines()[1:])  # type: ignore[attr-defined]
     room = out.width - numbers_width - 3
-    out.print(_suite_table(report, shape, room if len(shape.locals_) == 1 and room >= 20 else 0))
+    print_unpadded(out, _suite_table(report, shape, room if len(shape.locals_) == 1 and room >= 20 else 0))
     for line in score_lines(report):
-        out.print(line, highlight=False, soft_wrap=True)
+        print(line)
 
 
 def print_policies(as_json: bool) -> None:
@@ -477,6 +475,13 @@ def score_lines(report: SuiteReport) -> list[str]:
                      f"({r.correct / r.n:.0%}, {r.correct_low:.0%}-{r.correct_high:.0%})  {r.wrong} wrong  "
                      f"{r.abstained} abstained")
     return lines
+
+def print_unpadded(out: Any, renderable: Any) -> None:
+    """Print a rich renderable (a table) through the console `out`, without the spaces rich
+    pads each line with to the table's width."""
+    with out.capture() as captured:
+        out.print(renderable)
+    print("".join(line.rstrip() + "\n" for line in captured.get().splitlines()), end="")
 
 
 @dataclass(frozen=True)

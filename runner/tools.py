@@ -291,7 +291,7 @@ class Folder:
                 continue
             is_dir = entry.is_dir(follow_symlinks=False)
             relative = Path(entry.path).relative_to(self.root).as_posix()
-            if not self._ignores(folder, relative, is_dir):
+            if not self._ignores(folder, relative, is_dir) and not (is_dir and _ignores_all(Path(entry.path))):
                 shown.append(entry)
         return shown
 
@@ -303,6 +303,16 @@ class Folder:
                 yield from self.files(Path(entry.path))
             elif entry.is_file(follow_symlinks=False):
                 yield Path(entry.path).relative_to(self.root).as_posix(), Path(entry.path), entry.stat().st_size
+
+
+def _ignores_all(folder: Path) -> bool:
+    """True for a folder whose own `.gitignore` ignores everything in it (`*`), as git leaves
+    it out: a virtualenv, a tool's cache, runner's runs directory."""
+    try:
+        lines = (folder / ".gitignore").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return False
+    return "*" in (line.strip() for line in lines)
 
 
 def _more(shown: int, total: int, noun: str, hint: str) -> str:
@@ -437,7 +447,8 @@ class FolderReadFile(Tool):
         if start > max(len(lines), 1):
             raise ToolError(f"{args.path} has {len(lines)} lines; start_line {start} is past its end")
         last = min(end or len(lines), len(lines))
-        taken, size = [], 0
+        taken: list[str] = []
+        size = 0
         for line in lines[start - 1:last]:
             if size + len(line) > MAX_READ_CHARS and taken:
                 break
@@ -650,7 +661,8 @@ class EditFile(Tool):
             raise ToolError(f"the text of old does not occur in {args.path}; read_file it and copy the exact text "
                             "(spaces and line breaks included)")
         if count > 1:
-            lines, at = [], text.find(args.old)
+            lines: list[str] = []
+            at = text.find(args.old)
             while at != -1 and len(lines) < 5:
                 lines.append(str(text.count("\n", 0, at) + 1))
                 at = text.find(args.old, at + 1)

@@ -47,7 +47,8 @@ def test_tables_have_no_spaces_at_line_ends(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     cli("run", "--scenario", "plan", runs_dir=runs)
     cli("run", "--scenario", "research", runs_dir=runs)
-    for args in (("runs",), ("runs", "--totals", "--by", "model"), ("models", "list")):
+    for args in (("runs",), ("runs", "--totals", "--by", "model"), ("models", "list"),
+                 ("suite", "--provider", "scripted")):
         out = cli(*args, runs_dir=runs).stdout
         assert out and all(line == line.rstrip() for line in out.splitlines()), (args, out)
 

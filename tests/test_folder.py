@@ -317,3 +317,15 @@ def test_the_config_file_names_the_workspace(folder: Path, tmp_path: Path) -> No
 def test_suite_refuses_sandbox_none(tmp_path: Path) -> None:
     proc = cli("suite", "--provider", "scripted", "--sandbox", "none", runs_dir=tmp_path / "runs")
     assert proc.returncode == 2 and "does not go with runner suite" in proc.stderr
+
+
+def test_the_runs_directory_made_in_the_folder_is_not_shown_to_the_model(folder: Path) -> None:
+    """Runs kept in ./runs of the folder itself: runner marks the folder it makes as ignored
+    (`.gitignore` of `*`, as venv and pytest do), and the folder tools leave it out."""
+    with FakeProvider(_writer("summary.txt", "x\n")) as fake:
+        proc = cli("run", "Summarise", "--base-url", fake.base_url, "--model", "m", "--json", runs_dir=None, cwd=folder)
+        assert proc.returncode == 3, proc.stderr
+        assert fake.requests[1]["messages"][-1]["content"] == "budget.csv (17 bytes)\nletter.txt (10 bytes)"
+    assert (folder / "runs" / ".gitignore").read_text().splitlines()[-1] == "*"
+    assert call(FolderListFiles(), folder, include_hidden=True).splitlines()[-1] == "runs/"
+    assert "journal" not in call(SearchFiles(), folder, pattern="seq")

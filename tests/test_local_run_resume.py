@@ -39,11 +39,11 @@ def test_a_resume_names_the_gguf_it_starts_as_a_new_run_does() -> None:
     """A run records its local model by manifest name (`--model smollm2`) or by path (the
     suite); either way the note before llama.cpp starts names the same file."""
     from runner.start import _llama_note, local_choice
-    from runner.state import Endpoint
+    from runner.state import Endpoint, RunConfig, new_run
 
     choice = local_choice("smollm2")
     assert choice is not None
     for recorded in (choice.recorded, str(choice.path)):
-        note = _llama_note(Endpoint(model=choice.name, local_model=recorded))
+        note = _llama_note(new_run("q", RunConfig(endpoint=Endpoint(model=choice.name, local_model=recorded))))
         assert note.endswith(f"starting llama.cpp on {choice.path.name} for this run"), note
         assert note.startswith(f"model: {choice.name}, first turn tool_choice="), note

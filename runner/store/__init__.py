@@ -207,7 +207,14 @@ def make_runs_dir(store: RunStore) -> Path | None:
         store.root.mkdir(parents=True)
     except OSError:
         return None
+    with contextlib.suppress(OSError):  # as venv and pytest mark their folders: not the user's files
+        (store.root / ".gitignore").write_text(RUNS_DIR_GITIGNORE)
     return store.root
+
+
+RUNS_DIR_GITIGNORE = "# runner's runs: kept out of version control, and out of what its folder tools show\n*\n"
+"""Written into a runs directory runner makes: git and the folder tools (`runner.tools.Folder`)
+leave out a folder whose `.gitignore` ignores everything."""
 
 
 def unmake_runs_dir(store: RunStore, made: Path) -> None:
@@ -215,6 +222,9 @@ def unmake_runs_dir(store: RunStore, made: Path) -> None:
     disk-full reserve goes first)."""
     if isinstance(store, FileStore):
         store.drop_reserve()
+    with contextlib.suppress(OSError):
+        if (made / ".gitignore").read_text() == RUNS_DIR_GITIGNORE:
+            (made / ".gitignore").unlink()
     with contextlib.suppress(OSError):
         made.rmdir()
 
