@@ -42,15 +42,16 @@ POLICIES: dict[str, str] = {
                        "results is empty",
     "one_call_per_turn": "parallel_tool_calls false: at most one call per reply",
     "restate_results": "the request for the answer restates the successful tool results",
-    "listing_in_prompt": "the system prompt lists the folder's files (names and sizes) before the first turn",
+    "listing_in_prompt": "the folder's files (paths and sizes) are listed after the task, before the first turn",
     "abstain_option": "the system prompt says how to answer when the files do not hold the answer",
     "evidence_first": "the answer is asked for on a stall only once a call other than a listing succeeded; before "
                       "that a repeated call is answered with a nudge to look inside the files",
+    "listing_hints": "with listing_in_prompt, each listed file says which words of the question it holds",
     "abstain_check": "an answer that says the information is not there is taken only after one reminder to look "
                      "in the file most likely to hold it (that request sends tool_choice \"required\")",
 }
 """Every policy, by name, in words."""
-NEW_POLICIES = ("listing_in_prompt", "abstain_option", "evidence_first", "abstain_check")
+NEW_POLICIES = ("listing_in_prompt", "listing_hints", "abstain_option", "evidence_first", "abstain_check")
 """The policies kept by name in `RunConfig.steering` (the others are fields of their own)."""
 
 CORRECTIONS = {
@@ -79,10 +80,21 @@ ABSTENTION = re.compile(
     r"|(?:does|do|did)(?:n't| not) (?:say|mention|contain|specify|include|list|state|show)"
     r"|(?:cannot|can't|could not|couldn't|unable to) (?:find|determine|tell|locate))", re.IGNORECASE)
 """A reply that says the information is not there, as small models say it."""
-LISTING = "\n\nThe folder holds {count} (path and size in bytes):\n{listing}"
-"""Added to the system prompt with `listing_in_prompt`."""
+LISTING = "The folder holds {count} (path and size in bytes):\n{listing}"
+"""The message after the task with `listing_in_prompt` (with listing_hints, a file whose text
+holds words of the question says which)."""
 ABSTAIN = ("\n\nIf the files do not hold the answer, do not guess: say that the information is not in the files.")
 """Added to the system prompt with `abstain_option`."""
+HINT_MAX_BYTES = 200_000
+"""listing_hints reads files up to this size for the question's words (larger ones get no hint)."""
+STOPWORDS = frozenset("""
+about above after again also among and another answer any are because been before being below between both but
+can cannot could did does doing done down during each few file files folder for from had has have having here
+how into its just many more most much must not now off once only other our out over own same says should
+some such than that the their them then there these they this those through under until very was were what
+when where which while who whom whose why will with within would you your yours
+""".split())
+"""Words a question holds that say nothing about which file answers it."""
 LISTING_MAX_ENTRIES = 60
 """At most this many files are listed in the system prompt (a line says how many more there are)."""
 RESTATED_RESULT_CHARS = 4_000
@@ -378,27 +390,65 @@ def _answer_request(state: RunState) -> str:
 
 
 def _extend_system(state: RunState, tool_names: list[str], workspace: Path | None) -> None:
-    """listing_in_prompt and abstain_option: their text added to the system prompt, once."""
+    """abstain_option: its text added to the system prompt, once; listing_in_prompt: the
+    folder's listing added after the task as a message of the harness, once (the system
+    prompt and the tools stay a prefix every run shares)."""
     steering = state.config.steering
     system = state.messages[0] if state.messages and state.messages[0].role == "system" else None
-    if system is None or not steering:
-        return
-    text = system.content or ""
+    if "abstain_option" in steering and system is not None and ABSTAIN not in (system.content or ""):
+        system.content = (system.content or "") + ABSTAIN
     if "listing_in_prompt" in steering and workspace is not None and "list_files" in tool_names \
-            and LISTING.split("{")[0] not in text:
-        listing = folder_listing(workspace)
-        files = len([line for line in listing.splitlines() if line.endswith(" bytes)")])
+            and not any(_is_listing(m) for m in state.messages):
+        words = question_words(question(state)) if "listing_hints" in steering else []
+        listing = folder_listing(workspace, hints=words)
+        files = len([line for line in listing.splitlines() if " bytes)" in line])
         more = listing.rsplit("... and ", 1)[-1].split(" ", 1)[0] if "... and " in listing else "0"
         count = files + int(more)
-        text += LISTING.format(count=f"{count} file{'s' if count != 1 else ''}", listing=listing)
-    if "abstain_option" in steering and ABSTAIN not in text:
-        text += ABSTAIN
-    system.content = text
+        text = LISTING.format(count=f"{count} file{'s' if count != 1 else ''}", listing=listing)
+        state.messages.append(Message(role="user", content=text, name=CORRECTIVE_NAME))
 
 
-def folder_listing(folder: Path, max_entries: int = LISTING_MAX_ENTRIES) -> str:
+def _is_listing(message: Message) -> bool:
+    return message.role == "user" and message.name == CORRECTIVE_NAME and \
+        (message.content or "").startswith(LISTING.split("{")[0])
+
+
+def question_words(text: str) -> list[tuple[str, str]]:
+    """The words of a question that may name what holds its answer (four letters or more, not
+    `STOPWORDS`), each with the stem a file is searched for (a plural's s, -ing, -ed
+    dropped), in order, once."""
+    out: list[tuple[str, str]] = []
+    for word in re.findall(r"[a-z][a-z0-9_-]{3,}", text.lower()):
+        if word in STOPWORDS or word in (w for w, _ in out):
+            continue
+        stem = word
+        for suffix in ("ing", "ed", "es", "s"):
+            if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+                stem = word[: -len(suffix)]
+                break
+        out.append((word, stem))
+    return out
+
+
+def _hint(path: Path, name: str, words: list[tuple[str, str]]) -> str:
+    """The question's words whose stem the file's name or text holds, as ``; matches a, b``
+    ("" for none)."""
+    if not words:
+        return ""
+    try:
+        text = name.lower() + "\n" + (path.read_text(encoding="utf-8", errors="replace").lower()
+                                      if path.stat().st_size <= HINT_MAX_BYTES else "")
+    except OSError:
+        return ""
+    found = [word for word, stem in words if stem in text]
+    return f"; matches the question's {', '.join(found)}" if found else ""
+
+
+def folder_listing(folder: Path, max_entries: int = LISTING_MAX_ENTRIES,
+                   hints: list[tuple[str, str]] | None = None) -> str:
     """Every visible file under `folder` (hidden files and folders left out), as
-    ``path (N bytes)`` lines in path order, at most `max_entries` of them."""
+    ``path (N bytes)`` lines in path order, at most `max_entries` of them; with `hints`
+    (`question_words`), each line says which of them the file holds."""
     found: list[tuple[str, int]] = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
@@ -407,7 +457,7 @@ def folder_listing(folder: Path, max_entries: int = LISTING_MAX_ENTRIES) -> str:
                 path = Path(root, name)
                 found.append((path.relative_to(folder).as_posix(), path.stat().st_size))
     found.sort()
-    lines = [f"{path} ({size} bytes)" for path, size in found[:max_entries]]
+    lines = [f"{path} ({size} bytes){_hint(folder / path, path, hints or [])}" for path, size in found[:max_entries]]
     if len(found) > max_entries:
         lines.append(f"... and {len(found) - max_entries} more files")
     return "\n".join(lines) or "(no files)"
@@ -419,4 +469,7 @@ def question(state: RunState) -> str:
 
 
 def _harness_message_last(state: RunState) -> bool:
-    return state.messages[-1].role == "user" and state.messages[-1].name == CORRECTIVE_NAME
+    """The last message is one the harness wrote and the model has not answered (the folder's
+    listing, written before the first turn, is context, not such a message)."""
+    last = state.messages[-1]
+    return last.role == "user" and last.name == CORRECTIVE_NAME and not _is_listing(last)

@@ -158,7 +158,7 @@ def echoes(answer: str, tool_results: list[str]) -> bool:
 
 
 Split = Literal["dev", "test"]
-SUITE_TOOLS = ("list_files", "read_file", "search_files")
+SUITE_TOOLS = ("list_files", "read_file")
 """The tools a suite other than the six-task one offers when its suite.json names none: the
 folder's read-only tools."""
 SUITE_CATALOG: Literal["demo", "folder"] = "folder"
