@@ -42,7 +42,7 @@ POLICIES: dict[str, str] = {
                        "results is empty",
     "one_call_per_turn": "parallel_tool_calls false: at most one call per reply",
     "restate_results": "the request for the answer restates the successful tool results",
-    "listing_in_prompt": "the folder's files (paths and sizes) are listed after the task, before the first turn",
+    "listing_in_prompt": "the system prompt lists the folder's files (paths and sizes) before the first turn",
     "abstain_option": "the system prompt says how to answer when the files do not hold the answer",
     "evidence_first": "the answer is asked for on a stall only once a call other than a listing succeeded; before "
                       "that a repeated call is answered with a nudge to look inside the files",
@@ -80,8 +80,8 @@ ABSTENTION = re.compile(
     r"|(?:does|do|did)(?:n't| not) (?:say|mention|contain|specify|include|list|state|show)"
     r"|(?:cannot|can't|could not|couldn't|unable to) (?:find|determine|tell|locate))", re.IGNORECASE)
 """A reply that says the information is not there, as small models say it."""
-LISTING = "The folder holds {count} (path and size in bytes):\n{listing}"
-"""The message after the task with `listing_in_prompt` (with listing_hints, a file whose text
+LISTING = "\n\nThe folder holds {count} (path and size in bytes):\n{listing}"
+"""Added to the system prompt with `listing_in_prompt` (with listing_hints, a file whose text
 holds words of the question says which)."""
 ABSTAIN = ("\n\nIf the files do not hold the answer, do not guess: say that the information is not in the files.")
 """Added to the system prompt with `abstain_option`."""
@@ -390,27 +390,23 @@ def _answer_request(state: RunState) -> str:
 
 
 def _extend_system(state: RunState, tool_names: list[str], workspace: Path | None) -> None:
-    """abstain_option: its text added to the system prompt, once; listing_in_prompt: the
-    folder's listing added after the task as a message of the harness, once (the system
-    prompt and the tools stay a prefix every run shares)."""
+    """listing_in_prompt and abstain_option: their text added to the system prompt, once."""
     steering = state.config.steering
     system = state.messages[0] if state.messages and state.messages[0].role == "system" else None
-    if "abstain_option" in steering and system is not None and ABSTAIN not in (system.content or ""):
-        system.content = (system.content or "") + ABSTAIN
+    if system is None or not steering:
+        return
+    text = system.content or ""
     if "listing_in_prompt" in steering and workspace is not None and "list_files" in tool_names \
-            and not any(_is_listing(m) for m in state.messages):
+            and LISTING.split("{")[0] not in text:
         words = question_words(question(state)) if "listing_hints" in steering else []
         listing = folder_listing(workspace, hints=words)
         files = len([line for line in listing.splitlines() if " bytes)" in line])
         more = listing.rsplit("... and ", 1)[-1].split(" ", 1)[0] if "... and " in listing else "0"
         count = files + int(more)
-        text = LISTING.format(count=f"{count} file{'s' if count != 1 else ''}", listing=listing)
-        state.messages.append(Message(role="user", content=text, name=CORRECTIVE_NAME))
-
-
-def _is_listing(message: Message) -> bool:
-    return message.role == "user" and message.name == CORRECTIVE_NAME and \
-        (message.content or "").startswith(LISTING.split("{")[0])
+        text += LISTING.format(count=f"{count} file{'s' if count != 1 else ''}", listing=listing)
+    if "abstain_option" in steering and ABSTAIN not in text:
+        text += ABSTAIN
+    system.content = text
 
 
 def question_words(text: str) -> list[tuple[str, str]]:
@@ -469,7 +465,4 @@ def question(state: RunState) -> str:
 
 
 def _harness_message_last(state: RunState) -> bool:
-    """The last message is one the harness wrote and the model has not answered (the folder's
-    listing, written before the first turn, is context, not such a message)."""
-    last = state.messages[-1]
-    return last.role == "user" and last.name == CORRECTIVE_NAME and not _is_listing(last)
+    return state.messages[-1].role == "user" and state.messages[-1].name == CORRECTIVE_NAME

@@ -161,7 +161,7 @@ Split = Literal["dev", "test"]
 SUITE_TOOLS = ("list_files", "read_file")
 """The tools a suite other than the six-task one offers when its suite.json names none: the
 folder's read-only tools."""
-SUITE_CATALOG: Literal["demo", "folder"] = "folder"
+SUITE_CATALOG: Literal["demo", "folder"] = "demo"
 """Which built-in tools a suite other than the six-task one offers when its suite.json does
 not say (`RunConfig.builtin_tools`)."""
 

@@ -53,23 +53,20 @@ def test_a_request_without_tools_sends_no_tool_choice(fake: FakeProvider) -> Non
     assert "tool_choice" not in fake.requests[0] and not fake.requests[0].get("tools")
 
 
-def test_listing_in_prompt_follows_the_task_and_abstain_option_extends_the_system_prompt(fake: FakeProvider) -> None:
+def test_listing_in_prompt_and_abstain_option_extend_the_system_prompt_once(fake: FakeProvider) -> None:
     _play(fake, [_call("read_file", '{"path": "notes.txt"}', 1)])
     state = _run(fake, steering=["listing_in_prompt", "listing_hints", "abstain_option"],
                  prompt="Which file is about rotating the logs?")
     state.messages.insert(0, state.messages[0].model_copy(update={"role": "system", "content": "Be brief."}))
     state = drive(state, fake.base_url, None)
     assert state.status == "completed"
-    first, second = fake.requests
-    assert first["messages"][0]["content"] == second["messages"][0]["content"] == "Be brief." + policies.ABSTAIN
-    listing = first["messages"][2]
-    assert first["messages"][1]["content"] == "Which file is about rotating the logs?"
-    assert listing["name"] == "runner" and listing["content"].startswith(
-        "The folder holds 3 files (path and size in bytes):\n")
-    lines = listing["content"].splitlines()[1:]
+    systems = [r["messages"][0]["content"] for r in fake.requests]
+    assert systems[0] == systems[1]  # added before the first turn only
+    assert systems[0].startswith("Be brief.\n\nThe folder holds 3 files (path and size in bytes):\n")
+    lines = systems[0].split("\n\n")[1].splitlines()[1:]
     assert [line.split(" ")[0] for line in lines] == ["access.log", "errors.log", "notes.txt"]
     assert lines[2].endswith("; matches the question's rotating, logs")  # notes.txt: "rotate your logs"
-    assert second["messages"][2] == listing and sum(m["content"] == listing["content"] for m in second["messages"]) == 1
+    assert systems[0].endswith(policies.ABSTAIN)
 
 
 def test_question_words_leave_out_what_names_no_file() -> None:
