@@ -17,7 +17,6 @@ The policies added since are listed by name in `RunConfig.steering`.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -369,6 +368,8 @@ def _last_calls_failed(state: RunState) -> bool:
 
 def _call_label(call: ToolCall) -> str:
     """A call in words: the tool's name and its argument values (``read_file notes.txt``)."""
+    import json  # here, not at the top: `from runner import run` does not load json
+
     try:
         args = json.loads(call.function.arguments or "{}")
     except json.JSONDecodeError:

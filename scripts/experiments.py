@@ -719,12 +719,11 @@ def local_suite(lab: Lab) -> Outcome:
 
 HARNESS_STEPS: list[tuple[str, list[str]]] = [
     ("tagged calls only", []),
-    ("+ first-turn required, untagged calls, corrective retries",
-     ["first_turn_required", "untagged_calls", "corrective_retries"]),
-    ("+ answer forcing after N tool turns, answer on stall", ["answer_forcing", "answer_on_stall"]),
-    ("+ one call per turn, results restated (wave 3's set)", ["one_call_per_turn", "restate_results"]),
-    ("+ listing in prompt, abstain option, evidence first",
-     ["listing_in_prompt", "abstain_option", "evidence_first"]),
+    ("+ wave 3's set: first-turn required, untagged calls, corrective retries, answer forcing, answer on stall, "
+     "one call per turn, results restated",
+     ["first_turn_required", "untagged_calls", "corrective_retries", "answer_forcing", "answer_on_stall",
+      "one_call_per_turn", "restate_results"]),
+    ("+ listing in prompt, evidence first, abstain check", ["listing_in_prompt", "evidence_first", "abstain_check"]),
 ]
 """The techniques of `local_harness` by policy name (`runner policies`), each row adding its
 names to those above; a model gets only the names of its manifest set (`runner policies`)
@@ -744,6 +743,7 @@ def local_harness(lab: Lab) -> Outcome:
     present = [r.name for r in models.list_models() if r.present and r.name in LOCAL_HARNESS_MODELS]
     only = os.environ.get("RUNNER_HARNESS_MODELS")
     present = [n for n in present if not only or n in only.split(",")]
+    first = int(os.environ.get("RUNNER_HARNESS_FIRST_ROW", "0"))
     rows: list[list[str]] = []
     data: list[dict[str, Any]] = []
     load_before = [round(x, 2) for x in os.getloadavg()]
@@ -756,6 +756,9 @@ def local_harness(lab: Lab) -> Outcome:
         for i, (label, step) in enumerate(HARNESS_STEPS):
             before = names
             names = [n for n in policies.POLICIES if n in names or (n in step and (n in kept or n in NEW_UNKEPT))]
+            if i < first:
+                rows.append([entry.name, label, "not run (RUNNER_HARNESS_FIRST_ROW)", "", "", "", "", ""])
+                continue
             if i and names == before:
                 rows.append([entry.name, label, "not run: no change for this model", "", "", "", "", ""])
                 continue
@@ -786,7 +789,8 @@ def local_harness(lab: Lab) -> Outcome:
 NEW_UNKEPT: frozenset[str] = frozenset()
 """Policies measured on every model's rows even when its manifest does not keep them."""
 LOCAL_HARNESS_MODELS = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct")
-"""The models `local_harness` measures, in this order, when they are on disk (RUNNER_HARNESS_MODELS=a,b: only those)."""
+"""The models `local_harness` measures, in this order, when they are on disk (RUNNER_HARNESS_MODELS=a,b: only
+those; RUNNER_HARNESS_FIRST_ROW=N: leave out the rows before the N-th, from 0)."""
 
 
 def _harness_row(lab: Lab, name: str, path: Path, server: Any, names: list[str], entry: Any, suites: list[Any],
