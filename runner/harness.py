@@ -68,7 +68,7 @@ async def drive(
     on_retry: RetryCallback | None = None, on_note: Callable[[str], None] | None = None,
 ) -> RunState:
     """Run (or resume) `state` against `base_url`, committing every transition to `runs`;
-    returns the same state, stopped (`execute` returns its `RunResult`).
+    returns it stopped (`execute` returns its `RunResult`).
 
     Args:
         base_url: the opened endpoint (see `runner.endpoints.open_endpoint`); None opens the
@@ -88,9 +88,9 @@ async def drive(
             variable the run recorded (`config.endpoint.api_key_env`; not set here: the run
             stops `interrupted` before asking), else $RUNNER_API_KEY, $OPENAI_API_KEY, else
             "sk-local" (`runner.config.key_for`). Never saved or traced.
-        on_retry: called before each back-off of a failed request (see `ChatClient`).
-        server_settings: what the endpoint runs with (n_ctx, chat_format, ...), for `run_started`.
-        on_note: told of each MCP tool that cannot be offered (see `_mcp_opened`).
+        on_retry: called before each back-off of a failed request (see `ChatClient`);
+            server_settings: what the endpoint runs with, for `run_started`; on_note: told of each
+            MCP tool that cannot be offered.
 
     Raises:
         UnknownTool: a tool the run names cannot be found (UsageError: two share a name);
@@ -103,7 +103,7 @@ async def drive(
     from runner.store import FileStore
     from runner.trace import Tracer
 
-    catalog_tools = _offered(state, tools)
+    catalog_tools = _offered(_opened(state), tools)
     with contextlib.ExitStack() as cleanup:
         store = FileStore(runs) if isinstance(runs, Path) else runs
         cancel = cancel or CancelToken()
@@ -234,6 +234,15 @@ def _placed(state: RunState, store: RunStore | None, lease: Lease | None, cancel
     existing = store.existing_workspace(run_id, held)
     template = workspace_folder(state) if existing is None else _recorded_folder(state)
     return handle, Workspace(template, lambda: store.workspace(run_id, template, held), existing)
+
+
+def _opened(state: RunState) -> RunState:
+    """`state`; a new run, never saved, with what its steering policies add before its first turn."""
+    if state.seq == 0 and state.turns == 0 and state.config.steering:
+        from runner import policies
+
+        policies.opening(state, workspace_folder(state))
+    return state
 
 
 LEDGER_FILE = "ledger.jsonl"

@@ -315,7 +315,7 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     cap = _reply_token_budget(state, rt)
     if cap is not None:
         max_tokens = cap if max_tokens is None else min(max_tokens, cap)
-    policies.before_request(state, [t.name for t in rt.tools], _listed_folder(rt))
+    policies.before_request(state)
     tool_choice = policies.tool_choice(state, bool(rt.tool_schemas))
     extra: dict[str, Any] = {"tool_choice": tool_choice} if tool_choice else {}
     if cfg.parallel_tool_calls is not None:
@@ -326,12 +326,6 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     if meter:
         meter.finish(reply.completion_tokens, reply.message.content or "")
     return reply, max_tokens
-
-
-def _listed_folder(rt: Runtime) -> Path | None:
-    """The folder a listing tool of the run would list (for the listing_in_prompt policy)."""
-    tool = rt.tool("list_files")
-    return rt.workspace_for(tool) if tool is not None else None
 
 
 def call_id_stem(state: RunState) -> str:
@@ -658,7 +652,7 @@ def _fail_if_repeating(state: RunState, record: ToolRun) -> None:
     """Stop `failed` when the same successful call came `max_identical_calls` times in a row."""
     limit = state.config.limits.max_identical_calls
     streak = _streak(state, record)
-    if limit > 0 and streak >= limit:
+    if limit > 0 and streak >= limit and not policies.answers_repeat(state):
         what = f"{record.tool_name} was called with the same arguments {streak} times in a row"
         _fail(state, "repeated_call", what, f"repeated call: {what}; the model is not making progress")
 

@@ -211,13 +211,11 @@ def tool_choice(state: RunState, sends_tools: bool = True) -> str | None:
     return first if state.turns == 0 else "auto"
 
 
-def before_request(state: RunState, tool_names: list[str], workspace: Path | None) -> None:
-    """Add what the policies in force add before the next request: on the first, the folder's
-    listing and the way to abstain (to the system prompt); later, the request for the answer
+def before_request(state: RunState) -> None:
+    """Add what the policies in force add before the next request: the request for the answer
     when it is due, or a nudge after a repeated call (unless the harness's last message is
-    still unanswered, e.g. written just before a crash)."""
-    if state.turns == 0:
-        _extend_system(state, tool_names, workspace)
+    still unanswered, e.g. written just before a crash). What a run gets before its first
+    turn is added when it is made (`opening`)."""
     if _harness_message_last(state) or state.messages[-1].role == "assistant":
         return
     if answer_is_due(state):
@@ -299,6 +297,17 @@ def _has_evidence(state: RunState) -> bool:
     return any(r.ok and r.source == "run" and r.tool_name not in LISTING_TOOLS for r in state.tool_runs) or any(
         m.role == "user" and m.name == CORRECTIVE_NAME and m.content and m.content.startswith(NUDGE[:40])
         for m in state.messages)
+
+
+def answers_repeat(state: RunState) -> bool:
+    """evidence_first: a call repeated right after its nudge is answered with the request for
+    the answer, not stopped by the repeated-call rule (the listing may hold the answer)."""
+    if "evidence_first" not in state.config.steering:
+        return False
+    last_assistant = max((i for i, m in enumerate(state.messages) if m.role == "assistant"), default=-1)
+    before = state.messages[last_assistant - 1] if last_assistant > 0 else None
+    return before is not None and before.role == "user" and before.name == CORRECTIVE_NAME and \
+        (before.content or "").startswith(NUDGE[:40])
 
 
 def _nudge_due(state: RunState) -> bool:
@@ -390,12 +399,23 @@ def _answer_request(state: RunState) -> str:
     return ASK_FOR_ANSWER.format(question=question(state))
 
 
+def opening(state: RunState, folder: Path | None) -> None:
+    """What the policies add to a new run before it is first saved (so its transcript and a
+    resume hold it): listing_in_prompt and abstain_option extend the system prompt, or make
+    one. Whoever saves a new run calls it with the folder its tools will read (the suite, and
+    `runner.harness.drive` for a run it saves first)."""
+    _extend_system(state, state.config.tools, folder)
+
+
 def _extend_system(state: RunState, tool_names: list[str], workspace: Path | None) -> None:
-    """listing_in_prompt and abstain_option: their text added to the system prompt, once."""
+    """listing_in_prompt and abstain_option: their text added to the system prompt (a system
+    message made for it when the run has none), once."""
     steering = state.config.steering
-    system = state.messages[0] if state.messages and state.messages[0].role == "system" else None
-    if system is None or not steering:
+    if not ({"listing_in_prompt", "abstain_option"} & set(steering)) or state.turns:
         return
+    if not (state.messages and state.messages[0].role == "system"):
+        state.messages.insert(0, Message(role="system", content=""))
+    system = state.messages[0]
     text = system.content or ""
     if "listing_in_prompt" in steering and workspace is not None and "list_files" in tool_names \
             and LISTING.split("{")[0] not in text:
@@ -407,7 +427,7 @@ def _extend_system(state: RunState, tool_names: list[str], workspace: Path | Non
         text += LISTING.format(count=f"{count} file{'s' if count != 1 else ''}", listing=listing)
     if "abstain_option" in steering and ABSTAIN not in text:
         text += ABSTAIN
-    system.content = text
+    system.content = text.lstrip("\n") if not (system.content or "") else text
 
 
 def question_words(text: str) -> list[tuple[str, str]]:

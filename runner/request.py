@@ -82,7 +82,7 @@ def _sandbox(help: str) -> Any:
 
 
 def _latency_ms(default: float | None, note: str = "") -> Any:
-    return option(default, f"Scripted provider: delay every reply by this many ms{note}.", min=0.0)
+    return option(default, f"Scripted provider: delay every reply by this many ms{note}.", min=0.0, max=3_600_000.0)
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -689,6 +689,10 @@ def _create_runs(suite: SuiteDefinition, column: Endpoint, location: StoreAt, jo
             config = RunConfig(endpoint=endpoint, limits=Limits(max_turns=max_turns), max_tokens=max_tokens,
                                **overrides, **where)
             state = new_run(task.prompt, config, system=suite.system + addendum)
+            if config.steering:
+                from runner import policies
+
+                policies.opening(state, Path(config.workspace) if config.workspace else tasks_dir() / "workspace")
             fanout.create(state, location)
             key = f"{suite.name}/{task.id}" if qualified else task.id
             jobs[state.run_id] = Job(column=column, suite=suite, task=task, key=key, repeat=repeat)

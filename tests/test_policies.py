@@ -147,3 +147,21 @@ def test_without_abstain_check_an_abstention_ends_the_run(fake: FakeProvider) ->
     fake.handler = lambda body: completion({"role": "assistant", "content": "The files do not say."})
     state = drive(_run(fake), fake.base_url, None)
     assert state.status == "completed" and len(fake.requests) == 1
+
+
+def test_the_listing_is_saved_with_a_new_run_that_had_no_system_prompt(fake: FakeProvider, tmp_path: Path) -> None:
+    from runner.store import FileStore
+
+    _play(fake, [_call("list_files", turn=1)])
+    state = drive(_run(fake, steering=["listing_in_prompt"]), fake.base_url, tmp_path / "runs")
+    assert fake.requests[0]["messages"][0]["role"] == "system"
+    assert fake.requests[0]["messages"][0]["content"].startswith("The folder holds 3 files")
+    saved = FileStore(tmp_path / "runs").load(state.run_id)
+    assert saved.messages[0].role == "system" and saved.messages[0].content == fake.requests[0]["messages"][0]["content"]
+
+
+def test_a_listing_repeated_after_the_nudge_gets_the_request_for_the_answer_not_a_failure(fake: FakeProvider) -> None:
+    _play(fake, [_call("list_files", turn=1), _call("list_files", turn=2), _call("list_files", turn=3)])
+    state = drive(_run(fake, answer_on_stall=True, steering=["evidence_first"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "Done."
+    assert [r.get("tool_choice") for r in fake.requests] == ["auto", "auto", "auto", "none"]
