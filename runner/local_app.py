@@ -404,9 +404,13 @@ def complete(events: Iterator[Event], model: str, created: int, completion_id: s
 
 
 def usage(finished: Finished) -> JsonObject:
-    """OpenAI ``usage`` for a finished reply."""
-    return {"prompt_tokens": finished.prompt_tokens, "completion_tokens": finished.completion_tokens,
-            "total_tokens": finished.prompt_tokens + finished.completion_tokens}
+    """OpenAI ``usage`` for a finished reply, with OpenAI's ``prompt_tokens_details.cached_tokens``
+    (prompt tokens whose KV entries were reused) when the engine reported them."""
+    out: JsonObject = {"prompt_tokens": finished.prompt_tokens, "completion_tokens": finished.completion_tokens,
+                       "total_tokens": finished.prompt_tokens + finished.completion_tokens}
+    if "cached_prompt_tokens" in finished.timings:
+        out["prompt_tokens_details"] = {"cached_tokens": finished.timings["cached_prompt_tokens"]}
+    return out
 
 
 def chunks(events: Iterator[Event], model: str, created: int, completion_id: str,
