@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from runner.chat_adapter import DEFAULT_MAX_TOKENS, HANDLER_NAME
+from runner.chat_adapter import HANDLER_NAME
+from runner.engine import DEFAULT_MAX_TOKENS
 from runner.errors import LocalServerError, ManifestError, ModelError, UsageError
 from runner.procs import die_with
 

@@ -5,7 +5,7 @@ Routes:
 - ``POST /v1/chat/completions``: OpenAI chat completions, streamed (server-sent events, one
   chunk per generated piece, ``data: [DONE]`` at the end, usage in the last chunk when
   ``stream_options.include_usage``) or not. With the ``runner-hermes`` chat format, replies
-  come from `runner.chat_adapter.Engine` (tool calls under a grammar, ``tool_choice`` honoured);
+  come from `runner.engine.Engine` (tool calls under a grammar, ``tool_choice`` honoured);
   with any other llama-cpp-python chat format, from ``Llama.create_chat_completion`` (its reply
   in one chunk, not stoppable half-way). Invalid
   requests (no ``messages``, a bad role, a bad ``tool_choice``, a prompt longer than the
@@ -34,18 +34,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runner.chat_adapter import (
-    HANDLER_NAME,
-    CallDelta,
-    ChatRequest,
-    ContextOverflow,
-    Engine,
-    Event,
-    Finished,
-    JsonObject,
-    RequestError,
-    TextDelta,
-)
+from runner.chat_adapter import HANDLER_NAME, CallDelta, Event, Finished, JsonObject, RequestError, TextDelta
+from runner.engine import ChatRequest, ContextOverflow, Engine
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
