@@ -14,6 +14,7 @@ Rendering, parsing and grammars are `runner.chat_adapter`'s; this module only dr
 from __future__ import annotations
 
 import codecs
+import ctypes
 import threading
 import time
 from collections.abc import Iterator
@@ -93,7 +94,7 @@ class _Reply:
 
     Attributes:
         splitter: turns the reply's text into events.
-        sampler: greedy llama.cpp sampler, under whichever grammar applies now.
+        sampler: greedy sampler, under whichever grammar applies now.
         forcer: finds text the call grammar forces (jump-forward).
         decoder: incremental UTF-8 decoder of the sampled tokens' bytes.
         tools: the tools in view. choice: the request's ``tool_choice``.
@@ -109,7 +110,7 @@ class _Reply:
     """
 
     splitter: ReplySplitter
-    sampler: Any
+    sampler: GreedySampler
     forcer: CallForcer
     decoder: codecs.IncrementalDecoder
     tools: list[JsonObject]
@@ -151,6 +152,11 @@ class Engine:
             fenced or in doubled braces) is a call (`untagged_start`): generation rewinds to the
             reply's start and writes it again under `untagged_call_grammar`. For models that
             write calls without the ``<tool_call>`` tag (Qwen2.5-Coder); the manifest says which.
+        check_first: greedy sampling under a grammar tries the best token alone first
+            (`GreedySampler`); False applies the grammar to the whole vocabulary every token.
+        none_keeps_tools: ``tool_choice`` none keeps the tools in the prompt (the KV cache of the
+            conversation is reused) and rules calls out by grammar; False hides them, as runner
+            did before (every token after the system prompt is evaluated again).
 
     `prefix_store`, when set, gives a cold engine the first segment's KV entries from disk
     (`runner.kvprefix`): loaded when no segment is reused from memory, saved when it was
@@ -163,7 +169,8 @@ class Engine:
     _disk_tokens = 0
 
     def __init__(self, llama: Llama, default_max_tokens: int = DEFAULT_MAX_TOKENS,
-                 reuse_prefix: bool = True, jump_forward: bool = True, untagged_calls: bool = False) -> None:
+                 reuse_prefix: bool = True, jump_forward: bool = True, untagged_calls: bool = False,
+                 check_first: bool = True, none_keeps_tools: bool = True) -> None:
         import llama_cpp
 
         self.llama = llama
@@ -171,6 +178,8 @@ class Engine:
         self.reuse_prefix = reuse_prefix
         self.jump_forward = jump_forward
         self.untagged_calls = untagged_calls
+        self.check_first = check_first
+        self.none_keeps_tools = none_keeps_tools
         self._lock = threading.Lock()
         self._segments: list[list[int]] = []
         self._default_system = default_system_prompt(llama.metadata.get("tokenizer.chat_template"))
@@ -202,8 +211,11 @@ class Engine:
         # conversation's KV entries are reused; a grammar rules the call out instead
         # (`no_call_grammar`).
         tools = request.tools if choice.mode != "none" else []
-        prose_only = choice.mode == "none" and bool(request.tools)
-        segments = render_segments(request.messages, request.tools, self._default_system)
+        shown = request.tools if self.none_keeps_tools else tools
+        # With the tools hidden (none_keeps_tools off) only a model that writes untagged calls
+        # is held to prose, as before.
+        prose_only = choice.mode == "none" and bool(request.tools) and (bool(shown) or self.untagged_calls)
+        segments = render_segments(request.messages, shown, self._default_system)
         with self._lock:
             yield from self._generate(request, choice, tools, segments, cancel, prose_only)
 
@@ -454,17 +466,11 @@ class Engine:
         self.llama.n_tokens = sum(len(s) for s in self._segments) - len(header)
         self.llama.eval(header)
 
-    def _grammar_sampler(self, grammar: str) -> Any:
-        """Greedy sampling under the GBNF `grammar` from the reply's next token."""
-        from llama_cpp._internals import LlamaSampler
-        from llama_cpp.llama_grammar import LlamaGrammar
+    def _grammar_sampler(self, grammar: str | None) -> GreedySampler:
+        """Greedy sampling under the GBNF `grammar` (None: free text) from the reply's next token."""
+        return GreedySampler(self.llama, grammar, self.check_first)
 
-        sampler: Any = LlamaSampler()  # type: ignore[no-untyped-call]
-        sampler.add_grammar(self.llama._model, LlamaGrammar.from_string(grammar, verbose=False))
-        sampler.add_greedy()
-        return sampler
-
-    def _untagged_sampler(self, tools: list[JsonObject], calls: int) -> Any:
+    def _untagged_sampler(self, tools: list[JsonObject], calls: int) -> GreedySampler:
         """Greedy sampling under `untagged_call_grammar` from the reply's first token."""
         return self._grammar_sampler(untagged_call_grammar(tools, calls))
 
@@ -472,16 +478,84 @@ class Engine:
         return self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
 
     def _sampler(self, tools: list[JsonObject], choice: ToolChoice | None, calls: int = MAX_CALLS_PER_TURN,
-                 after_open: bool = False) -> Any:
+                 after_open: bool = False) -> GreedySampler:
         """Greedy sampling, under the call grammar (at most `calls` calls with ``tool_choice``
         auto) unless `choice` is None (free text)."""
-        from llama_cpp._internals import LlamaSampler
-        from llama_cpp.llama_grammar import LlamaGrammar
+        if choice is None or choice.mode == "none" or not tools:
+            return self._grammar_sampler(None)
+        calls = calls if choice.mode == "auto" else 1
+        return self._grammar_sampler(call_grammar(tools, choice.name, calls=calls, after_open=after_open))
 
-        sampler: Any = LlamaSampler()  # type: ignore[no-untyped-call]
-        if choice is not None and choice.mode != "none" and tools:
-            calls = calls if choice.mode == "auto" else 1
-            text = call_grammar(tools, choice.name, calls=calls, after_open=after_open)
-            sampler.add_grammar(self.llama._model, LlamaGrammar.from_string(text, verbose=False))
-        sampler.add_greedy()
-        return sampler
+
+class GreedySampler:
+    """The greedy choice of each next token, under a llama.cpp grammar or free.
+
+    What llama.cpp's sampler chain "grammar, then greedy" picks, sooner: with `check_first`, the
+    highest-scoring token of the whole vocabulary is tried against the grammar alone, and only
+    when the grammar refuses it are the grammar's rules applied to every token (llama.cpp's own
+    ``common_sampler_sample`` does the same). A token the grammar allows that scores highest over
+    the whole vocabulary also scores highest among the tokens the grammar allows, and ties go to
+    the lowest token id either way, so the tokens are the same; a permissive grammar (prose) no
+    longer walks ~150,000 token strings per generated token.
+
+    Args:
+        llama: the model (its vocabulary and context).
+        grammar: GBNF text with a ``root`` rule, or None for free text.
+        check_first: try the best token alone first (False: apply the grammar to the whole
+            vocabulary every time, as llama.cpp's sampler chain does).
+    """
+
+    def __init__(self, llama: Llama, grammar: str | None, check_first: bool = True) -> None:
+        import llama_cpp
+        import numpy as np
+
+        self._np, self._llama_cpp = np, llama_cpp
+        self._n_vocab = llama.n_vocab()
+        self._grammar = (llama_cpp.llama_sampler_init_grammar(llama._model.vocab, grammar.encode(), b"root")
+                         if grammar is not None else None)
+        self.check_first = check_first
+        self._one = (llama_cpp.llama_token_data * 1)()
+        self._one_array = llama_cpp.llama_token_data_array(data=self._one, size=1, selected=-1, sorted=False)
+        self._all: Any = None
+        self.full_applications = 0
+        """Times the grammar was applied to the whole vocabulary (for measuring)."""
+
+    def sample(self, ctx: Any, idx: int = -1) -> int:
+        """The greedy token from the logits of batch row `idx` (-1: the last), accepted by the
+        grammar; ``ctx`` is llama-cpp-python's ``LlamaContext``."""
+        np = self._np
+        logits = np.ctypeslib.as_array(self._llama_cpp.llama_get_logits_ith(ctx.ctx, idx), shape=(self._n_vocab,))
+        token = int(np.argmax(logits))
+        if self._grammar is not None:
+            if not (self.check_first and self._allows(token, float(logits[token]))):
+                token = self._constrained(logits)
+            self._llama_cpp.llama_sampler_accept(self._grammar, token)
+        return token
+
+    def accept(self, token: int) -> None:
+        """Advance the grammar over `token` (text evaluated without sampling: forced text)."""
+        if self._grammar is not None:
+            self._llama_cpp.llama_sampler_accept(self._grammar, token)
+
+    def _allows(self, token: int, logit: float) -> bool:
+        one: Any = self._one[0]
+        one.id, one.logit, one.p = token, logit, 0.0
+        self._one_array.size, self._one_array.selected, self._one_array.sorted = 1, -1, False
+        self._llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(self._one_array))
+        return bool(self._np.isfinite(self._one[0].logit))
+
+    def _constrained(self, logits: Any) -> int:
+        """The highest-scoring token the grammar allows (the whole vocabulary checked)."""
+        from llama_cpp._internals import LlamaTokenDataArray
+
+        if self._all is None:
+            self._all = LlamaTokenDataArray(n_vocab=self._n_vocab)
+        self._all.copy_logits(logits)
+        self._llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(self._all.candidates))
+        self.full_applications += 1
+        return int(self._np.argmax(self._all.candidates_data.logit))
+
+    def __del__(self) -> None:
+        grammar, self._grammar = getattr(self, "_grammar", None), None
+        if grammar is not None:
+            self._llama_cpp.llama_sampler_free(grammar)

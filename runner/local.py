@@ -100,6 +100,12 @@ class LocalSettings(BaseModel):
     jump_forward: bool = Field(default=True, description=(
         "Evaluate text the tool-call grammar forces (the tag, a tool name once its start is unique, "
         "the argument key) as one batch instead of sampling it token by token."))
+    grammar_check_first: bool = Field(default=True, description=(
+        "Under a grammar, try the best token alone against it first and apply the grammar to the whole "
+        "vocabulary only when it refuses that token (the same tokens, sooner)."))
+    none_keeps_tools: bool = Field(default=True, description=(
+        "tool_choice none keeps the tools in the prompt (the conversation's KV entries are reused) and "
+        "rules calls out by grammar; off: the tools are hidden and the conversation is evaluated again."))
     prefix_cache_mb: int = Field(default=256, ge=0, description=(
         "Save the KV entries of each model's first prompt segment (system prompt + tool schemas) "
         "to disk and load them on a cold server's first turn; bound of that folder "
@@ -270,7 +276,8 @@ def serve(settings: LocalSettings) -> None:
     from runner.local_app import Backend, build_app
 
     backend = Backend(load_llama(settings), settings.chat_format, settings.max_tokens, settings.reuse_prefix,
-                      settings.jump_forward, untagged_calls(settings))
+                      settings.jump_forward, untagged_calls(settings), check_first=settings.grammar_check_first,
+                      none_keeps_tools=settings.none_keeps_tools)
     if backend.engine is not None:
         if settings.prefix_cache_mb and settings.reuse_prefix:
             backend.engine.prefix_store = prefix_store(settings)

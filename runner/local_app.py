@@ -116,13 +116,14 @@ class Backend:
         reuse_prefix: keep KV entries of leading messages shared with the previous request.
         jump_forward: evaluate text the call grammar forces as one batch.
         untagged_calls: read a reply that opens with a JSON object as a call (`Engine`).
+        engine_options: further `Engine` keyword arguments (``check_first``, ``none_keeps_tools``…).
     """
 
     def __init__(self, llama: Llama, chat_format: str, default_max_tokens: int, reuse_prefix: bool = True,
-                 jump_forward: bool = True, untagged_calls: bool = False) -> None:
+                 jump_forward: bool = True, untagged_calls: bool = False, **engine_options: Any) -> None:
         self.llama = llama
         self.chat_format = chat_format
-        self.engine = (Engine(llama, default_max_tokens, reuse_prefix, jump_forward, untagged_calls)
+        self.engine = (Engine(llama, default_max_tokens, reuse_prefix, jump_forward, untagged_calls, **engine_options)
                        if chat_format == HANDLER_NAME else None)
         self.default_max_tokens = default_max_tokens
         self.stats = Stats()

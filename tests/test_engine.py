@@ -1,0 +1,53 @@
+"""The engine's sampling and speculation give the tokens plain greedy decoding gives: greedy
+sampling that tries the best token against the grammar first, on the real llama.cpp server over
+loopback, against the grammar applied to the whole vocabulary every token (SmolLM2, tagged calls;
+Qwen2.5-Coder-0.5B, untagged calls and the prose grammar)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runner import models
+from runner.local import LocalServer
+from tests.test_kv_every_turn import conversation
+from tests.test_local_server import ALL_TOOLS, SMOL, ask, post
+
+pytestmark = pytest.mark.llama
+
+NAMED = {"type": "function", "function": {"name": "tail_log"}}
+
+
+def requests() -> list[dict[str, Any]]:
+    """Requests under each grammar: a whole-turn call, a named call, auto (free text watched for
+    a call, untagged calls), none (the no-call grammar), no tools at all."""
+    turn2, turn3 = conversation()
+    return [
+        {"messages": ask("Read notes.txt."), "tools": ALL_TOOLS, "tool_choice": "required", "max_tokens": 48},
+        {"messages": ask("Show the last 20 lines of errors.log."), "tools": ALL_TOOLS, "tool_choice": NAMED,
+         "max_tokens": 48},
+        {"messages": turn2, "tools": ALL_TOOLS, "tool_choice": "auto", "max_tokens": 48},
+        {"messages": turn3, "tools": ALL_TOOLS, "tool_choice": "none", "max_tokens": 48},
+        {"messages": ask("Tell me about lighthouses."), "max_tokens": 32},
+    ]
+
+
+def replies(server: LocalServer) -> list[tuple[Any, Any]]:
+    out = []
+    for body in requests():
+        reply = post(server, timeout=600, **body)
+        out.append((reply["choices"], reply["usage"]["completion_tokens"]))
+    return out
+
+
+@pytest.mark.parametrize("model", [SMOL, "qwen2.5-coder-0.5b-instruct"])
+def test_trying_the_best_token_first_gives_the_same_replies(model: str) -> None:
+    path = models.pull(model)
+    got = {}
+    for check_first in (False, True):
+        with LocalServer(path, model_name="m", prefix_cache_mb=0, grammar_check_first=check_first) as server:
+            got[check_first] = replies(server)
+    assert got[True] == got[False]
+    assert any(choices[0]["message"].get("tool_calls") for choices, _ in got[True])
+    assert any(choices[0]["message"].get("content") for choices, _ in got[True])
