@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from runner.chat_adapter import (
     CALL_OPEN,
@@ -50,6 +50,11 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_TOKENS = 512
 """Reply cap when a request sets none, tokens."""
+DEFAULT_DRAFT_TOKENS = 4
+"""Most tokens drafted at a time (speculative decoding)."""
+LOOKUP_NGRAMS = (3, 2)
+"""Prompt lookup: the lengths of the context's last n-gram looked for earlier, longest first."""
+DraftKind = Literal["none", "lookup"]
 
 
 class ContextOverflow(RequestError):
@@ -157,6 +162,9 @@ class Engine:
         none_keeps_tools: ``tool_choice`` none keeps the tools in the prompt (the KV cache of the
             conversation is reused) and rules calls out by grammar; False hides them, as runner
             did before (every token after the system prompt is evaluated again).
+        draft: "lookup" drafts tokens by prompt lookup and verifies them in one batch (`Feeder`);
+            "none" evaluates one generated token at a time.
+        draft_tokens: most tokens drafted at a time.
 
     `prefix_store`, when set, gives a cold engine the first segment's KV entries from disk
     (`runner.kvprefix`): loaded when no segment is reused from memory, saved when it was
@@ -170,7 +178,8 @@ class Engine:
 
     def __init__(self, llama: Llama, default_max_tokens: int = DEFAULT_MAX_TOKENS,
                  reuse_prefix: bool = True, jump_forward: bool = True, untagged_calls: bool = False,
-                 check_first: bool = True, none_keeps_tools: bool = True) -> None:
+                 check_first: bool = True, none_keeps_tools: bool = True, draft: DraftKind = "none",
+                 draft_tokens: int = DEFAULT_DRAFT_TOKENS) -> None:
         import llama_cpp
 
         self.llama = llama
@@ -180,6 +189,7 @@ class Engine:
         self.untagged_calls = untagged_calls
         self.check_first = check_first
         self.none_keeps_tools = none_keeps_tools
+        self.feeder = Feeder(llama, draft, draft_tokens)
         self._lock = threading.Lock()
         self._segments: list[list[int]] = []
         self._default_system = default_system_prompt(llama.metadata.get("tokenizer.chat_template"))
@@ -247,6 +257,7 @@ class Engine:
             raise ContextOverflow(prompt_tokens, n_ctx)
         max_tokens = min(request.max_tokens or self.default_max_tokens, room)
         cached = self._load_prompt(seg_tokens)
+        self.feeder.start_reply(max_tokens)
         prompt_done = time.perf_counter()
         reply = self._start_reply(request, choice, tools, prose_only, max_tokens, seg_tokens[-1], began)
         yield from self._decode(reply, cancel)
@@ -299,7 +310,7 @@ class Engine:
             if reply.inject:
                 yield from self._jump_forward(reply)
                 continue
-            token = reply.sampler.sample(self.llama._ctx, -1)
+            token = reply.sampler.sample(self.llama._ctx, self.feeder.row)
             if self._is_eog(self._vocab, token):
                 reply.finish = "stop"
                 return
@@ -328,7 +339,7 @@ class Engine:
         piece = reply.inject if tokens == whole else self.llama.detokenize(tokens, special=True).decode("utf-8", "replace")
         for forced in tokens:
             reply.sampler.accept(forced)
-        self.llama.eval(tokens)
+        self.feeder.feed(tokens)
         reply.generated += len(tokens)
         reply.text += piece
         reply.inject = ""
@@ -351,7 +362,7 @@ class Engine:
         reply.generated += 1
         if verdict == "undecided":
             reply.held += piece
-            self.llama.eval([token])
+            self.feeder.feed([token])
             return True
         self._rewind_reply(reply.header)
         reply.decoder.reset()
@@ -375,7 +386,7 @@ class Engine:
         reply.text += piece
         yield from reply.splitter.feed(piece)
         if not reply.splitter.stopped:
-            self.llama.eval([token])
+            self.feeder.feed([token])
 
     def _open_call(self, reply: _Reply, token: int, piece: str, opened: int) -> Iterator[Event]:
         """The model wrote ``<tool_call>`` (ending `opened` characters into tail + piece): keep
@@ -386,7 +397,7 @@ class Engine:
         reply.generated += len(replacement)
         reply.text += head
         yield from reply.splitter.feed(head)
-        self.llama.eval(replacement)
+        self.feeder.feed(replacement)
         reply.watching, reply.tail = False, ""
         reply.sampler = self._sampler(reply.tools, reply.choice, reply.max_calls, after_open=True)
 
@@ -409,6 +420,8 @@ class Engine:
             "eval_ms": round((done - prompt_done) * 1000, 3),
             "first_token_ms": round(reply.first_token_ms, 3),
             "prefix_disk_tokens": self._disk_tokens,
+            **({"draft_proposed": self.feeder.proposed, "draft_accepted": self.feeder.accepted}
+               if self.feeder.draft != "none" else {}),
             "handler_ms": round((done - reply.began) * 1000, 3),
             "dropped_call": reply.splitter.dropped_call,
         })
@@ -464,6 +477,7 @@ class Engine:
         header again as its own batch, as `_load_prompt` does, so the next token is sampled from
         the very logits the reply's first token was (the reply is rewritten under a grammar)."""
         self.llama.n_tokens = sum(len(s) for s in self._segments) - len(header)
+        self.feeder.rewind()
         self.llama.eval(header)
 
     def _grammar_sampler(self, grammar: str | None) -> GreedySampler:
@@ -559,3 +573,108 @@ class GreedySampler:
         grammar, self._grammar = getattr(self, "_grammar", None), None
         if grammar is not None:
             self._llama_cpp.llama_sampler_free(grammar)
+
+
+class Feeder:
+    """Evaluates the tokens a reply adds, and drafts the ones it may add next (speculative decoding).
+
+    Without drafting, each token is evaluated as it comes. With ``draft="lookup"`` (prompt lookup
+    decoding), a sampled token goes into llama.cpp with up to `draft_tokens` tokens that followed
+    the context's last n-gram where it occurred before (`LOOKUP_NGRAMS`: a path or a name copied
+    from a tool result, the rest of a call's keys), in one batch with logits for every row. The
+    engine samples the next token greedily from the row after the token it fed; while its choice
+    equals the next drafted token, that token is already in the KV cache and the next row is
+    ready, so no decode is needed. At the first choice that differs, the drafted entries after it
+    are dropped. `row` is the batch row to sample from; `proposed` and `accepted` count drafted
+    tokens in the current reply.
+
+    llama.cpp's CPU kernels for a batch of several tokens may round differently from those for
+    one token (measured on Qwen2.5-Coder-1.5B: logits up to 0.4 apart), so a reply decoded with
+    drafts can differ from one decoded token by token where two tokens score almost alike.
+    """
+
+    def __init__(self, llama: Llama, draft: DraftKind = "none", draft_tokens: int = DEFAULT_DRAFT_TOKENS) -> None:
+        self.llama = llama
+        self.draft = draft
+        self.draft_tokens = draft_tokens
+        self.row = -1
+        self.pending: list[int] = []
+        self.proposed = 0
+        self.accepted = 0
+        self.left = 0
+        """Tokens the reply may still add (drafts past it would be wasted)."""
+
+    def start_reply(self, max_tokens: int) -> None:
+        """A reply starts (its prompt just evaluated by ``Llama.eval``); `max_tokens`: its cap."""
+        self.pending, self.row, self.left, self.proposed, self.accepted = [], -1, max_tokens, 0, 0
+
+    def rewind(self) -> None:
+        """Forget the drafts: the caller is about to move back in the KV cache and evaluate again."""
+        self.pending, self.row = [], -1
+
+    def feed(self, tokens: list[int]) -> None:
+        """Add `tokens` to the reply's KV entries: those a draft already put there are taken as
+        they are; the rest are evaluated, a single sampled token with fresh drafts after it."""
+        self.left -= len(tokens)
+        taken = 0
+        while taken < len(tokens) and taken < len(self.pending) and tokens[taken] == self.pending[taken]:
+            taken += 1
+        if taken:
+            self._commit(tokens[:taken])
+            self.pending = self.pending[taken:]
+            self.row += taken
+            self.accepted += taken
+        rest = tokens[taken:]
+        if not rest:
+            return
+        self.pending = []
+        drafts = self._lookup(rest) if self.draft == "lookup" else []
+        if not drafts:
+            self.llama.eval(rest)
+            self.row = -1
+            return
+        self._decode([*rest, *drafts], first_logits=len(rest) - 1)
+        self._commit(rest)
+        self.pending, self.row = drafts, len(rest) - 1
+        self.proposed += len(drafts)
+
+    def _commit(self, tokens: list[int]) -> None:
+        """Record `tokens`, already in the KV cache, as the model's next tokens."""
+        n = self.llama.n_tokens
+        self.llama.input_ids[n: n + len(tokens)] = tokens
+        self.llama.n_tokens = n + len(tokens)
+
+    def _decode(self, tokens: list[int], first_logits: int) -> None:
+        """One llama.cpp decode of `tokens` after the committed ones, logits from row `first_logits` on."""
+        llama = self.llama
+        n_past = llama.n_tokens
+        batch: Any = llama._batch.batch
+        batch.n_tokens = len(tokens)
+        for i, token in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, n_past + i, 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = i >= first_logits
+        llama._ctx.kv_cache_seq_rm(-1, n_past, -1)
+        llama._ctx.decode(llama._batch)
+
+    def _lookup(self, tokens: list[int]) -> list[int]:
+        """Up to `draft_tokens` tokens that followed the most recent earlier occurrence of the
+        context's last n-gram (the committed tokens, then `tokens`), longest n-gram first."""
+        import numpy as np
+
+        n_past = self.llama.n_tokens
+        room = min(self.draft_tokens, self.left, len(self.llama.input_ids) - n_past - len(tokens),
+                   self.llama.n_batch - len(tokens))
+        if room < 1:
+            return []
+        context = np.concatenate([self.llama.input_ids[:n_past], np.asarray(tokens, dtype=self.llama.input_ids.dtype)])
+        for n in LOOKUP_NGRAMS:
+            if len(context) <= n:
+                continue
+            tail = context[-n:]
+            windows = np.lib.stride_tricks.sliding_window_view(context[:-1], n)
+            hits = np.flatnonzero((windows == tail).all(axis=1))
+            if len(hits):
+                start = int(hits[-1]) + n
+                return [int(t) for t in context[start: start + room]]
+        return []

@@ -51,3 +51,39 @@ def test_trying_the_best_token_first_gives_the_same_replies(model: str) -> None:
     assert got[True] == got[False]
     assert any(choices[0]["message"].get("tool_calls") for choices, _ in got[True])
     assert any(choices[0]["message"].get("content") for choices, _ in got[True])
+
+
+# --- speculative decoding ---------------------------------------------------------------------
+
+
+COPY = [{"role": "system", "content": "You copy text exactly."},
+        {"role": "user", "content": "Copy this line exactly, nothing else: logs/archive/2026-11-30/errors.log "
+                                    "logs/archive/2026-11-30/access.log logs/archive/2026-11-30/notes.txt"}]
+
+
+def test_prompt_lookup_drafts_are_verified_and_counted(tmp_path: Any) -> None:
+    """A reply that copies the prompt is drafted by prompt lookup: drafts are proposed and accepted,
+    counted in the reply's timings, and reach the trace and `runner show` through the client."""
+    from tests.conftest import cli, cli_json
+
+    with LocalServer(models.pull(SMOL), model_name="m", prefix_cache_mb=0, draft="lookup") as server:
+        reply = post(server, messages=COPY, max_tokens=48, timeout=600)
+        timings = reply["runner"]
+        assert 0 < timings["draft_accepted"] <= timings["draft_proposed"], timings
+        assert "archive/2026-11-30" in reply["choices"][0]["message"]["content"]
+        called = post(server, messages=ask("Read logs/archive/2026-11-30/errors.log."), tools=ALL_TOOLS,
+                      tool_choice="required", max_tokens=64, timeout=600)
+        assert called["choices"][0]["message"]["tool_calls"]  # drafting under the call grammar too
+        assert called["runner"]["draft_proposed"] >= called["runner"]["draft_accepted"] >= 0
+        _, run = cli_json("run", "Read logs/archive/2026-11-30/errors.log and copy its path.", "--base-url",
+                          server.base_url, "--model", "m", "--tool-choice", "required", "--max-turns", "2",
+                          runs_dir=tmp_path, timeout=600)
+    shown = cli("show", run["run_id"], "--full", runs_dir=tmp_path).stdout
+    assert "drafts accepted" in shown, shown
+    events = (tmp_path / run["run_id"] / "trace.jsonl").read_text()
+    assert '"draftProposed"' in events and '"draftAccepted"' in events
+
+
+def test_without_drafting_the_timings_say_nothing_of_drafts(smollm2_server: LocalServer) -> None:
+    reply = post(smollm2_server, messages=COPY, max_tokens=8)
+    assert "draft_proposed" not in reply["runner"] and "draft_accepted" not in reply["runner"]
