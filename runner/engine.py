@@ -3,9 +3,10 @@
 `Engine` serves one `ChatRequest` at a time. It renders the prompt with `runner.chat_adapter`
 (ChatML with the tools, one segment per message), keeps the KV entries of leading segments the
 previous request shared (and the first segment's from disk, `runner.kvprefix`), evaluates the
-rest, then generates greedily (temperature 0): free text watched for a call, or under the
-grammar `runner.chat_adapter` builds for the request's ``tool_choice``; text the call grammar
-forces is evaluated as one batch (jump-forward). It yields `runner.chat_adapter`'s events
+rest, then generates greedily (temperature 0, `GreedySampler`): free text watched for a call,
+or under the grammar `runner.chat_adapter` builds for the request's ``tool_choice``; text the
+call grammar forces is evaluated as one batch (jump-forward); with drafting, tokens found
+earlier in the context are verified a batch at a time (`Feeder`). It yields `runner.chat_adapter`'s events
 (`TextDelta`, `CallDelta`, `Finished`), which `runner.local_app` shapes as OpenAI replies.
 
 Rendering, parsing and grammars are `runner.chat_adapter`'s; this module only drives llama.cpp.
@@ -209,8 +210,9 @@ class Engine:
 
         `Finished.timings`: prompt_tokens; cached_prompt_tokens (KV entries reused);
         prompt_eval_tokens (evaluated) and prompt_eval_ms; eval_tokens (generated) and
-        eval_ms (sampling and single-token decodes); first_token_ms (request start to the
-        first generated token); handler_ms (whole call, lock wait excluded).
+        eval_ms (sampling and decodes); first_token_ms (request start to the first generated
+        token); handler_ms (whole call, lock wait excluded); prefix_disk_tokens; dropped_call;
+        with drafting, draft_proposed and draft_accepted (tokens drafted, and confirmed).
 
         Raises:
             RequestError: bad tool_choice or tools; ContextOverflow when the prompt does not fit.
@@ -385,7 +387,7 @@ class Engine:
         reply.generated += 1
         reply.text += piece
         yield from reply.splitter.feed(piece)
-        if not reply.splitter.stopped:
+        if not reply.splitter.stopped and reply.generated < reply.max_tokens:  # else no token follows
             self.feeder.feed([token])
 
     def _open_call(self, reply: _Reply, token: int, piece: str, opened: int) -> Iterator[Event]:

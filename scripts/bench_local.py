@@ -13,7 +13,7 @@ half of the development suites (`runner suite --split test`). The settings compa
 
 Printed: the ratio new / today of the mean and p95 turn time; generation tokens/s of each side
 and of llama-cpp-python's own ``Llama.generate`` replaying the new side's turns (same rendered
-prompt, greedy, the same number of tokens, no grammar), by kind of turn; prompt tokens reused
+prompt, greedy, the same number of tokens, no grammar, right after each task), by kind of turn; prompt tokens reused
 and evaluated per kind of turn (the forced-answer turn's, ``tool_choice`` none, among them);
 whether every reply was identical on both sides (turns with ``tool_choice`` none apart: their
 prompt differs by design); the speculative acceptance rate; the load average before and after.
@@ -123,15 +123,20 @@ def _tool_schemas(state: RunState) -> list[dict[str, Any]]:
     return [tool.schema() for tool in build(state.config)]
 
 
-def raw_generation(path: Path, turns: list[Turn]) -> list[float]:
-    """llama-cpp-python's own ``Llama.generate`` on each turn's prompt (greedy, no grammar) for the
-    turn's number of tokens: generation ms per turn (wall time after the prompt was evaluated)."""
-    import llama_cpp
+def raw_model(path: Path) -> Any:
+    """The model loaded in this process with llama-cpp-python, as runner's server loads it."""
     from llama_cpp import Llama
 
     settings = LocalSettings(model=path, port=0)
-    llm = Llama(model_path=str(path), n_ctx=settings.n_ctx, n_threads=settings.n_threads,
-                n_threads_batch=settings.n_threads, n_batch=settings.n_batch, seed=0, verbose=False)
+    return Llama(model_path=str(path), n_ctx=settings.n_ctx, n_threads=settings.n_threads,
+                 n_threads_batch=settings.n_threads, n_batch=settings.n_batch, seed=0, verbose=False)
+
+
+def raw_generation(llm: Any, turns: list[Turn]) -> list[float]:
+    """llama-cpp-python's own ``Llama.generate`` on each turn's prompt (greedy, no grammar) for the
+    turn's number of tokens: generation ms per turn (wall time after the prompt was evaluated)."""
+    import llama_cpp
+
     out = []
     for turn in turns:
         tokens = llm.tokenize(turn.prompt_text.encode("utf-8"), add_bos=False, special=True)
@@ -142,7 +147,6 @@ def raw_generation(path: Path, turns: list[Turn]) -> list[float]:
                 break
         wall_ms = (time.perf_counter() - began) * 1000
         out.append(wall_ms - llama_cpp.llama_perf_context(llm.ctx).t_p_eval_ms)
-    del llm
     return out
 
 
@@ -222,6 +226,8 @@ def main() -> int:
     extra = {"today": SIDES["today"], "new": {"draft": args.draft}}
     servers = {label: LocalServer(LocalSettings(model=path, model_name=name, port=0, **extra[label])) for label in SIDES}
     load_before = list(os.getloadavg())
+    raw_ms: list[float] = []
+    llm = None if args.no_raw else raw_model(path)
     try:
         for server in servers.values():
             server.start()
@@ -233,12 +239,13 @@ def main() -> int:
                 side.turns += turns
                 side.correct += correct
                 side.tasks += 1
+                if label == "new" and llm is not None:  # raw replay of the same turns, right after them
+                    raw_ms += raw_generation(llm, turns)
             print(f"{suite.name}/{task_id}: today {sum(t.ms for t in sides['today'].turns):,.0f} ms, "
                   f"new {sum(t.ms for t in sides['new'].turns):,.0f} ms so far", file=sys.stderr, flush=True)
     finally:
         for server in servers.values():
             server.stop()
-    raw_ms = [] if args.no_raw else raw_generation(path, sides["new"].turns)
     load_after = list(os.getloadavg())
     text, numbers = report(sides, raw_ms, [load_before, load_after], name)
     print(text)
