@@ -112,6 +112,7 @@ class _Reply:
         finish: "length" until generation ends otherwise ("stop", "cancelled").
         inject: forced text to evaluate next, "" for none.
         held: the reply's opening held back while it may be an untagged call, else None.
+        held_tokens: the tokens of `held`.
         watching: free text watched for the model writing ``<tool_call>`` (tool_choice auto).
     """
 
@@ -131,6 +132,7 @@ class _Reply:
     finish: str = "length"
     inject: str = ""
     held: str | None = None
+    held_tokens: list[int] = field(default_factory=list)
     watching: bool = False
     max_calls: int = MAX_CALLS_PER_TURN
 
@@ -159,7 +161,9 @@ class Engine:
             reply's start and writes it again under `untagged_call_grammar`. For models that
             write calls without the ``<tool_call>`` tag (Qwen2.5-Coder); the manifest says which.
         check_first: greedy sampling under a grammar tries the best token alone first
-            (`GreedySampler`); False applies the grammar to the whole vocabulary every token.
+            (`GreedySampler`), and an untagged call's opening the call grammar allows is kept
+            instead of written again (`_hold`); False: the grammar over the whole vocabulary
+            every token, and every untagged call rewound.
         none_keeps_tools: ``tool_choice`` none keeps the tools in the prompt (the KV cache of the
             conversation is reused) and rules calls out by grammar; False hides them, as runner
             did before (every token after the system prompt is evaluated again).
@@ -190,6 +194,7 @@ class Engine:
         self.untagged_calls = untagged_calls
         self.check_first = check_first
         self.none_keeps_tools = none_keeps_tools
+        self.keep_untagged_opening = check_first
         self.feeder = Feeder(llama, draft, draft_tokens)
         self._lock = threading.Lock()
         self._segments: list[list[int]] = []
@@ -352,9 +357,12 @@ class Engine:
 
         Returns:
             True when the token was dealt with here: the opening is still undecided (the token
-            is evaluated and held), or it is an untagged call (generation rewinds to the reply's
-            start under `untagged_call_grammar`). False when nothing is held (any more): the
-            reply is text and the token goes on as usual, after `_release_held`.
+            is evaluated and held), or it is an untagged call: generation goes on under
+            `untagged_call_grammar`, from here when the grammar allows the opening as written
+            (greedy choices the grammar allows are the greedy choices under it, so the tokens
+            are those a rewind would give), else from the reply's start. False when nothing is
+            held (any more): the reply is text and the token goes on as usual, after
+            `_release_held`.
         """
         if reply.held is None:
             return False
@@ -364,13 +372,23 @@ class Engine:
         reply.generated += 1
         if verdict == "undecided":
             reply.held += piece
+            reply.held_tokens.append(token)
             self.feeder.feed([token])
             return True
-        self._rewind_reply(reply.header)
-        reply.decoder.reset()
-        reply.sampler = self._untagged_sampler(reply.tools, reply.max_calls)
+        sampler = self._untagged_sampler(reply.tools, reply.max_calls)
         reply.splitter.start_untagged()
-        reply.held, reply.watching = None, False
+        if self.keep_untagged_opening and sampler.follows([*reply.held_tokens, token]):
+            opening = reply.held + piece
+            reply.text += opening
+            reply.splitter.feed(opening)
+            if reply.generated < reply.max_tokens:
+                self.feeder.feed([token])
+        else:
+            self._rewind_reply(reply.header)
+            reply.decoder.reset()
+            sampler = self._untagged_sampler(reply.tools, reply.max_calls)
+        reply.sampler = sampler
+        reply.held, reply.held_tokens, reply.watching = None, [], False
         return True
 
     def _release_held(self, reply: _Reply) -> list[Event]:
@@ -547,6 +565,15 @@ class GreedySampler:
                 token = self._constrained(logits)
             self._llama_cpp.llama_sampler_accept(self._grammar, token)
         return token
+
+    def follows(self, tokens: list[int]) -> bool:
+        """Advance the grammar over `tokens` if it allows each in turn; False at the first it
+        refuses (the grammar's state is then past some of them: use another sampler)."""
+        for token in tokens:
+            if self._grammar is not None and not self._allows(token, 0.0):
+                return False
+            self.accept(token)
+        return True
 
     def accept(self, token: int) -> None:
         """Advance the grammar over `token` (text evaluated without sampling: forced text)."""
