@@ -1,10 +1,10 @@
-"""Hermes-style tool calling on llama.cpp: render the prompt, generate under a grammar, stream.
+"""Hermes-style tool calling for llama.cpp: render the prompt, build the grammars, parse the reply.
 
 Why this exists: llama-cpp-python 0.3.x has no chat handler that both shows tool results to
 the model and returns OpenAI ``tool_calls``; its ``chatml-function-calling`` handler renders
 every ``role: tool`` message as an empty turn, and a GGUF's own template returns
 ``<tool_call>…</tool_call>`` as plain content. This module is the replacement, served under the
-chat format name `HANDLER_NAME` by `runner.local_app`.
+chat format name `HANDLER_NAME` by `runner.local_app` with `runner.engine.Engine`.
 
 Prompt format (ChatML, with tools the way Qwen2.5's own chat template renders them; the
 equivalence is tested against that template):
@@ -15,18 +15,15 @@ equivalence is tested against that template):
 - an assistant tool call is ``\\n<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>``;
 - consecutive tool results form one user turn of ``<tool_response>…</tool_response>`` blocks.
 
-Generation (`Engine`): greedy (temperature 0), so a reply is a function of the prompt. Tool
-calls are constrained by a llama.cpp grammar built from the offered tools' JSON schemas
-(`call_grammar`): with ``tool_choice`` ``auto`` the grammar is lazy — free text until the model
-writes ``<tool_call>``, then only an offered tool's name, arguments valid for its schema (no
-extra keys) and ``</tool_call>``, then further calls or the end of the turn; ``required`` and a
-named function put the whole turn under the grammar (exactly one call); ``none`` keeps the
-tools in the prompt (the KV cache of the conversation stays valid) and generates under a grammar
-that admits no call (`no_call_grammar`).
-The prompt is evaluated message by message and the KV cache is reused for whole messages only
-(see `Engine`), which makes a warm server's reply identical to a fresh one's.
+The grammars (`call_grammar`, `untagged_call_grammar`, `no_call_grammar`): greedy generation in
+`runner.engine` follows one per request. With ``tool_choice`` ``auto`` the call grammar is lazy —
+free text until the model writes ``<tool_call>``, then only an offered tool's name, arguments
+valid for its schema (no extra keys) and ``</tool_call>``, then further calls or the end of the
+turn; ``required`` and a named function put the whole turn under it (exactly one call);
+``none`` keeps the tools in the prompt (the KV cache of the conversation stays valid) and admits
+no call (`no_call_grammar`). `CallForcer` knows the text the call grammar forces.
 
-Output (`Engine.stream`'s events; `runner.local_app` shapes them as OpenAI replies): text
+Output (`ReplySplitter`'s events; `runner.local_app` shapes them as OpenAI replies): text
 outside calls is content; each complete call becomes an OpenAI tool call (id
 ``call_<n>``, n counted over the whole conversation so ids never repeat). Untagged JSON is never
 a call, and a call cut short by ``max_tokens`` is dropped, never sent half-made.
@@ -34,23 +31,14 @@ a call, and a call cut short by ``max_tokens`` is dropped, never sent half-made.
 
 from __future__ import annotations
 
-import codecs
 import functools
 import json
 import re
-import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
-
-if TYPE_CHECKING:
-    from llama_cpp import Llama
-
-    from runner.kvprefix import PrefixStore
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 HANDLER_NAME = "runner-hermes"
-DEFAULT_MAX_TOKENS = 512
 MAX_CALLS_PER_TURN = 8
 """Most calls one assistant turn may make (the grammar's repetition bound)."""
 STOP_STRINGS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
@@ -78,20 +66,6 @@ _DEFAULT_SYSTEM = re.compile(r"<\|im_start\|>system(?:\n|\\n)([^'\"{}<]+?)<\|im_
 
 class RequestError(ValueError):
     """The request cannot be served as given (HTTP 400); the message says why."""
-
-
-class ContextOverflow(RequestError):
-    """The rendered prompt does not fit the context window.
-
-    Attributes:
-        n_prompt_tokens: the prompt's tokens. n_ctx: the context window, tokens.
-    """
-
-    def __init__(self, n_prompt_tokens: int, n_ctx: int) -> None:
-        super().__init__(f"This model's maximum context length is {n_ctx} tokens; "
-                         f"the prompt has {n_prompt_tokens} tokens")
-        self.n_prompt_tokens = n_prompt_tokens
-        self.n_ctx = n_ctx
 
 
 @dataclass(frozen=True)
@@ -317,11 +291,11 @@ def _parse_call(body: str, tool_names: Sequence[str]) -> tuple[str, JsonObject] 
     return str(payload["name"]), arguments
 
 
-def _count_prior_calls(messages: Sequence[Mapping[str, Any]]) -> int:
+def count_prior_calls(messages: Sequence[Mapping[str, Any]]) -> int:
     return sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
 
 
-def _tool_names(tools: Sequence[Mapping[str, Any]] | None) -> list[str]:
+def offered_tool_names(tools: Sequence[Mapping[str, Any]] | None) -> list[str]:
     return [str(t.get("function", {}).get("name")) for t in tools or []]
 
 
@@ -669,29 +643,7 @@ def _partial_marker(text: str, markers: Sequence[str]) -> int:
     return best
 
 
-# --- generation on llama.cpp -------------------------------------------------------------------
-
-
-@dataclass
-class ChatRequest:
-    """What the engine needs from an OpenAI chat request (validated by `runner.local_app`).
-
-    Attributes:
-        messages: OpenAI messages, at least one.
-        tools: OpenAI tool definitions (legacy ``functions`` already converted).
-        tool_choice: as `parse_tool_choice` reads it.
-        max_tokens: reply cap, tokens (None: the server's default).
-        stop: extra stop strings.
-        parallel_tool_calls: False: at most one call in the reply (OpenAI's
-            ``parallel_tool_calls``); True: up to `MAX_CALLS_PER_TURN`.
-    """
-
-    messages: list[JsonObject]
-    tools: list[JsonObject] = field(default_factory=list)
-    tool_choice: Any = None
-    max_tokens: int | None = None
-    stop: list[str] = field(default_factory=list)
-    parallel_tool_calls: bool = True
+# --- text the call grammar forces ------------------------------------------------------------
 
 
 class CallForcer:
@@ -736,403 +688,3 @@ class CallForcer:
 def _tool_parameters(tools: Sequence[Mapping[str, Any]]) -> dict[str, JsonObject]:
     return {str((t.get("function") or {}).get("name")): dict((t.get("function") or {}).get("parameters") or {})
             for t in tools}
-
-
-@dataclass
-class _Reply:
-    """One reply while `Engine` generates it: what drives generation and what it has made so far.
-
-    Attributes:
-        splitter: turns the reply's text into events.
-        sampler: greedy llama.cpp sampler, under whichever grammar applies now.
-        forcer: finds text the call grammar forces (jump-forward).
-        decoder: incremental UTF-8 decoder of the sampled tokens' bytes.
-        tools: the tools in view. choice: the request's ``tool_choice``.
-        header: the assistant header's tokens (the prompt's last segment).
-        max_tokens: the reply cap, tokens. began: request start, `time.perf_counter()` s.
-        text: the reply so far. tail: its last characters while watching for ``<tool_call>``.
-        generated: tokens generated (sampled or forced). first_token_ms: request start to the
-            first sampled token, ms (0 until then).
-        finish: "length" until generation ends otherwise ("stop", "cancelled").
-        inject: forced text to evaluate next, "" for none.
-        held: the reply's opening held back while it may be an untagged call, else None.
-        watching: free text watched for the model writing ``<tool_call>`` (tool_choice auto).
-    """
-
-    splitter: ReplySplitter
-    sampler: Any
-    forcer: CallForcer
-    decoder: codecs.IncrementalDecoder
-    tools: list[JsonObject]
-    choice: ToolChoice
-    header: list[int]
-    max_tokens: int
-    began: float
-    text: str = ""
-    tail: str = ""
-    generated: int = 0
-    first_token_ms: float = 0.0
-    finish: str = "length"
-    inject: str = ""
-    held: str | None = None
-    watching: bool = False
-    max_calls: int = MAX_CALLS_PER_TURN
-
-
-class Engine:
-    """Greedy chat generation on one `Llama`, one request at a time.
-
-    KV reuse, message by message: the prompt is tokenized per segment (`render_segments`) and
-    evaluated one segment per ``Llama.eval`` call. Leading segments identical to the previous
-    request's are kept in the KV cache; the rest, and always the final assistant header, are
-    evaluated again. Every token's KV entries and the first token's logits therefore come from
-    the same batch composition whether the server is fresh or warm, so a fresh and a warm
-    server give byte-identical replies (llama.cpp's batched and single-token kernels round
-    differently; reusing a prefix that ends mid-message, as llama-cpp-python does, changed the
-    first reply of a warm server). Generated tokens are never reused: the next request
-    re-evaluates the assistant message as a prompt segment.
-
-    Args:
-        llama: the loaded model.
-        default_max_tokens: reply cap when a request sets none, tokens.
-        reuse_prefix: False evaluates every prompt in full (for measuring what reuse saves).
-        jump_forward: evaluate text the call grammar forces as one batch (`CallForcer`);
-            False samples it token by token (for measuring what that saves).
-        untagged_calls: with ``tool_choice`` auto, a reply that starts with a JSON object (bare,
-            fenced or in doubled braces) is a call (`untagged_start`): generation rewinds to the
-            reply's start and writes it again under `untagged_call_grammar`. For models that
-            write calls without the ``<tool_call>`` tag (Qwen2.5-Coder); the manifest says which.
-
-    `prefix_store`, when set, gives a cold engine the first segment's KV entries from disk
-    (`runner.kvprefix`): loaded when no segment is reused from memory, saved when it was
-    evaluated into an empty cache.
-    """
-
-    prefix_store: PrefixStore | None = None
-    _disk_prefix: list[int] | None = None
-    """The first segment as loaded from disk, while its KV entries are in the cache."""
-    _disk_tokens = 0
-
-    def __init__(self, llama: Llama, default_max_tokens: int = DEFAULT_MAX_TOKENS,
-                 reuse_prefix: bool = True, jump_forward: bool = True, untagged_calls: bool = False) -> None:
-        import llama_cpp
-
-        self.llama = llama
-        self.default_max_tokens = default_max_tokens
-        self.reuse_prefix = reuse_prefix
-        self.jump_forward = jump_forward
-        self.untagged_calls = untagged_calls
-        self._lock = threading.Lock()
-        self._segments: list[list[int]] = []
-        self._default_system = default_system_prompt(llama.metadata.get("tokenizer.chat_template"))
-        self._vocab = llama._model.vocab
-        self._is_eog = llama_cpp.llama_vocab_is_eog
-        self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
-
-    def tokens(self, text: str) -> int:
-        """Token count of `text` in this model's tokenizer (no BOS, special tokens parsed)."""
-        return len(self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True))
-
-    def stream(self, request: ChatRequest, cancel: threading.Event) -> Iterator[Event]:
-        """Generate one reply as events: `TextDelta`/`CallDelta` as tokens arrive, then `Finished`.
-
-        Waits for the previous request to finish first. Setting `cancel` stops generation
-        within one token (finish_reason "cancelled"). Close the iterator when abandoning it.
-
-        `Finished.timings`: prompt_tokens; cached_prompt_tokens (KV entries reused);
-        prompt_eval_tokens (evaluated) and prompt_eval_ms; eval_tokens (generated) and
-        eval_ms (sampling and single-token decodes); first_token_ms (request start to the
-        first generated token); handler_ms (whole call, lock wait excluded).
-
-        Raises:
-            RequestError: bad tool_choice or tools; ContextOverflow when the prompt does not fit.
-        """
-        names = _tool_names(request.tools)
-        choice = parse_tool_choice(request.tool_choice, names)
-        # Under "none" the tools stay in the prompt, where every other turn has them, so the
-        # conversation's KV entries are reused; a grammar rules the call out instead
-        # (`no_call_grammar`).
-        tools = request.tools if choice.mode != "none" else []
-        prose_only = choice.mode == "none" and bool(request.tools)
-        segments = render_segments(request.messages, request.tools, self._default_system)
-        with self._lock:
-            yield from self._generate(request, choice, tools, segments, cancel, prose_only)
-
-    def _generate(self, request: ChatRequest, choice: ToolChoice, tools: list[JsonObject],
-                  segments: list[str], cancel: threading.Event, prose_only: bool = False) -> Iterator[Event]:
-        """Evaluate the prompt, then generate the reply as events ending with `Finished`.
-
-        Args:
-            request: the request being served.
-            choice: its checked ``tool_choice``.
-            tools: the tools the reply may call (none under ``tool_choice`` none, where they are
-                still in the prompt).
-            segments: the rendered prompt, one string per turn (`render_segments`).
-            cancel: set to stop generation within one token.
-            prose_only: generate under `no_call_grammar` (see `stream`).
-
-        Raises:
-            ContextOverflow: the prompt leaves no room for a reply token.
-        """
-        began = time.perf_counter()
-        seg_tokens = [self.llama.tokenize(s.encode("utf-8"), add_bos=self._add_bos and i == 0, special=True)
-                      for i, s in enumerate(segments)]
-        prompt_tokens = sum(len(s) for s in seg_tokens)
-        # llama.cpp rounds a context up (to at least 256 tokens), llama-cpp-python keeps room
-        # for the n_ctx it was asked for: the smaller is what fits
-        n_ctx = min(self.llama.n_ctx(), len(self.llama.input_ids))
-        room = n_ctx - prompt_tokens
-        if room < 1:
-            raise ContextOverflow(prompt_tokens, n_ctx)
-        max_tokens = min(request.max_tokens or self.default_max_tokens, room)
-        cached = self._load_prompt(seg_tokens)
-        prompt_done = time.perf_counter()
-        reply = self._start_reply(request, choice, tools, prose_only, max_tokens, seg_tokens[-1], began)
-        yield from self._decode(reply, cancel)
-        yield from self._release_held(reply)  # a reply that ended while still undecided is text
-        yield from reply.splitter.finish()
-        yield self._finished(reply, prompt_tokens, cached, prompt_done)
-
-    def _start_reply(self, request: ChatRequest, choice: ToolChoice, tools: list[JsonObject],
-                     prose_only: bool, max_tokens: int, header: list[int], began: float) -> _Reply:
-        """The state of a reply about to be generated: its sampler, splitter and forced text.
-
-        Args:
-            request, choice, tools, prose_only: as for `_generate`.
-            max_tokens: the reply cap, tokens (already fitted to the context window).
-            header: the assistant header's tokens (the prompt's last segment).
-            began: `time.perf_counter()` when the request started, s.
-        """
-        splitter = ReplySplitter(_tool_names(tools), _count_prior_calls(request.messages),
-                                 [*STOP_STRINGS, *request.stop], calls_allowed=bool(tools))
-        # auto: free text, watched for the opening tag; required/named: the grammar from token 1.
-        watching = bool(tools) and choice.mode == "auto"
-        constrained = bool(tools) and choice.mode in ("required", "named")
-        calls = MAX_CALLS_PER_TURN if request.parallel_tool_calls else 1
-        sampler = (self._grammar_sampler(no_call_grammar(self.untagged_calls)) if prose_only
-                   else self._sampler(tools, choice if constrained else None, calls))
-        return _Reply(
-            splitter=splitter,
-            sampler=sampler,
-            forcer=CallForcer(tools if self.jump_forward else [], choice.name),
-            decoder=codecs.getincrementaldecoder("utf-8")(errors="replace"),
-            tools=tools,
-            choice=choice,
-            header=header,
-            max_tokens=max_tokens,
-            began=began,
-            inject=CALL_OPEN if constrained else "",
-            # Untagged calls: the reply's opening is held back until `untagged_start` decides.
-            held="" if watching and self.untagged_calls else None,
-            watching=watching,
-            max_calls=MAX_CALLS_PER_TURN if request.parallel_tool_calls else 1,
-        )
-
-    def _decode(self, reply: _Reply, cancel: threading.Event) -> Iterator[Event]:
-        """Generate until end of turn, a stop string, `cancel` or max_tokens; sets `reply.finish`."""
-        while reply.generated < reply.max_tokens:
-            if cancel.is_set():
-                reply.finish = "cancelled"
-                return
-            reply.inject = reply.inject or reply.forcer.forced(reply.text)
-            if reply.inject:
-                yield from self._jump_forward(reply)
-                continue
-            token = reply.sampler.sample(self.llama._ctx, -1)
-            if self._is_eog(self._vocab, token):
-                reply.finish = "stop"
-                return
-            reply.first_token_ms = reply.first_token_ms or (time.perf_counter() - reply.began) * 1000
-            piece = reply.decoder.decode(self.llama.detokenize([token], special=True))
-            if self._hold(reply, token, piece):
-                continue
-            yield from self._release_held(reply)
-            opened = (reply.tail + piece).find(CALL_OPEN) if reply.watching else -1
-            if opened >= 0:
-                yield from self._open_call(reply, token, piece, opened)
-                continue
-            yield from self._emit(reply, token, piece)
-            if reply.splitter.stopped:
-                reply.finish = "stop"
-                return
-
-    def _jump_forward(self, reply: _Reply) -> Iterator[Event]:
-        """Evaluate `reply.inject`, text the grammar allows in one way only, as one batch.
-
-        The text is cut to the tokens left under max_tokens; the sampler accepts each token so
-        its grammar state follows.
-        """
-        whole = self._tokenize(reply.inject)
-        tokens = whole[: reply.max_tokens - reply.generated]
-        piece = reply.inject if tokens == whole else self.llama.detokenize(tokens, special=True).decode("utf-8", "replace")
-        for forced in tokens:
-            reply.sampler.accept(forced)
-        self.llama.eval(tokens)
-        reply.generated += len(tokens)
-        reply.text += piece
-        reply.inject = ""
-        yield from reply.splitter.feed(piece)
-
-    def _hold(self, reply: _Reply, token: int, piece: str) -> bool:
-        """Hold back the reply's opening while `untagged_start` cannot tell whether it is a call.
-
-        Returns:
-            True when the token was dealt with here: the opening is still undecided (the token
-            is evaluated and held), or it is an untagged call (generation rewinds to the reply's
-            start under `untagged_call_grammar`). False when nothing is held (any more): the
-            reply is text and the token goes on as usual, after `_release_held`.
-        """
-        if reply.held is None:
-            return False
-        verdict = untagged_start(reply.held + piece)
-        if verdict == "text":
-            return False
-        reply.generated += 1
-        if verdict == "undecided":
-            reply.held += piece
-            self.llama.eval([token])
-            return True
-        self._rewind_reply(reply.header)
-        reply.decoder.reset()
-        reply.sampler = self._untagged_sampler(reply.tools, reply.max_calls)
-        reply.splitter.start_untagged()
-        reply.held, reply.watching = None, False
-        return True
-
-    def _release_held(self, reply: _Reply) -> list[Event]:
-        """Show the held opening as text (it was evaluated already) and stop holding."""
-        earlier, reply.held = reply.held, None
-        if not earlier:
-            return []
-        reply.text, reply.tail = reply.text + earlier, (reply.tail + earlier)[-len(CALL_OPEN):]
-        return reply.splitter.feed(earlier)
-
-    def _emit(self, reply: _Reply, token: int, piece: str) -> Iterator[Event]:
-        """Add a sampled token's text to the reply; evaluate the token unless a stop string ended it."""
-        reply.tail = (reply.tail + piece)[-len(CALL_OPEN):]
-        reply.generated += 1
-        reply.text += piece
-        yield from reply.splitter.feed(piece)
-        if not reply.splitter.stopped:
-            self.llama.eval([token])
-
-    def _open_call(self, reply: _Reply, token: int, piece: str, opened: int) -> Iterator[Event]:
-        """The model wrote ``<tool_call>`` (ending `opened` characters into tail + piece): keep
-        the text up to the tag's end (a token may run past it), then hand the rest of the turn
-        to the call grammar."""
-        head = piece[: opened + len(CALL_OPEN) - len(reply.tail)]
-        replacement = [token] if head == piece else self._tokenize(head)
-        reply.generated += len(replacement)
-        reply.text += head
-        yield from reply.splitter.feed(head)
-        self.llama.eval(replacement)
-        reply.watching, reply.tail = False, ""
-        reply.sampler = self._sampler(reply.tools, reply.choice, reply.max_calls, after_open=True)
-
-    def _finished(self, reply: _Reply, prompt_tokens: int, cached: int, prompt_done: float) -> Finished:
-        """The reply's `Finished` event, with the timings `stream` documents.
-
-        Args:
-            reply: the reply, fully generated.
-            prompt_tokens: the prompt's tokens. cached: those whose KV entries were reused.
-            prompt_done: `time.perf_counter()` when the prompt was evaluated, s.
-        """
-        done = time.perf_counter()
-        finish = "tool_calls" if reply.finish == "stop" and reply.splitter.calls else reply.finish
-        return Finished(finish, prompt_tokens, reply.generated, {
-            "prompt_tokens": prompt_tokens,
-            "cached_prompt_tokens": cached,
-            "prompt_eval_tokens": prompt_tokens - cached,
-            "prompt_eval_ms": round((prompt_done - reply.began) * 1000, 3),
-            "eval_tokens": reply.generated,
-            "eval_ms": round((done - prompt_done) * 1000, 3),
-            "first_token_ms": round(reply.first_token_ms, 3),
-            "prefix_disk_tokens": self._disk_tokens,
-            "handler_ms": round((done - reply.began) * 1000, 3),
-            "dropped_call": reply.splitter.dropped_call,
-        })
-
-    def _load_prompt(self, seg_tokens: list[list[int]]) -> int:
-        """Evaluate the prompt segment by segment, keeping matching leading segments; returns
-        the number of prompt tokens whose KV entries were reused."""
-        keep = 0
-        limit = min(len(self._segments), len(seg_tokens) - 1) if self.reuse_prefix else 0  # header: always
-        while keep < limit and self._segments[keep] == seg_tokens[keep]:
-            keep += 1
-        if keep == 0 and self.reuse_prefix and len(seg_tokens) > 1:
-            keep = self._restore_prefix(seg_tokens[0])
-        self._disk_tokens = len(seg_tokens[0]) if keep and seg_tokens[0] == self._disk_prefix else 0
-        self._segments = seg_tokens[:keep]
-        cached = sum(len(s) for s in self._segments)
-        self.llama.n_tokens = cached  # eval() drops every KV entry from here on
-        for segment in seg_tokens[keep:]:
-            self.llama.eval(segment)
-            self._segments.append(segment)
-            if len(self._segments) == 1 and len(seg_tokens) > 1:
-                self._disk_prefix = None
-                self._save_prefix(segment)
-        return cached
-
-    def warm_up(self) -> None:
-        """Get a cold engine ready before its first request, as llama.cpp's own server does:
-        one throwaway decode (the model's weights are read in, buffers allocated), then an
-        empty cache again; then, with a prefix store, its most recently used saved prefix
-        is loaded as if the previous request had left it."""
-        self.llama.n_tokens = 0
-        self.llama.eval(self._tokenize("<|im_start|>"))
-        self.llama.n_tokens = 0
-        self.llama._ctx.kv_cache_seq_rm(-1, 0, -1)
-        self._segments = []
-        tokens = self.prefix_store.latest() if self.prefix_store is not None and self.reuse_prefix else None
-        if tokens and self._restore_prefix(tokens):
-            self._segments = [tokens]
-
-    def _restore_prefix(self, tokens: list[int]) -> int:
-        """1 if the prefix store loaded `tokens`' KV entries (the first segment), else 0."""
-        if self.prefix_store is None or not self.prefix_store.restore(self.llama, tokens):
-            return 0
-        self._disk_prefix = tokens
-        return 1
-
-    def _save_prefix(self, tokens: list[int]) -> None:
-        if self.prefix_store is not None and self.reuse_prefix:
-            self.prefix_store.save(self.llama, tokens)
-
-    def _rewind_reply(self, header: list[int]) -> None:
-        """Forget the tokens generated so far: drop their KV entries and evaluate the assistant
-        header again as its own batch, as `_load_prompt` does, so the next token is sampled from
-        the very logits the reply's first token was (the reply is rewritten under a grammar)."""
-        self.llama.n_tokens = sum(len(s) for s in self._segments) - len(header)
-        self.llama.eval(header)
-
-    def _grammar_sampler(self, grammar: str) -> Any:
-        """Greedy sampling under the GBNF `grammar` from the reply's next token."""
-        from llama_cpp._internals import LlamaSampler
-        from llama_cpp.llama_grammar import LlamaGrammar
-
-        sampler: Any = LlamaSampler()  # type: ignore[no-untyped-call]
-        sampler.add_grammar(self.llama._model, LlamaGrammar.from_string(grammar, verbose=False))
-        sampler.add_greedy()
-        return sampler
-
-    def _untagged_sampler(self, tools: list[JsonObject], calls: int) -> Any:
-        """Greedy sampling under `untagged_call_grammar` from the reply's first token."""
-        return self._grammar_sampler(untagged_call_grammar(tools, calls))
-
-    def _tokenize(self, text: str) -> list[int]:
-        return self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
-
-    def _sampler(self, tools: list[JsonObject], choice: ToolChoice | None, calls: int = MAX_CALLS_PER_TURN,
-                 after_open: bool = False) -> Any:
-        """Greedy sampling, under the call grammar (at most `calls` calls with ``tool_choice``
-        auto) unless `choice` is None (free text)."""
-        from llama_cpp._internals import LlamaSampler
-        from llama_cpp.llama_grammar import LlamaGrammar
-
-        sampler: Any = LlamaSampler()  # type: ignore[no-untyped-call]
-        if choice is not None and choice.mode != "none" and tools:
-            calls = calls if choice.mode == "auto" else 1
-            text = call_grammar(tools, choice.name, calls=calls, after_open=after_open)
-            sampler.add_grammar(self.llama._model, LlamaGrammar.from_string(text, verbose=False))
-        sampler.add_greedy()
-        return sampler

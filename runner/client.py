@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 from runner import inprocess
 from runner.errors import ErrorKind, ProviderError
-from runner.state import FunctionCall, Message, ToolCall
+from runner.state import EngineTimings, FunctionCall, Message, ToolCall
 from runner.streaming import StreamedError, StreamError, StreamProgress, read_sse
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -111,6 +111,8 @@ class ChatReply:
         neutralised: control-token look-alikes defused in the request's user and tool text.
         dropped_call: the server says it dropped a call it could not finish or parse (runner's
             local server reports it as ``runner.dropped_call``).
+        engine: the local engine's account of the reply (prompt tokens reused and evaluated,
+            prompt and generation ms, drafted tokens), when the server gave one (`engine_timings`).
     """
 
     message: Message
@@ -123,6 +125,7 @@ class ChatReply:
     rewrites: list[dict[str, Any]] = field(default_factory=list)
     neutralised: int = 0
     dropped_call: bool = False
+    engine: EngineTimings | None = None
 
     @property
     def slip(self) -> SlipKind | None:
@@ -471,7 +474,32 @@ def _reply(data: dict[str, Any], body: dict[str, Any], call_ids: str) -> ChatRep
     dropped = isinstance(extra, dict) and extra.get("dropped_call") is True
     return ChatReply(message=message, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                      finish_reason=finish, provider_ms=0.0, usage_estimated=estimated, rewrites=rewrites,
-                     dropped_call=dropped)
+                     dropped_call=dropped, engine=engine_timings(data))
+
+
+def engine_timings(data: dict[str, Any]) -> EngineTimings | None:
+    """The engine's account of a reply from its body (or its stream's last chunks): runner's
+    server sends it as ``runner`` (``cached_prompt_tokens``, ``prompt_eval_tokens``,
+    ``prompt_eval_ms``, ``eval_ms``, ``draft_accepted``, ``draft_proposed``), llama.cpp's own
+    server as ``timings`` (``cache_n``, ``prompt_n``, ``prompt_ms``, ``predicted_ms``,
+    ``draft_n_accepted``, ``draft_n``). None when neither is there, or a number is missing."""
+    ours, theirs = data.get("runner"), data.get("timings")
+    if isinstance(ours, dict) and "prompt_eval_tokens" in ours:
+        keys = ("cached_prompt_tokens", "prompt_eval_tokens", "prompt_eval_ms", "eval_ms", "draft_accepted",
+                "draft_proposed")
+        source = ours
+    elif isinstance(theirs, dict) and "prompt_n" in theirs:
+        keys = ("cache_n", "prompt_n", "prompt_ms", "predicted_ms", "draft_n_accepted", "draft_n")
+        source = theirs
+    else:
+        return None
+    values = [source.get(k) for k in keys]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values[:4]):
+        return None
+    drafted = [int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None for v in values[4:]]
+    return EngineTimings(prompt_reused=int(values[0] or 0), prompt_evaluated=int(values[1] or 0),
+                         prompt_ms=float(values[2] or 0), gen_ms=float(values[3] or 0),
+                         draft_accepted=drafted[0], draft_proposed=drafted[1])
 
 
 def _int(value: Any) -> int:

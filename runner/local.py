@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from runner.chat_adapter import DEFAULT_MAX_TOKENS, HANDLER_NAME
+from runner.chat_adapter import HANDLER_NAME
+from runner.engine import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_TOKENS
 from runner.errors import LocalServerError, ManifestError, ModelError, UsageError
 from runner.procs import die_with
 
@@ -99,6 +100,12 @@ class LocalSettings(BaseModel):
     jump_forward: bool = Field(default=True, description=(
         "Evaluate text the tool-call grammar forces (the tag, a tool name once its start is unique, "
         "the argument key) as one batch instead of sampling it token by token."))
+    grammar_check_first: bool = Field(default=True, description=(
+        "Under a grammar, try the best token alone against it first and apply the grammar to the whole "
+        "vocabulary only when it refuses that token (the same tokens, sooner)."))
+    none_keeps_tools: bool = Field(default=True, description=(
+        "tool_choice none keeps the tools in the prompt (the conversation's KV entries are reused) and "
+        "rules calls out by grammar; off: the tools are hidden and the conversation is evaluated again."))
     prefix_cache_mb: int = Field(default=256, ge=0, description=(
         "Save the KV entries of each model's first prompt segment (system prompt + tool schemas) "
         "to disk and load them on a cold server's first turn; bound of that folder "
@@ -109,6 +116,10 @@ class LocalSettings(BaseModel):
     untagged_calls: Literal["auto", "on", "off"] = Field(default="auto", description=(
         "Read a reply that starts with a JSON object (bare, ```json, {{…}}) as a tool call, generated "
         "under the call grammar (runner-hermes only); auto: as the model's manifest entry says."))
+    draft: Literal["auto", "none", "lookup"] = Field(default="auto", description=(
+        "Speculative decoding (runner-hermes only): lookup drafts tokens from the context (prompt lookup) "
+        "and verifies them in one batch; none decodes one token at a time; auto: the manifest's for the model."))
+    draft_tokens: int = Field(default=DEFAULT_DRAFT_TOKENS, ge=1, description="Most tokens drafted at a time.")
     omp_wait_policy: Literal["PASSIVE", "ACTIVE"] = Field(default="PASSIVE", description=(
         "OMP_WAIT_POLICY of the server process: PASSIVE threads sleep between decodes instead of spinning."))
     verbose: bool = Field(default=False, description="Let llama.cpp log to stderr.")
@@ -207,7 +218,8 @@ def serve_settings(req: ServeRequest) -> tuple[str, Path, LocalSettings]:
         raise UsageError(f"--model {req.model}: no such file")
     name, path = models.resolve_choice(models.manifest_name(req.model) if req.model else None)
     entry = models.entry_for(name, path)
-    given = {"chat_format": entry.chat_format if entry else None, "n_threads": req.threads, "n_batch": req.n_batch}
+    given = {"chat_format": entry.chat_format if entry else None, "n_threads": req.threads, "n_batch": req.n_batch,
+             "draft": req.draft}
     chosen = settings(model=path, port=req.port, n_ctx=req.n_ctx, **{k: v for k, v in given.items() if v is not None})
     if chosen.port:  # taken: say so now, not after the model has loaded in a server that cannot listen
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -269,7 +281,9 @@ def serve(settings: LocalSettings) -> None:
     from runner.local_app import Backend, build_app
 
     backend = Backend(load_llama(settings), settings.chat_format, settings.max_tokens, settings.reuse_prefix,
-                      settings.jump_forward, untagged_calls(settings))
+                      settings.jump_forward, untagged_calls(settings), check_first=settings.grammar_check_first,
+                      none_keeps_tools=settings.none_keeps_tools, draft=draft(settings),
+                      draft_tokens=settings.draft_tokens)
     if backend.engine is not None:
         if settings.prefix_cache_mb and settings.reuse_prefix:
             backend.engine.prefix_store = prefix_store(settings)
@@ -288,6 +302,20 @@ def prefix_store(settings: LocalSettings) -> PrefixStore:
     directory = settings.prefix_cache_dir or kvprefix.default_directory()
     return kvprefix.PrefixStore(directory, kvprefix.file_sha256(settings.model, directory), settings.n_ctx,
                                 settings.prefix_cache_mb << 20)
+
+
+def draft(settings: LocalSettings) -> Literal["none", "lookup"]:
+    """The speculative decoding the server does: the setting, or with "auto" the ``draft`` of
+    the manifest entry whose file name is the served GGUF's ("none" for a model it does not know)."""
+    if settings.draft != "auto":
+        return settings.draft
+    from runner import models
+
+    try:
+        entry = models.entry_for("", settings.model)
+    except ManifestError:
+        return "none"
+    return entry.draft if entry is not None else "none"
 
 
 def untagged_calls(settings: LocalSettings) -> bool:

@@ -5,7 +5,7 @@ Routes:
 - ``POST /v1/chat/completions``: OpenAI chat completions, streamed (server-sent events, one
   chunk per generated piece, ``data: [DONE]`` at the end, usage in the last chunk when
   ``stream_options.include_usage``) or not. With the ``runner-hermes`` chat format, replies
-  come from `runner.chat_adapter.Engine` (tool calls under a grammar, ``tool_choice`` honoured);
+  come from `runner.engine.Engine` (tool calls under a grammar, ``tool_choice`` honoured);
   with any other llama-cpp-python chat format, from ``Llama.create_chat_completion`` (its reply
   in one chunk, not stoppable half-way). Invalid
   requests (no ``messages``, a bad role, a bad ``tool_choice``, a prompt longer than the
@@ -34,18 +34,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runner.chat_adapter import (
-    HANDLER_NAME,
-    CallDelta,
-    ChatRequest,
-    ContextOverflow,
-    Engine,
-    Event,
-    Finished,
-    JsonObject,
-    RequestError,
-    TextDelta,
-)
+from runner.chat_adapter import HANDLER_NAME, CallDelta, Event, Finished, JsonObject, RequestError, TextDelta
+from runner.engine import ChatRequest, ContextOverflow, Engine
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -126,13 +116,14 @@ class Backend:
         reuse_prefix: keep KV entries of leading messages shared with the previous request.
         jump_forward: evaluate text the call grammar forces as one batch.
         untagged_calls: read a reply that opens with a JSON object as a call (`Engine`).
+        engine_options: further `Engine` keyword arguments (``check_first``, ``none_keeps_tools``…).
     """
 
     def __init__(self, llama: Llama, chat_format: str, default_max_tokens: int, reuse_prefix: bool = True,
-                 jump_forward: bool = True, untagged_calls: bool = False) -> None:
+                 jump_forward: bool = True, untagged_calls: bool = False, **engine_options: Any) -> None:
         self.llama = llama
         self.chat_format = chat_format
-        self.engine = (Engine(llama, default_max_tokens, reuse_prefix, jump_forward, untagged_calls)
+        self.engine = (Engine(llama, default_max_tokens, reuse_prefix, jump_forward, untagged_calls, **engine_options)
                        if chat_format == HANDLER_NAME else None)
         self.default_max_tokens = default_max_tokens
         self.stats = Stats()
@@ -404,9 +395,13 @@ def complete(events: Iterator[Event], model: str, created: int, completion_id: s
 
 
 def usage(finished: Finished) -> JsonObject:
-    """OpenAI ``usage`` for a finished reply."""
-    return {"prompt_tokens": finished.prompt_tokens, "completion_tokens": finished.completion_tokens,
-            "total_tokens": finished.prompt_tokens + finished.completion_tokens}
+    """OpenAI ``usage`` for a finished reply, with OpenAI's ``prompt_tokens_details.cached_tokens``
+    (prompt tokens whose KV entries were reused) when the engine reported them."""
+    out: JsonObject = {"prompt_tokens": finished.prompt_tokens, "completion_tokens": finished.completion_tokens,
+                       "total_tokens": finished.prompt_tokens + finished.completion_tokens}
+    if "cached_prompt_tokens" in finished.timings:
+        out["prompt_tokens_details"] = {"cached_tokens": finished.timings["cached_prompt_tokens"]}
+    return out
 
 
 def chunks(events: Iterator[Event], model: str, created: int, completion_id: str,

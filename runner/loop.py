@@ -341,7 +341,7 @@ def call_id_stem(state: RunState) -> str:
 def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: int | None) -> None:
     """Bill the reply; keep it unless it is a protocol slip (then it is asked again, up to
     `max_protocol_retries` times, and the run fails past that)."""
-    from runner.trace import TurnEvent
+    from runner.trace import TurnEvent, engine_fields
 
     cfg = state.config
     tool_choice = policies.tool_choice(state, bool(rt.tool_schemas))  # what `_ask_model` sent: the state has not changed since
@@ -362,7 +362,7 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
         cost_usd=cost, ms=ms, provider_ms=reply.provider_ms, finish_reason=reply.finish_reason,
         retries=len(reply.retries), max_tokens=max_tokens,
         budget_capped=max_tokens is not None and max_tokens != state.config.max_tokens,
-        usage_estimated=reply.usage_estimated, slip=slip,
+        usage_estimated=reply.usage_estimated, slip=slip, engine=reply.engine,
     ))
     corrective = None
     if slip is not None:
@@ -379,7 +379,7 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
         retries=reply.retries or None, usageEstimated=reply.usage_estimated or None,
         slip=slip, content=(reply.message.content or "")[:500] if slip else None,
         rewrites=rewrites or None, neutralised=reply.neutralised or None, corrective=corrective,
-        toolChoice=tool_choice,
+        toolChoice=tool_choice, **engine_fields(reply.engine),
     ))
     _crash_point("reply")
 

@@ -108,6 +108,9 @@ class ModelEntry(BaseModel):
     """The model writes tool calls as bare JSON (or in a ```json fence) instead of inside
     ``<tool_call>`` tags: the local server reads a reply that opens with a JSON object as a
     call, under the call grammar (runner.chat_adapter)."""
+    draft: Literal["none", "lookup"] = "none"
+    """Speculative decoding on runner's server (`runner.engine.Feeder`): ``lookup`` drafts
+    tokens by prompt lookup and verifies them in one batch; ``none`` decodes one token at a time."""
     answer_after_tool_turns: int | None = Field(default=None, ge=1)
     """Harness default for runs on this model: after this many turns of tool calls, ask for
     the answer with ``tool_choice: "none"`` (None: never)."""

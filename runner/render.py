@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from runner.interactive import Feedback
     from runner.models import ModelStatus
     from runner.otel import ExportReport
+    from runner.result import RunResult
     from runner.start import Started
     from runner.state import Message, RunState, TurnRecord
     from runner.store import RepairReport, RunInfo, RunStore
@@ -363,7 +364,30 @@ def _run_rows(report: SuiteReport, model: str, rows: Sequence[TaskResult]) -> li
         lines += [f"Prompt tokens per turn, evaluated/reused from the KV cache: {per_turn} "
                   f"(in all {evaluated:.0f} evaluated, {reused:.0f} reused, "
                   f"{reused / max(1, evaluated + reused):.0%} reused).", ""]
+    lines += engine_summary(list(rows))
     return lines
+
+
+def engine_summary(rows: Sequence[RunResult]) -> list[str]:
+    """One paragraph on where the local engine's time went over `rows`' turns (prompt tokens
+    reused and evaluated, prompt and generation ms, tokens/s, drafts); [] without engine timings."""
+    timed = [r for r in rows if r.per_turn_engine and all(e is not None for e in r.per_turn_engine)]
+    engines = [e for r in timed for e in r.per_turn_engine if e is not None]
+    if not engines:
+        return []
+    generated = sum(r.completion_tokens for r in timed)
+    gen_ms = sum(e.gen_ms for e in engines)
+    prompt_ms = sum(e.prompt_ms for e in engines)
+    evaluated = sum(e.prompt_evaluated for e in engines)
+    reused = sum(e.prompt_reused for e in engines)
+    line = (f"Engine over {len(engines)} turns: prompt {reused:,} tokens reused + {evaluated:,} evaluated in "
+            f"{prompt_ms:,.0f} ms ({evaluated / max(prompt_ms, 1e-9) * 1000:.1f} tok/s); {generated:,} tokens "
+            f"generated in {gen_ms:,.0f} ms ({generated / max(gen_ms, 1e-9) * 1000:.1f} tok/s)")
+    proposed = sum(e.draft_proposed or 0 for e in engines)
+    if proposed:
+        accepted = sum(e.draft_accepted or 0 for e in engines)
+        line += f"; drafts {accepted:,}/{proposed:,} accepted ({accepted / proposed:.0%})"
+    return [line + ".", ""]
 
 
 def write_suite_report(report: SuiteReport, runs_root: Path) -> Path:
@@ -737,6 +761,9 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
             out.pop()
     out += slips()
     out.append("")
+    table = engine_table(state, events)
+    if table:
+        out += ["engine, per turn:", *(line if full else fit(line, width) for line in table), ""]
     out += _ending(state, info, width if not full else 10**6, store_opts)
     return out
 
@@ -747,6 +774,8 @@ def _assistant(m: Message, record: TurnRecord | None, width: int, full: bool) ->
         head += (f" · {record.prompt_tokens:,} in / {record.completion_tokens:,} out · "
                  f"{record.ms / 1000:.1f} s ")
     out = [fit(head + "─" * max(width - len(head), 0), width)]
+    if record is not None and record.engine is not None:
+        out.append(fit("   " + engine_line(record), width))
     if m.content and m.content.strip():
         out += _body(m.content.strip(), width, full, "", wrap=True, capped=False)  # the model's words: all of them
     for call in m.tool_calls or []:
@@ -786,6 +815,51 @@ def _wrap(text: str, width: int) -> list[str]:
     return _wrapped(text, width, "  ")
 
 
+def gen_tok_s(record: TurnRecord) -> float | None:
+    """Generated tokens per second of generation time, or None without engine timings."""
+    engine = record.engine
+    if engine is None or engine.gen_ms <= 0:
+        return None
+    return record.completion_tokens / engine.gen_ms * 1000
+
+
+def engine_line(record: TurnRecord) -> str:
+    """Where one turn's engine time went, in a line: prompt tokens reused and evaluated, prompt
+    ms, generation ms and tokens/s, drafted tokens accepted (when speculative)."""
+    engine = record.engine
+    assert engine is not None
+    rate = gen_tok_s(record)
+    line = (f"prompt {engine.prompt_reused:,} reused + {engine.prompt_evaluated:,} evaluated, "
+            f"{engine.prompt_ms:,.0f} ms · out {engine.gen_ms:,.0f} ms"
+            + (f", {rate:.1f} tok/s" if rate is not None else ""))
+    if engine.draft_proposed:
+        line += f" · drafts {engine.draft_accepted or 0}/{engine.draft_proposed}"
+    return line
+
+
+def engine_table(state: RunState, events: Sequence[TraceEvent]) -> list[str]:
+    """Markdown table of each turn's engine timings (the turns that have them), with the
+    ``tool_choice`` each request sent; [] when no turn has any."""
+    records = [r for r in state.per_turn if r.engine is not None]
+    if not records:
+        return []
+    choices = {e.turn: e.toolChoice for e in events if e.type == "turn"}
+    drafting = any(r.engine is not None and r.engine.draft_proposed for r in records)
+    head = ("| turn | tool_choice | prompt tok | reused | evaluated | prompt ms | out tok | gen ms | tok/s | "
+            + ("drafts accepted | " if drafting else "") + "turn ms |")
+    columns = head.count("|") - 1
+    lines = [head, "|---:|---|" + "---:|" * (columns - 2)]
+    for r in records:
+        e = r.engine
+        assert e is not None
+        rate = gen_tok_s(r)
+        drafts = f"{e.draft_accepted or 0}/{e.draft_proposed or 0} | " if drafting else ""
+        lines.append(f"| {r.turn} | {choices.get(r.turn) or 'auto'} | {r.prompt_tokens:,} | {e.prompt_reused:,} | "
+                     f"{e.prompt_evaluated:,} | {e.prompt_ms:,.0f} | {r.completion_tokens:,} | {e.gen_ms:,.0f} | "
+                     f"{f'{rate:.1f}' if rate is not None else '—'} | {drafts}{r.ms:,.0f} |")
+    return lines
+
+
 def transcript_markdown(state: RunState, events: Sequence[TraceEvent], info: RunInfo | None = None,
                         store_opts: str = "") -> str:
     """The whole transcript as Markdown: nothing cut."""
@@ -817,6 +891,9 @@ def transcript_markdown(state: RunState, events: Sequence[TraceEvent], info: Run
             if m.tool_call_id in verdicts:
                 out += [f"*{verdicts[m.tool_call_id]}*", ""]
             out += [fence, m.content or "", fence, ""]
+    table = engine_table(state, events)
+    if table:
+        out += ["## Engine, per turn", "", *table, ""]
     out += ["## Stop", ""] + [f"- {line}" for line in _ending(state, info, 10**6, store_opts)]
     return "\n".join(out) + "\n"
 

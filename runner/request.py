@@ -341,6 +341,8 @@ class ServeRequest:
     n_ctx: int = option(4096, "Context size, tokens.", min=64)
     threads: int | None = option(None, "CPU threads [default: min(2, physical cores)].", min=1)
     n_batch: int | None = option(None, "Prompt tokens per llama.cpp decode call [default: 512].", min=1)
+    draft: str | None = option(None, "Speculative decoding: none or lookup (prompt lookup) [default: the "
+                                     "model manifest's, else none].", metavar="none|lookup", parser=choice("none", "lookup"))
 
 
 @dataclass(frozen=True, eq=False, repr=False)

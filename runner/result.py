@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from runner.state import FINAL_STATUSES, Interruption, RunError, RunState, RunStatus
+from runner.state import FINAL_STATUSES, EngineTimings, Interruption, RunError, RunState, RunStatus
 
 
 class RunResult(BaseModel, defer_build=True):
@@ -40,6 +40,9 @@ class RunResult(BaseModel, defer_build=True):
     wall_ms: float = 0.0
     """Wall time summed over every process that worked on the run."""
     per_turn_prompt_tokens: list[int] = []
+    per_turn_engine: list[EngineTimings | None] = []
+    """Each turn's local-engine account (prompt tokens reused and evaluated, prompt and
+    generation ms, drafts), None for a turn without one; [] when no turn has one."""
 
     @classmethod
     def of(cls, state: RunState) -> RunResult:
@@ -50,6 +53,7 @@ class RunResult(BaseModel, defer_build=True):
             prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
             cost_usd=round(state.cost_usd, 9), child_cost_usd=round(state.child_cost_usd, 9),
             wall_ms=round(state.wall_ms, 3), per_turn_prompt_tokens=[t.prompt_tokens for t in state.per_turn],
+            per_turn_engine=([t.engine for t in state.per_turn] if any(t.engine for t in state.per_turn) else []),
         )
 
     @property

@@ -177,6 +177,24 @@ class RunError(BaseModel, defer_build=True):
     """Numbers the provider gave with the error, e.g. {"n_prompt_tokens": 5000, "n_ctx": 4096}."""
 
 
+class EngineTimings(BaseModel, defer_build=True):
+    """Where a local engine's time on one reply went, as its server reported it (runner's
+    server in its ``runner`` extension; llama.cpp's server in ``timings``)."""
+
+    prompt_reused: int
+    """Prompt tokens whose KV entries were kept from the request before (or loaded from disk)."""
+    prompt_evaluated: int
+    """Prompt tokens evaluated for this reply."""
+    prompt_ms: float
+    """Time evaluating the prompt, ms."""
+    gen_ms: float
+    """Time generating the reply (sampling, decoding, drafting), ms."""
+    draft_accepted: int | None = None
+    """Speculative decoding: drafted tokens the model confirmed (None: no drafting)."""
+    draft_proposed: int | None = None
+    """Speculative decoding: tokens drafted (None: no drafting)."""
+
+
 class TurnRecord(BaseModel, defer_build=True):
     """One answered model call: usage in tokens, cost in USD, wall time in ms."""
 
@@ -199,6 +217,8 @@ class TurnRecord(BaseModel, defer_build=True):
     slip: str | None = None
     """A protocol slip (`empty_tool_calls`, `blank_content`, `unparsed_tool_call`): the reply
     was billed but not kept, and the turn was asked again."""
+    engine: EngineTimings | None = None
+    """The local engine's account of the reply, when its server gave one."""
 
 
 class ToolRun(BaseModel, defer_build=True):

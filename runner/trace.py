@@ -34,6 +34,8 @@ from runner.errors import CorruptState
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
+    from runner.state import EngineTimings
+
 TRACE_FORMAT_VERSION = 2
 """The trace format written by this version (see the module docstring)."""
 
@@ -96,6 +98,27 @@ class TurnEvent(_Event):
     """With `slip` under ``on_slip: corrective``: the user message added before asking again."""
     toolChoice: str | None = None
     """The ``tool_choice`` this request sent, when runner set one (first turn, answer forcing)."""
+    promptReused: int | None = None
+    """Local engine: prompt tokens whose KV entries were reused (see `EngineTimings`)."""
+    promptEvaluated: int | None = None
+    """Local engine: prompt tokens evaluated."""
+    promptMs: float | None = None
+    """Local engine: prompt evaluation, ms."""
+    genMs: float | None = None
+    """Local engine: generation, ms."""
+    draftAccepted: int | None = None
+    """Local engine, speculative decoding: drafted tokens accepted."""
+    draftProposed: int | None = None
+    """Local engine, speculative decoding: tokens drafted."""
+
+
+def engine_fields(engine: "EngineTimings | None") -> dict[str, Any]:
+    """A `TurnEvent`'s engine fields (``promptReused``…) from a turn's `EngineTimings`; {} without one."""
+    if engine is None:
+        return {}
+    return {"promptReused": engine.prompt_reused, "promptEvaluated": engine.prompt_evaluated,
+            "promptMs": engine.prompt_ms, "genMs": engine.gen_ms,
+            "draftAccepted": engine.draft_accepted, "draftProposed": engine.draft_proposed}
 
 
 class ToolStart(_Event):

@@ -1,126 +1,258 @@
-"""Benchmark: local turn time on the suite's own workload, server settings side by side.
+"""Benchmark: local turns with today's engine settings against the new ones, side by side.
 
-Starts one embedded server per setting (`runner.local.LocalServer`, each a `LocalSettings`)
-and runs the six suite tasks through the real harness on each, interleaved task by task so
-that load from other processes falls on every setting alike. Per setting it reports:
+Two embedded servers of the same model (`runner.local.LocalServer`) run the same tasks through
+the real suite machinery (`runner.suite.run_suite`, the model manifest's harness settings, one
+task at a time, the two servers alternating which goes first): the six-task suite and the test
+half of the development suites (`runner suite --split test`). The settings compared:
 
-- mean turn ms: the harness's per-turn wall time (HTTP included), ms;
-- prompt ms / turn and gen ms / token: the engine's own prompt evaluation and generation time
-  (GET /stats), ms;
-- evaluated / reused: prompt tokens evaluated vs served from the KV cache, summed over turns;
-- calls: tasks whose first turn was a tool call; ratio = mean turn ms / the first setting's.
+- **today**: the engine as it was: ``tool_choice`` none hides the tools (the conversation is
+  evaluated again), the grammar is applied to the whole vocabulary for every token, no drafting;
+- **new**: the defaults: the tools stay in the prompt under ``tool_choice`` none (the KV cache is
+  kept), greedy sampling tries the best token against the grammar first, drafting as the
+  manifest (or ``--draft``) says.
 
-The settings compared: 2 threads with OMP_WAIT_POLICY PASSIVE (the default), ACTIVE, 1 thread,
-smaller n_batch, no prefix reuse, and no jump-forward over grammar-forced text. The machine's load average is printed beside the table.
+Printed: the ratio new / today of the mean and p95 turn time; generation tokens/s of each side
+and of llama-cpp-python's own ``Llama.generate`` replaying the new side's turns (same rendered
+prompt, greedy, the same number of tokens, no grammar, right after each task), by kind of turn; prompt tokens reused
+and evaluated per kind of turn (the forced-answer turn's, ``tool_choice`` none, among them);
+whether every reply was identical on both sides (turns with ``tool_choice`` none apart: their
+prompt differs by design); the speculative acceptance rate; the load average before and after.
+``--json FILE`` writes ``{"mean_turn_ratio", "p95_turn_ratio", "identical", "gen_tok_s_vs_raw",
+"acceptance_rate", "load_average"}``.
 
-Usage: ``python scripts/bench_local.py [--model NAME|PATH] [--rounds 1] [--only NAME ...]``.
+Usage: ``python scripts/bench_local.py [--model NAME] [--six-only] [--limit N] [--draft none|lookup]
+[--json FILE]``. On a shared machine every figure moves with the load: read the ratios, and the
+load average beside them.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
 import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runner import models
-from runner.endpoints import Endpoint
-from runner.harness import drive
+from runner.chat_adapter import render_prompt
 from runner.local import LocalServer, LocalSettings
-from runner.state import Limits, RunConfig, new_run
-from runner.suite import load_suite
+from runner.state import RunState
+from runner.store import FileStore
+from runner.suite import SuiteDefinition, load_suite, percentile, run_suite, select_tasks, shipped_suites
+from runner.trace import TurnEvent
 
-SETTINGS: dict[str, dict[str, Any]] = {
-    "2 threads PASSIVE n_batch 512": {},
-    "2 threads ACTIVE": {"omp_wait_policy": "ACTIVE"},
-    "1 thread": {"n_threads": 1},
-    "n_batch 128": {"n_batch": 128},
-    "n_batch 32": {"n_batch": 32},
-    "no prefix reuse": {"reuse_prefix": False},
-    "no jump-forward": {"jump_forward": False},
+SIDES: dict[str, dict[str, Any]] = {
+    "today": {"none_keeps_tools": False, "grammar_check_first": False, "draft": "none"},
+    "new": {},
 }
 
 
-async def run_task(base_url: str, name: str, prompt: str, system: str, choice: str, max_turns: int) -> list[float]:
-    """One suite task through the real harness (in memory); returns its per-turn ms."""
-    config = RunConfig(endpoint=Endpoint(model=name, first_turn_tool_choice=choice),  # type: ignore[arg-type]
-                       limits=Limits(max_turns=max_turns), tools=["list_files", "read_file", "delete_file", "scan_archive"])
-    state = await drive(new_run(prompt, config, system=system), base_url, None)
-    return [t.ms for t in state.per_turn]
+@dataclass
+class Turn:
+    """One kept turn: its kind (the tool_choice sent), the reply, and its timings."""
+
+    kind: str
+    reply: str
+    ms: float
+    completion_tokens: int
+    prompt_tokens: int
+    reused: int
+    evaluated: int
+    gen_ms: float
+    draft_accepted: int
+    draft_proposed: int
+    prompt_text: str = ""
+    new_tokens: int | None = None
+    """Prompt tokens added since the run's turn before (None on a run's first turn)."""
+
+
+@dataclass
+class Side:
+    turns: list[Turn] = field(default_factory=list)
+    correct: int = 0
+    tasks: int = 0
+
+
+def tasks_of(six_only: bool, limit: int | None) -> list[tuple[SuiteDefinition, str]]:
+    """(suite, task id) pairs: the six-task suite's, then the test half's."""
+    suites = [load_suite()] + ([] if six_only else [load_suite(p) for p in shipped_suites("test")])
+    pairs = [(suite, task.id) for suite in suites for task in suite.tasks]
+    return pairs[:limit] if limit else pairs
+
+
+def turns_of(state: RunState, events: list[TurnEvent], tools: list[dict[str, Any]]) -> list[Turn]:
+    """The kept turns of a run, with the prompt each was sent as runner's engine renders it."""
+    messages = [m.to_api() for m in state.messages]
+    at = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    kept = [(e, r) for e, r in zip(events, state.per_turn) if r.slip is None]
+    out: list[Turn] = []
+    for i, (event, record) in zip(at, kept):
+        engine = record.engine
+        new_tokens = record.prompt_tokens - out[-1].prompt_tokens if out else None
+        out.append(Turn(
+            kind=event.toolChoice or "auto", reply=json.dumps(messages[i], sort_keys=True), ms=record.ms,
+            completion_tokens=record.completion_tokens, prompt_tokens=record.prompt_tokens,
+            reused=engine.prompt_reused if engine else 0, evaluated=engine.prompt_evaluated if engine else 0,
+            gen_ms=engine.gen_ms if engine else 0.0, draft_accepted=(engine.draft_accepted or 0) if engine else 0,
+            draft_proposed=(engine.draft_proposed or 0) if engine else 0,
+            prompt_text=render_prompt(messages[:i], tools or None), new_tokens=new_tokens))
+    return out
+
+
+def run_one(server: LocalServer, name: str, suite: SuiteDefinition, task_id: str, runs: Path) -> tuple[list[Turn], bool]:
+    """One task through the suite machinery on `server`: its kept turns and whether it was right."""
+    report = run_suite("local", runs, models=[name], base_url=server.base_url, suites=select_tasks([suite], [task_id]))
+    [result] = report.results
+    store = FileStore(runs)
+    state = store.load(result.run_id)
+    events = [e for e in store.read_trace(result.run_id) if isinstance(e, TurnEvent)]
+    tools = _tool_schemas(state)
+    return turns_of(state, events, tools), result.correct
+
+
+def _tool_schemas(state: RunState) -> list[dict[str, Any]]:
+    from runner.catalog import build
+
+    return [tool.schema() for tool in build(state.config)]
+
+
+def raw_model(path: Path) -> Any:
+    """The model loaded in this process with llama-cpp-python, as runner's server loads it."""
+    from llama_cpp import Llama
+
+    settings = LocalSettings(model=path, port=0)
+    return Llama(model_path=str(path), n_ctx=settings.n_ctx, n_threads=settings.n_threads,
+                 n_threads_batch=settings.n_threads, n_batch=settings.n_batch, seed=0, verbose=False)
+
+
+def raw_generation(llm: Any, turns: list[Turn]) -> list[float]:
+    """llama-cpp-python's own ``Llama.generate`` on each turn's prompt (greedy, no grammar) for the
+    turn's number of tokens: generation ms per turn (wall time after the prompt was evaluated)."""
+    import llama_cpp
+
+    out = []
+    for turn in turns:
+        tokens = llm.tokenize(turn.prompt_text.encode("utf-8"), add_bos=False, special=True)
+        llama_cpp.llama_perf_context_reset(llm.ctx)
+        began = time.perf_counter()
+        for i, _ in enumerate(llm.generate(tokens, temp=0.0, top_k=1, reset=True)):
+            if i + 1 >= max(1, turn.completion_tokens):
+                break
+        wall_ms = (time.perf_counter() - began) * 1000
+        out.append(wall_ms - llama_cpp.llama_perf_context(llm.ctx).t_p_eval_ms)
+    return out
+
+
+def tok_s(tokens: float, ms: float) -> float:
+    return tokens / ms * 1000 if ms > 0 else 0.0
+
+
+def report(sides: dict[str, Side], raw_ms: list[float], load: list[list[float]], name: str) -> tuple[str, dict[str, Any]]:
+    today, new = sides["today"], sides["new"]
+    t_ms, n_ms = [t.ms for t in today.turns], [t.ms for t in new.turns]
+    mean_ratio = statistics.fmean(n_ms) / statistics.fmean(t_ms) if t_ms and n_ms else float("nan")
+    p95_ratio = percentile(n_ms, 95) / percentile(t_ms, 95) if t_ms and n_ms else float("nan")
+    pairs = list(zip(today.turns, new.turns))
+    same_shape = len(today.turns) == len(new.turns) and all(a.kind == b.kind for a, b in pairs)
+    identical_other = same_shape and all(a.reply == b.reply for a, b in pairs if a.kind != "none")
+    identical_none = sum(1 for a, b in pairs if a.kind == b.kind == "none" and a.reply == b.reply)
+    n_none = sum(1 for a, b in pairs if a.kind == b.kind == "none")
+    gen_new = tok_s(sum(t.completion_tokens for t in new.turns), sum(t.gen_ms for t in new.turns))
+    gen_today = tok_s(sum(t.completion_tokens for t in today.turns), sum(t.gen_ms for t in today.turns))
+    gen_raw = tok_s(sum(t.completion_tokens for t in new.turns), sum(raw_ms))
+    proposed = sum(t.draft_proposed for t in new.turns)
+    accepted = sum(t.draft_accepted for t in new.turns)
+    lines = [f"Local turns of {name}: today's engine settings vs the new ones, alternating task by task",
+             f"load average (1/5/15 min) before: {' / '.join(f'{x:.2f}' for x in load[0])}; "
+             f"after: {' / '.join(f'{x:.2f}' for x in load[1])}", "",
+             "| side | tasks | correct | turns | mean turn ms | p95 turn ms | gen tok/s | prompt tok reused | evaluated |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for label, side in sides.items():
+        ms = [t.ms for t in side.turns]
+        lines.append(f"| {label} | {side.tasks} | {side.correct} | {len(ms)} | {statistics.fmean(ms) if ms else 0:,.0f} | "
+                     f"{percentile(ms, 95) if ms else 0:,.0f} | "
+                     f"{tok_s(sum(t.completion_tokens for t in side.turns), sum(t.gen_ms for t in side.turns)):.1f} | "
+                     f"{sum(t.reused for t in side.turns):,} | {sum(t.evaluated for t in side.turns):,} |")
+    lines += ["", "Per kind of turn (tool_choice sent): mean prompt tokens reused / evaluated, and re-evaluated "
+              "(evaluated beyond what is new since the turn before), mean turn ms, gen tok/s:", "",
+              "| side | kind | turns | reused | evaluated | re-evaluated | turn ms | gen tok/s | raw gen tok/s |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    raw_by_turn = dict(zip(map(id, new.turns), raw_ms))
+    for label, side in sides.items():
+        for kind in sorted({t.kind for t in side.turns}):
+            group = [t for t in side.turns if t.kind == kind]
+            again = [min(t.evaluated, max(0, t.evaluated - t.new_tokens)) for t in group if t.new_tokens is not None]
+            raw = (f"{tok_s(sum(t.completion_tokens for t in group), sum(raw_by_turn.get(id(t), 0) for t in group)):.1f}"
+                   if label == "new" and raw_ms else "")
+            lines.append(f"| {label} | {kind} | {len(group)} | {statistics.fmean(t.reused for t in group):,.0f} | "
+                         f"{statistics.fmean(t.evaluated for t in group):,.0f} | "
+                         f"{statistics.fmean(again) if again else 0:,.0f} | "
+                         f"{statistics.fmean(t.ms for t in group):,.0f} | "
+                         f"{tok_s(sum(t.completion_tokens for t in group), sum(t.gen_ms for t in group)):.1f} | {raw} |")
+    lines += ["", f"mean turn ratio (new / today): {mean_ratio:.2f}; p95: {p95_ratio:.2f}",
+              f"generation tok/s: new {gen_new:.1f}, today {gen_today:.1f}, llama-cpp-python raw {gen_raw:.1f} "
+              f"(new / raw {gen_new / gen_raw if gen_raw else float('nan'):.2f})",
+              f"replies identical on every turn but tool_choice none: {'yes' if identical_other else 'no'}; "
+              f"tool_choice none turns identical: {identical_none}/{n_none} (their prompts differ by design)",
+              f"drafts accepted: {accepted}/{proposed}" + (f" ({accepted / proposed:.0%})" if proposed else " (no drafting)")]
+    numbers = {"mean_turn_ratio": round(mean_ratio, 3), "p95_turn_ratio": round(p95_ratio, 3),
+               "identical": identical_other, "gen_tok_s_vs_raw": round(gen_new / gen_raw, 3) if gen_raw else None,
+               "acceptance_rate": round(accepted / proposed, 3) if proposed else None,
+               "load_average": {"before": [round(x, 2) for x in load[0]], "after": [round(x, 2) for x in load[1]]}}
+    return "\n".join(lines) + "\n", numbers
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="manifest name or .gguf path")
-    parser.add_argument("--rounds", type=int, default=1, help="passes over the six tasks")
-    parser.add_argument("--max-turns", type=int, default=4)
-    parser.add_argument("--only", nargs="*", default=None, help="setting names to run (default: all)")
-    parser.add_argument("--markdown", type=Path, default=None, help="also write the table here")
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct", help="manifest name or .gguf path")
+    parser.add_argument("--six-only", action="store_true", help="the six-task suite only (not the test half)")
+    parser.add_argument("--limit", type=int, default=None, help="the first N tasks only")
+    parser.add_argument("--draft", choices=["auto", "none", "lookup"], default="auto", help="the new side's drafting")
+    parser.add_argument("--no-raw", action="store_true", help="skip the llama-cpp-python replay")
+    parser.add_argument("--json", type=Path, default=None, help="write the headline numbers here")
+    parser.add_argument("--markdown", type=Path, default=None, help="also write the tables here")
     args = parser.parse_args()
 
     name, path = models.resolve_choice(args.model)
-    entry = models.entry_for(name, path)
-    choice = entry.first_turn_tool_choice if entry else "auto"
-    chosen = {k: v for k, v in SETTINGS.items() if not args.only or k in args.only}
-    suite = load_suite()
-    servers = {label: LocalServer(LocalSettings(model=path, model_name=name, port=0, **extra))
-               for label, extra in chosen.items()}
-    load_before = os.getloadavg()
-    turn_ms: dict[str, list[float]] = {label: [] for label in chosen}
-    first_call: dict[str, int] = {label: 0 for label in chosen}
+    runs = Path(tempfile.mkdtemp(prefix="bench_local-"))
+    sides = {label: Side() for label in SIDES}
+    extra = {"today": SIDES["today"], "new": {"draft": args.draft}}
+    servers = {label: LocalServer(LocalSettings(model=path, model_name=name, port=0, **extra[label])) for label in SIDES}
+    load_before = list(os.getloadavg())
+    raw_ms: list[float] = []
+    llm = None if args.no_raw else raw_model(path)
     try:
         for server in servers.values():
             server.start()
-        for _ in range(args.rounds):
-            for task in suite.tasks:
-                for label, server in servers.items():
-                    ms = asyncio.run(run_task(server.base_url, name, task.prompt, suite.system, choice, args.max_turns))
-                    turn_ms[label] += ms
-        stats = {label: httpx.get(s.base_url.removesuffix("/v1") + "/stats", timeout=10).json()["replies"]
-                 for label, s in servers.items()}
+        for i, (suite, task_id) in enumerate(tasks_of(args.six_only, args.limit)):
+            order = list(SIDES) if i % 2 == 0 else list(reversed(SIDES))
+            for label in order:
+                turns, correct = run_one(servers[label], name, suite, task_id, runs)
+                side = sides[label]
+                side.turns += turns
+                side.correct += correct
+                side.tasks += 1
+                if label == "new" and llm is not None:  # raw replay of the same turns, right after them
+                    raw_ms += raw_generation(llm, turns)
+            print(f"{suite.name}/{task_id}: today {sum(t.ms for t in sides['today'].turns):,.0f} ms, "
+                  f"new {sum(t.ms for t in sides['new'].turns):,.0f} ms so far", file=sys.stderr, flush=True)
     finally:
         for server in servers.values():
             server.stop()
-    load_after = os.getloadavg()
-    rows = []
-    for label in chosen:
-        replies = stats[label]
-        first_call[label] = sum(1 for r in replies if r.get("finish_reason") == "tool_calls")
-        gen_tokens = sum(r["eval_tokens"] for r in replies)
-        rows.append({
-            "setting": label,
-            "turns": len(turn_ms[label]),
-            "mean_turn_ms": statistics.fmean(turn_ms[label]),
-            "prompt_ms_per_turn": statistics.fmean(r["prompt_eval_ms"] for r in replies),
-            "gen_ms_per_token": sum(r["eval_ms"] for r in replies) / max(1, gen_tokens),
-            "evaluated": sum(r["prompt_eval_tokens"] for r in replies),
-            "reused": sum(r["cached_prompt_tokens"] for r in replies),
-            "tool_call_turns": first_call[label],
-        })
-    base = rows[0]["mean_turn_ms"]
-    lines = [f"Local turn time on the six suite tasks, {name}, first turn tool_choice={choice}, "
-             f"{args.rounds} round(s), settings interleaved task by task",
-             f"load average (1/5/15 min) before: {' / '.join(f'{x:.2f}' for x in load_before)}; "
-             f"after: {' / '.join(f'{x:.2f}' for x in load_after)}", "",
-             "| setting | turns | mean turn ms | ratio | prompt ms / turn | gen ms / token | prompt tok evaluated | reused | turns ending in a call |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['setting']} | {r['turns']} | {r['mean_turn_ms']:,.0f} | {r['mean_turn_ms'] / base:.2f} | "
-                     f"{r['prompt_ms_per_turn']:,.0f} | {r['gen_ms_per_token']:.1f} | {r['evaluated']:,} | "
-                     f"{r['reused']:,} | {r['tool_call_turns']} |")
-    text = "\n".join(lines) + "\n"
+    load_after = list(os.getloadavg())
+    text, numbers = report(sides, raw_ms, [load_before, load_after], name)
     print(text)
     if args.markdown:
         args.markdown.write_text(text, encoding="utf-8")
-    print(json.dumps(rows), file=sys.stderr)
+    if args.json:
+        args.json.write_text(json.dumps(numbers, indent=1) + "\n", encoding="utf-8")
     return 0
 
 

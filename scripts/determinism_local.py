@@ -4,7 +4,7 @@ For each suite task: turn 1 is generated on a model instance, then turn 2 (turn 
 "Are you sure?") on the same, now warm, instance and on a fresh one. "stock" renders the same
 prompt and generates with llama-cpp-python's ``create_completion`` (its own prefix reuse: the
 longest common token prefix, including tokens it generated one at a time); "runner" uses
-`runner.chat_adapter.Engine` (whole prompt messages reused, the rest evaluated per message).
+`runner.engine.Engine` (whole prompt messages reused, the rest evaluated per message).
 Prints, per task, whether the warm and fresh turn-2 replies are identical. A third column,
 "runner, prefix from disk", starts a cold engine from the system turn's saved KV entries
 (`runner.kvprefix`, saved by an earlier engine, loaded by `Engine.warm_up`) and compares its
@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from runner import models
-from runner.chat_adapter import ChatRequest, Engine, render_prompt
+from runner.chat_adapter import render_prompt
+from runner.engine import ChatRequest, Engine
 from runner.kvprefix import PrefixStore, file_sha256
 from runner.local_app import complete
 from runner.suite import load_suite

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from runner import models
-from runner.chat_adapter import ChatRequest, Engine
+from runner.engine import ChatRequest, Engine
 from runner.kvprefix import PrefixStore, file_sha256
 from runner.local import LocalServer
 from runner.local_app import complete

@@ -156,9 +156,9 @@ def test_wheel_installed_in_a_fresh_venv_runs_a_scenario_and_the_suite(tmp_path:
 LAYOUT = [
     "runner.__main__", "runner.cli", "runner.command", "runner.view", "runner.render", "runner.otel", "runner.start", "runner.suite", "runner.fanout",
     "runner.worker", "runner.interactive",
-    "runner.harness", "runner.result", "runner.endpoints", "runner.local", "runner.local_app", "runner.chat_adapter",
-    "runner.kvprefix", "runner.models", "runner.scripted", "runner.catalog", "runner.research", "runner.mcp", "runner.loop",
-    "runner.policies", "runner.client",
+    "runner.harness", "runner.result", "runner.endpoints", "runner.local", "runner.local_app", "runner.engine",
+    "runner.chat_adapter", "runner.kvprefix", "runner.models", "runner.scripted", "runner.catalog", "runner.research",
+    "runner.mcp", "runner.loop", "runner.policies", "runner.client",
     "runner.streaming", "runner.inprocess", "runner.store", "runner.trace", "runner.tools", "runner.tokens", "runner.resources",
     "runner.cancel", "runner.procs", "runner.config", "runner.state", "runner.request", "runner.errors",
 ]

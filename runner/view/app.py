@@ -153,6 +153,7 @@ def _templates() -> jinja2.Environment:
     env.filters["short"] = lambda v, n=90: v if len(v) <= n else v[: n - 1] + "…"
     env.globals["chart"] = pages.turn_chart
     env.globals["first_prompt"] = pages.first_prompt
+    env.globals["tok_s"] = pages.tok_s
     return env
 
 

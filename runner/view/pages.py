@@ -18,8 +18,8 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from runner.render import Total
-from runner.state import RunState, ToolRun, call_signature, pending
+from runner.render import Total, gen_tok_s
+from runner.state import RunState, ToolRun, TurnRecord, call_signature, pending
 from runner.store import RunInfo, RunStore, ShownStatus
 from runner.trace import TraceEvent, TurnEvent
 
@@ -261,6 +261,12 @@ CHART_SERIES = (
     ("ms", "ms", "{:,.0f}"),
 )
 _PANEL_W, _PANEL_H, _LABEL_W = 640, 64, 150
+
+
+def tok_s(record: TurnRecord) -> str:
+    """A turn's generation speed, tokens/s, as the run page shows it ("—" without engine timings)."""
+    rate = gen_tok_s(record)
+    return "—" if rate is None else f"{rate:.1f}"
 
 
 def turn_chart(state: RunState) -> Markup:
