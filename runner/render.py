@@ -478,11 +478,17 @@ def print_policies(as_json: bool) -> None:
     if as_json:
         print(json.dumps({"policies": policies.POLICIES, "models": by_model}, indent=2))
         return
+    import shutil
+    import textwrap
+
+    width = min(shutil.get_terminal_size((80, 24)).columns, 100)
     for name, what in policies.POLICIES.items():
-        print(f"{name}\n    {what}")
+        print(name)
+        print(textwrap.fill(what, width, initial_indent="    ", subsequent_indent="    "))
     print()
     for model, names in by_model.items():
-        print(f"{model}: {', '.join(n for n in policies.POLICIES if n in names) or 'none'}")
+        print(textwrap.fill(f"{model}: {', '.join(n for n in policies.POLICIES if n in names) or 'none'}", width,
+                            subsequent_indent="    "))
 
 
 def score_lines(report: SuiteReport) -> list[str]:

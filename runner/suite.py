@@ -215,8 +215,9 @@ def load_suite(path: Path | None = None) -> SuiteDefinition:
     try:
         suite = SuiteDefinition.model_validate_json(file.read_text(encoding="utf-8"))
     except ValidationError as exc:
-        raise UsageError(f"{file} has {exc.error_count()} mistake(s):\n" + "\n".join(
-            f"  {_where(e['loc'])}: {_what(e)}" for e in exc.errors(include_url=False))) from None
+        found = [f"{_where(e['loc'])}: {_what(e)}" for e in exc.errors(include_url=False)]
+        found += [m for m in _raw_mistakes(file) if m.split(":")[0] not in {f.split(":")[0] for f in found}]
+        raise UsageError(f"{file} has {len(found)} mistake(s):\n" + "\n".join(f"  {m}" for m in found)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {file}: {exc}") from None
     suite.folder = folder.resolve()
@@ -235,9 +236,36 @@ def _where(loc: tuple[Any, ...]) -> str:
     return out or "the file"
 
 
+def _raw_mistakes(file: Path) -> list[str]:
+    """The mistakes `_mistakes` finds that a file with other mistakes still shows: task ids
+    given twice and patterns that are not regular expressions (read from the raw JSON)."""
+    import json
+
+    try:
+        tasks = json.loads(file.read_text(encoding="utf-8")).get("tasks")
+    except (ValueError, AttributeError, OSError):
+        return []
+    out, seen = [], set()
+    for i, task in enumerate(tasks if isinstance(tasks, list) else []):
+        if not isinstance(task, dict):
+            continue
+        if isinstance(task.get("id"), str) and task["id"] in seen:
+            out.append(f"tasks[{i}].id: {task['id']!r} is the id of an earlier task")
+        seen.add(task.get("id"))
+        check = task.get("check") if isinstance(task.get("check"), dict) else {}
+        for field in ("all", "none"):
+            for j, pattern in enumerate(check.get(field) or []):
+                try:
+                    re.compile(pattern) if isinstance(pattern, str) else None
+                except re.error as exc:
+                    out.append(f"tasks[{i}].check.{field}[{j}]: not a regular expression ({exc})")
+    return out
+
+
 def _what(error: Any) -> str:
     if error["type"] == "extra_forbidden":
-        return "not a field of a suite (docs/suite.md lists them)"
+        where = "a task's check" if "check" in error["loc"] else "a task" if "tasks" in error["loc"] else "a suite"
+        return f"not a field of {where} (docs/suite.md lists them)"
     if error["type"] == "missing":
         return "is missing"
     if error["type"] == "json_invalid":
