@@ -319,8 +319,7 @@ def _nudge_due(state: RunState) -> bool:
 
 def _nudge_last(state: RunState) -> bool:
     last = state.messages[-1]
-    return last.role == "user" and last.name == CORRECTIVE_NAME and bool(last.content) and \
-        last.content.startswith(NUDGE[:40])
+    return last.role == "user" and last.name == CORRECTIVE_NAME and (last.content or "").startswith(NUDGE[:40])
 
 
 def _blank_after_results(state: RunState) -> bool:

@@ -252,7 +252,7 @@ def _raw_mistakes(file: Path) -> list[str]:
         if isinstance(task.get("id"), str) and task["id"] in seen:
             out.append(f"tasks[{i}].id: {task['id']!r} is the id of an earlier task")
         seen.add(task.get("id"))
-        check = task.get("check") if isinstance(task.get("check"), dict) else {}
+        check: dict[str, Any] = task["check"] if isinstance(task.get("check"), dict) else {}
         for field in ("all", "none"):
             for j, pattern in enumerate(check.get(field) or []):
                 try:

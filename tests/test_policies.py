@@ -12,7 +12,7 @@ import pytest
 from runner import policies
 from runner.errors import UsageError
 from runner.models import ModelEntry
-from runner.state import RunConfig
+from runner.state import Endpoint, RunConfig
 from tests.conftest import cli, drive, scripted_run
 from tests.fakeprovider import Answer, FakeProvider, completion, error, tool_call
 
@@ -96,8 +96,7 @@ def test_policy_names_round_trip_through_the_config() -> None:
     names = ["first_turn_required", "corrective_retries", "answer_forcing", "one_call_per_turn", "listing_in_prompt"]
     fields = policies.fields_for(names, {"answer_after_tool_turns": 2})
     own, at_endpoint = policies.split_fields(fields)
-    config = RunConfig(model="m", **own)
-    config = config.model_copy(update={"endpoint": config.endpoint.model_copy(update=at_endpoint)})
+    config = RunConfig(endpoint=Endpoint(model="m", **at_endpoint), **own)
     assert policies.active(config) == names and config.answer_after_tool_turns == 2
 
 
