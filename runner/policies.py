@@ -234,6 +234,9 @@ def review_answer(state: RunState) -> str | None:
         return None
     if not ABSTENTION.search(last.content or "") or _checked_abstention(state):
         return None
+    cap = state.config.limits.max_turns
+    if cap is not None and state.turns + 2 > cap:  # no turns left to look and answer: the answer stands
+        return None
     read = sorted({_call_label(c).partition(" ")[2] or c.function.name for m in state.messages
                    for c in (m.tool_calls or []) if c.id in {r.call_id for r in state.tool_runs if r.ok}})
     text = CHECK_ABSTENTION.format(read=", ".join(read) if read else "nothing yet", question=question(state))
@@ -254,7 +257,7 @@ def _checked_abstention(state: RunState) -> bool:
 def correction(state: RunState, tool_names: list[str], slip: str) -> str:
     """Add the corrective user message for `slip` (replacing one added before, so corrections
     never pile up) and return its text. When the answer is due, the correction is the request
-    for the answer itself: the next request hides the tools."""
+    for the answer itself, sent with tool_choice "none"."""
     text = CORRECTIONS.get(slip, CORRECTIONS["blank_content"]).format(
         tools=", ".join(tool_names), question=question(state))
     if answer_is_due(state):

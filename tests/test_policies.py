@@ -164,3 +164,9 @@ def test_a_listing_repeated_after_the_nudge_gets_the_request_for_the_answer_not_
     state = drive(_run(fake, answer_on_stall=True, steering=["evidence_first"]), fake.base_url, None)
     assert state.status == "completed" and state.answer == "Done."
     assert [r.get("tool_choice") for r in fake.requests] == ["auto", "auto", "auto", "none"]
+
+
+def test_abstain_check_lets_an_abstention_stand_when_no_turn_is_left_to_look(fake: FakeProvider) -> None:
+    fake.handler = lambda body: completion({"role": "assistant", "content": "The information is not in the files."})
+    state = drive(_run(fake, steering=["abstain_check"], max_turns=1), fake.base_url, None)
+    assert state.status == "completed" and len(fake.requests) == 1
