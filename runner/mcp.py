@@ -451,12 +451,7 @@ class McpTool(Tool):
         """
         import jsonschema
 
-        try:
-            raw = json.loads(arguments or "{}")
-        except json.JSONDecodeError as exc:
-            raise ToolError(f"arguments for {self.name} are not valid JSON ({exc.msg})") from None
-        if not isinstance(raw, dict):
-            raise ToolError(f"arguments for {self.name} must be a JSON object")
+        raw = self.json_object(arguments)
         problems = sorted(jsonschema.Draft202012Validator(self.parameters).iter_errors(raw), key=str)
         if problems:
             where = ".".join(map(str, problems[0].absolute_path)) or "arguments"

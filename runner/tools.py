@@ -144,11 +144,11 @@ class Tool:
         """The OpenAI `tools` entry: {"type": "function", "function": {name, description, parameters}}."""
         return _schema(type(self))
 
-    def parse(self, arguments: str) -> BaseModel:
-        """Validate the model's JSON argument string.
+    def json_object(self, arguments: str) -> dict[str, Any]:
+        """The model's JSON argument string as an object.
 
         Raises:
-            ToolError: malformed JSON or arguments that do not fit the schema (worded for the model).
+            ToolError: malformed JSON, or JSON that is not an object (worded for the model).
         """
         try:
             raw = json.loads(arguments or "{}")
@@ -156,6 +156,15 @@ class Tool:
             raise ToolError(f"arguments for {self.name} are not valid JSON ({exc.msg})") from None
         if not isinstance(raw, dict):
             raise ToolError(f"arguments for {self.name} must be a JSON object")
+        return raw
+
+    def parse(self, arguments: str) -> BaseModel:
+        """Validate the model's JSON argument string.
+
+        Raises:
+            ToolError: malformed JSON or arguments that do not fit the schema (worded for the model).
+        """
+        raw = self.json_object(arguments)
         try:
             return self.Params.model_validate(raw)
         except ValueError as exc:
