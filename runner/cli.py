@@ -63,7 +63,7 @@ else:  # `runner --help` needs neither the event loop nor the store's pydantic m
 app = typer.Typer(help="runner: drive, measure and govern an agent loop on your own machine.",
                   no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, cls=Group)
-_group = functools.partial(typer.Typer, no_args_is_help=True, rich_markup_mode=None)
+_group = functools.partial(typer.Typer, no_args_is_help=True, rich_markup_mode=None, cls=Group)
 scripted_app = _group(help="The scripted provider (replies are a pure function of the conversation).")
 models_app = _group(help="Local GGUF models: list and download.")
 config_app = _group(help="Settings: the config files, the environment, and where each value comes from.")
@@ -164,12 +164,22 @@ def _parameter(field: dataclasses.Field[Any], hint: Any) -> inspect.Parameter:
     """The typer parameter a request field declares: its help, flags and click checks."""
     meta = dict(field.metadata)
     help_text, flags = meta.pop("help"), meta.pop("flags", ())
+    if ("min" in meta or "max" in meta) and "metavar" not in meta:
+        meta["metavar"] = _number_metavar(field.name, hint)  # click would print "<int range>"
     info = typer.Argument(help=help_text, **meta) if meta.pop("argument", False) else typer.Option(
         *flags, help=help_text, **meta)
     listed = typing.get_origin(hint) is list  # given as None when absent: the field's factory decides
     return inspect.Parameter(field.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                              default=None if listed else field.default,
                              annotation=Annotated[Optional[hint] if listed else hint, info])
+
+
+def _number_metavar(name: str, hint: Any) -> str:
+    """How the help names a bounded number: by its unit when its name has one."""
+    for suffix, shown in (("_s", "SECONDS"), ("_ms", "MS"), ("_usd", "USD"), ("port", "PORT")):
+        if name.endswith(suffix):
+            return shown
+    return "N" if int in (hint, *typing.get_args(hint)) else "NUMBER"
 
 
 def _live_export(runs: "RunStore | None", endpoint: str | None) -> Callable[[list[str] | None], Any]:
@@ -273,7 +283,7 @@ def export(
 @_command()
 def repair(run_id: Annotated[str, typer.Argument(help="The damaged run.", metavar="RUN_ID")], runs_dir: RunsDir = None,
            store_url: StoreOpt = None, as_json: JsonOut = False) -> int:
-    """Rebuild a run whose journal is damaged from its last good record and its trace, saying
+    """Rebuild a run whose journal is damaged. From its last good record and its trace; says
     which transitions are dropped and what may have happened after the last good record."""
     runs = store.open_store(store_url, runs=runs_dir)
     render.repaired(runs.repair(run_id), runs, as_json)
@@ -328,7 +338,7 @@ def config_show(
 
 @_command(scripted_app, "serve")
 def scripted_serve(request: ScriptedServeRequest) -> int:
-    """Serve the scripted provider; prints its base URL, then serves until Ctrl-C."""
+    """Serve the scripted provider. Prints its base URL, then serves until Ctrl-C."""
     from runner import scripted
 
     scripted.serve_until_stopped(request, on_ready=lambda url: print(url, flush=True))
@@ -389,7 +399,8 @@ def suite(request: SuiteRequest, runs_dir: RunsDir = None, store_url: StoreOpt =
 
 @_command()
 def policies(as_json: JsonOut = False) -> int:
-    """The steering policies a run on a small local model can get, and which each model of the manifest has."""
+    """The steering policies for small local models. What each does, and which each model of
+    the manifest has."""
     render.print_policies(as_json)
     return 0
 

@@ -174,11 +174,34 @@ def _usage_name(param: Any) -> str:
 
 class Group(typer.core.TyperGroup):
     """A command group whose own parameters (--debug, --version, shell completion) coerce
-    through `Coercion`."""
+    through `Coercion`, and whose help lists each command with what it does in words that fit
+    the line (`short_help`), where click would cut its first sentence off with "..."."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         _coerce_cheaply(self.get_params(ctx))
         return super().parse_args(ctx, args)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        commands = [(name, self.get_command(ctx, name)) for name in self.list_commands(ctx)]
+        shown = [(name, cmd) for name, cmd in commands if cmd is not None and not cmd.hidden]
+        if not shown:
+            return
+        limit = formatter.width - 6 - max(len(name) for name, _ in shown)
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, short_help(cmd.short_help or cmd.help or "", limit)) for name, cmd in shown])
+
+
+def short_help(text: str, limit: int) -> str:
+    """A command's help in at most `limit` characters: its first sentence, else the part of
+    it before a colon or a parenthesis, else its first words."""
+    sentence = " ".join(text.split("\n\n")[0].split())
+    sentence = re.split(r"(?<=[.!?])\s", sentence)[0]
+    if len(sentence) <= limit:
+        return sentence
+    head = re.split(r":\s| \(", sentence)[0].rstrip(".,;")
+    if len(head) <= limit:
+        return head + "."
+    return sentence[:limit - 3].rsplit(" ", 1)[0] + "..."
 
 
 @contextlib.contextmanager

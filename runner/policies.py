@@ -48,9 +48,13 @@ POLICIES: dict[str, str] = {
     "listing_hints": "with listing_in_prompt, each listed file says which words of the question it holds",
     "abstain_check": "an answer that says the information is not there is taken only after one reminder to look "
                      "in the file most likely to hold it (that request sends tool_choice \"required\")",
+    "answer_check": "a reply that is no answer (it repeats the question, tells how to call the tools, or comes "
+                    "before any file was read, the question not being about the files) is taken only after one "
+                    "message saying so and asking again, once per kind",
 }
 """Every policy, by name, in words."""
-NEW_POLICIES = ("listing_in_prompt", "listing_hints", "abstain_option", "evidence_first", "abstain_check")
+NEW_POLICIES = ("listing_in_prompt", "listing_hints", "abstain_option", "evidence_first", "abstain_check",
+                "answer_check")
 """The policies kept by name in `RunConfig.steering` (the others are fields of their own)."""
 
 CORRECTIONS = {
@@ -70,9 +74,29 @@ ASK_WITH_RESULTS = "Here is what the tools returned:\n\n{results}\n\nUsing only 
 NUDGE = ("That call gave the same result as before. You have not yet looked inside a file: call a tool on one of "
          "the files to find the answer to my question: {question}")
 """The user message after a repeated call with `evidence_first`, before anything but a listing succeeded."""
-CHECK_ABSTENTION = ("Before you say the information is not there: you have read {read}. Read the file most likely "
-                    "to hold the answer, then answer my question in one short sentence: {question}")
+CHECK_ABSTENTION = ("Before you say the information is not there: you have read {read}.{unread} Read the file most "
+                    "likely to hold the answer, then answer my question in one short sentence: {question}")
 """The user message after an answer that says the information is not there, with `abstain_check`."""
+NON_ANSWERS: dict[str, tuple[str, str]] = {
+    "unread": ("You answered before reading any file, so your answer cannot come from the files.{unread} Read the "
+               "file most likely to hold the answer, then answer my question in one short sentence: {question}",
+               "required"),
+    "instructions": ("Do not tell me how to use the tools or what to read: call them yourself.{unread} Then answer "
+                     "my question in one short sentence: {question}", "required"),
+    "restated": ("Your reply repeated my question instead of answering it. Here is what the tools returned:\n\n"
+                 "{results}\n\nUsing only this, answer in one short sentence: {question}", "none"),
+}
+"""With `answer_check`, per kind of non-answer: the user message sent after it, and the
+``tool_choice`` of the request that carries it."""
+UNREAD = " Files you have not read: {files}."
+"""Added to a review's message: the listed files the run has not read (`unread_files`)."""
+UNREAD_MAX_FILES = 20
+FOLDER_WORDS = re.compile(r"\b(?:files?|folders?|director(?:y|ies))\b", re.IGNORECASE)
+"""A question with one of these words may be answered from a listing alone."""
+TOOL_VERBS = re.compile(r"\b(?:call|calling|use|using|invoke|run)\b", re.IGNORECASE)
+PLANS = re.compile(r"\b(?:I|you|we) (?:need|have|will need|would need|should|can|could|must|will|would)(?: to)? "
+                   r"(?:read|call|use|check|look|open)\b", re.IGNORECASE)
+"""A reply that says what to read or call instead of answering."""
 ABSTENTION = re.compile(
     r"\b(?:not (?:in|found|mentioned|listed|specified|provided|given|available|stated|present|included)\b"
     r"|no (?:information|mention|record|data|details?)\b"
@@ -99,6 +123,8 @@ LISTING_MAX_ENTRIES = 60
 RESTATED_RESULT_CHARS = 4_000
 """Each restated tool result is cut to this many characters."""
 LISTING_TOOLS = frozenset({"list_files"})
+LISTED = re.compile(r"^(\S[^\n]*?) \(\d+ bytes\)", re.MULTILINE)
+"""A file in a listing: ``path (N bytes)``."""
 """Tools whose result lists the folder rather than showing what a file holds."""
 
 
@@ -205,8 +231,8 @@ def tool_choice(state: RunState, sends_tools: bool = True) -> str | None:
         return None
     if answer_is_due(state):
         return "none"
-    if _check_last(state):
-        return "required"
+    if (review := _review_last(state)) is not None:
+        return review
     first = state.config.endpoint.first_turn_tool_choice
     return first if state.turns == 0 else "auto"
 
@@ -226,31 +252,107 @@ def before_request(state: RunState) -> None:
 
 
 def review_answer(state: RunState) -> str | None:
-    """abstain_check: after a reply that answers (no calls) by saying the information is not
-    there, once per run, add the reminder to read the likeliest file and return its text
-    (the run then goes on); None to take the answer."""
+    """abstain_check and answer_check: after a reply that answers (no calls), when it says the
+    information is not there (abstain_check) or is no answer (answer_check, `non_answer`),
+    add the message that says so and asks again, once per kind per run, and return its text
+    (the run then goes on); None to take the answer. With no turn left to look and answer,
+    the answer stands."""
     last = state.messages[-1]
-    if "abstain_check" not in state.config.steering or last.role != "assistant" or last.tool_calls:
-        return None
-    if not ABSTENTION.search(last.content or "") or _checked_abstention(state):
+    steering = state.config.steering
+    if last.role != "assistant" or last.tool_calls or not {"abstain_check", "answer_check"} & set(steering):
         return None
     cap = state.config.limits.max_turns
-    if cap is not None and state.turns + 2 > cap:  # no turns left to look and answer: the answer stands
+    if cap is not None and state.turns + 2 > cap:
         return None
-    read = sorted({_call_label(c).partition(" ")[2] or c.function.name for m in state.messages
-                   for c in (m.tool_calls or []) if c.id in {r.call_id for r in state.tool_runs if r.ok}})
-    text = CHECK_ABSTENTION.format(read=", ".join(read) if read else "nothing yet", question=question(state))
+    text = None
+    if "abstain_check" in steering and ABSTENTION.search(last.content or ""):
+        if not _sent(state, CHECK_ABSTENTION):
+            read = sorted({_call_label(c).partition(" ")[2] or c.function.name for m in state.messages
+                           for c in (m.tool_calls or []) if c.id in {r.call_id for r in state.tool_runs if r.ok}})
+            text = CHECK_ABSTENTION.format(read=", ".join(read) if read else "nothing yet", unread=_unread(state),
+                                           question=question(state))
+    elif "answer_check" in steering and (kind := non_answer(state)) is not None:
+        if not _sent(state, NON_ANSWERS[kind][0]):
+            results = restated_results(state) if kind == "restated" else ""
+            text = NON_ANSWERS[kind][0].format(question=question(state), unread=_unread(state),
+                                               results=results or "(nothing)")
+    if text is None:
+        return None
     state.messages.append(Message(role="user", content=text, name=CORRECTIVE_NAME))
     return text
 
 
-def _check_last(state: RunState) -> bool:
-    """The last message is the abstain_check reminder: the next reply must be a call."""
-    return _harness_message_last(state) and (state.messages[-1].content or "").startswith(CHECK_ABSTENTION[:30])
+def non_answer(state: RunState) -> str | None:
+    """Which kind of non-answer (a key of `NON_ANSWERS`) the model's last reply is, if any:
+    "unread", nothing but a listing succeeded, a tool that reads a file was offered and the
+    question does not ask about the files themselves; "instructions", it names one of the
+    run's tools and tells how to call it, or says what it would read; "restated", it repeats
+    the question or asks one."""
+    answer = (state.messages[-1].content or "").strip()
+    asked = question(state)
+    names = [getattr(t, "name", t) for t in state.config.tools]
+    if "read_file" in names and not _has_evidence(state) and not FOLDER_WORDS.search(asked):
+        return "unread"
+    if (any(isinstance(n, str) and n in answer for n in names) and TOOL_VERBS.search(answer)) or PLANS.search(answer):
+        return "instructions"
+    if answer.endswith("?") or _words(answer) == _words(asked):
+        return "restated"
+    return None
 
 
-def _checked_abstention(state: RunState) -> bool:
-    return any(m.role == "user" and m.name == CORRECTIVE_NAME and (m.content or "").startswith(CHECK_ABSTENTION[:30])
+def unread_files(state: RunState) -> list[str]:
+    """The files the run has seen listed (the system prompt's listing, list_files results) and
+    not read with a call that succeeded, in the order listed."""
+    listed: list[str] = []
+    texts = [m.content or "" for m in state.messages[:1] if m.role == "system"]
+    listing_calls = {c.id for m in state.messages for c in (m.tool_calls or []) if c.function.name in LISTING_TOOLS}
+    texts += [m.content or "" for m in state.messages if m.role == "tool" and m.tool_call_id in listing_calls]
+    for text in texts:
+        listed += [p for p in LISTED.findall(text) if p not in listed]
+    ok = {r.call_id for r in state.tool_runs if r.ok}
+    read = {_path_of(c) for m in state.messages for c in (m.tool_calls or [])
+            if c.id in ok and c.function.name not in LISTING_TOOLS}
+    return [p for p in listed if p not in read]
+
+
+def _path_of(call: ToolCall) -> str | None:
+    """The ``path`` argument of a call, if it has one."""
+    import json
+
+    try:
+        args = json.loads(call.function.arguments or "{}")
+    except json.JSONDecodeError:
+        return None
+    path = args.get("path") if isinstance(args, dict) else None
+    return path.removeprefix("./") if isinstance(path, str) else None
+
+
+def _unread(state: RunState) -> str:
+    files = unread_files(state)
+    if not files:
+        return ""
+    shown = files[:UNREAD_MAX_FILES] + ([f"{len(files) - UNREAD_MAX_FILES} more"] if len(files) > UNREAD_MAX_FILES else [])
+    return UNREAD.format(files=", ".join(shown))
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def _review_last(state: RunState) -> str | None:
+    """The ``tool_choice`` the next request sends when the last message is the harness's
+    review of an answer (abstain_check's reminder: "required"; answer_check's, `NON_ANSWERS`),
+    else None."""
+    if not _harness_message_last(state):
+        return None
+    text = state.messages[-1].content or ""
+    reviews = [(CHECK_ABSTENTION, "required"), *NON_ANSWERS.values()]
+    return next((choice for template, choice in reviews if text.startswith(template[:30])), None)
+
+
+def _sent(state: RunState, template: str) -> bool:
+    """The harness already sent a message made from `template` in this run."""
+    return any(m.role == "user" and m.name == CORRECTIVE_NAME and (m.content or "").startswith(template[:30])
                for m in state.messages)
 
 
@@ -281,7 +383,7 @@ def answer_is_due(state: RunState) -> bool:
     cfg = state.config
     if state.messages[-1].role == "assistant":
         return False
-    if _nudge_last(state) or _check_last(state):
+    if _nudge_last(state) or _review_last(state) is not None:
         return False
     after = cfg.answer_after_tool_turns
     if after is not None and sum(1 for m in state.messages if m.role == "assistant" and m.tool_calls) >= after:

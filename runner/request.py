@@ -51,6 +51,22 @@ def choice(*choices: str) -> Any:
     return parse
 
 
+def usd(value: str) -> float:
+    """A parser for an amount of USD: a finite number, zero or more (click's float range lets
+    ``inf`` and ``nan`` through)."""
+    import math
+
+    import typer
+
+    try:
+        amount = float(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a number of USD.") from None
+    if not math.isfinite(amount) or amount < 0:
+        raise typer.BadParameter(f"{value!r} is not a finite amount of USD (0 or more; 0: no budget).")
+    return amount
+
+
 def argument(help: str, **click: Any) -> Any:
     """A field that is the command's one optional positional argument."""
     return field(default=None, metadata={"help": help, "argument": True, **click})
@@ -64,7 +80,7 @@ def _max_turns() -> Any:
 def _max_budget() -> Any:
     return option(None, "Stop once spend reaches this many USD (0: no budget). Checked before each turn, so spend "
                         "can pass the cap by at most one turn's cost (use --cap-max-tokens to keep it under).",
-                  "--max-budget", min=0.0)
+                  "--max-budget", metavar="USD", parser=usd)
 
 
 def _max_tokens_total() -> Any:

@@ -230,9 +230,16 @@ def resolve_in_workspace(workspace: Path, path: str) -> Path:
 
 
 def _visible_files(workspace: Path) -> list[tuple[str, int]]:
-    """(name, size in bytes) of the workspace's visible files, by name (one stat each)."""
-    with os.scandir(workspace) as entries:
-        return sorted((e.name, e.stat().st_size) for e in entries if not e.name.startswith(".") and e.is_file())
+    """(path, size in bytes) of the workspace's visible files, subfolders' included (as
+    ``src/app.py``), by path; hidden files and folders left out."""
+    found = []
+    for root, dirs, files in os.walk(workspace):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        where = Path(root).relative_to(workspace)
+        with os.scandir(root) as entries:
+            found += [((where / e.name).as_posix(), e.stat().st_size) for e in entries
+                      if e.name in files and not e.name.startswith(".") and e.is_file()]
+    return sorted(found)
 
 
 MAX_LIST_ENTRIES = 200
@@ -385,8 +392,8 @@ class FolderListFiles(Tool):
 
 
 class ListFiles(Tool):
-    """list_files of the demo catalog: no parameters, the files of the top folder (the
-    six-task suite's prompt depends on its exact schema and text)."""
+    """list_files of the demo catalog: no parameters, every file of the workspace with its path
+    (the six-task suite's prompt depends on its exact schema and text)."""
 
     name = "list_files"
     read_only = True
@@ -397,7 +404,10 @@ class ListFiles(Tool):
         files = _visible_files(ctx.workspace)
         if not files:
             return "The workspace is empty."
-        return "\n".join(f"{name} ({size} bytes)" for name, size in files)
+        lines = [f"{name} ({size} bytes)" for name, size in files[:MAX_LIST_ENTRIES]]
+        if len(files) > MAX_LIST_ENTRIES:
+            lines.append(f"... and {len(files) - MAX_LIST_ENTRIES} more files")
+        return "\n".join(lines)
 
 
 class PathParams(BaseModel, defer_build=True):

@@ -138,7 +138,7 @@ def test_abstain_check_sends_one_reminder_before_an_abstention_is_taken(fake: Fa
     assert state.status == "completed" and state.answer == "The information is not in the files."
     reminder = fake.requests[2]["messages"][-1]
     assert reminder["name"] == "runner" and reminder["content"] == policies.CHECK_ABSTENTION.format(
-        read="nothing yet", question="Which file is it?")
+        read="nothing yet", unread="", question="Which file is it?")
     assert fake.requests[2].get("tool_choice") == "required" and len(fake.requests) == 4  # one reminder only
 
 
@@ -170,3 +170,57 @@ def test_abstain_check_lets_an_abstention_stand_when_no_turn_is_left_to_look(fak
     fake.handler = lambda body: completion({"role": "assistant", "content": "The information is not in the files."})
     state = drive(_run(fake, steering=["abstain_check"], max_turns=1), fake.base_url, None)
     assert state.status == "completed" and len(fake.requests) == 1
+
+
+def _say(text: str) -> Answer:
+    return completion({"role": "assistant", "content": text})
+
+
+def test_answer_check_asks_for_a_read_when_the_answer_came_before_any_file_was(fake: FakeProvider) -> None:
+    replies = iter([_call("list_files", turn=1), _say("The folder holds 3 files."),
+                    _call("read_file", '{"path": "notes.txt"}', 2), _say("Rotate the logs.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="What is the reminder about?", steering=["answer_check"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "Rotate the logs."
+    review = fake.requests[2]["messages"][-1]
+    assert review["name"] == "runner" and review["content"] == (
+        "You answered before reading any file, so your answer cannot come from the files. Files you have not read: "
+        "access.log, errors.log, notes.txt. Read the file most likely to hold the answer, then answer my question "
+        "in one short sentence: What is the reminder about?")
+    assert [r.get("tool_choice") for r in fake.requests] == ["auto", "auto", "required", "auto"]
+
+
+def test_answer_check_takes_an_answer_from_a_listing_when_the_question_is_about_the_files(fake: FakeProvider) -> None:
+    replies = iter([_call("list_files", turn=1), _say("There are 3 files.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="How many files are there?", steering=["answer_check"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "There are 3 files." and len(fake.requests) == 2
+
+
+@pytest.mark.parametrize(("kind", "reply", "choice", "review"), [
+    ("restated", "What does notes.txt say?", "none",
+     "Your reply repeated my question instead of answering it. Here is what the tools returned:\n\n"
+     "--- read_file notes.txt ---\nRemember to rotate your logs.\n\n\n"
+     "Using only this, answer in one short sentence: What does notes.txt say?"),
+    ("instructions", "To find out, you can call the `read_file` function with the path notes.txt.", "required",
+     "Do not tell me how to use the tools or what to read: call them yourself. Then answer my question in one "
+     "short sentence: What does notes.txt say?"),
+    ("instructions", "I need to read the file notes.txt to answer.", "required", None),
+])
+def test_answer_check_reviews_a_non_answer_once_per_kind(fake: FakeProvider, kind: str, reply: str,
+                                                          choice: str, review: str | None) -> None:
+    replies = iter([_call("read_file", '{"path": "notes.txt"}', 1), _say(reply), _say(reply)])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="What does notes.txt say?", steering=["answer_check"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == reply and len(fake.requests) == 3  # reviewed once, then taken
+    assert policies.non_answer(state) == kind
+    sent = fake.requests[2]["messages"][-1]["content"]
+    assert sent.startswith(policies.NON_ANSWERS[kind][0][:30]) and (review is None or sent == review)
+    assert fake.requests[2].get("tool_choice") == choice
+
+
+def test_without_answer_check_a_restated_question_is_the_answer(fake: FakeProvider) -> None:
+    replies = iter([_call("read_file", '{"path": "notes.txt"}', 1), _say("What does notes.txt say?")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="What does notes.txt say?"), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "What does notes.txt say?" and len(fake.requests) == 2

@@ -38,6 +38,18 @@ def test_workspace_holds_three_files_errors_log_largest(ws: Path) -> None:
     assert "rotate your logs" in read(ws, "notes.txt")
 
 
+def test_list_files_shows_the_files_of_subfolders_by_path_and_leaves_hidden_ones_out(tmp_path: Path) -> None:
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "src" / "pkg" / "store.py").write_text("x = 1\n")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("ref\n")
+    (tmp_path / "src" / ".cache").write_text("")
+    (tmp_path / "README.md").write_text("# hi\n")
+    listing = asyncio.run(ListFiles().run(ListFiles().parse("{}"), ctx(tmp_path)))
+    assert listing.splitlines() == ["README.md (5 bytes)", "src/pkg/store.py (6 bytes)"]
+    assert "x = 1" in read(tmp_path, "src/pkg/store.py")
+
+
 @pytest.mark.parametrize("path", ["../secrets.env", "/etc/passwd", "sub/../../x", "..\u002f..\u002fetc"])
 def test_paths_outside_the_workspace_are_refused(ws: Path, path: str) -> None:
     with pytest.raises(PermanentToolError, match="permission denied"):
