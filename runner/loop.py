@@ -321,7 +321,8 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     if cfg.parallel_tool_calls is not None:
         extra["parallel_tool_calls"] = cfg.parallel_tool_calls
     meter = TurnMeter(state.turns + 1, rt.on_turn) if rt.on_turn else None  # live per-turn line
-    reply = await rt.client.chat(cfg.endpoint.model, state.messages, rt.tool_schemas, max_tokens=max_tokens, extra=extra or None,
+    tools = policies.offered_tools(state, rt.tool_schemas)
+    reply = await rt.client.chat(cfg.endpoint.model, state.messages, tools, max_tokens=max_tokens, extra=extra or None,
                                  on_delta=meter.update if meter else None, call_ids=call_id_stem(state))
     if meter:
         meter.finish(reply.completion_tokens, reply.message.content or "")

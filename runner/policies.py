@@ -2,12 +2,15 @@
 
 A large hosted model needs none of this; a 0.5-1.5B local model does. Each policy is a name
 (`POLICIES` says what each does) that a model's manifest entry, `runner run --policy` and
-`runner suite --policy` turn on or off. The loop asks this module three things and nothing
-else: which ``tool_choice`` the next request sends (`tool_choice`), what to add to the
-conversation before it is sent (`before_request`: the request for the answer, a nudge, the
-folder's listing), and what to say after a protocol slip (`correction`). Every message the
+`runner suite --policy` turn on or off. The loop asks this module five things and nothing
+else: which ``tool_choice`` the next request sends (`tool_choice`), which tool schemas it
+offers (`offered_tools`), what to add to the conversation before it is sent
+(`before_request`: the request for the answer, a nudge), what to say after a protocol slip
+(`correction`), and whether to take an answer (`review_answer`). What a run gets before its
+first turn (the folder's listing) is added when it is made (`opening`). Every message the
 harness adds is a user message named ``runner`` (`CORRECTIVE_NAME`) kept in the transcript,
-so a resumed run sends what the killed one would have.
+and everything the policies decide is a function of the transcript, so a resumed run sends
+what the killed one would have.
 
 The policies of earlier formats were separate `RunConfig` fields (`answer_after_tool_turns`,
 `answer_on_stall`, `answer_restates_results`, `parallel_tool_calls`, `on_slip`,
@@ -48,13 +51,15 @@ POLICIES: dict[str, str] = {
     "listing_hints": "with listing_in_prompt, each listed file says which words of the question it holds",
     "abstain_check": "an answer that says the information is not there is taken only after one reminder to look "
                      "in the file most likely to hold it (that request sends tool_choice \"required\")",
+    "path_choices": "with listing_in_prompt, read_file's path must be one of the listed files (an enum in its "
+                    "schema: a local model's grammar then cannot name a file that does not exist)",
     "answer_check": "a reply that is no answer (it repeats the question, tells how to call the tools, or comes "
                     "before any file was read, the question not being about the files) is taken only after one "
                     "message saying so and asking again, once per kind",
 }
 """Every policy, by name, in words."""
 NEW_POLICIES = ("listing_in_prompt", "listing_hints", "abstain_option", "evidence_first", "abstain_check",
-                "answer_check")
+                "path_choices", "answer_check")
 """The policies kept by name in `RunConfig.steering` (the others are fields of their own)."""
 
 CORRECTIONS = {
@@ -123,6 +128,8 @@ LISTING_MAX_ENTRIES = 60
 RESTATED_RESULT_CHARS = 4_000
 """Each restated tool result is cut to this many characters."""
 LISTING_TOOLS = frozenset({"list_files"})
+PATH_CHOICE_TOOLS = frozenset({"read_file"})
+"""Tools whose ``path`` argument `path_choices` limits to the listed files."""
 LISTED = re.compile(r"^(\S[^\n]*?) \(\d+ bytes\)", re.MULTILINE)
 """A file in a listing: ``path (N bytes)``."""
 """Tools whose result lists the folder rather than showing what a file holds."""
@@ -235,6 +242,28 @@ def tool_choice(state: RunState, sends_tools: bool = True) -> str | None:
         return review
     first = state.config.endpoint.first_turn_tool_choice
     return first if state.turns == 0 else "auto"
+
+
+def offered_tools(state: RunState, schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``tools`` array the next request sends: `schemas` as they are, or with
+    path_choices, read_file's ``path`` limited to the files the system prompt lists (when it
+    lists them all)."""
+    if "path_choices" not in state.config.steering or not state.messages or state.messages[0].role != "system":
+        return schemas
+    listing = state.messages[0].content or ""
+    files = LISTED.findall(listing)
+    if not files or "... and " in listing:
+        return schemas
+    out = []
+    for schema in schemas:
+        function = schema.get("function", {})
+        path = function.get("parameters", {}).get("properties", {}).get("path")
+        if function.get("name") in PATH_CHOICE_TOOLS and isinstance(path, dict) and path.get("type") == "string":
+            parameters = function["parameters"]
+            schema = {**schema, "function": {**function, "parameters": {
+                **parameters, "properties": {**parameters["properties"], "path": {**path, "enum": files}}}}}
+        out.append(schema)
+    return out
 
 
 def before_request(state: RunState) -> None:

@@ -224,3 +224,20 @@ def test_without_answer_check_a_restated_question_is_the_answer(fake: FakeProvid
     fake.handler = lambda body: next(replies)
     state = drive(_run(fake, prompt="What does notes.txt say?"), fake.base_url, None)
     assert state.status == "completed" and state.answer == "What does notes.txt say?" and len(fake.requests) == 2
+
+
+def test_path_choices_limits_read_file_to_the_listed_files(fake: FakeProvider) -> None:
+    _play(fake, [_call("read_file", '{"path": "notes.txt"}', 1)])
+    state = drive(_run(fake, steering=["listing_in_prompt", "path_choices"]), fake.base_url, None)
+    assert state.status == "completed"
+    for request in fake.requests:
+        tools = {t["function"]["name"]: t["function"]["parameters"] for t in request["tools"]}
+        assert tools["read_file"]["properties"]["path"]["enum"] == ["access.log", "errors.log", "notes.txt"]
+        assert "enum" not in tools["delete_file"]["properties"]["path"]
+
+
+def test_without_the_listing_path_choices_leaves_the_schemas_alone(fake: FakeProvider) -> None:
+    _play(fake, [_call("read_file", '{"path": "notes.txt"}', 1)])
+    drive(_run(fake, steering=["path_choices"]), fake.base_url, None)
+    assert all("enum" not in t["function"]["parameters"]["properties"].get("path", {})
+               for r in fake.requests for t in r["tools"])
