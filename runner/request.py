@@ -80,7 +80,7 @@ def _max_turns() -> Any:
 def _max_budget() -> Any:
     return option(None, "Stop once spend reaches this many USD (0: no budget). Checked before each turn, so spend "
                         "can pass the cap by at most one turn's cost (use --cap-max-tokens to keep it under).",
-                  "--max-budget", metavar="USD", parser=usd)
+                  "--max-budget", min=0.0, metavar="USD", parser=usd)
 
 
 def _max_tokens_total() -> Any:
