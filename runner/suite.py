@@ -311,6 +311,10 @@ def shipped_suites(split: Split | None = None) -> list[Path]:
     return [p for p in found if json.loads((p / "suite.json").read_text(encoding="utf-8")).get("split") == split]
 
 
+TASKS_SHOWN = 4
+"""An unknown --task names at most this many of the tasks there are."""
+
+
 def select_tasks(suites: list[SuiteDefinition], ids: Sequence[str]) -> list[SuiteDefinition]:
     """The suites cut to the tasks `ids` names (a task id, or SUITE/ID); suites left with no
     task are dropped.
@@ -329,8 +333,18 @@ def select_tasks(suites: list[SuiteDefinition], ids: Sequence[str]) -> list[Suit
             out.append(suite.model_copy(update={"tasks": keep}))
     unknown = [i for i in ids if i not in used]
     if unknown:
-        known = ", ".join(f"{s.name}/{t.id}" if len(suites) > 1 else t.id for s in suites for t in s.tasks)
-        raise UsageError(f"--task {unknown[0]}: no such task (tasks: {known})")
+        import difflib
+
+        known = [f"{s.name}/{t.id}" if len(suites) > 1 else t.id for s in suites for t in s.tasks]
+        close = difflib.get_close_matches(unknown[0], known, n=3) or difflib.get_close_matches(
+            unknown[0], [k.rpartition("/")[2] for k in known], n=3)
+        if close:
+            hint = f"did you mean {' or '.join(close)}?"
+        else:
+            shown = known[:TASKS_SHOWN]
+            more = f", and {len(known) - len(shown)} more" if len(known) > len(shown) else ""
+            hint = f"tasks: {', '.join(shown)}{more}"
+        raise UsageError(f"--task {unknown[0]}: no such task; {hint}")
     return out
 
 

@@ -81,7 +81,10 @@ def test_task_picks_a_subset_and_an_unknown_one_is_named(folder: Path, fake: Fak
     assert [r["task"] for r in json.loads(done.stdout)["results"]] == ["eggs"]
     done = cli("suite", "--suite", str(folder), "--task", "bread", "--base-url", fake.base_url, "--model", "fake",
                runs_dir=tmp_path / "runs")
-    assert done.returncode == 2 and "--task bread: no such task (tasks: eggs, milk, owner)" in done.stderr
+    assert done.returncode == 2 and "--task bread: no such task; tasks: eggs, milk, owner" in done.stderr
+    done = cli("suite", "--suite", str(folder), "--task", "egs", "--base-url", fake.base_url, "--model", "fake",
+               runs_dir=tmp_path / "runs")
+    assert done.returncode == 2 and "--task egs: no such task; did you mean eggs?" in done.stderr
 
 
 def test_every_mistake_of_a_suite_file_is_a_line_of_its_own(folder: Path, tmp_path: Path) -> None:
