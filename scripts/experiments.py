@@ -724,6 +724,7 @@ HARNESS_STEPS: list[tuple[str, list[str]]] = [
      ["first_turn_required", "untagged_calls", "corrective_retries", "answer_forcing", "answer_on_stall",
       "one_call_per_turn", "restate_results"]),
     ("+ listing in prompt, evidence first, abstain check", ["listing_in_prompt", "evidence_first", "abstain_check"]),
+    ("+ path choices, answer check", ["path_choices", "answer_check"]),
 ]
 """The techniques of `local_harness` by policy name (`runner policies`), each row adding its
 names to those above; a model gets only the names of its manifest set (`runner policies`)
