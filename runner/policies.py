@@ -98,6 +98,11 @@ UNREAD = " Files you have not read: {files}."
 UNREAD_MAX_FILES = 20
 FOLDER_WORDS = re.compile(r"\b(?:files?|folders?|director(?:y|ies))\b", re.IGNORECASE)
 """A question with one of these words may be answered from a listing alone."""
+FOLDER_QUESTION = re.compile(
+    r"\bhow many\b[^?]*\b(?:files?|folders?|director(?:y|ies))\b"
+    r"|\b(?:largest|smallest|biggest|heaviest|lightest)\b[^?]*\bfiles?\b|\bfiles?\b[^?]*\b(?:largest|smallest|biggest)\b"
+    r"|\blist (?:the|all|every)\b[^?]*\bfiles\b", re.IGNORECASE)
+"""A question about the files themselves (how many, which is largest), which a listing answers."""
 TOOL_VERBS = re.compile(r"\b(?:call|calling|use|using|invoke|run)\b", re.IGNORECASE)
 PLANS = re.compile(r"\b(?:I|you|we) (?:need|have|will need|would need|should|can|could|must|will|would)(?: to)? "
                    r"(?:read|call|use|check|look|open)\b", re.IGNORECASE)
@@ -426,8 +431,10 @@ def answer_is_due(state: RunState) -> bool:
 
 def _has_evidence(state: RunState) -> bool:
     """A call that can hold an answer succeeded: any but a listing, or a listing when the
-    model asked about the folder itself (it read only listings, and they are the evidence).
+    question is about the files themselves (`FOLDER_QUESTION`: the listing is the evidence).
     A listing counts as evidence once it has been nudged past, too."""
+    if FOLDER_QUESTION.search(question(state)) and any(r.ok for r in state.tool_runs):
+        return True
     return any(r.ok and r.source == "run" and r.tool_name not in LISTING_TOOLS for r in state.tool_runs) or any(
         m.role == "user" and m.name == CORRECTIVE_NAME and m.content and m.content.startswith(NUDGE[:40])
         for m in state.messages)
@@ -516,7 +523,7 @@ def _call_label(call: ToolCall) -> str:
         args = json.loads(call.function.arguments or "{}")
     except json.JSONDecodeError:
         args = {}
-    values = args.values() if isinstance(args, dict) else [args]
+    values = [v for v in args.values() if v is not None] if isinstance(args, dict) else [args]
     shown = " ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values)
     return f"{call.function.name} {shown}".strip()
 

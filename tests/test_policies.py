@@ -241,3 +241,13 @@ def test_without_the_listing_path_choices_leaves_the_schemas_alone(fake: FakePro
     drive(_run(fake, steering=["path_choices"]), fake.base_url, None)
     assert all("enum" not in t["function"]["parameters"]["properties"].get("path", {})
                for r in fake.requests for t in r["tools"])
+
+
+def test_a_question_about_the_files_is_answered_from_a_repeated_listing_without_a_nudge(fake: FakeProvider) -> None:
+    _play(fake, [_call("list_files", turn=1), _call("list_files", turn=2)])
+    state = drive(_run(fake, prompt="How many files are in this folder, counting subfolders?", answer_on_stall=True,
+                       steering=["evidence_first", "answer_check"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "Done."
+    assert [r.get("tool_choice") for r in fake.requests] == ["auto", "auto", "none"]
+    assert not any(m.get("name") == "runner" and m["content"].startswith(policies.NUDGE[:40])
+                   for m in fake.requests[-1]["messages"])
