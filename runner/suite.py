@@ -276,14 +276,20 @@ def _what(error: Any) -> str:
 def _mistakes(suite: SuiteDefinition) -> list[str]:
     """What a well-formed suite.json still gets wrong: patterns that are not regular
     expressions, task ids given twice, unknown tools, a missing workspace."""
-    from runner.catalog import NAMES
+    from runner.catalog import DEMO, FOLDER
+    from runner.research import Research
 
     out = []
     if not suite.workspace.is_dir():
         out.append(f"workspace/: there is no folder {suite.workspace} for the tools to work over")
+    catalog = suite.catalog or SUITE_CATALOG
+    offered = [*(FOLDER if catalog == "folder" else DEMO), Research.name]
     for name in suite.tools or []:
-        if name not in NAMES:
-            out.append(f"tools: {name!r} is not a built-in tool ({', '.join(NAMES)})")
+        if name not in offered:
+            other = "demo" if catalog == "folder" else "folder"
+            elsewhere = name in (DEMO if other == "demo" else FOLDER)
+            hint = f'; it is in the {other} catalog: add "catalog": "{other}"' if elsewhere else ""
+            out.append(f"tools: {name!r} is not a tool of the {catalog} catalog ({', '.join(offered)}){hint}")
     seen: set[str] = set()
     for i, task in enumerate(suite.tasks):
         if task.id in seen:
