@@ -112,7 +112,7 @@ def test_patterns_ids_and_the_workspace_are_checked_too(folder: Path, tmp_path: 
                runs_dir=tmp_path / "runs")
     assert done.returncode == 2
     text = done.stderr
-    for what in ("workspace/: there is no folder", "tools: 'rm_rf' is not a built-in tool",
+    for what in ("workspace/: there is no folder", "tools: 'rm_rf' is not a tool of the demo catalog",
                  "tasks[0].check.all[0]: not a regular expression", "tasks[1].id: 'a' is the id of an earlier task",
                  "tasks[1].check: give `all` patterns"):
         assert what in text
