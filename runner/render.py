@@ -309,8 +309,10 @@ def _column_head(report: SuiteReport, model: str) -> list[str]:
     lines = [f"### {_column_title(report, model)}", ""]
     if model != "scripted":
         if model == report.model:
-            lines += [f"First turn sent with `tool_choice={report.first_turn_tool_choice}` (the model manifest's "
-                      "`first_turn_tool_choice`); later turns `auto`."]
+            lines += [f"First turn sent with `tool_choice={report.first_turn_tool_choice}`; later turns `auto` "
+                      "unless a policy says otherwise."]
+        if report.policies.get(model) is not None:
+            lines += ["", "Steering policies: " + (", ".join(f"`{p}`" for p in report.policies[model]) or "none") + "."]
         if report.load_average:
             lines += [f"Load average (1/5/15 min) when it finished: "
                       f"{' / '.join(f'{x:.2f}' for x in report.load_average)}."]

@@ -523,7 +523,7 @@ def model_columns(provider: str, models: Sequence[str] = (), base_url: str | Non
         entry = models_mod.entry_for(shown, path)
         choice: ToolChoiceSetting = entry.first_turn_tool_choice if entry else "auto"
         if on_note is not None:
-            on_note(f"local model: {shown}, first turn tool_choice={choice}\n  file: {path}")
+            on_note(f"local model: {shown}\n  file: {path}")
         # Named as llama.cpp serves it (the file stem), as runs and reports always named it.
         columns.append(Endpoint(model=path.stem, local_model=str(path), first_turn_tool_choice=choice,
                                 chat_format=entry.chat_format if entry else HANDLER_NAME))
@@ -617,6 +617,8 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
         *harness_settings(column, run_settings, system_addendum, policy_edits), workspace)]) for column in columns]
     report.policies = {c.label: _policies_of(c, *harness_settings(c, run_settings, system_addendum, policy_edits))
                        for c in local}
+    if local:  # what the first turn really sends, --policy edits included
+        report.first_turn_tool_choice = "required" if "first_turn_required" in report.policies[local[0].label] else "auto"
     report.results = _drive(executor, batches, location, jobs, on_result)
     finished = {r.run_id for r in report.results}
     report.unfinished = [run_id for batch in batches for run_id in batch.run_ids if run_id not in finished]
