@@ -122,6 +122,10 @@ def prepare(req: RunRequest) -> Prepared:
     if req.policies:
         config = steered(config, req.policies, local.harness if local else {})
     _place(config, req, settings)
+    if req.max_budget_usd and not config.priced:
+        raise UsageError("--max-budget counts dollars, and this run costs $0 (a model on this machine is unpriced "
+                         "unless --price-in/--price-out say otherwise): price it, or cap it with --max-tokens-total "
+                         "or --max-wall-s")
     if req.no_builtin_tools and not own and not servers:
         raise UsageError("--no-builtin-tools leaves no tool: give --tool MODULE:ATTRIBUTE or --mcp NAME=COMMAND")
     if own or req.no_builtin_tools:

@@ -403,3 +403,10 @@ def test_a_run_resumes_against_its_provider_come_back_on_another_port(runs: Path
         assert code == 0 and out["status"] == "completed" and out["turns"] == 3, out
         assert third.requests == [("plan", 2), ("plan", 3)]
     assert store.load(runs, own["run_id"]).config.endpoint.base_url == third.base_url
+
+
+def test_a_budget_on_a_run_that_costs_nothing_is_refused(tmp_path: Path) -> None:
+    proc = cli("run", "hi", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--max-budget", "0.01",
+               runs_dir=tmp_path / "runs")
+    assert proc.returncode == 2 and "this run costs $0" in one_error(proc.stderr)
+    assert not (tmp_path / "runs").exists()
