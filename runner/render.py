@@ -771,7 +771,7 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
     out.append("")
     table = engine_table(state, events)
     if table:
-        out += ["engine, per turn:", *(line if full else fit(line, width) for line in table), ""]
+        out += ["engine, per turn:", *(table if full else (fit(line, width) for line in aligned(table))), ""]
     out += _ending(state, info, width if not full else 10**6, store_opts)
     return out
 
@@ -866,6 +866,20 @@ def engine_table(state: RunState, events: Sequence[TraceEvent]) -> list[str]:
                      f"{e.prompt_evaluated:,} | {e.prompt_ms:,.0f} | {r.completion_tokens:,} | {e.gen_ms:,.0f} | "
                      f"{f'{rate:.1f}' if rate is not None else '—'} | {drafts}{r.ms:,.0f} |")
     return lines
+
+
+SHORT_LABELS = {"tool_choice": "choice", "prompt tok": "prompt", "evaluated": "eval", "out tok": "out",
+                "drafts accepted": "drafts"}
+"""`engine_table`'s column labels as a terminal shows them (its 80 columns hold them all)."""
+
+
+def aligned(table: list[str]) -> list[str]:
+    """A Markdown table as plain columns for a terminal: short labels, numbers right-aligned."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for i, line in enumerate(table) if i != 1]
+    rows[0] = [SHORT_LABELS.get(label, label) for label in rows[0]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) if i == 1 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+            for row in rows]
 
 
 def transcript_markdown(state: RunState, events: Sequence[TraceEvent], info: RunInfo | None = None,
