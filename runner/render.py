@@ -240,6 +240,9 @@ def run_lines(state: RunState, trace_at: str, width: int = 80, store_opts: str =
             counts, more = [*counts[:3], "…", *counts[-3:]], f" ({len(state.per_turn)} turns)"
         lines.append("   per-turn prompt tokens: " + ", ".join(counts) + more)
     lines += [f"   run id: {state.run_id}", f"   trace: {trace_at}"]
+    copy = Path(trace_at).parent / "workspace"
+    if state.config.workspace and state.config.sandbox == "copy" and copy.is_dir():
+        lines.append(f"   the tools worked on a copy of {state.config.workspace} (left unchanged): {copy}")
     if state.status not in ("completed",):
         lines.append(f"   stopped: {state.reason}")
     lines += [f"   {line}" for line in next_steps(state, store_opts)]

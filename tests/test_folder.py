@@ -260,9 +260,12 @@ def test_sandbox_copy_leaves_the_folder_untouched_after_an_approved_write(folder
                    str(folder), "--sandbox", "copy", "--json", runs_dir=runs)
         run_id = json.loads(proc.stdout)["run_id"]
         assert proc.returncode == 3, proc.stderr
-        assert cli("resume", run_id, "--approve", "c2", runs_dir=runs).returncode == 0
+        resumed = cli("resume", run_id, "--approve", "c2", runs_dir=runs)
+        assert resumed.returncode == 0
     assert _files(folder) == before
     assert (runs / run_id / "workspace" / "letter.txt").read_text() == "overwritten\n"
+    said = " ".join(resumed.stdout.split())
+    assert f"the tools worked on a copy of {folder} (left unchanged): {runs / run_id / 'workspace'}" in said
 
 
 def test_auto_approve_glob_lets_the_named_tools_write_without_stopping(folder: Path, tmp_path: Path) -> None:
