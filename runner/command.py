@@ -86,6 +86,11 @@ class Coercion:
             return value
         if not many and kind is int and type(value) is str and not _WHOLE.fullmatch(value):
             raise typer.BadParameter(f"{value!r} is not a whole number", ctx=ctx, param=param)
+        if not many and kind is float and type(value) is str:
+            try:
+                float(value)
+            except ValueError:
+                raise typer.BadParameter(f"{value!r} is not a number", ctx=ctx, param=param) from None
         if not many and kind in (int, float) and type(value) in (str, int, float):
             self._check_range(kind, value, param, ctx)
         if not many and kind is Path and type(value) is str:

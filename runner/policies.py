@@ -179,7 +179,7 @@ def fields_for(names: Iterable[str], defaults: dict[str, Any] | None = None) -> 
     wanted = list(names)
     unknown = [n for n in wanted if n not in POLICIES]
     if unknown:
-        raise UsageError(f"unknown policy {unknown[0]!r}; policies: {', '.join(POLICIES)}")
+        raise UsageError(f"unknown policy {unknown[0]!r}; {_suggestion(unknown[0])}")
     d = defaults or {}
     on = set(wanted)
     restate = d.get("answer_restates_results") or "never"
@@ -212,12 +212,24 @@ def edited(current: Iterable[str], edits: Iterable[str]) -> list[str]:
             names = []
             continue
         if name not in POLICIES:
-            raise UsageError(f"--policy {edit}: no such policy; policies: {', '.join(POLICIES)}")
+            raise UsageError(f"--policy {edit}: no such policy; {_suggestion(name)}")
         if edit.startswith("-"):
             names = [n for n in names if n != name]
         elif name not in names:
             names.append(name)
     return [n for n in POLICIES if n in names]
+
+
+def _suggestion(name: str) -> str:
+    """What to say after an unknown policy name: the close ones, else every name (one each,
+    where several were given with commas)."""
+    import difflib
+
+    if "," in name:
+        return "give one name per --policy (repeat the option)"
+    close = difflib.get_close_matches(name, list(POLICIES), n=3, cutoff=0.5) or [
+        p for p in POLICIES if name and name in p]
+    return f"did you mean {' or '.join(close)}?" if close else f"policies: {', '.join(POLICIES)}"
 
 
 def split_fields(fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
