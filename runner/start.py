@@ -112,15 +112,16 @@ def prepare(req: RunRequest) -> Prepared:
     key = settings.key(req.api_key) if url is not None or not scenario else Key(None, "none", None)
     own, refs = catalog.load_specs(settings.get("tools"))  # a missing tool stops here: no run is made
     servers = _mcp_servers(req, settings)
+    served = local or (_served_elsewhere(str(model)) if url is not None and not scenario else None)
     endpoint = Endpoint(
         model=f"scripted/{name}" if scenario else (local.name if local else str(model)), base_url=url,
         local_model=local.recorded if local else None, latency_ms=req.latency_ms, api_key_env=key.env,
         api_key_given=key.source == "--api-key",
-        first_turn_tool_choice=settings.get("tool_choice") or (local.tool_choice if local else "auto"),
+        first_turn_tool_choice=settings.get("tool_choice") or (served.tool_choice if served else "auto"),
         timeout_s=settings.get("timeout_s"), max_retries=settings.get("max_retries"))
-    config = _config(req, settings, endpoint, name, local.harness if local else {})
+    config = _config(req, settings, endpoint, name, served.harness if served else {})
     if req.policies:
-        config = steered(config, req.policies, local.harness if local else {})
+        config = steered(config, req.policies, served.harness if served else {})
     _place(config, req, settings)
     if req.max_budget_usd and not config.priced:
         raise UsageError("--max-budget counts dollars, and this run costs $0 (a model on this machine is unpriced "
@@ -195,6 +196,19 @@ def _check_detachable(servers: list[McpServer]) -> None:
             raise UsageError(f"MCP server {server.name!r}: header {literal[0]} is given as a value, which is never "
                              "saved, so no worker could send it: write it as \"${VARIABLE}\" and set that variable "
                              "where the worker runs")
+
+
+def _served_elsewhere(model: str) -> LocalChoice | None:
+    """A model of the manifest served at a base URL (`runner serve` elsewhere, by its name or
+    its GGUF's file stem): its runs get the manifest's harness settings, as on this machine."""
+    from runner import models
+
+    entry = next((e for e in models.load_manifest().models
+                  if model in (e.name, e.filename, e.filename.removesuffix(".gguf"))), None)
+    if entry is None:
+        return None
+    return LocalChoice(entry.name, entry.name, entry.first_turn_tool_choice, Path(entry.filename),
+                       entry.harness_defaults())
 
 
 def _check_choices(req: RunRequest) -> None:

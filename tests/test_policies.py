@@ -251,3 +251,17 @@ def test_a_question_about_the_files_is_answered_from_a_repeated_listing_without_
     assert [r.get("tool_choice") for r in fake.requests] == ["auto", "auto", "none"]
     assert not any(m.get("name") == "runner" and m["content"].startswith(policies.NUDGE[:40])
                    for m in fake.requests[-1]["messages"])
+
+
+def test_a_manifest_model_at_a_base_url_gets_its_manifest_policies() -> None:
+    from runner import models
+    from runner.request import RunRequest
+    from runner.start import prepare
+
+    entry = models.entry_for("qwen2.5-coder-1.5b-instruct")
+    assert entry is not None
+    for name in (entry.name, entry.filename.removesuffix(".gguf")):  # as runner serve names it
+        config = prepare(RunRequest(prompt="hi", base_url="http://127.0.0.1:9/v1", model=name)).state.config
+        assert policies.active(config) == [p for p in policies.active_for_entry(entry) if p != "untagged_calls"]
+    other = prepare(RunRequest(prompt="hi", base_url="http://127.0.0.1:9/v1", model="gpt-x")).state.config
+    assert policies.active(other) == ["corrective_retries"]  # runner run's own default, model or not
