@@ -117,6 +117,7 @@ class _Reply:
         held: the reply's opening held back while it may be an untagged call, else None.
         held_tokens: the tokens of `held`.
         watching: free text watched for the model writing ``<tool_call>`` (tool_choice auto).
+        blank_refused: times the greedy token would have left the reply empty and was refused.
     """
 
     splitter: ReplySplitter
@@ -138,6 +139,7 @@ class _Reply:
     held_tokens: list[int] = field(default_factory=list)
     watching: bool = False
     max_calls: int = MAX_CALLS_PER_TURN
+    blank_refused: int = 0
 
 
 class Engine:
@@ -221,7 +223,8 @@ class Engine:
         prompt_eval_tokens (evaluated) and prompt_eval_ms; eval_tokens (generated) and
         eval_ms (sampling and decodes); first_token_ms (request start to the first generated
         token); handler_ms (whole call, lock wait excluded); prefix_disk_tokens; dropped_call;
-        duplicate_calls (calls left out as repeats of an earlier call of the reply);
+        duplicate_calls (calls left out as repeats of an earlier call of the reply); blank_refused
+        (greedy tokens refused because they would have left the reply empty, `_refused`);
         with drafting, draft_proposed and draft_accepted (tokens drafted, and confirmed).
 
         Raises:
@@ -324,6 +327,7 @@ class Engine:
                 yield from self._jump_forward(reply)
                 continue
             token = reply.sampler.sample(self.llama._ctx, self.feeder.row, self._refused(reply))
+            reply.blank_refused += reply.sampler.refused_best
             if self._is_eog(self._vocab, token):
                 reply.finish = "stop"
                 return
@@ -476,6 +480,7 @@ class Engine:
             "handler_ms": round((done - reply.began) * 1000, 3),
             "dropped_call": reply.splitter.dropped_call,
             "duplicate_calls": reply.splitter.duplicates,
+            "blank_refused": reply.blank_refused,
         })
 
     def _load_prompt(self, seg_tokens: list[list[int]]) -> int:
@@ -586,6 +591,8 @@ class GreedySampler:
         self._all: Any = None
         self.full_applications = 0
         """Times the grammar was applied to the whole vocabulary (for measuring)."""
+        self.refused_best = False
+        """The last `sample` refused the best-scoring token (it was in `refused`)."""
 
     def sample(self, ctx: Any, idx: int = -1, refused: Any = None) -> int:
         """The greedy token from the logits of batch row `idx` (-1: the last), accepted by the
@@ -593,7 +600,8 @@ class GreedySampler:
         the vocabulary of tokens not to pick, or None."""
         np = self._np
         logits = np.ctypeslib.as_array(self._llama_cpp.llama_get_logits_ith(ctx.ctx, idx), shape=(self._n_vocab,))
-        if refused is not None and refused[int(np.argmax(logits))]:
+        self.refused_best = refused is not None and bool(refused[int(np.argmax(logits))])
+        if self.refused_best:
             logits = np.where(refused, -np.inf, logits).astype(np.float32)
         token = int(np.argmax(logits))
         if self._grammar is not None:
