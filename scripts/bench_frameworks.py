@@ -266,7 +266,7 @@ def make_langchain(url: str, model: str) -> Callable[[Task], str]:
     from langchain.agents import create_agent
     from langchain_openai import ChatOpenAI
 
-    chat = ChatOpenAI(model=model, base_url=url, api_key=API_KEY, temperature=0)  # type: ignore[arg-type]
+    chat = ChatOpenAI(model=model, base_url=url, api_key=API_KEY, temperature=0)
 
     def run(task: Task) -> str:
         agent = create_agent(chat, tools=list(task.tools), system_prompt=INSTRUCTIONS)
@@ -308,14 +308,16 @@ def make_openai_sdk(url: str, model: str) -> Callable[[Task], str]:
     def run(task: Task) -> str:
         by_name = {f.__name__: f for f in task.tools}
         messages: list[Any] = [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": task.question}]
+        tools: list[Any] = [schema(f) for f in task.tools]
         for _ in range(MAX_MODEL_REQUESTS):
-            completion = client.chat.completions.create(model=model, messages=messages, temperature=0,
-                                                        tools=[schema(f) for f in task.tools])
+            completion = client.chat.completions.create(model=model, messages=messages, temperature=0, tools=tools)
             message = completion.choices[0].message
             messages.append(message.model_dump(exclude_none=True))
             if not message.tool_calls:
                 return message.content or ""
             for call in message.tool_calls:
+                if call.type != "function":
+                    raise RuntimeError(f"unexpected tool call type {call.type!r}")
                 try:
                     out = by_name[call.function.name](**json.loads(call.function.arguments or "{}"))
                 except (KeyError, TypeError, ValueError) as exc:
