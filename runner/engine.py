@@ -155,6 +155,9 @@ class Engine:
     first reply of a warm server). Generated tokens are never reused: the next request
     re-evaluates the assistant message as a prompt segment.
 
+    A reply is never empty: while it shows nothing yet, a token that would end it or add only
+    whitespace is not sampled (`_refused`); the next best token is.
+
     Args:
         llama: the loaded model.
         default_max_tokens: reply cap when a request sets none, tokens.

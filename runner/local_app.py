@@ -7,7 +7,10 @@ Routes:
   ``stream_options.include_usage``) or not. With the ``runner-hermes`` chat format, replies
   come from `runner.engine.Engine` (tool calls under a grammar, ``tool_choice`` honoured);
   with any other llama-cpp-python chat format, from ``Llama.create_chat_completion`` (its reply
-  in one chunk, not stoppable half-way). Invalid
+  in one chunk, not stoppable half-way). A request that does not say ``parallel_tool_calls`` gets
+  the model's default (`Backend.parallel_default`), and the server's steering
+  (`runner.serve_steering`) may choose how the reply is sampled; each reply reports both in its
+  ``runner`` object and its ``x-runner-steering`` / ``x-runner-parallel-tool-calls`` headers. Invalid
   requests (no ``messages``, a bad role, a bad ``tool_choice``, a prompt longer than the
   context) get HTTP 400 with an OpenAI error body. When the client goes away (timeout,
   Ctrl-C), generation stops within one token and the next request starts at once.
@@ -142,7 +145,7 @@ def _as_steered(request: ChatRequest, tool_choice: Any) -> None:
 
 
 class Backend:
-    """One model, one generation at a time, stoppable; `events` is the only entry point.
+    """One model, one generation at a time, stoppable: `prepare` a request, then its `events`.
 
     Args:
         llama: the loaded model.
