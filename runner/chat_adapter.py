@@ -530,7 +530,8 @@ class ReplySplitter:
     Content is stripped the way `parse_reply` strips it (leading whitespace dropped, trailing
     whitespace held until more text follows), and any text that could still become
     ``<tool_call>`` or a stop string is held back, so streamed content never shows protocol
-    text that the final reply would not.
+    text that the final reply would not. A call identical to an earlier one of the same reply
+    (same name, same arguments) is not sent again (`duplicates` counts them).
     """
 
     def __init__(self, tool_names: Sequence[str], first_index: int = 0,
@@ -544,6 +545,9 @@ class ReplySplitter:
         """A stop string was generated: the reply is over."""
         self.dropped_call = False
         """A call was left unfinished (cut off) or did not parse, and was dropped."""
+        self.duplicates = 0
+        """Calls left out because an earlier call of this reply was the same."""
+        self._made: set[tuple[str, str]] = set()
         self._buffer = ""
         self._in_call = False
         self._started = False
@@ -601,23 +605,26 @@ class ReplySplitter:
         if parsed is None:
             self.dropped_call = True
             return []
-        call = {"id": f"call_{self.first_index + len(self.calls)}", "type": "function",
-                "function": {"name": parsed[0], "arguments": _dumps(parsed[1])}}
-        self.calls.append(call)
-        return [CallDelta(len(self.calls) - 1, call)]
+        return self._add_call(*parsed)
 
     def _close_untagged(self, text: str) -> list[Event]:
         parsed = parse_untagged(text, self.tool_names)
         if parsed is None:
             self.dropped_call = True
             return []
-        events: list[Event] = []
-        for name, arguments in parsed:
-            call = {"id": f"call_{self.first_index + len(self.calls)}", "type": "function",
-                    "function": {"name": name, "arguments": _dumps(arguments)}}
-            self.calls.append(call)
-            events.append(CallDelta(len(self.calls) - 1, call))
-        return events
+        return [event for name, arguments in parsed for event in self._add_call(name, arguments)]
+
+    def _add_call(self, name: str, arguments: JsonObject) -> list[Event]:
+        """The call as a `CallDelta`, or none when this reply already made the same call."""
+        key = (name, json.dumps(arguments, sort_keys=True))
+        if key in self._made:
+            self.duplicates += 1
+            return []
+        self._made.add(key)
+        call = {"id": f"call_{self.first_index + len(self.calls)}", "type": "function",
+                "function": {"name": name, "arguments": _dumps(arguments)}}
+        self.calls.append(call)
+        return [CallDelta(len(self.calls) - 1, call)]
 
     def _text(self, text: str) -> list[Event]:
         if not self._started:

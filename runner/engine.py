@@ -84,6 +84,8 @@ class ChatRequest:
         stop: extra stop strings.
         parallel_tool_calls: False: at most one call in the reply (OpenAI's
             ``parallel_tool_calls``); True: up to `MAX_CALLS_PER_TURN`.
+        none_keeps_tools: under ``tool_choice`` none, keep the tools in the prompt (True) or
+            leave them out (False); None: the engine's setting.
     """
 
     messages: list[JsonObject]
@@ -92,6 +94,7 @@ class ChatRequest:
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
     parallel_tool_calls: bool = True
+    none_keeps_tools: bool | None = None
 
 
 @dataclass
@@ -114,6 +117,7 @@ class _Reply:
         held: the reply's opening held back while it may be an untagged call, else None.
         held_tokens: the tokens of `held`.
         watching: free text watched for the model writing ``<tool_call>`` (tool_choice auto).
+        blank_refused: times the greedy token would have left the reply empty and was refused.
     """
 
     splitter: ReplySplitter
@@ -135,6 +139,7 @@ class _Reply:
     held_tokens: list[int] = field(default_factory=list)
     watching: bool = False
     max_calls: int = MAX_CALLS_PER_TURN
+    blank_refused: int = 0
 
 
 class Engine:
@@ -149,6 +154,9 @@ class Engine:
     differently; reusing a prefix that ends mid-message, as llama-cpp-python does, changed the
     first reply of a warm server). Generated tokens are never reused: the next request
     re-evaluates the assistant message as a prompt segment.
+
+    A reply is never empty: while it shows nothing yet, a token that would end it or add only
+    whitespace is not sampled (`_refused`); the next best token is.
 
     Args:
         llama: the loaded model.
@@ -198,6 +206,7 @@ class Engine:
         self.feeder = Feeder(llama, draft, draft_tokens)
         self._lock = threading.Lock()
         self._segments: list[list[int]] = []
+        self._blank: Any = None
         self._default_system = default_system_prompt(llama.metadata.get("tokenizer.chat_template"))
         self._vocab = llama._model.vocab
         self._is_eog = llama_cpp.llama_vocab_is_eog
@@ -217,6 +226,8 @@ class Engine:
         prompt_eval_tokens (evaluated) and prompt_eval_ms; eval_tokens (generated) and
         eval_ms (sampling and decodes); first_token_ms (request start to the first generated
         token); handler_ms (whole call, lock wait excluded); prefix_disk_tokens; dropped_call;
+        duplicate_calls (calls left out as repeats of an earlier call of the reply); blank_refused
+        (greedy tokens refused because they would have left the reply empty, `_refused`);
         with drafting, draft_proposed and draft_accepted (tokens drafted, and confirmed).
 
         Raises:
@@ -228,7 +239,8 @@ class Engine:
         # conversation's KV entries are reused; a grammar rules the call out instead
         # (`no_call_grammar`).
         tools = request.tools if choice.mode != "none" else []
-        shown = request.tools if self.none_keeps_tools else tools
+        keeps_tools = self.none_keeps_tools if request.none_keeps_tools is None else request.none_keeps_tools
+        shown = request.tools if keeps_tools else tools
         # With the tools hidden (none_keeps_tools off) only a model that writes untagged calls
         # is held to prose, as before.
         prose_only = choice.mode == "none" and bool(request.tools) and (bool(shown) or self.untagged_calls)
@@ -317,7 +329,8 @@ class Engine:
             if reply.inject:
                 yield from self._jump_forward(reply)
                 continue
-            token = reply.sampler.sample(self.llama._ctx, self.feeder.row)
+            token = reply.sampler.sample(self.llama._ctx, self.feeder.row, self._refused(reply))
+            reply.blank_refused += reply.sampler.refused_best
             if self._is_eog(self._vocab, token):
                 reply.finish = "stop"
                 return
@@ -334,6 +347,31 @@ class Engine:
             if reply.splitter.stopped:
                 reply.finish = "stop"
                 return
+
+    def _refused(self, reply: _Reply) -> Any:
+        """While the reply shows nothing yet (no text but whitespace, no call begun), the tokens
+        that would leave it empty: end of turn, control tokens and whitespace (`blank_tokens`),
+        as a boolean mask over the vocabulary; afterwards None. A reply therefore always holds
+        prose or a call, even where greedy decoding would end the turn at once (a small model's
+        habit right after tool results)."""
+        if (reply.text + (reply.held or "")).strip():
+            return None
+        return self.blank_tokens()
+
+    def blank_tokens(self) -> Any:
+        """A boolean mask over the vocabulary (numpy), True for each token that adds nothing
+        visible: end of generation, control tokens, whitespace. Built on first use (about
+        0.5 s for a 150,000-token vocabulary), then kept."""
+        if self._blank is None:
+            import llama_cpp
+            import numpy as np
+
+            blank = np.zeros(self.llama.n_vocab(), dtype=bool)
+            for token in range(len(blank)):
+                blank[token] = (self._is_eog(self._vocab, token) or llama_cpp.llama_vocab_is_control(self._vocab, token)
+                                or not self.llama.detokenize([token], special=True).strip())
+            self._blank = blank
+        return self._blank
 
     def _jump_forward(self, reply: _Reply) -> Iterator[Event]:
         """Evaluate `reply.inject`, text the grammar allows in one way only, as one batch.
@@ -444,6 +482,8 @@ class Engine:
                if self.feeder.draft != "none" else {}),
             "handler_ms": round((done - reply.began) * 1000, 3),
             "dropped_call": reply.splitter.dropped_call,
+            "duplicate_calls": reply.splitter.duplicates,
+            "blank_refused": reply.blank_refused,
         })
 
     def _load_prompt(self, seg_tokens: list[list[int]]) -> int:
@@ -470,13 +510,14 @@ class Engine:
     def warm_up(self) -> None:
         """Get a cold engine ready before its first request, as llama.cpp's own server does:
         one throwaway decode (the model's weights are read in, buffers allocated), then an
-        empty cache again; then, with a prefix store, its most recently used saved prefix
+        empty cache again, and the mask of `blank_tokens` built; then, with a prefix store, its most recently used saved prefix
         is loaded as if the previous request had left it."""
         self.llama.n_tokens = 0
         self.llama.eval(self._tokenize("<|im_start|>"))
         self.llama.n_tokens = 0
         self.llama._ctx.kv_cache_seq_rm(-1, 0, -1)
         self._segments = []
+        self.blank_tokens()
         tokens = self.prefix_store.latest() if self.prefix_store is not None and self.reuse_prefix else None
         if tokens and self._restore_prefix(tokens):
             self._segments = [tokens]
@@ -553,12 +594,18 @@ class GreedySampler:
         self._all: Any = None
         self.full_applications = 0
         """Times the grammar was applied to the whole vocabulary (for measuring)."""
+        self.refused_best = False
+        """The last `sample` refused the best-scoring token (it was in `refused`)."""
 
-    def sample(self, ctx: Any, idx: int = -1) -> int:
+    def sample(self, ctx: Any, idx: int = -1, refused: Any = None) -> int:
         """The greedy token from the logits of batch row `idx` (-1: the last), accepted by the
-        grammar; ``ctx`` is llama-cpp-python's ``LlamaContext``."""
+        grammar; ``ctx`` is llama-cpp-python's ``LlamaContext``. `refused`: a boolean mask over
+        the vocabulary of tokens not to pick, or None."""
         np = self._np
         logits = np.ctypeslib.as_array(self._llama_cpp.llama_get_logits_ith(ctx.ctx, idx), shape=(self._n_vocab,))
+        self.refused_best = refused is not None and bool(refused[int(np.argmax(logits))])
+        if self.refused_best:
+            logits = np.where(refused, -np.inf, logits).astype(np.float32)
         token = int(np.argmax(logits))
         if self._grammar is not None:
             if not (self.check_first and self._allows(token, float(logits[token]))):

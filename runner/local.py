@@ -37,6 +37,7 @@ from runner.procs import die_with
 
 if TYPE_CHECKING:
     from runner.kvprefix import PrefixStore
+    from runner.models import ModelEntry
     from runner.request import ServeRequest
 
 DEFAULT_HOST = "127.0.0.1"
@@ -120,6 +121,10 @@ class LocalSettings(BaseModel):
         "Speculative decoding (runner-hermes only): lookup drafts tokens from the context (prompt lookup) "
         "and verifies them in one batch; none decodes one token at a time; auto: the manifest's for the model."))
     draft_tokens: int = Field(default=DEFAULT_DRAFT_TOKENS, ge=1, description="Most tokens drafted at a time.")
+    steer: Literal["off", "default", "on"] = Field(default="off", description=(
+        "Server steering for clients that do not steer (runner.serve_steering): off; default: the "
+        "policies of the model's manifest entry (serve_policies); on: every server policy. runner's own "
+        "loop steers itself and runs its servers with off."))
     omp_wait_policy: Literal["PASSIVE", "ACTIVE"] = Field(default="PASSIVE", description=(
         "OMP_WAIT_POLICY of the server process: PASSIVE threads sleep between decodes instead of spinning."))
     verbose: bool = Field(default=False, description="Let llama.cpp log to stderr.")
@@ -219,7 +224,7 @@ def serve_settings(req: ServeRequest) -> tuple[str, Path, LocalSettings]:
     name, path = models.resolve_choice(models.manifest_name(req.model) if req.model else None)
     entry = models.entry_for(name, path)
     given = {"chat_format": entry.chat_format if entry else None, "n_threads": req.threads, "n_batch": req.n_batch,
-             "draft": req.draft}
+             "draft": req.draft, "steer": req.steer}
     chosen = settings(model=path, port=req.port, n_ctx=req.n_ctx, **{k: v for k, v in given.items() if v is not None})
     if chosen.port:  # taken: say so now, not after the model has loaded in a server that cannot listen
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -278,12 +283,17 @@ def serve(settings: LocalSettings) -> None:
     """
     import uvicorn
 
+    from runner import serve_steering
     from runner.local_app import Backend, build_app
 
+    entry = manifest_entry(settings)
     backend = Backend(load_llama(settings), settings.chat_format, settings.max_tokens, settings.reuse_prefix,
                       settings.jump_forward, untagged_calls(settings), check_first=settings.grammar_check_first,
                       none_keeps_tools=settings.none_keeps_tools, draft=draft(settings),
-                      draft_tokens=settings.draft_tokens)
+                      draft_tokens=settings.draft_tokens,
+                      parallel_default=entry is None or entry.parallel_tool_calls is not False,
+                      steering=serve_steering.for_mode(settings.steer, entry.serve_policies if entry else [],
+                                                       entry.answer_after_tool_turns if entry else None))
     if backend.engine is not None:
         if settings.prefix_cache_mb and settings.reuse_prefix:
             backend.engine.prefix_store = prefix_store(settings)
@@ -304,32 +314,32 @@ def prefix_store(settings: LocalSettings) -> PrefixStore:
                                 settings.prefix_cache_mb << 20)
 
 
-def draft(settings: LocalSettings) -> Literal["none", "lookup"]:
-    """The speculative decoding the server does: the setting, or with "auto" the ``draft`` of
-    the manifest entry whose file name is the served GGUF's ("none" for a model it does not know)."""
-    if settings.draft != "auto":
-        return settings.draft
+def manifest_entry(settings: LocalSettings) -> ModelEntry | None:
+    """The manifest entry whose file name is the served GGUF's; None for a model the manifest
+    does not know, or an unreadable manifest."""
     from runner import models
 
     try:
-        entry = models.entry_for("", settings.model)
+        return models.entry_for("", settings.model)
     except ManifestError:
-        return "none"
+        return None
+
+
+def draft(settings: LocalSettings) -> Literal["none", "lookup"]:
+    """The speculative decoding the server does: the setting, or with "auto" the ``draft`` of
+    the model's manifest entry ("none" for a model it does not know)."""
+    if settings.draft != "auto":
+        return settings.draft
+    entry = manifest_entry(settings)
     return entry.draft if entry is not None else "none"
 
 
 def untagged_calls(settings: LocalSettings) -> bool:
     """Whether the server reads untagged calls: the setting when "on"/"off", else the
-    ``untagged_calls`` of the manifest entry whose file name is the served GGUF's (False for a
-    model the manifest does not know)."""
+    ``untagged_calls`` of the model's manifest entry (False for a model it does not know)."""
     if settings.untagged_calls != "auto":
         return settings.untagged_calls == "on"
-    from runner import models
-
-    try:
-        entry = models.entry_for("", settings.model)
-    except ManifestError:
-        return False
+    entry = manifest_entry(settings)
     return entry is not None and entry.untagged_calls
 
 

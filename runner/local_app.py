@@ -7,7 +7,10 @@ Routes:
   ``stream_options.include_usage``) or not. With the ``runner-hermes`` chat format, replies
   come from `runner.engine.Engine` (tool calls under a grammar, ``tool_choice`` honoured);
   with any other llama-cpp-python chat format, from ``Llama.create_chat_completion`` (its reply
-  in one chunk, not stoppable half-way). Invalid
+  in one chunk, not stoppable half-way). A request that does not say ``parallel_tool_calls`` gets
+  the model's default (`Backend.parallel_default`), and the server's steering
+  (`runner.serve_steering`) may choose how the reply is sampled; each reply reports both in its
+  ``runner`` object and its ``x-runner-steering`` / ``x-runner-parallel-tool-calls`` headers. Invalid
   requests (no ``messages``, a bad role, a bad ``tool_choice``, a prompt longer than the
   context) get HTTP 400 with an OpenAI error body. When the client goes away (timeout,
   Ctrl-C), generation stops within one token and the next request starts at once.
@@ -36,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runner.chat_adapter import HANDLER_NAME, CallDelta, Event, Finished, JsonObject, RequestError, TextDelta
 from runner.engine import ChatRequest, ContextOverflow, Engine
+from runner.serve_steering import Steered, Steering, repeats_only, steer
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -79,16 +83,18 @@ class ChatBody(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     stop: str | list[str] | None = None
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: bool | None = None
+    """None: the request does not say; the model's default applies (`Backend.parallel_default`)."""
 
-    def to_request(self) -> ChatRequest:
+    def to_request(self, parallel_default: bool) -> ChatRequest:
         tools = self.tools or [{"type": "function", "function": f} for f in self.functions or []]
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        parallel = self.parallel_tool_calls if self.parallel_tool_calls is not None else parallel_default
         return ChatRequest(
             messages=[m.model_dump(exclude_none=True) | {"content": m.content} for m in self.messages],
             tools=tools, tool_choice=self.tool_choice, stop=stop,
             max_tokens=self.max_completion_tokens or self.max_tokens,
-            parallel_tool_calls=self.parallel_tool_calls,
+            parallel_tool_calls=parallel,
         )
 
 
@@ -105,8 +111,41 @@ class Stats:
     recent: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECENT_REPLIES))
 
 
+@dataclass
+class Sampling:
+    """How one request's reply is sampled, as the server decided; what it says is reported in
+    the response (`report`: the ``runner`` object, the headers) and the request log.
+
+    Attributes:
+        request: what the engine gets (parallel_tool_calls and tool_choice as applied).
+        steered: what the server's steering made of the request (`runner.serve_steering.steer`).
+        given: the policy that chose how the reply was sampled, "none", or "off" when the
+            server does not steer.
+    """
+
+    request: ChatRequest
+    steered: Steered
+    given: str
+
+    def report(self) -> JsonObject:
+        return {"parallel_tool_calls": self.request.parallel_tool_calls, "tool_choice": self.request.tool_choice,
+                "steering": self.given}
+
+    def headers(self) -> dict[str, str]:
+        return {STEERING_HEADER: self.given,
+                PARALLEL_HEADER: "true" if self.request.parallel_tool_calls else "false"}
+
+
+def _as_steered(request: ChatRequest, tool_choice: Any) -> None:
+    """Steering chose `tool_choice` for `request`; an answer it asks for ("none") is sampled
+    with the tools left out of the prompt (see `runner.serve_steering`)."""
+    request.tool_choice = tool_choice
+    if tool_choice == "none":
+        request.none_keeps_tools = False
+
+
 class Backend:
-    """One model, one generation at a time, stoppable; `events` is the only entry point.
+    """One model, one generation at a time, stoppable: `prepare` a request, then its `events`.
 
     Args:
         llama: the loaded model.
@@ -116,31 +155,79 @@ class Backend:
         reuse_prefix: keep KV entries of leading messages shared with the previous request.
         jump_forward: evaluate text the call grammar forces as one batch.
         untagged_calls: read a reply that opens with a JSON object as a call (`Engine`).
+        parallel_default: ``parallel_tool_calls`` for a request that does not say (the model
+            manifest's, else True).
+        steering: the server policies applied to every request (`runner.serve_steering`).
         engine_options: further `Engine` keyword arguments (``check_first``, ``none_keeps_tools``…).
     """
 
     def __init__(self, llama: Llama, chat_format: str, default_max_tokens: int, reuse_prefix: bool = True,
-                 jump_forward: bool = True, untagged_calls: bool = False, **engine_options: Any) -> None:
+                 jump_forward: bool = True, untagged_calls: bool = False, parallel_default: bool = True,
+                 steering: Steering | None = None, **engine_options: Any) -> None:
         self.llama = llama
         self.chat_format = chat_format
+        self.parallel_default = parallel_default
+        self.steering = steering if steering is not None else Steering()
         self.engine = (Engine(llama, default_max_tokens, reuse_prefix, jump_forward, untagged_calls, **engine_options)
                        if chat_format == HANDLER_NAME else None)
         self.default_max_tokens = default_max_tokens
         self.stats = Stats()
         self._lock = threading.Lock()
 
-    def events(self, request: ChatRequest, cancel: threading.Event) -> Iterator[Event]:
-        """The reply as `runner.chat_adapter` events (see `Engine.stream`); a generation stopped
-        by `cancel` is counted in `stats`."""
+    def prepare(self, body: ChatBody) -> Sampling:
+        """How the reply to `body` is sampled, as the server's defaults and steering say."""
+        request = body.to_request(self.parallel_default)
+        steered = steer(self.steering, request.messages, request.tools, request.tool_choice)
+        if steered.fired is not None:
+            _as_steered(request, steered.tool_choice)
+        return Sampling(request, steered, steered.fired or ("none" if self.steering.policies else "off"))
+
+    def events(self, sampling: Sampling, cancel: threading.Event) -> Iterator[Event]:
+        """The reply as `runner.chat_adapter` events (see `Engine.stream`). With answer_on_repeat
+        watching (`Steered.answered`), a reply of calls only, all already answered, is sampled
+        again as an answer before any of it is sent (`sampling` then says so)."""
+        if not sampling.steered.answered:
+            yield from self._counted(sampling.request, cancel)
+            return
+        calls: list[Event] = []
+        finished: Finished | None = None
+        sent_text = False
+        for event in self._counted(sampling.request, cancel):  # to its end: the engine's lock is let go
+            if isinstance(event, TextDelta):
+                sent_text = True
+                yield event
+            elif isinstance(event, CallDelta):
+                calls.append(event)
+            else:
+                finished = event
+        if not sent_text and not cancel.is_set() and \
+                repeats_only(sampling.steered, [c.call for c in calls if isinstance(c, CallDelta)]):
+            _as_steered(sampling.request, "none")
+            sampling.given = "answer_on_repeat"
+            yield from self._counted(sampling.request, cancel)
+            return
+        yield from calls
+        if finished is not None:
+            yield finished
+
+    def _counted(self, request: ChatRequest, cancel: threading.Event) -> Iterator[Event]:
+        """One generation's events; a generation stopped by `cancel` is counted in `stats`, and
+        each finished one's timings are kept there with its finish reason and what it held
+        (``reply``: "calls", "text" or "empty")."""
         inner = self.engine.stream(request, cancel) if self.engine is not None else self._stock(request, cancel)
         self.stats.generating += 1
         finished = False
+        held = "empty"
         try:
             for event in inner:
+                if isinstance(event, CallDelta):
+                    held = "calls"
+                elif isinstance(event, TextDelta) and event.text.strip() and held == "empty":
+                    held = "text"
                 if isinstance(event, Finished):
                     finished = True
                     self.stats.generating -= 1
-                    self.stats.recent.append(event.timings | {"finish_reason": event.finish_reason})
+                    self.stats.recent.append(event.timings | {"finish_reason": event.finish_reason, "reply": held})
                     if event.finish_reason == "cancelled":
                         self.stats.cancelled += 1
                         self.stats.last_cancelled_tokens = event.completion_tokens
@@ -220,27 +307,38 @@ def build_app(backend: Backend, model_name: str) -> Callable[..., Any]:
 
 REQUEST_LOG_PREFIX = "request: "
 """How each request's log line on stderr begins (`runner serve` shows these lines)."""
+STEERING_HEADER = "x-runner-steering"
+"""Response header of a chat reply: the server policy that chose its tool_choice
+(`runner.serve_steering`), "none", or "off" when the server does not steer."""
+PARALLEL_HEADER = "x-runner-parallel-tool-calls"
+"""Response header of a chat reply: the parallel_tool_calls it was sampled with, "true" or "false"."""
 
 
 def _logged(app: Starlette, backend: Backend) -> Callable[..., Any]:
     """`app`, logging one line per request to stderr when its response ends: method, path,
-    status, the reply's prompt/completion tokens (chat), and ms. /health polls are not logged."""
+    status, and for a chat reply its prompt/completion tokens, what it held (``reply=calls``,
+    ``text`` or ``empty``), the steering and parallel_tool_calls it was given; then ms.
+    /health polls are not logged."""
     import sys
 
     async def logged(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["path"] == "/health":
             await app(scope, receive, send)
             return
-        began, status = time.perf_counter(), [0]
+        began, status, given = time.perf_counter(), [0], [""]
         before = backend.stats.recent[-1] if backend.stats.recent else None
 
         async def watched(message: MutableMapping[str, Any]) -> None:
             await send(message)
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+                headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in message.get("headers", [])}
+                if STEERING_HEADER in headers:
+                    given[0] = f" steer={headers[STEERING_HEADER]} parallel={headers[PARALLEL_HEADER]}"
             elif message["type"] == "http.response.body" and not message.get("more_body"):
                 last = backend.stats.recent[-1] if backend.stats.recent else None
-                tokens = (f"  in={last.get('prompt_tokens', 0)} out={last.get('eval_tokens', 0)}"
+                tokens = (f"  in={last.get('prompt_tokens', 0)} out={last.get('eval_tokens', 0)} "
+                          f"reply={last.get('reply')}{given[0]}"
                           if last is not None and last is not before else "")
                 print(f"{REQUEST_LOG_PREFIX}{scope['method']} {scope['path']} {status[0]}{tokens}  "
                       f"{(time.perf_counter() - began) * 1000:,.0f} ms", file=sys.stderr, flush=True)
@@ -272,7 +370,8 @@ async def _chat(request: Request, backend: Backend, model_name: str) -> Response
         return _error(400, f"invalid chat request at {where}: {problem['msg']}", param=where)
     backend.stats.requests += 1
     cancel = threading.Event()
-    events = backend.events(body.to_request(), cancel)
+    sampling = backend.prepare(body)
+    events = backend.events(sampling, cancel)
     completion_id, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
     try:
         if body.stream:
@@ -281,7 +380,7 @@ async def _chat(request: Request, backend: Backend, model_name: str) -> Response
             first: Event = await _watched(request, cancel, events, lambda: next(events))
         else:
             result: dict[str, Any] = await _watched(
-                request, cancel, events, lambda: complete(events, model_name, created, completion_id))
+                request, cancel, events, lambda: complete(events, model_name, created, completion_id, sampling.report))
     except ContextOverflow as exc:
         return _error(400, str(exc), code="context_length_exceeded",
                       n_prompt_tokens=exc.n_prompt_tokens, n_ctx=exc.n_ctx)
@@ -291,11 +390,13 @@ async def _chat(request: Request, backend: Backend, model_name: str) -> Response
 
     if cancel.is_set():
         return _error(499, "the client closed the request")
+    # By the first event (streamed) or the whole reply, steering has decided what it gave.
+    headers = sampling.headers()
     if not body.stream:
-        return JSONResponse(result)
+        return JSONResponse(result, headers=headers)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    replies = chunks(_prepend(first, events), model_name, created, completion_id, include_usage)
-    return StreamingResponse(_sse(replies, events, cancel), media_type="text/event-stream")
+    replies = chunks(_prepend(first, events), model_name, created, completion_id, include_usage, sampling.report)
+    return StreamingResponse(_sse(replies, events, cancel), media_type="text/event-stream", headers=headers)
 
 
 def _prepend(first: Event, rest: Iterator[Event]) -> Iterator[Event]:
@@ -367,10 +468,12 @@ def _error(status: int, message: str, param: str | None = None, code: str | None
 # --- OpenAI response shapes --------------------------------------------------------------
 
 
-def complete(events: Iterator[Event], model: str, created: int, completion_id: str) -> JsonObject:
+def complete(events: Iterator[Event], model: str, created: int, completion_id: str,
+             applied: Callable[[], JsonObject] | None = None) -> JsonObject:
     """Collect `Engine.stream` events into an OpenAI ``chat.completion`` dict.
 
-    The extra ``runner`` object carries the engine's timings.
+    The extra ``runner`` object carries the engine's timings and, from `applied` once the reply
+    is complete, what the server applied (`Sampling.report`).
     """
     content: list[str] = []
     calls: list[JsonObject] = []
@@ -390,7 +493,7 @@ def complete(events: Iterator[Event], model: str, created: int, completion_id: s
         "id": completion_id, "object": "chat.completion", "created": created, "model": model,
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finished.finish_reason}],
         "usage": usage(finished),
-        "runner": finished.timings,
+        "runner": finished.timings | (applied() if applied else {}),
     }
 
 
@@ -405,13 +508,13 @@ def usage(finished: Finished) -> JsonObject:
 
 
 def chunks(events: Iterator[Event], model: str, created: int, completion_id: str,
-           include_usage: bool) -> Iterator[JsonObject]:
+           include_usage: bool, applied: Callable[[], JsonObject] | None = None) -> Iterator[JsonObject]:
     """`Engine.stream` events as OpenAI ``chat.completion.chunk`` dicts, as they come.
 
     First a role chunk; one chunk per content delta; per tool call, a chunk opening it (id,
     type, name, empty arguments) and one carrying its arguments; a finish chunk; then, when
     `include_usage`, a chunk with ``choices: []`` and the usage. The last chunk carries the
-    engine's timings as ``runner``.
+    engine's timings and what the server applied as ``runner``.
     """
     base = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model}
 
@@ -432,4 +535,4 @@ def chunks(events: Iterator[Event], model: str, created: int, completion_id: str
             if include_usage:
                 yield last
                 last = base | {"choices": [], "usage": usage(event)}
-            yield last | {"runner": event.timings}
+            yield last | {"runner": event.timings | (applied() if applied else {})}

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runner import resources
 from runner.errors import HashMismatch, ManifestError, ModelNotFound, PullError
@@ -123,6 +123,9 @@ class ModelEntry(BaseModel):
     parallel_tool_calls: bool | None = None
     """Harness default for runs on this model: OpenAI's ``parallel_tool_calls`` (False: one
     call per turn); None: not sent."""
+    serve_policies: list[str] = []
+    """The server policies `runner serve --steer default` applies to every request for this
+    model (`runner.serve_steering.SERVER_POLICIES`), for clients that do not steer."""
     system_addendum: str = ""
     """Harness default for runs on this model: text added to the end of the system prompt."""
     policies: list[str] | None = None
@@ -143,6 +146,16 @@ class ModelEntry(BaseModel):
 
             data = {**data, **fields_for(data["policies"], data)}
         return data
+
+    @field_validator("serve_policies")
+    @classmethod
+    def _known_server_policies(cls, names: list[str]) -> list[str]:
+        from runner.serve_steering import SERVER_POLICIES
+
+        unknown = [n for n in names if n not in SERVER_POLICIES]
+        if unknown:
+            raise ValueError(f"unknown server policy {unknown[0]!r}; policies: {', '.join(SERVER_POLICIES)}")
+        return names
 
     def harness_defaults(self) -> dict[str, Any]:
         """The `RunConfig` fields a run on this model gets unless the user sets them."""

@@ -359,6 +359,9 @@ class ServeRequest:
     n_batch: int | None = option(None, "Prompt tokens per llama.cpp decode call [default: 512].", min=1)
     draft: str | None = option(None, "Speculative decoding: none or lookup (prompt lookup) [default: the "
                                      "model manifest's, else none].", metavar="none|lookup", parser=choice("none", "lookup"))
+    steer: str = option("default", "Steering for clients that do not steer: off, default (the model manifest's "
+                                   "serve_policies) or on (every server policy); each reply's header x-runner-steering "
+                                   "says what it was given.", metavar="off|default|on", parser=choice("off", "default", "on"))
 
 
 @dataclass(frozen=True, eq=False, repr=False)

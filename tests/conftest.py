@@ -24,7 +24,7 @@ from runner.store import FileStore, RunStore
 
 NEEDS = {
     "llama": ("llama.cpp", {"test_hermes_adapter", "test_local_server", "test_suite_local", "test_local_run_resume",
-                            "test_kvprefix", "test_untagged"}, {"smollm2_server"}),
+                            "test_kvprefix", "test_untagged"}, {"smollm2_server", "plain_server", "steered_server"}),
     "postgres": ("PostgreSQL", {"test_store_pg"}, {"pg_cluster"}),
     "ray": ("Ray", {"test_ray"}, {"ray_cluster"}),
 }

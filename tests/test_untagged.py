@@ -110,8 +110,10 @@ def test_one_call_per_turn_admits_one_untagged_or_tagged_call_and_not_two() -> N
     from runner.local_app import ChatBody
 
     request = ChatBody.model_validate({"messages": [{"role": "user", "content": "Go."}], "parallel_tool_calls": False})
-    assert request.to_request().parallel_tool_calls is False
-    assert ChatBody.model_validate({"messages": [{"role": "user", "content": "Go."}]}).to_request().parallel_tool_calls
+    assert request.to_request(parallel_default=True).parallel_tool_calls is False
+    unsaid = ChatBody.model_validate({"messages": [{"role": "user", "content": "Go."}]})
+    assert unsaid.to_request(parallel_default=True).parallel_tool_calls is True
+    assert unsaid.to_request(parallel_default=False).parallel_tool_calls is False
     vocab_model = Llama(model_path=str(models.resolve(SMOL)), vocab_only=True, verbose=False)
     one, many = untagged_call_grammar(TOOLS, calls=1), untagged_call_grammar(TOOLS)
     assert grammar_allows(vocab_model, one, READ) and grammar_allows(vocab_model, many, f"{LIST}\n{READ}")

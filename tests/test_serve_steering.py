@@ -1,0 +1,165 @@
+"""`runner serve` for clients that do not steer, on the real llama.cpp server with the packaged
+SmolLM2: what every reply gets (never empty, a call sent once, the manifest's
+parallel_tool_calls), the server's steering (`--steer`) as its header and its log line say, and a
+server with steering off that samples exactly the request it was sent."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from runner import models
+from runner.engine import ChatRequest, Engine
+from runner.local import LocalServer, LocalSettings, load_llama
+from runner.local_app import PARALLEL_HEADER, STEERING_HEADER, complete
+from runner.serve_steering import Steering, for_mode, repeats_only, steer
+
+SMOL = "smollm2-135m-instruct"
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+UNTAGGED_CALL = '{"name": "get_weather", "arguments": {"city": "Oslo"}}'
+
+
+def call(call_id: str, city: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}
+
+
+def looked_up(call_id: str, city: str) -> list[dict[str, Any]]:
+    """The assistant's call for `city`'s weather and its result."""
+    return [{"role": "assistant", "content": None, "tool_calls": [call(call_id, city)]},
+            {"role": "tool", "tool_call_id": call_id, "content": f"{city}: 9 C"}]
+
+
+AFTER_RESULTS = [{"role": "user", "content": "Weather in Oslo?"}, *looked_up("c0", "Oslo"),
+                 {"role": "assistant", "content": ""},
+                 {"role": "user", "content": "Weather in Paris?"}, *looked_up("c1", "Paris")]
+"""A conversation after which SmolLM2's greedy reply ends its turn at once (it did so before)."""
+REPEATED = [{"role": "user", "content": "Weather in Paris?"}, *looked_up("c0", "Paris"), *looked_up("c1", "Paris")]
+"""The model's last turn repeated a call already answered."""
+DOUBLED = [message for _ in range(3) for message in (
+    {"role": "user", "content": "Weather in Oslo?"}, {"role": "assistant", "content": f"{UNTAGGED_CALL}\n{UNTAGGED_CALL}"},
+)] + [{"role": "user", "content": "Weather in Oslo?"}]
+"""Earlier replies wrote the same untagged call twice: SmolLM2 does it again."""
+
+
+@pytest.fixture(scope="module")
+def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    """Steering off, untagged calls read (SmolLM2's manifest entry: parallel calls allowed)."""
+    log = tmp_path_factory.mktemp("plain") / "server.log"
+    settings = LocalSettings(model=models.resolve(SMOL), port=0, n_threads=1, untagged_calls="on")
+    with LocalServer(settings, log_path=log) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def steered_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    """`--steer default` under a manifest whose SmolLM2 entry says one call per reply and names
+    two server policies."""
+    folder = tmp_path_factory.mktemp("steered")
+    manifest = json.loads(models.manifest_path().read_text(encoding="utf-8"))
+    for entry in manifest["models"]:
+        if entry["name"] == SMOL:
+            entry.update(parallel_tool_calls=False, serve_policies=["first_turn_required", "answer_on_repeat"])
+    (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    settings = LocalSettings(model=models.resolve(SMOL), port=0, n_threads=1, steer="default")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RUNNER_MANIFEST", str(folder / "manifest.json"))
+        with LocalServer(settings, log_path=folder / "server.log") as running:
+            yield running
+
+
+def chat(server: LocalServer, **body: Any) -> httpx.Response:
+    reply = httpx.post(server.base_url + "/chat/completions", json={"model": "m", "tools": WEATHER, **body},
+                       timeout=120)
+    assert reply.status_code == 200, reply.text
+    return reply
+
+
+def log_lines(server: LocalServer) -> list[str]:
+    assert server.log_path is not None
+    return [line for line in server.log_path.read_text().splitlines() if line.startswith("request: POST")]
+
+
+def test_the_reply_after_tool_results_is_never_empty(plain_server: LocalServer) -> None:
+    reply = chat(plain_server, messages=AFTER_RESULTS, max_tokens=24).json()
+    message = reply["choices"][0]["message"]
+    assert reply["runner"]["blank_refused"] >= 1  # greedy decoding would have ended the turn here
+    assert (message["content"] or "").strip() or message.get("tool_calls")
+    assert " reply=empty" not in log_lines(plain_server)[-1]
+
+
+def test_identical_calls_in_one_reply_are_sent_once(plain_server: LocalServer) -> None:
+    reply = chat(plain_server, messages=DOUBLED, max_tokens=80).json()
+    assert reply["runner"]["parallel_tool_calls"] is True
+    assert reply["runner"]["duplicate_calls"] == 1
+    assert [c["function"]["arguments"] for c in reply["choices"][0]["message"]["tool_calls"]] == ['{"city": "Oslo"}']
+
+
+def test_the_manifest_default_for_parallel_calls_applies_when_the_request_does_not_say(
+        plain_server: LocalServer, steered_server: LocalServer) -> None:
+    unsaid = chat(steered_server, messages=REPEATED, tool_choice="required")
+    assert unsaid.headers[PARALLEL_HEADER] == "false" and unsaid.json()["runner"]["parallel_tool_calls"] is False
+    said = chat(steered_server, messages=REPEATED, tool_choice="required", parallel_tool_calls=True)
+    assert said.headers[PARALLEL_HEADER] == "true"
+    assert chat(plain_server, messages=REPEATED, tool_choice="required").headers[PARALLEL_HEADER] == "true"
+    assert log_lines(steered_server)[-2].count("parallel=false") == 1
+
+
+def test_steering_is_reported_in_the_header_the_reply_and_the_log(steered_server: LocalServer) -> None:
+    first = chat(steered_server, messages=[{"role": "user", "content": "Weather in Oslo?"}], max_tokens=60)
+    assert first.headers[STEERING_HEADER] == "first_turn_required"
+    assert first.json()["runner"]["tool_choice"] == "required" and first.json()["choices"][0]["message"]["tool_calls"]
+    repeated = chat(steered_server, messages=REPEATED, max_tokens=40)
+    assert repeated.headers[STEERING_HEADER] == "answer_on_repeat"
+    message = repeated.json()["choices"][0]["message"]
+    assert repeated.json()["runner"]["tool_choice"] == "none" and not message.get("tool_calls")
+    assert (message["content"] or "").strip()
+    kept = chat(steered_server, messages=REPEATED, tool_choice="required", max_tokens=40)
+    assert kept.headers[STEERING_HEADER] == "none"  # a client's own tool_choice stands
+    lines = log_lines(steered_server)[-3:]
+    assert [line.split(" steer=")[1].split()[0] for line in lines] == ["first_turn_required", "answer_on_repeat", "none"]
+
+
+def test_with_steering_off_the_server_samples_the_request_as_sent(plain_server: LocalServer) -> None:
+    engine = Engine(load_llama(LocalSettings(model=models.resolve(SMOL), n_threads=1)), untagged_calls=True)
+    for messages in ([{"role": "user", "content": "Weather in Oslo?"}], REPEATED):
+        reply = chat(plain_server, messages=messages, max_tokens=40)
+        assert reply.headers[STEERING_HEADER] == "off"
+        assert reply.json()["runner"]["tool_choice"] is None
+        alone = complete(engine.stream(ChatRequest(messages=messages, tools=WEATHER, max_tokens=40), threading.Event()),
+                         "m", 0, "x")
+        assert reply.json()["choices"][0]["message"] == alone["choices"][0]["message"]
+
+
+def test_the_policies_read_the_conversation_alone() -> None:
+    on = for_mode("on", [], None)
+    assert steer(on, [{"role": "user", "content": "Hi"}], WEATHER, None).tool_choice == "required"
+    assert steer(on, [{"role": "user", "content": "Hi"}], [], None).fired is None  # no tools offered
+    assert steer(on, REPEATED, WEATHER, "auto").fired == "answer_on_repeat"
+    assert steer(on, REPEATED, WEATHER, {"type": "function", "function": {"name": "get_weather"}}).fired is None
+    after_one = steer(on, REPEATED[:3], WEATHER, None)
+    assert after_one.fired is None and repeats_only(after_one, [call("c9", "Paris")])
+    assert not repeats_only(after_one, [call("c9", "Rome")])
+    turns = [{"role": "user", "content": "Weather?"}] + [m for i in range(3) for m in looked_up(f"c{i}", f"city{i}")]
+    assert steer(Steering(("answer_after_turns",), answer_after_turns=3), turns, WEATHER, None).tool_choice == "none"
+    assert steer(Steering(("answer_after_turns",), answer_after_turns=4), turns, WEATHER, None).fired is None
+    assert for_mode("off", ["answer_on_repeat"], None).policies == ()
+    assert for_mode("default", ["answer_on_repeat"], 2) == Steering(("answer_on_repeat",), 2)
+    with pytest.raises(ValueError, match="unknown server policy 'guess'"):
+        for_mode("default", ["guess"], None)
+
+
+def test_a_streamed_reply_carries_the_steering_in_its_header_and_last_chunk(steered_server: LocalServer) -> None:
+    body = {"model": "m", "tools": WEATHER, "messages": REPEATED, "max_tokens": 40, "stream": True}
+    with httpx.stream("POST", steered_server.base_url + "/chat/completions", json=body, timeout=120) as reply:
+        assert reply.headers[STEERING_HEADER] == "answer_on_repeat" and reply.headers[PARALLEL_HEADER] == "false"
+        chunks = [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: {")]
+    assert chunks[-1]["runner"]["steering"] == "answer_on_repeat"
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]).strip()
