@@ -609,16 +609,14 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
     _check_scripted(suites, columns)
     executor = executor or LocalExecutor()
     local = [c for c in columns if not c.scripted]
-    report = _new_report(suites, columns, executor, base_url=base_url, max_turns=max_turns, repeats=repeats)
+    steering = {c.label: _policies_of(c, *harness_settings(c, run_settings, system_addendum, policy_edits))
+                for c in local}
+    report = _new_report(suites, columns, executor, steering, base_url=base_url, max_turns=max_turns, repeats=repeats)
     location = StoreAt(store_location or str(runs_root.resolve()), durability)
     jobs: Jobs = {}
     batches = [Batch(column, [run_id for suite in suites for run_id in _create_runs(
         suite, column, location, jobs, repeats, max_turns, max_tokens, len(suites) > 1,
         *harness_settings(column, run_settings, system_addendum, policy_edits), workspace)]) for column in columns]
-    report.policies = {c.label: _policies_of(c, *harness_settings(c, run_settings, system_addendum, policy_edits))
-                       for c in local}
-    if local:  # what the first turn really sends, --policy edits included
-        report.first_turn_tool_choice = "required" if "first_turn_required" in report.policies[local[0].label] else "auto"
     report.results = _drive(executor, batches, location, jobs, on_result)
     finished = {r.run_id for r in report.results}
     report.unfinished = [run_id for batch in batches for run_id in batch.run_ids if run_id not in finished]
@@ -644,14 +642,16 @@ def _check_scripted(suites: list[SuiteDefinition], columns: list[Endpoint]) -> N
 
 
 def _new_report(suites: list[SuiteDefinition], columns: list[Endpoint], executor: Executor,
-                **settings: Any) -> SuiteReport:
-    """The report of a suite about to run: what runs, on which columns, how; no results yet."""
+                steering: dict[str, list[str]], **settings: Any) -> SuiteReport:
+    """The report of a suite about to run: what runs, on which columns, with which policies
+    (`steering`, per local column), how; no results yet."""
     local = [c for c in columns if not c.scripted]
+    first = "required" if local and "first_turn_required" in steering[local[0].label] else "auto"
     return SuiteReport(suites=[SuiteRef(name=x.name, split=x.split, path=str(x.folder), tasks=len(x.tasks))
                                for x in suites], model=local[0].label if local else None,
                        model_path=local[0].local_model if local else None, results=[],
                        models=[c.label for c in columns], executor="ray" if isinstance(executor, RayExecutor) else "local",
-                       first_turn_tool_choice=local[0].first_turn_tool_choice if local else "auto", **settings)
+                       first_turn_tool_choice=first, policies=steering, **settings)
 
 
 def run_requested(req: SuiteRequest, runs_root: Path, *, store_location: str | None = None,

@@ -152,7 +152,8 @@ def test_option_values_coerce_as_typer_coerces_them(tmp_path: Path) -> None:
     """Every option of every command, given nothing, its default, or text: `Coercion` gives
     what typer's own coercion (a pydantic TypeAdapter) gives, or the same error; save text
     that is no whole number for a whole-number option, which it refuses in its own words
-    (typer's lax adapter takes "3.0"), and a number out of the option's bounds, which it
+    (typer's lax adapter takes "3.0"), text that is no number for a number option (refused in
+    its own words, not pydantic's), and a number out of the option's bounds, which it
     refuses in click's words ("0 is not in the range x>=1."), not pydantic's."""
     import typer.main
 
@@ -176,6 +177,10 @@ def test_option_values_coerce_as_typer_coerces_them(tmp_path: Path) -> None:
                 if Coercion(param)._kind() is int and value in (str(tmp_path), str(tmp_path / "a-file"), "0.5", "3.0",
                                                                 "plan", "md"):
                     assert ours == ("BadParameter", f"{value!r} is not a whole number"), (name, param.name, value)
+                elif Coercion(param)._kind() is float and value in (str(tmp_path), str(tmp_path / "a-file"), "plan",
+                                                                    "md"):
+                    assert theirs[0] == "BadParameter" and ours == ("BadParameter", f"{value!r} is not a number"), (
+                        name, param.name, value)
                 elif (theirs[0] == "BadParameter" and " than or equal to " in str(theirs[1])
                       and not isinstance(value, bool)):  # out of bounds: said in click's words, not pydantic's
                     assert ours[0] == "BadParameter" and f"{value} is not in the range " in str(ours[1]), (
