@@ -646,7 +646,7 @@ def _new_report(suites: list[SuiteDefinition], columns: list[Endpoint], executor
     """The report of a suite about to run: what runs, on which columns, with which policies
     (`steering`, per local column), how; no results yet."""
     local = [c for c in columns if not c.scripted]
-    first = "required" if local and "first_turn_required" in steering[local[0].label] else "auto"
+    first: ToolChoiceSetting = "required" if local and "first_turn_required" in steering[local[0].label] else "auto"
     return SuiteReport(suites=[SuiteRef(name=x.name, split=x.split, path=str(x.folder), tasks=len(x.tasks))
                                for x in suites], model=local[0].label if local else None,
                        model_path=local[0].local_model if local else None, results=[],
