@@ -74,9 +74,10 @@ app.add_typer(models_app, name="models")
 _debug = False
 
 RunsDir = Annotated[Optional[Path], typer.Option("--runs-dir", envvar="RUNNER_RUNS_DIR", show_default="./runs",
+                                                 metavar="DIR",
                                                  help="Where runs are saved.")]
 StoreOpt = Annotated[Optional[str], typer.Option(
-    "--store", envvar="RUNNER_STORE",
+    "--store", envvar="RUNNER_STORE", metavar="URL",
     help="Where runs live: a postgresql:// URL (many workers) or a runs directory [default: --runs-dir].")]
 DurabilityOpt = Annotated[Optional[str], typer.Option(
     "--durability", envvar="RUNNER_DURABILITY", show_default="process", metavar="process|power",
@@ -166,12 +167,21 @@ def _parameter(field: dataclasses.Field[Any], hint: Any) -> inspect.Parameter:
     help_text, flags = meta.pop("help"), meta.pop("flags", ())
     if ("min" in meta or "max" in meta) and "metavar" not in meta:
         meta["metavar"] = _number_metavar(field.name, hint)  # click would print "<int range>"
+    elif "metavar" not in meta and not meta.get("argument") and typing.get_origin(hint) is not list \
+            and hint not in (bool, typing.Optional[bool]):
+        meta["metavar"] = METAVARS.get(field.name, field.name.upper())  # click would print "<str>"
     info = typer.Argument(help=help_text, **meta) if meta.pop("argument", False) else typer.Option(
         *flags, help=help_text, **meta)
     listed = typing.get_origin(hint) is list  # given as None when absent: the field's factory decides
     return inspect.Parameter(field.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                              default=None if listed else field.default,
                              annotation=Annotated[Optional[hint] if listed else hint, info])
+
+
+METAVARS = {"base_url": "URL", "approve": "CALL_ID", "reject": "CALL_ID", "reason": "TEXT", "api_key": "KEY",
+            "api_key_env": "NAME", "prompt_file": "PATH", "fault": "KIND@TURN,...", "model": "NAME",
+            "scenario": "NAME", "address": "ADDRESS", "host": "HOST", "token": "TOKEN", "status": "STATUS"}
+"""How the help names an option's value where its field name would not say it well."""
 
 
 def _number_metavar(name: str, hint: Any) -> str:
@@ -324,7 +334,7 @@ def worker(request: WorkerRequest, runs_dir: RunsDir = None, store_url: StoreOpt
 
 @_command(config_app, "show")
 def config_show(
-    api_key: Annotated[Optional[str], typer.Option("--api-key", help="Show what this key would be (masked).")] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", help="Show what this key would be (masked).")] = None,
     as_json: JsonOut = False,
 ) -> int:
     """Print the effective settings and where each came from (command line, environment,
