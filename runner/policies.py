@@ -2,11 +2,11 @@
 
 A large hosted model needs none of this; a 0.5-1.5B local model does. Each policy is a name
 (`POLICIES` says what each does) that a model's manifest entry, `runner run --policy` and
-`runner suite --policy` turn on or off. The loop asks this module five things and nothing
-else: which ``tool_choice`` the next request sends (`tool_choice`), which tool schemas it
-offers (`offered_tools`), what to add to the conversation before it is sent
-(`before_request`: the request for the answer, a nudge), what to say after a protocol slip
-(`correction`), and whether to take an answer (`review_answer`). What a run gets before its
+`runner suite --policy` turn on or off. The loop asks this module which ``tool_choice`` the
+next request sends (`tool_choice`), which tool schemas it offers (`offered_tools`), what to
+add to the conversation before it is sent (`before_request`: the request for the answer, a
+nudge), what to say after a protocol slip (`correction`), whether to take an answer
+(`review_answer`), and whether a repeated call stops the run (`answers_repeat`). What a run gets before its
 first turn (the folder's listing) is added when it is made (`opening`). Every message the
 harness adds is a user message named ``runner`` (`CORRECTIVE_NAME`) kept in the transcript,
 and everything the policies decide is a function of the transcript, so a resumed run sends
