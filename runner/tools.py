@@ -236,9 +236,10 @@ def _visible_files(workspace: Path) -> list[tuple[str, int]]:
     for root, dirs, files in os.walk(workspace):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         where = Path(root).relative_to(workspace)
-        with os.scandir(root) as entries:
-            found += [((where / e.name).as_posix(), e.stat().st_size) for e in entries
-                      if e.name in files and not e.name.startswith(".") and e.is_file()]
+        for name in files:
+            path = Path(root, name)
+            if not name.startswith(".") and path.is_file():
+                found.append(((where / name).as_posix(), path.stat().st_size))
     return sorted(found)
 
 
