@@ -363,14 +363,19 @@ def unread_files(state: RunState) -> list[str]:
 
 def _path_of(call: ToolCall) -> str | None:
     """The ``path`` argument of a call, if it has one."""
-    import json
-
-    try:
-        args = json.loads(call.function.arguments or "{}")
-    except json.JSONDecodeError:
-        return None
+    args = _arguments(call)
     path = args.get("path") if isinstance(args, dict) else None
     return path.removeprefix("./") if isinstance(path, str) else None
+
+
+def _arguments(call: ToolCall) -> Any:
+    """A call's arguments as the model wrote them, parsed ({} when they are no JSON)."""
+    import json  # here, not at the top: `from runner import run` does not load json
+
+    try:
+        return json.loads(call.function.arguments or "{}")
+    except json.JSONDecodeError:
+        return {}
 
 
 def _unread(state: RunState) -> str:
@@ -529,12 +534,9 @@ def _last_calls_failed(state: RunState) -> bool:
 
 def _call_label(call: ToolCall) -> str:
     """A call in words: the tool's name and its argument values (``read_file notes.txt``)."""
-    import json  # here, not at the top: `from runner import run` does not load json
+    import json
 
-    try:
-        args = json.loads(call.function.arguments or "{}")
-    except json.JSONDecodeError:
-        args = {}
+    args = _arguments(call)
     values = [v for v in args.values() if v is not None] if isinstance(args, dict) else [args]
     shown = " ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values)
     return f"{call.function.name} {shown}".strip()

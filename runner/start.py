@@ -203,8 +203,7 @@ def _served_elsewhere(model: str) -> LocalChoice | None:
     its GGUF's file stem): its runs get the manifest's harness settings, as on this machine."""
     from runner import models
 
-    entry = next((e for e in models.load_manifest().models
-                  if model in (e.name, e.filename, e.filename.removesuffix(".gguf"))), None)
+    entry = models.entry_for(model, Path(model if model.endswith(".gguf") else f"{model}.gguf"))
     if entry is None:
         return None
     return LocalChoice(entry.name, entry.name, entry.first_turn_tool_choice, Path(entry.filename),
