@@ -20,6 +20,7 @@ The policies added since are listed by name in `RunConfig.steering`.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from pathlib import Path
@@ -90,14 +91,19 @@ NON_ANSWERS: dict[str, tuple[str, str]] = {
                      "my question in one short sentence: {question}", "required"),
     "restated": ("Your reply repeated my question instead of answering it. Here is what the tools returned:\n\n"
                  "{results}\n\nUsing only this, answer in one short sentence: {question}", "none"),
+    "copied": ("Your reply copied lines of a file instead of answering. Answer my question in one short sentence, "
+               "in your own words: {question}", "none"),
+    "unrelated": ("The files you read ({read}) do not mention {words}, so your answer cannot come from them.{unread} "
+                  "Read the file most likely to hold the answer, then answer my question in one short sentence: "
+                  "{question}", "required"),
 }
 """With `answer_check`, per kind of non-answer: the user message sent after it, and the
 ``tool_choice`` of the request that carries it."""
 UNREAD = " Files you have not read: {files}."
 """Added to a review's message: the listed files the run has not read (`unread_files`)."""
 UNREAD_MAX_FILES = 20
-FOLDER_WORDS = re.compile(r"\b(?:files?|folders?|director(?:y|ies))\b", re.IGNORECASE)
-"""A question with one of these words may be answered from a listing alone."""
+ECHO_LINE_CHARS = 40
+"""A tool-result line at least this long, found verbatim in a reply, makes the reply a copy (`echoes`)."""
 FOLDER_QUESTION = re.compile(
     r"\bhow many\b[^?]*\b(?:files?|folders?|director(?:y|ies))\b"
     r"|\b(?:largest|smallest|biggest|heaviest|lightest)\b[^?]*\bfiles?\b|\bfiles?\b[^?]*\b(?:largest|smallest|biggest)\b"
@@ -264,13 +270,17 @@ def tool_choice(state: RunState, sends_tools: bool = True) -> str | None:
 def offered_tools(state: RunState, schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ``tools`` array the next request sends: `schemas` as they are, or with
     path_choices, read_file's ``path`` limited to the files the system prompt lists (when it
-    lists them all)."""
+    lists them all), and after answer_check's review of an answer from unrelated files, to
+    those not read yet."""
     if "path_choices" not in state.config.steering or not state.messages or state.messages[0].role != "system":
         return schemas
     listing = state.messages[0].content or ""
     files = LISTED.findall(listing)
     if not files or "... and " in listing:
         return schemas
+    if _harness_message_last(state) and (state.messages[-1].content or "").startswith(
+            _prefix(NON_ANSWERS["unrelated"][0])):
+        files = [f for f in files if f in set(unread_files(state))] or files
     out = []
     for schema in schemas:
         function = schema.get("function", {})
@@ -313,15 +323,15 @@ def review_answer(state: RunState) -> str | None:
     text = None
     if "abstain_check" in steering and ABSTENTION.search(last.content or ""):
         if not _sent(state, CHECK_ABSTENTION):
-            read = sorted({_call_label(c).partition(" ")[2] or c.function.name for m in state.messages
-                           for c in (m.tool_calls or []) if c.id in {r.call_id for r in state.tool_runs if r.ok}})
-            text = CHECK_ABSTENTION.format(read=", ".join(read) if read else "nothing yet", unread=_unread(state),
-                                           question=question(state))
+            text = CHECK_ABSTENTION.format(read=", ".join(_read_labels(state)) or "nothing yet",
+                                           unread=_unread(state), question=question(state))
     elif "answer_check" in steering and (kind := non_answer(state)) is not None:
         if not _sent(state, NON_ANSWERS[kind][0]):
             results = restated_results(state) if kind == "restated" else ""
-            text = NON_ANSWERS[kind][0].format(question=question(state), unread=_unread(state),
-                                               results=results or "(nothing)")
+            words = [word for word, _ in question_words(question(state))]
+            text = NON_ANSWERS[kind][0].format(
+                question=question(state), unread=_unread(state), results=results or "(nothing)",
+                read=", ".join(_read_labels(state, listings=False)), words=" or ".join(words))
     if text is None:
         return None
     state.messages.append(Message(role="user", content=text, name=CORRECTIVE_NAME))
@@ -333,17 +343,72 @@ def non_answer(state: RunState) -> str | None:
     "unread", nothing but a listing succeeded, a tool that reads a file was offered and the
     question does not ask about the files themselves; "instructions", it names one of the
     run's tools and tells how to call it, or says what it would read; "restated", it repeats
-    the question or asks one."""
+    the question or asks one; "copied", it copies a tool result (`echoes`); "unrelated",
+    none of the results it could come from mentions a word of the question
+    (`question_words`) while listed files are still unread."""
     answer = (state.messages[-1].content or "").strip()
     asked = question(state)
     names = [getattr(t, "name", t) for t in state.config.tools]
-    if "read_file" in names and not _has_evidence(state) and not FOLDER_WORDS.search(asked):
+    if "read_file" in names and not _has_evidence(state):
         return "unread"
     if (any(isinstance(n, str) and n in answer for n in names) and TOOL_VERBS.search(answer)) or PLANS.search(answer):
         return "instructions"
     if answer.endswith("?") or _words(answer) == _words(asked):
         return "restated"
+    if echoes(answer, _result_texts(state)):
+        return "copied"
+    if _unrelated(state):
+        return "unrelated"
     return None
+
+
+def _result_texts(state: RunState, listings: bool = True) -> list[str]:
+    """The text of every tool result of a call that succeeded (with `listings` False, those of
+    listing tools left out), each after its call's argument values (the path read)."""
+    ok = {r.call_id for r in state.tool_runs if r.ok}
+    calls = {c.id: c for m in state.messages for c in (m.tool_calls or [])}
+    return [f"{_call_label(calls[m.tool_call_id]).partition(' ')[2]}\n{m.content or ''}" for m in state.messages
+            if m.role == "tool" and m.tool_call_id in ok and m.tool_call_id in calls
+            and (listings or calls[m.tool_call_id].function.name not in LISTING_TOOLS)]
+
+
+def _unrelated(state: RunState) -> bool:
+    """Files were read, none of them (nor any other result but a listing) mentions a word of
+    the question, and listed files are still unread: the answer came from the wrong file.
+    A question about the files themselves is answered from the listing, and one that names
+    a file the run read is taken to be about that file."""
+    asked = question(state)
+    stems = [stem for _, stem in question_words(asked)]
+    texts = [text.lower() for text in _result_texts(state, listings=False)]
+    if not stems or not texts or FOLDER_QUESTION.search(asked) or not unread_files(state):
+        return False
+    if any(label.lower() in asked.lower() for label in _read_labels(state, listings=False)):
+        return False
+    return not any(stem in text for stem in stems for text in texts)
+
+
+def _read_labels(state: RunState, listings: bool = True) -> list[str]:
+    """What the run's successful calls read, in words (the path, or the tool's name), sorted
+    (with `listings` False, listing calls left out)."""
+    ok = {r.call_id for r in state.tool_runs if r.ok}
+    return sorted({_call_label(c).partition(" ")[2] or c.function.name for m in state.messages
+                   for c in (m.tool_calls or [])
+                   if c.id in ok and (listings or c.function.name not in LISTING_TOOLS)})
+
+
+def echoes(answer: str, tool_results: list[str]) -> bool:
+    """True if `answer` reproduces a tool result: one of its lines of `ECHO_LINE_CHARS`+
+    characters, or two of its consecutive lines, appear verbatim (case and runs of whitespace
+    ignored). Quoting a short phrase or one short line (a one-line note) is allowed."""
+    flat = " ".join(answer.lower().split())
+    for result in tool_results:
+        lines = [" ".join(line.lower().split()) for line in result.splitlines()]
+        lines = [line for line in lines if line]
+        if any(len(line) >= ECHO_LINE_CHARS and line in flat for line in lines):
+            return True
+        if any(f"{a} {b}" in flat for a, b in itertools.pairwise(lines)):
+            return True
+    return False
 
 
 def unread_files(state: RunState) -> list[str]:
@@ -398,13 +463,18 @@ def _review_last(state: RunState) -> str | None:
         return None
     text = state.messages[-1].content or ""
     reviews = [(CHECK_ABSTENTION, "required"), *NON_ANSWERS.values()]
-    return next((choice for template, choice in reviews if text.startswith(template[:30])), None)
+    return next((choice for template, choice in reviews if text.startswith(_prefix(template))), None)
 
 
 def _sent(state: RunState, template: str) -> bool:
     """The harness already sent a message made from `template` in this run."""
-    return any(m.role == "user" and m.name == CORRECTIVE_NAME and (m.content or "").startswith(template[:30])
+    return any(m.role == "user" and m.name == CORRECTIVE_NAME and (m.content or "").startswith(_prefix(template))
                for m in state.messages)
+
+
+def _prefix(template: str) -> str:
+    """How a message made from `template` starts, whatever it is filled with."""
+    return template.split("{", 1)[0][:30]
 
 
 def correction(state: RunState, tool_names: list[str], slip: str) -> str:

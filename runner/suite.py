@@ -14,7 +14,6 @@ written to `runs/suite-<timestamp>.json`, `.md` and `.png` (turn time per task a
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import re
@@ -30,6 +29,7 @@ from runner.chat_adapter import HANDLER_NAME
 from runner.endpoints import Endpoint, checked_base_url
 from runner.errors import UsageError
 from runner.fanout import Batch, Executor, LocalExecutor, RayExecutor
+from runner.policies import echoes
 from runner.request import SuiteRequest
 from runner.resources import tasks_dir
 from runner.result import RunResult
@@ -41,8 +41,6 @@ ToolChoiceSetting = Literal["auto", "required", "none"]
 
 PROTOCOL_TEXT = re.compile(r"</?tool_(?:call|response)>|<\|im_(?:start|end)\|>")
 """Chat-protocol markup: an answer containing it pasted the transcript, it did not answer."""
-ECHO_LINE_CHARS = 40
-"""A tool-result line at least this long, found verbatim in an answer, makes the answer an echo."""
 TOOL_JSON = re.compile(r'"(?:name|arguments|parameters|properties|function|type)"\s*:')
 """A JSON key of a tool call or a tool schema: an answer containing one wrote a call or pasted
 the tools as text, it did not answer."""
@@ -140,21 +138,6 @@ def lists_tools(text: str) -> bool:
         return True
     other = [w for w in re.findall(r"[a-z0-9_.]+", text) if w not in named]
     return len(named) >= 2 and len(other) < TOOL_LIST_MAX_OTHER_WORDS
-
-
-def echoes(answer: str, tool_results: list[str]) -> bool:
-    """True if `answer` reproduces a tool result: one of its lines of `ECHO_LINE_CHARS`+
-    characters, or two of its consecutive lines, appear verbatim (case and runs of whitespace
-    ignored). Quoting a short phrase or one short line (a one-line note) is allowed."""
-    flat = " ".join(answer.lower().split())
-    for result in tool_results:
-        lines = [" ".join(line.lower().split()) for line in result.splitlines()]
-        lines = [line for line in lines if line]
-        if any(len(line) >= ECHO_LINE_CHARS and line in flat for line in lines):
-            return True
-        if any(f"{a} {b}" in flat for a, b in itertools.pairwise(lines)):
-            return True
-    return False
 
 
 Split = Literal["dev", "test"]

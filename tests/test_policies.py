@@ -180,13 +180,13 @@ def test_answer_check_asks_for_a_read_when_the_answer_came_before_any_file_was(f
     replies = iter([_call("list_files", turn=1), _say("The folder holds 3 files."),
                     _call("read_file", '{"path": "notes.txt"}', 2), _say("Rotate the logs.")])
     fake.handler = lambda body: next(replies)
-    state = drive(_run(fake, prompt="What is the reminder about?", steering=["answer_check"]), fake.base_url, None)
+    state = drive(_run(fake, prompt="What should I remember?", steering=["answer_check"]), fake.base_url, None)
     assert state.status == "completed" and state.answer == "Rotate the logs."
     review = fake.requests[2]["messages"][-1]
     assert review["name"] == "runner" and review["content"] == (
         "You answered before reading any file, so your answer cannot come from the files. Files you have not read: "
         "access.log, errors.log, notes.txt. Read the file most likely to hold the answer, then answer my question "
-        "in one short sentence: What is the reminder about?")
+        "in one short sentence: What should I remember?")
     assert [r.get("tool_choice") for r in fake.requests] == ["auto", "auto", "required", "auto"]
 
 
@@ -265,3 +265,44 @@ def test_a_manifest_model_at_a_base_url_gets_its_manifest_policies() -> None:
         assert policies.active(config) == [p for p in policies.active_for_entry(entry) if p != "untagged_calls"]
     other = prepare(RunRequest(prompt="hi", base_url="http://127.0.0.1:9/v1", model="gpt-x")).state.config
     assert policies.active(other) == ["corrective_retries"]  # runner run's own default, model or not
+
+
+def test_answer_check_asks_for_an_answer_in_words_when_the_reply_copies_a_file(fake: FakeProvider) -> None:
+    line = "2026-09-06T09:13:44Z ERROR worker 7: job 8830 timed out after 30000 ms"
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say(line), _say("Job 8830 timed out.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="Which job timed out?", steering=["answer_check"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "Job 8830 timed out."
+    review = fake.requests[2]
+    assert review["messages"][-1]["content"] == (
+        "Your reply copied lines of a file instead of answering. Answer my question in one short sentence, in your "
+        "own words: Which job timed out?")
+    assert review["tool_choice"] == "none"
+
+
+def test_an_answer_from_a_file_that_does_not_mention_the_question_is_sent_to_the_unread_ones(
+        fake: FakeProvider) -> None:
+    replies = iter([_call("read_file", '{"path": "access.log"}', 1), _say("Nothing needs rotating."),
+                    _call("read_file", '{"path": "notes.txt"}', 2), _say("The logs.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="What should I rotate?", steering=["answer_check", "listing_in_prompt",
+                                                                     "path_choices"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "The logs."
+    review = fake.requests[2]
+    assert review["messages"][-1]["content"] == (
+        "The files you read (access.log) do not mention rotate, so your answer cannot come from them. Files you have "
+        "not read: errors.log, notes.txt. Read the file most likely to hold the answer, then answer my question in "
+        "one short sentence: What should I rotate?")
+    assert review["tool_choice"] == "required"
+    paths = [t["function"]["parameters"]["properties"]["path"].get("enum") for r in fake.requests
+             for t in r["tools"] if t["function"]["name"] == "read_file"]
+    assert paths == [["access.log", "errors.log", "notes.txt"]] * 2 + [["errors.log", "notes.txt"]] + \
+        [["access.log", "errors.log", "notes.txt"]]
+
+
+def test_a_question_that_names_the_file_read_is_answered_from_it(fake: FakeProvider) -> None:
+    replies = iter([_call("read_file", '{"path": "access.log"}', 1), _say("Three requests.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="What is the last event in access.log?", steering=["answer_check"]),
+                  fake.base_url, None)
+    assert state.status == "completed" and state.answer == "Three requests." and len(fake.requests) == 2
