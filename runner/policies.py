@@ -54,9 +54,10 @@ POLICIES: dict[str, str] = {
                      "in the file most likely to hold it (that request sends tool_choice \"required\")",
     "path_choices": "with listing_in_prompt, read_file's path must be one of the listed files (an enum in its "
                     "schema: a local model's grammar then cannot name a file that does not exist)",
-    "answer_check": "a reply that is no answer (it repeats the question, tells how to call the tools, or comes "
-                    "before any file was read, the question not being about the files) is taken only after one "
-                    "message saying so and asking again, once per kind",
+    "answer_check": "a reply that is no answer (it repeats the question, tells how to call the tools, copies "
+                    "lines of a file, comes before any file was read, the question not being about the files, or "
+                    "from files that mention no word of the question) is taken only after one message saying so "
+                    "and asking again, once per kind",
 }
 """Every policy, by name, in words."""
 NEW_POLICIES = ("listing_in_prompt", "listing_hints", "abstain_option", "evidence_first", "abstain_check",
