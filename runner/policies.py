@@ -279,9 +279,9 @@ def offered_tools(state: RunState, schemas: list[dict[str, Any]]) -> list[dict[s
     files = LISTED.findall(listing)
     if not files or "... and " in listing:
         return schemas
-    if _harness_message_last(state) and (state.messages[-1].content or "").startswith(
-            _prefix(NON_ANSWERS["unrelated"][0])):
-        files = [f for f in files if f in set(unread_files(state))] or files
+    if _last_is(state, NON_ANSWERS["unrelated"][0]):
+        unread = set(unread_files(state))
+        files = [f for f in files if f in unread] or files
     out = []
     for schema in schemas:
         function = schema.get("function", {})
@@ -368,7 +368,7 @@ def _result_texts(state: RunState, listings: bool = True) -> list[str]:
     listing tools left out), each after its call's argument values (the path read)."""
     ok = {r.call_id for r in state.tool_runs if r.ok}
     calls = {c.id: c for m in state.messages for c in (m.tool_calls or [])}
-    return [f"{_call_label(calls[m.tool_call_id]).partition(' ')[2]}\n{m.content or ''}" for m in state.messages
+    return [f"{_argument_text(calls[m.tool_call_id])}\n{m.content or ''}" for m in state.messages
             if m.role == "tool" and m.tool_call_id in ok and m.tool_call_id in calls
             and (listings or calls[m.tool_call_id].function.name not in LISTING_TOOLS)]
 
@@ -392,7 +392,7 @@ def _read_labels(state: RunState, listings: bool = True) -> list[str]:
     """What the run's successful calls read, in words (the path, or the tool's name), sorted
     (with `listings` False, listing calls left out)."""
     ok = {r.call_id for r in state.tool_runs if r.ok}
-    return sorted({_call_label(c).partition(" ")[2] or c.function.name for m in state.messages
+    return sorted({_argument_text(c) or c.function.name for m in state.messages
                    for c in (m.tool_calls or [])
                    if c.id in ok and (listings or c.function.name not in LISTING_TOOLS)})
 
@@ -460,11 +460,13 @@ def _review_last(state: RunState) -> str | None:
     """The ``tool_choice`` the next request sends when the last message is the harness's
     review of an answer (abstain_check's reminder: "required"; answer_check's, `NON_ANSWERS`),
     else None."""
-    if not _harness_message_last(state):
-        return None
-    text = state.messages[-1].content or ""
     reviews = [(CHECK_ABSTENTION, "required"), *NON_ANSWERS.values()]
-    return next((choice for template, choice in reviews if text.startswith(_prefix(template))), None)
+    return next((choice for template, choice in reviews if _last_is(state, template)), None)
+
+
+def _last_is(state: RunState, template: str) -> bool:
+    """The last message is the harness's, made from `template`."""
+    return _harness_message_last(state) and (state.messages[-1].content or "").startswith(_prefix(template))
 
 
 def _sent(state: RunState, template: str) -> bool:
@@ -605,12 +607,16 @@ def _last_calls_failed(state: RunState) -> bool:
 
 def _call_label(call: ToolCall) -> str:
     """A call in words: the tool's name and its argument values (``read_file notes.txt``)."""
+    return f"{call.function.name} {_argument_text(call)}".strip()
+
+
+def _argument_text(call: ToolCall) -> str:
+    """A call's argument values in words, space-separated (``notes.txt``)."""
     import json
 
     args = _arguments(call)
     values = [v for v in args.values() if v is not None] if isinstance(args, dict) else [args]
-    shown = " ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values)
-    return f"{call.function.name} {shown}".strip()
+    return " ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values)
 
 
 def _answer_request(state: RunState) -> str:
