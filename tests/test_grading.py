@@ -11,7 +11,8 @@ import pytest
 
 from runner.cancel import CancelToken
 from runner.harness import workspace_template
-from runner.suite import Task, echoes, load_suite
+from runner.policies import echoes
+from runner.suite import Task, load_suite
 from runner.tools import BASIC_TOOLS, ToolContext
 
 TASKS = {t.id: t for t in load_suite().tasks}
