@@ -86,6 +86,9 @@ class ChatRequest:
             ``parallel_tool_calls``); True: up to `MAX_CALLS_PER_TURN`.
         none_keeps_tools: under ``tool_choice`` none, keep the tools in the prompt (True) or
             leave them out (False); None: the engine's setting.
+        grammar_tools: narrower definitions of some of `tools` (same names, tighter schemas)
+            that this reply's calls must match; the prompt still shows `tools`, so the KV
+            entries of the conversation so far are reused. Empty: the calls match `tools`.
     """
 
     messages: list[JsonObject]
@@ -95,6 +98,20 @@ class ChatRequest:
     stop: list[str] = field(default_factory=list)
     parallel_tool_calls: bool = True
     none_keeps_tools: bool | None = None
+    grammar_tools: list[JsonObject] = field(default_factory=list)
+
+
+def _callable(request: ChatRequest) -> list[JsonObject]:
+    """The tools this reply's calls must match: `ChatRequest.tools`, each replaced by its
+    `ChatRequest.grammar_tools` definition where the request gives one.
+
+    Raises:
+        RequestError: a grammar tool names no tool of the request.
+    """
+    narrower = {name: tool for name, tool in zip(offered_tool_names(request.grammar_tools), request.grammar_tools)}
+    if unknown := sorted(set(narrower) - set(offered_tool_names(request.tools))):
+        raise RequestError(f"grammar_tools names tools not in tools: {', '.join(unknown)}")
+    return [narrower.get(name, tool) for name, tool in zip(offered_tool_names(request.tools), request.tools)]
 
 
 @dataclass
@@ -238,7 +255,7 @@ class Engine:
         # Under "none" the tools stay in the prompt, where every other turn has them, so the
         # conversation's KV entries are reused; a grammar rules the call out instead
         # (`no_call_grammar`).
-        tools = request.tools if choice.mode != "none" else []
+        tools = _callable(request) if choice.mode != "none" else []
         keeps_tools = self.none_keeps_tools if request.none_keeps_tools is None else request.none_keeps_tools
         shown = request.tools if keeps_tools else tools
         # With the tools hidden (none_keeps_tools off) only a model that writes untagged calls

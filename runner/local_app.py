@@ -6,6 +6,8 @@ Routes:
   chunk per generated piece, ``data: [DONE]`` at the end, usage in the last chunk when
   ``stream_options.include_usage``) or not. With the ``runner-hermes`` chat format, replies
   come from `runner.engine.Engine` (tool calls under a grammar, ``tool_choice`` honoured);
+  the request may add ``grammar_tools``, narrower definitions of some of its tools that the
+  calls must match while the prompt shows ``tools`` (its cached prefix kept);
   with any other llama-cpp-python chat format, from ``Llama.create_chat_completion`` (its reply
   in one chunk, not stoppable half-way). A request that does not say ``parallel_tool_calls`` gets
   the model's default (`Backend.parallel_default`), and the server's steering
@@ -85,6 +87,9 @@ class ChatBody(BaseModel):
     stop: str | list[str] | None = None
     parallel_tool_calls: bool | None = None
     """None: the request does not say; the model's default applies (`Backend.parallel_default`)."""
+    grammar_tools: list[dict[str, Any]] | None = None
+    """runner's own field: narrower definitions of some of `tools` that the reply's calls must
+    match, while the prompt shows `tools` (`ChatRequest.grammar_tools`)."""
 
     def to_request(self, parallel_default: bool) -> ChatRequest:
         tools = self.tools or [{"type": "function", "function": f} for f in self.functions or []]
@@ -94,7 +99,7 @@ class ChatBody(BaseModel):
             messages=[m.model_dump(exclude_none=True) | {"content": m.content} for m in self.messages],
             tools=tools, tool_choice=self.tool_choice, stop=stop,
             max_tokens=self.max_completion_tokens or self.max_tokens,
-            parallel_tool_calls=parallel,
+            parallel_tool_calls=parallel, grammar_tools=self.grammar_tools or [],
         )
 
 

@@ -322,6 +322,8 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
         extra["parallel_tool_calls"] = cfg.parallel_tool_calls
     meter = TurnMeter(state.turns + 1, rt.on_turn) if rt.on_turn else None  # live per-turn line
     tools = policies.offered_tools(state, rt.tool_schemas)
+    if narrower := policies.grammar_tools(state, rt.tool_schemas):
+        extra["grammar_tools"] = narrower
     reply = await rt.client.chat(cfg.endpoint.model, state.messages, tools, max_tokens=max_tokens, extra=extra or None,
                                  on_delta=meter.update if meter else None, call_ids=call_id_stem(state))
     if meter:

@@ -3,8 +3,8 @@
 A large hosted model needs none of this; a 0.5-1.5B local model does. Each policy is a name
 (`POLICIES` says what each does) that a model's manifest entry, `runner run --policy` and
 `runner suite --policy` turn on or off. The loop asks this module which ``tool_choice`` the
-next request sends (`tool_choice`), which tool schemas it offers (`offered_tools`), what to
-add to the conversation before it is sent (`before_request`: the request for the answer, a
+next request sends (`tool_choice`), which tool schemas it offers (`offered_tools`) and which, narrower, the calls
+must match (`grammar_tools`), what to add to the conversation before it is sent (`before_request`: the request for the answer, a
 nudge), what to say after a protocol slip (`correction`), whether to take an answer
 (`review_answer`), and whether a repeated call stops the run (`answers_repeat`). What a run gets before its
 first turn (the folder's listing) is added when it is made (`opening`). Every message the
@@ -271,17 +271,35 @@ def tool_choice(state: RunState, sends_tools: bool = True) -> str | None:
 def offered_tools(state: RunState, schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ``tools`` array the next request sends: `schemas` as they are, or with
     path_choices, read_file's ``path`` limited to the files the system prompt lists (when it
-    lists them all), and after answer_check's review of an answer from unrelated files, to
-    those not read yet."""
+    lists them all). The same on every request of a run, so the prompt's cached prefix holds."""
+    files = _listed_files(state)
+    return _with_paths(schemas, files) if files else schemas
+
+
+def grammar_tools(state: RunState, schemas: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """With path_choices, after answer_check's review of an answer from unrelated files:
+    read_file with its ``path`` limited to the listed files not read yet, sent as runner's
+    ``grammar_tools`` (the call must match it, the prompt still shows `offered_tools`);
+    None otherwise."""
+    files = _listed_files(state)
+    if not files or not _last_is(state, NON_ANSWERS["unrelated"][0]):
+        return None
+    unread = set(unread_files(state))
+    if not (narrower := [f for f in files if f in unread]):
+        return None
+    return [s for s in _with_paths(schemas, narrower) if s.get("function", {}).get("name") in PATH_CHOICE_TOOLS]
+
+
+def _listed_files(state: RunState) -> list[str]:
+    """With path_choices, the files the system prompt lists, when it lists them all; else []."""
     if "path_choices" not in state.config.steering or not state.messages or state.messages[0].role != "system":
-        return schemas
+        return []
     listing = state.messages[0].content or ""
-    files = LISTED.findall(listing)
-    if not files or "... and " in listing:
-        return schemas
-    if _last_is(state, NON_ANSWERS["unrelated"][0]):
-        unread = set(unread_files(state))
-        files = [f for f in files if f in unread] or files
+    return [] if "... and " in listing else LISTED.findall(listing)
+
+
+def _with_paths(schemas: list[dict[str, Any]], files: list[str]) -> list[dict[str, Any]]:
+    """`schemas` with the string ``path`` of the tools in PATH_CHOICE_TOOLS limited to `files`."""
     out = []
     for schema in schemas:
         function = schema.get("function", {})

@@ -92,6 +92,35 @@ def test_tool_choice_none_auto_required_and_named(server: LocalServer) -> None:
         assert isinstance(json.loads(call["function"]["arguments"])["lines"], int)
 
 
+def _read_file(paths: list[str]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "read_file", "description": "Read a file of the folder.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string", "enum": paths}},
+                           "required": ["path"]}}}
+
+
+def test_grammar_tools_narrow_the_call_and_keep_the_cached_prompt(server: LocalServer) -> None:
+    shown = [_read_file(["access.log", "errors.log", "notes.txt"]), TAIL]
+    first = ask("Read access.log.")
+    turn1 = post(server, messages=first, tools=shown, tool_choice="required", max_tokens=48)
+    [read] = turn1["choices"][0]["message"]["tool_calls"]
+    review = first + [turn1["choices"][0]["message"], {"role": "tool", "tool_call_id": read["id"], "content": "GET / 200"},
+                      {"role": "user", "content": "That file does not say. Read another file."}]
+    narrowed = post(server, messages=review, tools=shown, grammar_tools=[_read_file(["errors.log", "notes.txt"])],
+                    tool_choice={"type": "function", "function": {"name": "read_file"}}, max_tokens=48)
+    [call] = narrowed["choices"][0]["message"]["tool_calls"]
+    assert json.loads(call["function"]["arguments"])["path"] in {"errors.log", "notes.txt"}
+    # the prompt shows the tools as they were, so the conversation so far came from the KV cache
+    as_shown = post(server, messages=review, tools=shown, max_tokens=1)
+    rewritten = post(server, messages=review, tools=[_read_file(["errors.log", "notes.txt"]), TAIL], max_tokens=1)
+    assert narrowed["usage"]["prompt_tokens"] == as_shown["usage"]["prompt_tokens"] != rewritten["usage"]["prompt_tokens"]
+    assert narrowed["runner"]["cached_prompt_tokens"] >= turn1["usage"]["prompt_tokens"] - 8
+
+    bad = httpx.post(f"{server.base_url}/chat/completions", timeout=60, json={
+        "model": "smollm2", "messages": first, "tools": shown, "grammar_tools": [_read_file(["x"]) | {
+            "function": {**_read_file(["x"])["function"], "name": "write_file"}}]})
+    assert bad.status_code == 400 and "grammar_tools names tools not in tools: write_file" in bad.text
+
+
 def test_a_call_cut_short_by_max_tokens_is_never_sent(server: LocalServer) -> None:
     reply = post(server, messages=ask("Read notes.txt."), tools=ALL_TOOLS, tool_choice="required", max_tokens=6)
     choice = reply["choices"][0]

@@ -294,10 +294,15 @@ def test_an_answer_from_a_file_that_does_not_mention_the_question_is_sent_to_the
         "not read: errors.log, notes.txt. Read the file most likely to hold the answer, then answer my question in "
         "one short sentence: What should I rotate?")
     assert review["tool_choice"] == "required"
-    paths = [t["function"]["parameters"]["properties"]["path"].get("enum") for r in fake.requests
+    # the prompt's tools stay as they were (its cached prefix holds); only the call is narrowed
+    assert all(r["tools"] == fake.requests[0]["tools"] for r in fake.requests)
+    paths = [t["function"]["parameters"]["properties"]["path"]["enum"] for r in fake.requests
              for t in r["tools"] if t["function"]["name"] == "read_file"]
-    assert paths == [["access.log", "errors.log", "notes.txt"]] * 2 + [["errors.log", "notes.txt"]] + \
-        [["access.log", "errors.log", "notes.txt"]]
+    assert paths == [["access.log", "errors.log", "notes.txt"]] * 4
+    assert [r.get("grammar_tools") is not None for r in fake.requests] == [False, False, True, False]
+    assert [t["function"]["name"] for t in review["grammar_tools"]] == ["read_file"]
+    assert review["grammar_tools"][0]["function"]["parameters"]["properties"]["path"]["enum"] == [
+        "errors.log", "notes.txt"]
 
 
 def test_a_question_that_names_the_file_read_is_answered_from_it(fake: FakeProvider) -> None:
