@@ -766,10 +766,14 @@ class _Server:
 
         if isinstance(exc, TimeoutError) or "timed out" in str(exc).lower():
             return f"no answer within {self.spec.call_timeout_s:g} s (the call was cancelled on the server)"
+        # A server that died: its launcher reports how a moment after the pipe closes. A killed
+        # process closes its pipes before it is a zombie, so on a closed connection the pid can
+        # still look alive for a while: wait for the report then as well.
+        closed = _connection_closed(exc)
         status = None
-        for _ in range(100):  # a server that died: its launcher reports how a moment after the pipe closes
+        for _ in range(100):
             status = self.reported_exit()
-            if status is not None or self.pid is None or _running(self.pid):
+            if status is not None or self.pid is None or (_running(self.pid) and not closed):
                 break
             await asyncio.sleep(0.02)
         status = status or self.exit_status()
@@ -882,6 +886,15 @@ def _client_info() -> Any:
     from runner import __version__
 
     return Implementation(name="runner", version=__version__)
+
+
+def _connection_closed(exc: BaseException) -> bool:
+    """The call failed because the connection to the server closed (MCP's CONNECTION_CLOSED)."""
+    from mcp.types import CONNECTION_CLOSED
+
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return getattr(exc, "code", None) == CONNECTION_CLOSED or isinstance(exc, (BrokenPipeError, EOFError))
 
 
 def _why(exc: BaseException) -> str:

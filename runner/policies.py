@@ -55,9 +55,10 @@ POLICIES: dict[str, str] = {
     "path_choices": "with listing_in_prompt, read_file's path must be one of the listed files (an enum in its "
                     "schema: a local model's grammar then cannot name a file that does not exist)",
     "answer_check": "a reply that is no answer (it repeats the question, tells how to call the tools, copies "
-                    "lines of a file, comes before any file was read, the question not being about the files, or "
-                    "from files that mention no word of the question) is taken only after one message saying so "
-                    "and asking again, once per kind",
+                    "lines of a file, comes before any file was read, the question not being about the files, "
+                    "comes from files that mention no word of the question, gives a listed file's size, or names "
+                    "no file when the question asks for one) is taken only after one message saying so and "
+                    "asking again, once per kind until another file is read",
 }
 """Every policy, by name, in words."""
 NEW_POLICIES = ("listing_in_prompt", "listing_hints", "abstain_option", "evidence_first", "abstain_check",
@@ -97,9 +98,14 @@ NON_ANSWERS: dict[str, tuple[str, str]] = {
     "unrelated": ("The files you read ({read}) do not mention {words}, so your answer cannot come from them.{unread} "
                   "Read the file most likely to hold the answer, then answer my question in one short sentence: "
                   "{question}", "required"),
+    "unnamed": ("My question asks for a file, and your answer names none. Answer in one short sentence that gives "
+                "the file's name: {question}", "auto"),
+    "sizes": ("Your answer gives {size}, the size of {file} in the folder's listing, not something a file says. "
+              "Answer my question from what the files say, in one short sentence: {question}", "auto"),
 }
 """With `answer_check`, per kind of non-answer: the user message sent after it, and the
-``tool_choice`` of the request that carries it."""
+``tool_choice`` of the request that carries it. Each is sent once, and again only after a
+file was read since."""
 UNREAD = " Files you have not read: {files}."
 """Added to a review's message: the listed files the run has not read (`unread_files`)."""
 UNREAD_MAX_FILES = 20
@@ -110,6 +116,11 @@ FOLDER_QUESTION = re.compile(
     r"|\b(?:largest|smallest|biggest|heaviest|lightest)\b[^?]*\bfiles?\b|\bfiles?\b[^?]*\b(?:largest|smallest|biggest)\b"
     r"|\blist (?:the|all|every)\b[^?]*\bfiles\b", re.IGNORECASE)
 """A question about the files themselves (how many, which is largest), which a listing answers."""
+FILE_QUESTION = re.compile(
+    r"\b(?:which|what)\s+(?:\w+\s+)?(?:files?|notes?|logs?|documents?|docs?|pages?|scripts?|sheets?)\b"
+    r"|\bis there (?:a|an|any)\s+(?:\w+\s+)?(?:files?|notes?|logs?|documents?)\b", re.IGNORECASE)
+"""A question whose answer is a file (which file mentions X, is there a file about Y)."""
+SIZE = re.compile(r"\b(\d+)\s*bytes?\b", re.IGNORECASE)
 TOOL_VERBS = re.compile(r"\b(?:call|calling|use|using|invoke|run)\b", re.IGNORECASE)
 PLANS = re.compile(r"\b(?:I|you|we) (?:need|have|will need|would need|should|can|could|must|will|would)(?: to)? "
                    r"(?:read|call|use|check|look|open)\b", re.IGNORECASE)
@@ -140,11 +151,11 @@ LISTING_MAX_ENTRIES = 60
 RESTATED_RESULT_CHARS = 4_000
 """Each restated tool result is cut to this many characters."""
 LISTING_TOOLS = frozenset({"list_files"})
+"""Tools whose result lists the folder rather than showing what a file holds."""
 PATH_CHOICE_TOOLS = frozenset({"read_file"})
 """Tools whose ``path`` argument `path_choices` limits to the listed files."""
-LISTED = re.compile(r"^(\S[^\n]*?) \(\d+ bytes\)", re.MULTILINE)
-"""A file in a listing: ``path (N bytes)``."""
-"""Tools whose result lists the folder rather than showing what a file holds."""
+LISTED = re.compile(r"^(\S[^\n]*?) \((\d+) bytes\)", re.MULTILINE)
+"""A file in a listing: ``path (N bytes)``, path and size."""
 
 
 # --- choosing policies by name: the manifest, --policy ---
@@ -295,7 +306,7 @@ def _listed_files(state: RunState) -> list[str]:
     if "path_choices" not in state.config.steering or not state.messages or state.messages[0].role != "system":
         return []
     listing = state.messages[0].content or ""
-    return [] if "... and " in listing else LISTED.findall(listing)
+    return [] if "... and " in listing else [path for path, _ in LISTED.findall(listing)]
 
 
 def _with_paths(schemas: list[dict[str, Any]], files: list[str]) -> list[dict[str, Any]]:
@@ -345,12 +356,13 @@ def review_answer(state: RunState) -> str | None:
             text = CHECK_ABSTENTION.format(read=", ".join(_read_labels(state)) or "nothing yet",
                                            unread=_unread(state), question=question(state))
     elif "answer_check" in steering and (kind := non_answer(state)) is not None:
-        if not _sent(state, NON_ANSWERS[kind][0]):
+        if not _sent(state, NON_ANSWERS[kind][0], since_read=True):
             results = restated_results(state) if kind == "restated" else ""
             words = [word for word, _ in question_words(question(state))]
+            size, file = _listed_size_quoted(state) or ("", "")
             text = NON_ANSWERS[kind][0].format(
                 question=question(state), unread=_unread(state), results=results or "(nothing)",
-                read=", ".join(_read_labels(state, listings=False)), words=" or ".join(words))
+                read=", ".join(_read_labels(state, listings=False)), words=" or ".join(words), size=size, file=file)
     if text is None:
         return None
     state.messages.append(Message(role="user", content=text, name=CORRECTIVE_NAME))
@@ -378,7 +390,31 @@ def non_answer(state: RunState) -> str | None:
         return "copied"
     if _unrelated(state):
         return "unrelated"
+    if _listed_size_quoted(state) is not None:
+        return "sizes"
+    if FILE_QUESTION.search(asked) and not _names_a_file(state, answer):
+        return "unnamed"
     return None
+
+
+def _listed_size_quoted(state: RunState) -> tuple[str, str] | None:
+    """The answer gives a size in bytes that a listed file has ("167 bytes", that file), the
+    question not being about the files themselves; else None."""
+    answer = state.messages[-1].content or ""
+    if FOLDER_QUESTION.search(question(state)) or FILE_QUESTION.search(question(state)):
+        return None
+    sizes = {size: path for path, size in _listed(state)}
+    return next(((m.group(0), sizes[m.group(1)]) for m in SIZE.finditer(answer) if m.group(1) in sizes), None)
+
+
+def _names_a_file(state: RunState, answer: str) -> bool:
+    """`answer` names a file the run has seen listed or has read (its path or its name);
+    True too when the run knows of no file, so there is nothing to ask for."""
+    paths = [path for path, _ in _listed(state)] + [p for p in _read_labels(state, listings=False)]
+    if not paths:
+        return True
+    lowered = answer.lower()
+    return any(p.lower() in lowered or p.rsplit("/", 1)[-1].lower() in lowered for p in paths)
 
 
 def _result_texts(state: RunState, listings: bool = True) -> list[str]:
@@ -433,16 +469,20 @@ def echoes(answer: str, tool_results: list[str]) -> bool:
 def unread_files(state: RunState) -> list[str]:
     """The files the run has seen listed (the system prompt's listing, list_files results) and
     not read with a call that succeeded, in the order listed."""
-    listed: list[str] = []
-    texts = [m.content or "" for m in state.messages[:1] if m.role == "system"]
-    listing_calls = {c.id for m in state.messages for c in (m.tool_calls or []) if c.function.name in LISTING_TOOLS}
-    texts += [m.content or "" for m in state.messages if m.role == "tool" and m.tool_call_id in listing_calls]
-    for text in texts:
-        listed += [p for p in LISTED.findall(text) if p not in listed]
+    listed = list(dict.fromkeys(path for path, _ in _listed(state)))
     ok = {r.call_id for r in state.tool_runs if r.ok}
     read = {_path_of(c) for m in state.messages for c in (m.tool_calls or [])
             if c.id in ok and c.function.name not in LISTING_TOOLS}
     return [p for p in listed if p not in read]
+
+
+def _listed(state: RunState) -> list[tuple[str, str]]:
+    """Each file the run has seen listed (the system prompt's listing, list_files results),
+    with its size in bytes as listed, in the order listed."""
+    texts = [m.content or "" for m in state.messages[:1] if m.role == "system"]
+    listing_calls = {c.id for m in state.messages for c in (m.tool_calls or []) if c.function.name in LISTING_TOOLS}
+    texts += [m.content or "" for m in state.messages if m.role == "tool" and m.tool_call_id in listing_calls]
+    return [(path, size) for text in texts for path, size in LISTED.findall(text)]
 
 
 def _path_of(call: ToolCall) -> str | None:
@@ -487,14 +527,20 @@ def _last_is(state: RunState, template: str) -> bool:
     return _harness_message_last(state) and (state.messages[-1].content or "").startswith(_prefix(template))
 
 
-def _sent(state: RunState, template: str) -> bool:
-    """The harness already sent a message made from `template` in this run."""
+def _sent(state: RunState, template: str, since_read: bool = False) -> bool:
+    """The harness already sent a message made from `template` in this run (with
+    `since_read`, after the last result of a call that read a file)."""
+    start = 0
+    if since_read:
+        ok = {r.call_id for r in state.tool_runs if r.ok and r.tool_name not in LISTING_TOOLS}
+        start = max((i for i, m in enumerate(state.messages) if m.role == "tool" and m.tool_call_id in ok), default=0)
     return any(m.role == "user" and m.name == CORRECTIVE_NAME and (m.content or "").startswith(_prefix(template))
-               for m in state.messages)
+               for m in state.messages[start:])
 
 
 def _prefix(template: str) -> str:
-    """How a message made from `template` starts, whatever it is filled with."""
+    """How a message made from `template` starts, whatever it is filled with (every template
+    starts with words of its own)."""
     return template.split("{", 1)[0][:30]
 
 
