@@ -311,3 +311,47 @@ def test_a_question_that_names_the_file_read_is_answered_from_it(fake: FakeProvi
     state = drive(_run(fake, prompt="What is the last event in access.log?", steering=["answer_check"]),
                   fake.base_url, None)
     assert state.status == "completed" and state.answer == "Three requests." and len(fake.requests) == 2
+
+
+def test_every_review_starts_with_words_of_its_own() -> None:
+    """A review is recognised by how it starts, so no two may start alike, nor with a blank."""
+    templates = [policies.CHECK_ABSTENTION, *(t for t, _ in policies.NON_ANSWERS.values())]
+    prefixes = [policies._prefix(t) for t in templates]
+    assert all(len(p) >= 12 for p in prefixes) and len(set(prefixes)) == len(prefixes)
+
+
+def test_a_question_asking_for_a_file_is_answered_with_its_name(fake: FakeProvider) -> None:
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say("Yes, a timeout is mentioned."),
+                    _say("errors.log mentions a timeout.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="Which log mentions a timeout?", steering=["answer_check"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "errors.log mentions a timeout."
+    review = fake.requests[2]
+    assert review["messages"][-1]["content"] == (
+        "My question asks for a file, and your answer names none. Answer in one short sentence that gives the "
+        "file's name: Which log mentions a timeout?")
+    assert review["tool_choice"] == "auto"
+
+
+def test_a_listed_size_given_as_the_answer_is_reviewed(fake: FakeProvider) -> None:
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say("The job ran for 423 bytes."),
+                    _say("It ran for 30000 ms.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="How long did job 8830 run before it timed out?",
+                       steering=["answer_check", "listing_in_prompt"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "It ran for 30000 ms."
+    assert fake.requests[2]["messages"][-1]["content"] == (
+        "Your answer gives 423 bytes, the size of errors.log in the folder's listing, not something a file says. "
+        "Answer my question from what the files say, in one short sentence: How long did job 8830 run before it "
+        "timed out?")
+
+
+def test_a_review_is_sent_again_only_after_another_file_was_read(fake: FakeProvider) -> None:
+    asked = "What does notes.txt say?"
+    replies = iter([_call("read_file", '{"path": "notes.txt"}', 1), _say(asked), _call("read_file", '{"path": "errors.log"}', 2),
+                    _say(asked), _say(asked)])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt=asked, steering=["answer_check"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == asked and len(fake.requests) == 5
+    reviews = [r["messages"][-1]["content"] for r in fake.requests if r["messages"][-1].get("name") == "runner"]
+    assert [r.startswith("Your reply repeated my question") for r in reviews] == [True, True]
