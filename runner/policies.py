@@ -50,6 +50,8 @@ POLICIES: dict[str, str] = {
     "evidence_first": "the answer is asked for on a stall only once a call other than a listing succeeded; before "
                       "that a repeated call is answered with a nudge to look inside the files",
     "listing_hints": "with listing_in_prompt, each listed file says which words of the question it holds",
+    "listing_extremes": "with listing_in_prompt, the listing ends with a sentence naming the largest and the "
+                        "smallest file",
     "abstain_check": "an answer that says the information is not there is taken only after one reminder to look "
                      "in the file most likely to hold it (that request sends tool_choice \"required\")",
     "path_choices": "with listing_in_prompt, read_file's path must be one of the listed files (an enum in its "
@@ -61,7 +63,7 @@ POLICIES: dict[str, str] = {
                     "asking again, once per kind until another file is read",
 }
 """Every policy, by name, in words."""
-NEW_POLICIES = ("listing_in_prompt", "listing_hints", "abstain_option", "evidence_first", "abstain_check",
+NEW_POLICIES = ("listing_in_prompt", "listing_hints", "listing_extremes", "abstain_option", "evidence_first", "abstain_check",
                 "path_choices", "answer_check")
 """The policies kept by name in `RunConfig.steering` (the others are fields of their own)."""
 
@@ -98,8 +100,8 @@ NON_ANSWERS: dict[str, tuple[str, str]] = {
     "unrelated": ("The files you read ({read}) do not mention {words}, so your answer cannot come from them.{unread} "
                   "Read the file most likely to hold the answer, then answer my question in one short sentence: "
                   "{question}", "required"),
-    "unnamed": ("My question asks for a file, and your answer names none. Answer in one short sentence that gives "
-                "the file's name: {question}", "auto"),
+    "unnamed": ("My question asks for a file, and your answer names none. You have read {read}.{unread} Answer in "
+                "one short sentence that gives the file's name: {question}", "auto"),
     "sizes": ("Your answer gives {size}, the size of {file} in the folder's listing, not something a file says. "
               "Answer my question from what the files say, in one short sentence: {question}", "auto"),
 }
@@ -134,6 +136,8 @@ ABSTENTION = re.compile(
 LISTING = "\n\nThe folder holds {count} (path and size in bytes):\n{listing}"
 """Added to the system prompt with `listing_in_prompt` (with listing_hints, a file whose text
 holds words of the question says which)."""
+EXTREMES = "Of these, the largest is {large}, {large_size} bytes; the smallest is {small}, {small_size} bytes."
+"""The listing's last line with `listing_extremes` (no ``(N bytes)`` in it, so it lists no file)."""
 ABSTAIN = ("\n\nIf the files do not hold the answer, do not guess: say that the information is not in the files.")
 """Added to the system prompt with `abstain_option`."""
 HINT_MAX_BYTES = 200_000
@@ -439,7 +443,17 @@ def _unrelated(state: RunState) -> bool:
         return False
     if any(label.lower() in asked.lower() for label in _read_labels(state, listings=False)):
         return False
-    return not any(stem in text for stem in stems for text in texts)
+    return not any(mentions(text, stem) for stem in stems for text in texts)
+
+
+def mentions(text: str, stem: str) -> bool:
+    """`text` (lower case) holds `stem`, spaces, hyphens and underscores aside: "to-do" is in
+    "todo.md" and in "# to do"."""
+    return stem in text or _squash(stem) in _squash(text)
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"[\s_-]+", "", text)
 
 
 def _read_labels(state: RunState, listings: bool = True) -> list[str]:
@@ -715,7 +729,7 @@ def _extend_system(state: RunState, tool_names: list[str], workspace: Path | Non
     if "listing_in_prompt" in steering and workspace is not None and "list_files" in tool_names \
             and LISTING.split("{")[0] not in text:
         words = question_words(question(state)) if "listing_hints" in steering else []
-        listing = folder_listing(workspace, hints=words)
+        listing = folder_listing(workspace, hints=words, extremes="listing_extremes" in steering)
         files = len([line for line in listing.splitlines() if " bytes)" in line])
         more = listing.rsplit("... and ", 1)[-1].split(" ", 1)[0] if "... and " in listing else "0"
         count = files + int(more)
@@ -757,10 +771,11 @@ def _hint(path: Path, name: str, words: list[tuple[str, str]]) -> str:
 
 
 def folder_listing(folder: Path, max_entries: int = LISTING_MAX_ENTRIES,
-                   hints: list[tuple[str, str]] | None = None) -> str:
+                   hints: list[tuple[str, str]] | None = None, extremes: bool = False) -> str:
     """Every visible file under `folder` (hidden files and folders left out), as
     ``path (N bytes)`` lines in path order, at most `max_entries` of them; with `hints`
-    (`question_words`), each line says which of them the file holds."""
+    (`question_words`), each line says which of them the file holds; with `extremes`, a last
+    line names the largest and the smallest of all the files (`EXTREMES`)."""
     found: list[tuple[str, int]] = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
@@ -772,7 +787,14 @@ def folder_listing(folder: Path, max_entries: int = LISTING_MAX_ENTRIES,
     lines = [f"{path} ({size} bytes){_hint(folder / path, path, hints or [])}" for path, size in found[:max_entries]]
     if len(found) > max_entries:
         lines.append(f"... and {len(found) - max_entries} more files")
+    if extremes and len(found) > 1:
+        (small, small_size), (large, large_size) = min(found, key=_by_size), max(found, key=_by_size)
+        lines.append(EXTREMES.format(large=large, large_size=large_size, small=small, small_size=small_size))
     return "\n".join(lines) or "(no files)"
+
+
+def _by_size(entry: tuple[str, int]) -> tuple[int, str]:
+    return entry[1], entry[0]
 
 
 def question(state: RunState) -> str:

@@ -328,8 +328,8 @@ def test_a_question_asking_for_a_file_is_answered_with_its_name(fake: FakeProvid
     assert state.status == "completed" and state.answer == "errors.log mentions a timeout."
     review = fake.requests[2]
     assert review["messages"][-1]["content"] == (
-        "My question asks for a file, and your answer names none. Answer in one short sentence that gives the "
-        "file's name: Which log mentions a timeout?")
+        "My question asks for a file, and your answer names none. You have read errors.log. Answer in one short "
+        "sentence that gives the file's name: Which log mentions a timeout?")
     assert review["tool_choice"] == "auto"
 
 
@@ -355,3 +355,22 @@ def test_a_review_is_sent_again_only_after_another_file_was_read(fake: FakeProvi
     assert state.status == "completed" and state.answer == asked and len(fake.requests) == 5
     reviews = [r["messages"][-1]["content"] for r in fake.requests if r["messages"][-1].get("name") == "runner"]
     assert [r.startswith("Your reply repeated my question") for r in reviews] == [True, True]
+
+
+def test_listing_extremes_names_the_largest_and_smallest_file_without_listing_them_again(fake: FakeProvider) -> None:
+    _play(fake, [_call("read_file", '{"path": "notes.txt"}', 1)])
+    state = drive(_run(fake, steering=["listing_in_prompt", "listing_extremes", "path_choices"]), fake.base_url, None)
+    system = fake.requests[0]["messages"][0]["content"]
+    assert system.endswith("The folder holds 3 files (path and size in bytes):\naccess.log (195 bytes)\n"
+                           "errors.log (423 bytes)\nnotes.txt (30 bytes)\nOf these, the largest is errors.log, "
+                           "423 bytes; the smallest is notes.txt, 30 bytes.")
+    assert policies.unread_files(state) == ["access.log", "errors.log"]
+    read_file = next(t for t in fake.requests[0]["tools"] if t["function"]["name"] == "read_file")
+    assert read_file["function"]["parameters"]["properties"]["path"]["enum"] == ["access.log", "errors.log", "notes.txt"]
+
+
+
+def test_a_question_word_written_another_way_is_still_mentioned() -> None:
+    todo = "todo.md\n# to do\n- [ ] order new laptops"
+    assert policies.mentions(todo, "to-do") and policies.mentions("# to-do\n", "todo")
+    assert policies.mentions(todo, "laptop") and not policies.mentions("reading.md\n# reading list", "to-do")
