@@ -53,13 +53,14 @@ POLICIES: dict[str, str] = {
     "listing_extremes": "with listing_in_prompt, the listing ends with a sentence naming the largest and the "
                         "smallest file",
     "abstain_check": "an answer that says the information is not there is taken only after one reminder to look "
-                     "in the file most likely to hold it (that request sends tool_choice \"required\")",
+                     "in the file most likely to hold it (that request sends tool_choice \"required\"), or at once "
+                     "when every listed file was read",
     "path_choices": "with listing_in_prompt, read_file's path must be one of the listed files (an enum in its "
                     "schema: a local model's grammar then cannot name a file that does not exist)",
     "answer_check": "a reply that is no answer (it repeats the question, tells how to call the tools, copies "
                     "lines of a file, comes before any file was read, the question not being about the files, "
-                    "comes from files that mention no word of the question, gives a listed file's size, or names "
-                    "no file when the question asks for one) is taken only after one message saying so and "
+                    "comes from files that mention no word of the question, claims what nothing read says, gives "
+                    "a listed file's size, or names no file when the question asks for one) is taken only after one message saying so and "
                     "asking again, once per kind until another file is read",
 }
 """Every policy, by name, in words."""
@@ -102,6 +103,9 @@ NON_ANSWERS: dict[str, tuple[str, str]] = {
                   "{question}", "required"),
     "unnamed": ("My question asks for a file, and your answer names none. You have read {read}.{unread} Answer in "
                 "one short sentence that gives the file's name: {question}", "auto"),
+    "unsupported": ("Nothing you read says {claim}. If the files do not hold the answer, say that the information "
+                    "is not in the files; otherwise answer my question in one short sentence from what they say: "
+                    "{question}", "auto"),
     "sizes": ("Your answer gives {size}, the size of {file} in the folder's listing, not something a file says. "
               "Answer my question from what the files say, in one short sentence: {question}", "auto"),
 }
@@ -122,6 +126,8 @@ FILE_QUESTION = re.compile(
     r"\b(?:which|what)\s+(?:\w+\s+)?(?:files?|notes?|logs?|documents?|docs?|pages?|scripts?|sheets?)\b"
     r"|\bis there (?:a|an|any)\s+(?:\w+\s+)?(?:files?|notes?|logs?|documents?)\b", re.IGNORECASE)
 """A question whose answer is a file (which file mentions X, is there a file about Y)."""
+QUOTED = re.compile(r"`([^`\n]+)`|\"([^\"\n]+)\"|“([^”\n]+)”")
+"""Text an answer quotes: in backticks, straight or curly double quotes."""
 SIZE = re.compile(r"\b(\d+)\s*bytes?\b", re.IGNORECASE)
 TOOL_VERBS = re.compile(r"\b(?:call|calling|use|using|invoke|run)\b", re.IGNORECASE)
 PLANS = re.compile(r"\b(?:I|you|we) (?:need|have|will need|would need|should|can|could|must|will|would)(?: to)? "
@@ -356,7 +362,7 @@ def review_answer(state: RunState) -> str | None:
         return None
     text = None
     if "abstain_check" in steering and ABSTENTION.search(last.content or ""):
-        if not _sent(state, CHECK_ABSTENTION):
+        if not _sent(state, CHECK_ABSTENTION) and not (_listed(state) and not unread_files(state)):
             text = CHECK_ABSTENTION.format(read=", ".join(_read_labels(state)) or "nothing yet",
                                            unread=_unread(state), question=question(state))
     elif "answer_check" in steering and (kind := non_answer(state)) is not None:
@@ -366,7 +372,8 @@ def review_answer(state: RunState) -> str | None:
             size, file = _listed_size_quoted(state) or ("", "")
             text = NON_ANSWERS[kind][0].format(
                 question=question(state), unread=_unread(state), results=results or "(nothing)",
-                read=", ".join(_read_labels(state, listings=False)), words=" or ".join(words), size=size, file=file)
+                read=", ".join(_read_labels(state, listings=False)), words=" or ".join(words), size=size, file=file,
+                claim=_unsupported(state) or "")
     if text is None:
         return None
     state.messages.append(Message(role="user", content=text, name=CORRECTIVE_NAME))
@@ -394,10 +401,34 @@ def non_answer(state: RunState) -> str | None:
         return "copied"
     if _unrelated(state):
         return "unrelated"
+    if _unsupported(state) is not None:
+        return "unsupported"
     if _listed_size_quoted(state) is not None:
         return "sizes"
     if FILE_QUESTION.search(asked) and not _names_a_file(state, answer):
         return "unnamed"
+    return None
+
+
+def _unsupported(state: RunState) -> str | None:
+    """What the answer claims that nothing the run read supports, in words, or None: text it
+    quotes (in backticks or quotes) found in no tool result, the listing or the question; or,
+    every listed file read, none of them mentioning a word of the question (`_unrelated`
+    with nothing left to read)."""
+    answer = state.messages[-1].content or ""
+    if FOLDER_QUESTION.search(question(state)):
+        return None
+    seen = " ".join(" ".join(t.lower().split()) for t in [question(state), *(m.content or "" for m in state.messages
+                                                          if m.role in ("system", "tool"))])
+    for quoted in QUOTED.findall(answer):
+        text = " ".join(next(q for q in quoted if q).lower().split())
+        if len(text) >= 3 and text not in seen:
+            return f"`{text}`"
+    stems = [stem for _, stem in question_words(question(state))]
+    texts = [text.lower() for text in _result_texts(state, listings=False)]
+    if stems and texts and _listed(state) and not unread_files(state) \
+            and not any(mentions(text, stem) for stem in stems for text in texts):
+        return " or ".join(word for word, _ in question_words(question(state)))
     return None
 
 
