@@ -54,12 +54,12 @@ POLICIES: dict[str, str] = {
                         "smallest file",
     "abstain_check": "an answer that says the information is not there is taken only after one reminder to look "
                      "in the file most likely to hold it (that request sends tool_choice \"required\"), or at once "
-                     "when every listed file was read",
+                     "when every listed file was read or answer_check said it may be the answer",
     "path_choices": "with listing_in_prompt, read_file's path must be one of the listed files (an enum in its "
                     "schema: a local model's grammar then cannot name a file that does not exist)",
     "answer_check": "a reply that is no answer (it repeats the question, tells how to call the tools, copies "
                     "lines of a file, comes before any file was read, the question not being about the files, "
-                    "comes from files that mention no word of the question, claims what nothing read says, gives "
+                    "quotes what nothing read says, comes from files that mention no word of the question, gives "
                     "a listed file's size, or names no file when the question asks for one) is taken only after one message saying so and "
                     "asking again, once per kind until another file is read",
 }
@@ -362,7 +362,8 @@ def review_answer(state: RunState) -> str | None:
         return None
     text = None
     if "abstain_check" in steering and ABSTENTION.search(last.content or ""):
-        if not _sent(state, CHECK_ABSTENTION) and not (_listed(state) and not unread_files(state)):
+        if not (_sent(state, CHECK_ABSTENTION) or (_listed(state) and not unread_files(state))
+                or _sent(state, NON_ANSWERS["unsupported"][0], since_read=True)):
             text = CHECK_ABSTENTION.format(read=", ".join(_read_labels(state)) or "nothing yet",
                                            unread=_unread(state), question=question(state))
     elif "answer_check" in steering and (kind := non_answer(state)) is not None:
@@ -399,10 +400,10 @@ def non_answer(state: RunState) -> str | None:
         return "restated"
     if echoes(answer, _result_texts(state)):
         return "copied"
-    if _unrelated(state):
-        return "unrelated"
     if _unsupported(state) is not None:
         return "unsupported"
+    if _unrelated(state):
+        return "unrelated"
     if _listed_size_quoted(state) is not None:
         return "sizes"
     if FILE_QUESTION.search(asked) and not _names_a_file(state, answer):
@@ -411,24 +412,14 @@ def non_answer(state: RunState) -> str | None:
 
 
 def _unsupported(state: RunState) -> str | None:
-    """What the answer claims that nothing the run read supports, in words, or None: text it
-    quotes (in backticks or quotes) found in no tool result, the listing or the question; or,
-    every listed file read, none of them mentioning a word of the question (`_unrelated`
-    with nothing left to read)."""
-    answer = state.messages[-1].content or ""
-    if FOLDER_QUESTION.search(question(state)):
-        return None
+    """Text the answer quotes (in backticks or quotes) that no tool result, the listing or the
+    question holds, as `text`; None when there is none."""
     seen = " ".join(" ".join(t.lower().split()) for t in [question(state), *(m.content or "" for m in state.messages
                                                           if m.role in ("system", "tool"))])
-    for quoted in QUOTED.findall(answer):
+    for quoted in QUOTED.findall(state.messages[-1].content or ""):
         text = " ".join(next(q for q in quoted if q).lower().split())
         if len(text) >= 3 and text not in seen:
             return f"`{text}`"
-    stems = [stem for _, stem in question_words(question(state))]
-    texts = [text.lower() for text in _result_texts(state, listings=False)]
-    if stems and texts and _listed(state) and not unread_files(state) \
-            and not any(mentions(text, stem) for stem in stems for text in texts):
-        return " or ".join(word for word, _ in question_words(question(state)))
     return None
 
 

@@ -374,3 +374,39 @@ def test_a_question_word_written_another_way_is_still_mentioned() -> None:
     todo = "todo.md\n# to do\n- [ ] order new laptops"
     assert policies.mentions(todo, "to-do") and policies.mentions("# to-do\n", "todo")
     assert policies.mentions(todo, "laptop") and not policies.mentions("reading.md\n# reading list", "to-do")
+
+
+def test_an_answer_quoting_what_no_file_says_is_reviewed(fake: FakeProvider) -> None:
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say("Job `9931` timed out."),
+                    _say('Job "8830" timed out.')])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="Which job timed out?", steering=["answer_check"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == 'Job "8830" timed out.'  # quoted, and errors.log says it
+    review = fake.requests[2]
+    assert review["messages"][-1]["content"] == (
+        "Nothing you read says `9931`. If the files do not hold the answer, say that the information is not in the "
+        "files; otherwise answer my question in one short sentence from what they say: Which job timed out?")
+    assert review["tool_choice"] == "auto"
+
+
+def test_after_an_unsupported_claim_the_answer_may_be_that_it_is_not_there(fake: FakeProvider) -> None:
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say("It builds on `alpine:3.19`."),
+                    _say("The information is not in the files.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="Which Docker base image does the project build on?",
+                       steering=["listing_in_prompt", "answer_check", "abstain_check"]), fake.base_url, None)
+    # reviewed once; the abstention then stands, though files are unread: the review offered it
+    assert state.status == "completed" and state.answer == "The information is not in the files."
+    assert len(fake.requests) == 3 and policies.unread_files(state) == ["access.log", "notes.txt"]
+    assert fake.requests[2]["messages"][-1]["content"].startswith("Nothing you read says `alpine:3.19`.")
+
+
+def test_an_abstention_after_every_listed_file_was_read_stands(fake: FakeProvider) -> None:
+    reads = [_call("read_file", f'{{"path": "{name}"}}', i) for i, name in enumerate(
+        ["access.log", "errors.log", "notes.txt"], 1)]
+    replies = iter([*reads, _say("The information is not in the files.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="Which Docker base image does the project build on?",
+                       steering=["listing_in_prompt", "abstain_check"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "The information is not in the files."
+    assert len(fake.requests) == 4
