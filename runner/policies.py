@@ -50,8 +50,8 @@ POLICIES: dict[str, str] = {
     "evidence_first": "the answer is asked for on a stall only once a call other than a listing succeeded; before "
                       "that a repeated call is answered with a nudge to look inside the files",
     "listing_hints": "with listing_in_prompt, each listed file says which words of the question it holds",
-    "listing_extremes": "with listing_in_prompt, the listing ends with a sentence naming the largest and the "
-                        "smallest file",
+    "listing_extremes": "with listing_in_prompt, for a question that compares the files' sizes, the listing ends "
+                        "with a sentence naming the largest and the smallest file",
     "abstain_check": "an answer that says the information is not there is taken only after one reminder to look "
                      "in the file most likely to hold it (that request sends tool_choice \"required\"), or at once "
                      "when every listed file was read or answer_check said it may be the answer",
@@ -89,6 +89,8 @@ CHECK_ABSTENTION = ("Before you say the information is not there: you have read 
                     "likely to hold the answer, then answer my question in one short sentence: {question}")
 """The user message after an answer that says the information is not there, with `abstain_check`."""
 NON_ANSWERS: dict[str, tuple[str, str]] = {
+    "unread_each": ("My question asks you to read each file, and you have not read {unread_files} yet. Read them, then "
+                    "answer my question: {question}", "required"),
     "unread": ("You answered before reading any file, so your answer cannot come from the files.{unread} Read the "
                "file most likely to hold the answer, then answer my question in one short sentence: {question}",
                "required"),
@@ -117,11 +119,16 @@ UNREAD = " Files you have not read: {files}."
 UNREAD_MAX_FILES = 20
 ECHO_LINE_CHARS = 40
 """A tool-result line at least this long, found verbatim in a reply, makes the reply a copy (`echoes`)."""
+SIZE_QUESTION = re.compile(
+    r"\b(?:largest|smallest|biggest|heaviest|lightest)\b[^?]*\bfiles?\b|\bfiles?\b[^?]*\b(?:largest|smallest|biggest)\b",
+    re.IGNORECASE)
+"""A question that compares the files' sizes."""
 FOLDER_QUESTION = re.compile(
-    r"\bhow many\b[^?]*\b(?:files?|folders?|director(?:y|ies))\b"
-    r"|\b(?:largest|smallest|biggest|heaviest|lightest)\b[^?]*\bfiles?\b|\bfiles?\b[^?]*\b(?:largest|smallest|biggest)\b"
+    rf"\bhow many\b[^?]*\b(?:files?|folders?|director(?:y|ies))\b|{SIZE_QUESTION.pattern}"
     r"|\blist (?:the|all|every)\b[^?]*\bfiles\b", re.IGNORECASE)
 """A question about the files themselves (how many, which is largest), which a listing answers."""
+READ_EACH = re.compile(r"\bread (?:each|every|all)\b|\bread (?:them|the files)\b", re.IGNORECASE)
+"""A question that asks for every file to be read, which a listing does not answer."""
 FILE_QUESTION = re.compile(
     r"\b(?:which|what)\s+(?:\w+\s+)?(?:files?|notes?|logs?|documents?|docs?|pages?|scripts?|sheets?)\b"
     r"|\bis there (?:a|an|any)\s+(?:\w+\s+)?(?:files?|notes?|logs?|documents?)\b", re.IGNORECASE)
@@ -374,7 +381,7 @@ def review_answer(state: RunState) -> str | None:
             text = NON_ANSWERS[kind][0].format(
                 question=question(state), unread=_unread(state), results=results or "(nothing)",
                 read=", ".join(_read_labels(state, listings=False)), words=" or ".join(words), size=size, file=file,
-                claim=_unsupported(state) or "")
+                claim=_unsupported(state) or "", unread_files=", ".join(unread_files(state)))
     if text is None:
         return None
     state.messages.append(Message(role="user", content=text, name=CORRECTIVE_NAME))
@@ -392,6 +399,8 @@ def non_answer(state: RunState) -> str | None:
     answer = (state.messages[-1].content or "").strip()
     asked = question(state)
     names = [getattr(t, "name", t) for t in state.config.tools]
+    if "read_file" in names and READ_EACH.search(asked) and unread_files(state):
+        return "unread_each"
     if "read_file" in names and not _has_evidence(state):
         return "unread"
     if (any(isinstance(n, str) and n in answer for n in names) and TOOL_VERBS.search(answer)) or PLANS.search(answer):
@@ -623,7 +632,8 @@ def _has_evidence(state: RunState) -> bool:
     """A call that can hold an answer succeeded: any but a listing, or a listing when the
     question is about the files themselves (`FOLDER_QUESTION`: the listing is the evidence).
     A listing counts as evidence once it has been nudged past, too."""
-    if FOLDER_QUESTION.search(question(state)) and any(r.ok for r in state.tool_runs):
+    asked = question(state)
+    if FOLDER_QUESTION.search(asked) and not READ_EACH.search(asked) and any(r.ok for r in state.tool_runs):
         return True
     return any(r.ok and r.source == "run" and r.tool_name not in LISTING_TOOLS for r in state.tool_runs) or any(
         m.role == "user" and m.name == CORRECTIVE_NAME and m.content and m.content.startswith(NUDGE[:40])
@@ -751,7 +761,8 @@ def _extend_system(state: RunState, tool_names: list[str], workspace: Path | Non
     if "listing_in_prompt" in steering and workspace is not None and "list_files" in tool_names \
             and LISTING.split("{")[0] not in text:
         words = question_words(question(state)) if "listing_hints" in steering else []
-        listing = folder_listing(workspace, hints=words, extremes="listing_extremes" in steering)
+        extremes = "listing_extremes" in steering and bool(SIZE_QUESTION.search(question(state)))
+        listing = folder_listing(workspace, hints=words, extremes=extremes)
         files = len([line for line in listing.splitlines() if " bytes)" in line])
         more = listing.rsplit("... and ", 1)[-1].split(" ", 1)[0] if "... and " in listing else "0"
         count = files + int(more)

@@ -357,9 +357,10 @@ def test_a_review_is_sent_again_only_after_another_file_was_read(fake: FakeProvi
     assert [r.startswith("Your reply repeated my question") for r in reviews] == [True, True]
 
 
-def test_listing_extremes_names_the_largest_and_smallest_file_without_listing_them_again(fake: FakeProvider) -> None:
+def test_listing_extremes_names_the_largest_and_smallest_file_for_a_question_about_sizes(fake: FakeProvider) -> None:
     _play(fake, [_call("read_file", '{"path": "notes.txt"}', 1)])
-    state = drive(_run(fake, steering=["listing_in_prompt", "listing_extremes", "path_choices"]), fake.base_url, None)
+    steering = ["listing_in_prompt", "listing_extremes", "path_choices"]
+    state = drive(_run(fake, prompt="Which file is the largest?", steering=steering), fake.base_url, None)
     system = fake.requests[0]["messages"][0]["content"]
     assert system.endswith("The folder holds 3 files (path and size in bytes):\naccess.log (195 bytes)\n"
                            "errors.log (423 bytes)\nnotes.txt (30 bytes)\nOf these, the largest is errors.log, "
@@ -367,6 +368,8 @@ def test_listing_extremes_names_the_largest_and_smallest_file_without_listing_th
     assert policies.unread_files(state) == ["access.log", "errors.log"]
     read_file = next(t for t in fake.requests[0]["tools"] if t["function"]["name"] == "read_file")
     assert read_file["function"]["parameters"]["properties"]["path"]["enum"] == ["access.log", "errors.log", "notes.txt"]
+    other = drive(_run(fake, prompt="What is the largest job number?", steering=steering), fake.base_url, None)
+    assert other.messages[0].content and other.messages[0].content.endswith("notes.txt (30 bytes)")
 
 
 
@@ -410,3 +413,19 @@ def test_an_abstention_after_every_listed_file_was_read_stands(fake: FakeProvide
                        steering=["listing_in_prompt", "abstain_check"]), fake.base_url, None)
     assert state.status == "completed" and state.answer == "The information is not in the files."
     assert len(fake.requests) == 4
+
+
+def test_a_question_that_asks_to_read_each_file_is_sent_to_each_unread_one(fake: FakeProvider) -> None:
+    replies = iter([_call("list_files", turn=1), _say("There are three files."), _call("read_file", '{"path": "notes.txt"}', 2),
+                    _say("notes.txt says to rotate the logs."), _call("read_file", '{"path": "access.log"}', 3),
+                    _call("read_file", '{"path": "errors.log"}', 4), _say("Read all three.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="List the files and then read each one.", steering=["answer_check"]),
+                  fake.base_url, None)
+    assert state.status == "completed" and state.answer == "Read all three." and state.tool_run_count == 4
+    reviews = [r["messages"][-1]["content"] for r in fake.requests if r["messages"][-1].get("name") == "runner"]
+    assert reviews == [
+        "My question asks you to read each file, and you have not read access.log, errors.log, notes.txt yet. Read "
+        "them, then answer my question: List the files and then read each one.",
+        "My question asks you to read each file, and you have not read access.log, errors.log yet. Read them, then "
+        "answer my question: List the files and then read each one."]
