@@ -3,11 +3,12 @@
 A large hosted model needs none of this; a 0.5-1.5B local model does. Each policy is a name
 (`POLICIES` says what each does) that a model's manifest entry, `runner run --policy` and
 `runner suite --policy` turn on or off. The loop asks this module which ``tool_choice`` the
-next request sends (`tool_choice`), which tool schemas it offers (`offered_tools`) and which, narrower, the calls
-must match (`grammar_tools`), what to add to the conversation before it is sent (`before_request`: the request for the answer, a
-nudge), what to say after a protocol slip (`correction`), whether to take an answer
-(`review_answer`), and whether a repeated call stops the run (`answers_repeat`). What a run gets before its
-first turn (the folder's listing) is added when it is made (`opening`). Every message the
+next request sends (`tool_choice`), which tool schemas it offers (`offered_tools`) and which,
+narrower, its calls must match (`grammar_tools`), what to add to the conversation before it is
+sent (`before_request`: the request for the answer, a nudge), what to say after a protocol
+slip (`correction`), whether to take an answer (`review_answer`), and whether a repeated call
+stops the run (`answers_repeat`). What a run gets before its first turn (the folder's
+listing) is added when it is made (`opening`). Every message the
 harness adds is a user message named ``runner`` (`CORRECTIVE_NAME`) kept in the transcript,
 and everything the policies decide is a function of the transcript, so a resumed run sends
 what the killed one would have.
@@ -60,12 +61,13 @@ POLICIES: dict[str, str] = {
     "answer_check": "a reply that is no answer (it repeats the question, tells how to call the tools, copies "
                     "lines of a file, comes before any file was read, the question not being about the files, "
                     "quotes what nothing read says, comes from files that mention no word of the question, gives "
-                    "a listed file's size, or names no file when the question asks for one) is taken only after one message saying so and "
-                    "asking again, once per kind until another file is read",
+                    "a listed file's size, names no file when the question asks for one, or leaves files unread "
+                    "when the question asks to read each) is taken only after one message saying so and asking "
+                    "again, once per kind until another file is read",
 }
 """Every policy, by name, in words."""
-NEW_POLICIES = ("listing_in_prompt", "listing_hints", "listing_extremes", "abstain_option", "evidence_first", "abstain_check",
-                "path_choices", "answer_check")
+NEW_POLICIES = ("listing_in_prompt", "listing_hints", "listing_extremes", "abstain_option", "evidence_first",
+                "abstain_check", "path_choices", "answer_check")
 """The policies kept by name in `RunConfig.steering` (the others are fields of their own)."""
 
 CORRECTIONS = {
@@ -390,12 +392,14 @@ def review_answer(state: RunState) -> str | None:
 
 def non_answer(state: RunState) -> str | None:
     """Which kind of non-answer (a key of `NON_ANSWERS`) the model's last reply is, if any:
-    "unread", nothing but a listing succeeded, a tool that reads a file was offered and the
-    question does not ask about the files themselves; "instructions", it names one of the
-    run's tools and tells how to call it, or says what it would read; "restated", it repeats
-    the question or asks one; "copied", it copies a tool result (`echoes`); "unrelated",
-    none of the results it could come from mentions a word of the question
-    (`question_words`) while listed files are still unread."""
+    "unread_each", the question asks to read each file and listed files are unread; "unread",
+    nothing but a listing succeeded, a tool that reads a file was offered and the question
+    does not ask about the files themselves; "instructions", it names one of the run's tools
+    and tells how to call it, or says what it would read; "restated", it repeats the question
+    or asks one; "copied", it copies a tool result (`echoes`); "unsupported", it quotes text
+    nothing read holds; "unrelated", none of the results it could come from mentions a word
+    of the question (`question_words`) while listed files are still unread; "sizes", it gives
+    a listed file's size; "unnamed", the question asks for a file and it names none."""
     answer = (state.messages[-1].content or "").strip()
     asked = question(state)
     names = [getattr(t, "name", t) for t in state.config.tools]
