@@ -725,12 +725,15 @@ def _call_label(call: ToolCall) -> str:
 
 
 def _argument_text(call: ToolCall) -> str:
-    """A call's argument values in words, space-separated (``notes.txt``)."""
+    """A call's arguments in words, space-separated: a text value as it is (``notes.txt``),
+    any other as ``name=value`` (``recursive=false``)."""
     import json
 
     args = _arguments(call)
-    values = [v for v in args.values() if v is not None] if isinstance(args, dict) else [args]
-    return " ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values)
+    if not isinstance(args, dict):
+        return json.dumps(args, ensure_ascii=False)
+    return " ".join(v if isinstance(v, str) else f"{k}={json.dumps(v, ensure_ascii=False)}"
+                    for k, v in args.items() if v is not None)
 
 
 def _answer_request(state: RunState) -> str:

@@ -429,3 +429,13 @@ def test_a_question_that_asks_to_read_each_file_is_sent_to_each_unread_one(fake:
         "them, then answer my question: List the files and then read each one.",
         "My question asks you to read each file, and you have not read access.log, errors.log yet. Read them, then "
         "answer my question: List the files and then read each one."]
+
+
+def test_a_restated_call_names_its_arguments_that_are_not_text() -> None:
+    from runner.state import FunctionCall, ToolCall
+
+    def label(args: str) -> str:
+        return policies._call_label(ToolCall(id="c", function=FunctionCall(name="list_files", arguments=args)))
+
+    assert label('{"path": "src", "recursive": false, "max_depth": 2}') == "list_files src recursive=false max_depth=2"
+    assert label("{}") == "list_files" and label("not json") == "list_files"
