@@ -628,6 +628,8 @@ def _answer(state: RunState, rt: Runtime, call: ToolCall, text: str, record: Too
     from runner.tools import cap_text
     from runner.trace import ToolResult
 
+    if record.ok:
+        text = policies.tool_result_text(state, call, text)
     text, omitted = cap_text(text, state.config.max_tool_result_chars)
     state.messages.append(Message(role="tool", tool_call_id=call.id, name=call.function.name, content=text))
     state.tool_runs.append(record)

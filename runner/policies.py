@@ -53,6 +53,8 @@ POLICIES: dict[str, str] = {
     "listing_hints": "with listing_in_prompt, each listed file says which words of the question it holds",
     "listing_extremes": "with listing_in_prompt, for a question that compares the files' sizes, the listing ends "
                         "with a sentence naming the largest and the smallest file",
+    "table_rows": "a CSV or TSV file read whole is followed, in its tool result, by its rows again with each "
+                  "value named by its column (name=Dana Levi; team=design)",
     "abstain_check": "an answer that says the information is not there is taken only after one reminder to look "
                      "in the file most likely to hold it (that request sends tool_choice \"required\"), or at once "
                      "when every listed file was read or answer_check said it may be the answer",
@@ -67,7 +69,7 @@ POLICIES: dict[str, str] = {
 }
 """Every policy, by name, in words."""
 NEW_POLICIES = ("listing_in_prompt", "listing_hints", "listing_extremes", "abstain_option", "evidence_first",
-                "abstain_check", "path_choices", "answer_check")
+                "table_rows", "abstain_check", "path_choices", "answer_check")
 """The policies kept by name in `RunConfig.steering` (the others are fields of their own)."""
 
 CORRECTIONS = {
@@ -153,6 +155,10 @@ LISTING = "\n\nThe folder holds {count} (path and size in bytes):\n{listing}"
 holds words of the question says which)."""
 EXTREMES = "Of these, the largest is {large}, {large_size} bytes; the smallest is {small}, {small_size} bytes."
 """The listing's last line with `listing_extremes` (no ``(N bytes)`` in it, so it lists no file)."""
+TABLE_ROWS = "\n\nThe same rows, each value named by its column:\n"
+"""With `table_rows`, what follows a table's text in its tool result, before its named rows."""
+TABLE_ROWS_MAX = 200
+"""table_rows names the values of tables of at most this many lines (header included)."""
 ABSTAIN = ("\n\nIf the files do not hold the answer, do not guess: say that the information is not in the files.")
 """Added to the system prompt with `abstain_option`."""
 HINT_MAX_BYTES = 200_000
@@ -340,6 +346,24 @@ def _with_paths(schemas: list[dict[str, Any]], files: list[str]) -> list[dict[st
                 **parameters, "properties": {**parameters["properties"], "path": {**path, "enum": files}}}}}
         out.append(schema)
     return out
+
+
+def tool_result_text(state: RunState, call: ToolCall, text: str) -> str:
+    """The text the model reads for a successful call's result: `text`, or with table_rows,
+    after a CSV or TSV file read whole (a header and rows of as many values), the same rows
+    with each value named by its column (`TABLE_ROWS`)."""
+    import csv
+
+    path = _path_of(call) or ""
+    if "table_rows" not in state.config.steering or call.function.name not in PATH_CHOICE_TOOLS \
+            or not path.lower().endswith((".csv", ".tsv")):
+        return text
+    rows = [row for row in csv.reader(text.splitlines(), delimiter="\t" if path.lower().endswith(".tsv") else ",")
+            if row]
+    if len(rows) < 2 or len(rows) > TABLE_ROWS_MAX or len(rows[0]) < 2 or any(len(r) != len(rows[0]) for r in rows):
+        return text
+    named = ["; ".join(f"{column}={value}" for column, value in zip(rows[0], row)) for row in rows[1:]]
+    return text.rstrip("\n") + TABLE_ROWS + "\n".join(named)
 
 
 def before_request(state: RunState) -> None:
