@@ -439,3 +439,21 @@ def test_a_restated_call_names_its_arguments_that_are_not_text() -> None:
 
     assert label('{"path": "src", "recursive": false, "max_depth": 2}') == "list_files src recursive=false max_depth=2"
     assert label("{}") == "list_files" and label("not json") == "list_files"
+
+
+def test_table_rows_names_each_value_of_a_table_read_whole() -> None:
+    from runner.state import FunctionCall, RunConfig, ToolCall, new_run
+
+    def seen(path: str, text: str, steering: list[str]) -> str:
+        state = new_run("q", RunConfig.model_validate({"model": "scripted/plan", "steering": steering}))
+        call = ToolCall(id="c", function=FunctionCall(name="read_file", arguments=json.dumps({"path": path})))
+        return policies.tool_result_text(state, call, text)
+
+    table = "name,team\nDana Levi,design\nChen Wei,platform\n"
+    assert seen("staff.csv", table, ["table_rows"]) == (
+        "name,team\nDana Levi,design\nChen Wei,platform\n\nThe same rows, each value named by its column:\n"
+        "name=Dana Levi; team=design\nname=Chen Wei; team=platform")
+    assert seen("a.tsv", "k\tv\nx\t1\n", ["table_rows"]).endswith("\nk=x; v=1")
+    assert seen("staff.csv", table, []) == table  # the policy off
+    assert seen("notes.txt", table, ["table_rows"]) == table  # not a table file
+    assert seen("cut.csv", "name,team\nDana Levi\n", ["table_rows"]) == "name,team\nDana Levi\n"  # ragged: as it is
