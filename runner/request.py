@@ -151,7 +151,7 @@ class RunRequest:
     max_wall_s: float | None = _max_wall_s()
     workspace: Path | None = option(
         None, "The folder the tools work over [default: for a PROMPT, the current folder (config workspace); for a "
-              "scenario, the packaged demo workspace].", "--workspace", metavar="DIR")
+              "scenario, the packaged demo workspace].", "--workspace", "--folder", metavar="DIR")
     sandbox: str | None = _sandbox(
         "copy: the run works on its own copy of the folder (the folder is never changed); none: the tools act on "
         "the folder itself, every write stopping for your verdict first (see --auto-approve) [default: none for a "
@@ -218,7 +218,7 @@ class ResumeRequest:
     max_wall_s: float | None = _max_wall_s()
     workspace: Path | None = option(
         None, "Where the run's folder is now (it moved) [default: the folder the run recorded; a resume refuses when that "
-        "is gone].", "--workspace", metavar="DIR")
+        "is gone].", "--workspace", "--folder", metavar="DIR")
     sandbox: str | None = _sandbox(
         "Change how the run works on its folder (copy or none), before it has made a copy of its own [default: as "
         "the run recorded].")
@@ -272,7 +272,8 @@ class SuiteRequest:
     latency_ms: float = _latency_ms(0.0)
     workspace: Path | None = option(
         None, "The folder the suite's tasks work over instead of the suite's own workspace (each run works on its own copy "
-        "of it; the grades still expect the suite's answers) [default: the suite's workspace].", "--workspace", metavar="DIR")
+        "of it; the grades still expect the suite's answers) [default: the suite's workspace].", "--workspace", "--folder",
+        metavar="DIR")
     sandbox: str | None = _sandbox(
         "copy, the only choice for a suite: each run works on its own copy of its folder, which is never changed "
         "(none, the folder itself, is refused: graded runs cannot stop for verdicts).")

@@ -270,8 +270,8 @@ def test_sandbox_copy_leaves_the_folder_untouched_after_an_approved_write(folder
 
 def test_auto_approve_glob_lets_the_named_tools_write_without_stopping(folder: Path, tmp_path: Path) -> None:
     with FakeProvider(_writer("summary.txt", "ok\n")) as fake:
-        proc = cli("run", "Summarise", "--base-url", fake.base_url, "--model", "m", "--workspace", str(folder),
-                   "--auto-approve", "write_*", "--json", runs_dir=tmp_path / "runs")
+        proc = cli("run", "Summarise", "--base-url", fake.base_url, "--model", "m", "--folder", str(folder),
+                   "--auto-approve", "write_*", "--json", runs_dir=tmp_path / "runs")  # --folder: --workspace's alias
     assert proc.returncode == 0, proc.stderr
     assert (folder / "summary.txt").read_text() == "ok\n"
 
