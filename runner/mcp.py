@@ -892,15 +892,20 @@ def _connection_closed(exc: BaseException) -> bool:
     """The call failed because the connection to the server closed (MCP's CONNECTION_CLOSED)."""
     from mcp.types import CONNECTION_CLOSED
 
+    exc = _leaf(exc)
+    return getattr(exc, "code", None) == CONNECTION_CLOSED or isinstance(exc, (BrokenPipeError, EOFError))
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """An exception group's first leaf (any other exception as it is)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    return getattr(exc, "code", None) == CONNECTION_CLOSED or isinstance(exc, (BrokenPipeError, EOFError))
+    return exc
 
 
 def _why(exc: BaseException) -> str:
     """One line for an exception, an exception group's first leaf unwrapped."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
+    exc = _leaf(exc)
     text = str(exc) or type(exc).__name__
     if isinstance(exc, FileNotFoundError):
         text = f"no such program: {exc.filename or text}"

@@ -403,11 +403,13 @@ def review_answer(state: RunState) -> str | None:
         if not _sent(state, NON_ANSWERS[kind][0], since_read=True):
             results = restated_results(state) if kind == "restated" else ""
             words = [word for word, _ in question_words(question(state))]
-            size, file = _listed_size_quoted(state) or ("", "")
+            size, file = (_listed_size_quoted(state) if kind == "sizes" else None) or ("", "")
+            claim = (_unsupported(state) if kind == "unsupported" else None) or ""
+            unread = unread_files(state)
             text = NON_ANSWERS[kind][0].format(
-                question=question(state), unread=_unread(state), results=results or "(nothing)",
+                question=question(state), unread=_unread(state, unread), results=results or "(nothing)",
                 read=", ".join(_read_labels(state, listings=False)), words=" or ".join(words), size=size, file=file,
-                claim=_unsupported(state) or "", unread_files=", ".join(unread_files(state)))
+                claim=claim, unread_files=", ".join(unread))
     if text is None:
         return None
     state.messages.append(Message(role="user", content=text, name=CORRECTIVE_NAME))
@@ -473,7 +475,7 @@ def _listed_size_quoted(state: RunState) -> tuple[str, str] | None:
 def _names_a_file(state: RunState, answer: str) -> bool:
     """`answer` names a file the run has seen listed or has read (its path or its name);
     True too when the run knows of no file, so there is nothing to ask for."""
-    paths = [path for path, _ in _listed(state)] + [p for p in _read_labels(state, listings=False)]
+    paths = [path for path, _ in _listed(state)] + _read_labels(state, listings=False)
     if not paths:
         return True
     lowered = answer.lower()
@@ -575,8 +577,9 @@ def _arguments(call: ToolCall) -> Any:
         return {}
 
 
-def _unread(state: RunState) -> str:
-    files = unread_files(state)
+def _unread(state: RunState, files: list[str] | None = None) -> str:
+    """`UNREAD` for the listed files not read yet (`files`, when already worked out), or ""."""
+    files = unread_files(state) if files is None else files
     if not files:
         return ""
     shown = files[:UNREAD_MAX_FILES] + ([f"{len(files) - UNREAD_MAX_FILES} more"] if len(files) > UNREAD_MAX_FILES else [])

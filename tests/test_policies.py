@@ -320,30 +320,28 @@ def test_every_review_starts_with_words_of_its_own() -> None:
     assert all(len(p) >= 12 for p in prefixes) and len(set(prefixes)) == len(prefixes)
 
 
-def test_a_question_asking_for_a_file_is_answered_with_its_name(fake: FakeProvider) -> None:
-    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say("Yes, a timeout is mentioned."),
-                    _say("errors.log mentions a timeout.")])
+@pytest.mark.parametrize(("prompt", "steering", "reply", "answer", "review", "choice"), [
+    ("Which log mentions a timeout?", ["answer_check"], "Yes, a timeout is mentioned.",
+     "errors.log mentions a timeout.",
+     "My question asks for a file, and your answer names none. You have read errors.log. Answer in one short "
+     "sentence that gives the file's name: Which log mentions a timeout?", "auto"),
+    ("How long did job 8830 run before it timed out?", ["answer_check", "listing_in_prompt"],
+     "The job ran for 423 bytes.", "It ran for 30000 ms.",
+     "Your answer gives 423 bytes, the size of errors.log in the folder's listing, not something a file says. "
+     "Answer my question from what the files say, in one short sentence: How long did job 8830 run before it "
+     "timed out?", "auto"),
+    ("Which job timed out?", ["answer_check"], "Job `9931` timed out.", 'Job "8830" timed out.',  # quoted, and said
+     "Nothing you read says `9931`. If the files do not hold the answer, say that the information is not in the "
+     "files; otherwise answer my question in one short sentence from what they say: Which job timed out?", "auto"),
+])
+def test_an_answer_that_names_no_file_gives_a_listed_size_or_quotes_what_no_file_says_is_reviewed(
+        fake: FakeProvider, prompt: str, steering: list[str], reply: str, answer: str, review: str, choice: str) -> None:
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say(reply), _say(answer)])
     fake.handler = lambda body: next(replies)
-    state = drive(_run(fake, prompt="Which log mentions a timeout?", steering=["answer_check"]), fake.base_url, None)
-    assert state.status == "completed" and state.answer == "errors.log mentions a timeout."
-    review = fake.requests[2]
-    assert review["messages"][-1]["content"] == (
-        "My question asks for a file, and your answer names none. You have read errors.log. Answer in one short "
-        "sentence that gives the file's name: Which log mentions a timeout?")
-    assert review["tool_choice"] == "auto"
-
-
-def test_a_listed_size_given_as_the_answer_is_reviewed(fake: FakeProvider) -> None:
-    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say("The job ran for 423 bytes."),
-                    _say("It ran for 30000 ms.")])
-    fake.handler = lambda body: next(replies)
-    state = drive(_run(fake, prompt="How long did job 8830 run before it timed out?",
-                       steering=["answer_check", "listing_in_prompt"]), fake.base_url, None)
-    assert state.status == "completed" and state.answer == "It ran for 30000 ms."
-    assert fake.requests[2]["messages"][-1]["content"] == (
-        "Your answer gives 423 bytes, the size of errors.log in the folder's listing, not something a file says. "
-        "Answer my question from what the files say, in one short sentence: How long did job 8830 run before it "
-        "timed out?")
+    state = drive(_run(fake, prompt=prompt, steering=steering), fake.base_url, None)
+    assert state.status == "completed" and state.answer == answer
+    assert fake.requests[2]["messages"][-1]["content"] == review
+    assert fake.requests[2]["tool_choice"] == choice
 
 
 def test_a_review_is_sent_again_only_after_another_file_was_read(fake: FakeProvider) -> None:
@@ -372,24 +370,10 @@ def test_listing_extremes_names_the_largest_and_smallest_file_for_a_question_abo
     assert other.messages[0].content and other.messages[0].content.endswith("notes.txt (30 bytes)")
 
 
-
 def test_a_question_word_written_another_way_is_still_mentioned() -> None:
     todo = "todo.md\n# to do\n- [ ] order new laptops"
     assert policies.mentions(todo, "to-do") and policies.mentions("# to-do\n", "todo")
     assert policies.mentions(todo, "laptop") and not policies.mentions("reading.md\n# reading list", "to-do")
-
-
-def test_an_answer_quoting_what_no_file_says_is_reviewed(fake: FakeProvider) -> None:
-    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say("Job `9931` timed out."),
-                    _say('Job "8830" timed out.')])
-    fake.handler = lambda body: next(replies)
-    state = drive(_run(fake, prompt="Which job timed out?", steering=["answer_check"]), fake.base_url, None)
-    assert state.status == "completed" and state.answer == 'Job "8830" timed out.'  # quoted, and errors.log says it
-    review = fake.requests[2]
-    assert review["messages"][-1]["content"] == (
-        "Nothing you read says `9931`. If the files do not hold the answer, say that the information is not in the "
-        "files; otherwise answer my question in one short sentence from what they say: Which job timed out?")
-    assert review["tool_choice"] == "auto"
 
 
 def test_after_an_unsupported_claim_the_answer_may_be_that_it_is_not_there(fake: FakeProvider) -> None:
