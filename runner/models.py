@@ -402,6 +402,15 @@ def manifest_name(model: str, manifest: Manifest | None = None) -> str:
     return matches[0] if matches else model
 
 
+def known_name(model: str, manifest: Manifest | None = None) -> str:
+    """The manifest name of a model a run names by its GGUF file (``…-q4_k_m``, as llama.cpp
+    serves it, or the file name); any other name as it is."""
+    for entry in (manifest or load_manifest()).models:
+        if model in (entry.filename, entry.filename.removesuffix(".gguf")):
+            return entry.name
+    return model
+
+
 def entry_for(name: str, path: Path | None = None, manifest: Manifest | None = None) -> ModelEntry | None:
     """The manifest entry for a model chosen on the command line: by name, else by the GGUF's
     file name; None for a model the manifest does not know (serve it with the defaults)."""

@@ -64,7 +64,8 @@ POLICIES: dict[str, str] = {
                     "lines of a file, comes before any file was read, the question not being about the files, "
                     "quotes what nothing read says, comes from files that mention no word of the question, gives "
                     "a listed file's size, names no file when the question asks for one, or leaves files unread "
-                    "when the question asks to read each) is taken only after one message saying so and asking "
+                    "when the question asks to read each, names a file other than the listing's largest or "
+                    "smallest when asked for it) is taken only after one message saying so and asking "
                     "again, once per kind until another file is read",
 }
 """Every policy, by name, in words."""
@@ -86,6 +87,9 @@ ASK_FOR_ANSWER = "Using the tool results above, answer my question in one short 
 """The user message of answer forcing (sent with ``tool_choice: "none"``)."""
 ASK_WITH_RESULTS = "Here is what the tools returned:\n\n{results}\n\nUsing only this, answer in one short sentence: {question}"
 """The user message of answer forcing with restated results."""
+MAY_ABSTAIN = " If the files do not hold the answer, say that the information is not in the files."
+"""Added to the request for the answer once abstain_check has asked the model to look again
+after it said the information is not there: having looked, it may say so again."""
 NUDGE = ("That call gave the same result as before. You have not yet looked inside a file: call a tool on one of "
          "the files to find the answer to my question: {question}")
 """The user message after a repeated call with `evidence_first`, before anything but a listing succeeded."""
@@ -107,8 +111,10 @@ NON_ANSWERS: dict[str, tuple[str, str]] = {
     "unrelated": ("The files you read ({read}) do not mention {words}, so your answer cannot come from them.{unread} "
                   "Read the file most likely to hold the answer, then answer my question in one short sentence: "
                   "{question}", "required"),
-    "unnamed": ("My question asks for a file, and your answer names none. You have read {read}.{unread} Answer in "
-                "one short sentence that gives the file's name: {question}", "auto"),
+    "unnamed": ("Your answer names no file. My question: {question}\n{seen} Reply with one short sentence that "
+                "starts with the file's name.", "auto"),
+    "extreme": ("By the folder's listing, the {direction} file is {file} ({size} bytes), and your answer names "
+                "{named}. Answer my question in one short sentence: {question}", "none"),
     "unsupported": ("Nothing you read says {claim}. If the files do not hold the answer, say that the information "
                     "is not in the files; otherwise answer my question in one short sentence from what they say: "
                     "{question}", "auto"),
@@ -118,6 +124,9 @@ NON_ANSWERS: dict[str, tuple[str, str]] = {
 """With `answer_check`, per kind of non-answer: the user message sent after it, and the
 ``tool_choice`` of the request that carries it. Each is sent once, and again only after a
 file was read since."""
+MENTIONING = "Of the files you have read ({read}), {files} {verb} {words}."
+"""The "unnamed" review's account of the files read, when some mention a word of the question
+(else it says what was read and what was not)."""
 UNREAD = " Files you have not read: {files}."
 """Added to a review's message: the listed files the run has not read (`unread_files`)."""
 UNREAD_MAX_FILES = 20
@@ -127,6 +136,16 @@ SIZE_QUESTION = re.compile(
     r"\b(?:largest|smallest|biggest|heaviest|lightest)\b[^?]*\bfiles?\b|\bfiles?\b[^?]*\b(?:largest|smallest|biggest)\b",
     re.IGNORECASE)
 """A question that compares the files' sizes."""
+WHOLE_FOLDER_EXTREME = re.compile(
+    r"\b(?:which|what)\s+(?:file|one)\b[^?]*\b(largest|biggest|smallest)\b|\bthe\s+(largest|biggest|smallest)\s+file\b",
+    re.IGNORECASE)
+"""A question that asks for the largest or smallest of all the files, with no kind of file named
+("Which file is the largest?", "What is the smallest file?")."""
+YES_NO = re.compile(r"\s*(?:is|are|was|were|does|do|did|can|could|has|have|had|should|will|would)\b", re.IGNORECASE)
+"""A question answered by yes or no."""
+FILLER = frozenset("a an the is are was were be it its this that there here of in on to for and i my me you your "
+                   "file files".split())
+"""Words an answer may add to its question's and still say nothing new."""
 FOLDER_QUESTION = re.compile(
     rf"\bhow many\b[^?]*\b(?:files?|folders?|director(?:y|ies))\b|{SIZE_QUESTION.pattern}"
     r"|\blist (?:the|all|every)\b[^?]*\bfiles\b", re.IGNORECASE)
@@ -399,17 +418,21 @@ def review_answer(state: RunState) -> str | None:
                 or _sent(state, NON_ANSWERS["unsupported"][0], since_read=True)):
             text = CHECK_ABSTENTION.format(read=", ".join(_read_labels(state)) or "nothing yet",
                                            unread=_unread(state), question=question(state))
-    elif "answer_check" in steering and (kind := non_answer(state)) is not None:
-        if not _sent(state, NON_ANSWERS[kind][0], since_read=True):
+    elif "answer_check" in steering:
+        kind = next((k for k in non_answers(state) if not _sent(state, NON_ANSWERS[k][0], since_read=True)), None)
+        if kind is not None:
             results = restated_results(state) if kind == "restated" else ""
             words = [word for word, _ in question_words(question(state))]
             size, file = (_listed_size_quoted(state) if kind == "sizes" else None) or ("", "")
             claim = (_unsupported(state) if kind == "unsupported" else None) or ""
+            direction, extreme, extreme_size, named = (_wrong_extreme(state) if kind == "extreme" else None) or \
+                ("", "", "", "")
             unread = unread_files(state)
             text = NON_ANSWERS[kind][0].format(
                 question=question(state), unread=_unread(state, unread), results=results or "(nothing)",
-                read=", ".join(_read_labels(state, listings=False)), words=" or ".join(words), size=size, file=file,
-                claim=claim, unread_files=", ".join(unread))
+                read=", ".join(_read_labels(state, listings=False)), words=" or ".join(words),
+                size=extreme_size or size, file=extreme or file, claim=claim, unread_files=", ".join(unread),
+                seen=_seen(state, unread) if kind == "unnamed" else "", direction=direction, named=named)
     if text is None:
         return None
     state.messages.append(Message(role="user", content=text, name=CORRECTIVE_NAME))
@@ -417,37 +440,107 @@ def review_answer(state: RunState) -> str | None:
 
 
 def non_answer(state: RunState) -> str | None:
-    """Which kind of non-answer (a key of `NON_ANSWERS`) the model's last reply is, if any:
-    "unread_each", the question asks to read each file and listed files are unread; "unread",
-    nothing but a listing succeeded, a tool that reads a file was offered and the question
-    does not ask about the files themselves; "instructions", it names one of the run's tools
-    and tells how to call it, or says what it would read; "restated", it repeats the question
-    or asks one; "copied", it copies a tool result (`echoes`); "unsupported", it quotes text
-    nothing read holds; "unrelated", none of the results it could come from mentions a word
-    of the question (`question_words`) while listed files are still unread; "sizes", it gives
-    a listed file's size; "unnamed", the question asks for a file and it names none."""
+    """The first kind of non-answer (a key of `NON_ANSWERS`) the model's last reply is, if any
+    (`non_answers`)."""
+    return next(iter(non_answers(state)), None)
+
+
+def non_answers(state: RunState) -> list[str]:
+    """Every kind of non-answer (keys of `NON_ANSWERS`) the model's last reply is, in the order
+    they are reviewed: "unread_each", the question asks to read each file and listed files
+    are unread; "unread", nothing but a listing succeeded, a tool that reads a file was
+    offered and the question does not ask about the files themselves (the other kinds are
+    then not looked at); "instructions", it names one of the run's tools and tells how to
+    call it, or says what it would read; "restated", it repeats the question, asks one or
+    adds no word of its own to it (`_adds_nothing`); "copied", it copies a tool result
+    (`echoes`); "extreme", the question asks for the largest or smallest file and it names
+    another listed file (`_wrong_extreme`); "unsupported", it quotes text nothing read holds;
+    "unrelated", none of the results it could come from mentions a word of the question
+    (`question_words`) while listed files are still unread; "sizes", it gives a listed
+    file's size; "unnamed", the question asks for a file and it names none."""
     answer = (state.messages[-1].content or "").strip()
     asked = question(state)
     names = [getattr(t, "name", t) for t in state.config.tools]
+    kinds = []
     if "read_file" in names and READ_EACH.search(asked) and unread_files(state):
-        return "unread_each"
+        kinds.append("unread_each")
     if "read_file" in names and not _has_evidence(state):
-        return "unread"
-    if (any(isinstance(n, str) and n in answer for n in names) and TOOL_VERBS.search(answer)) or PLANS.search(answer):
-        return "instructions"
-    if answer.endswith("?") or _words(answer) == _words(asked):
-        return "restated"
-    if echoes(answer, _result_texts(state)):
-        return "copied"
-    if _unsupported(state) is not None:
-        return "unsupported"
-    if _unrelated(state):
-        return "unrelated"
-    if _listed_size_quoted(state) is not None:
-        return "sizes"
-    if FILE_QUESTION.search(asked) and not _names_a_file(state, answer):
-        return "unnamed"
-    return None
+        return [*kinds, "unread"]
+    checks = {
+        "instructions": lambda: (any(isinstance(n, str) and n in answer for n in names)
+                                 and TOOL_VERBS.search(answer) is not None) or PLANS.search(answer) is not None,
+        "restated": lambda: answer.endswith("?") or _adds_nothing(answer, asked),
+        "copied": lambda: echoes(answer, _result_texts(state)),
+        "extreme": lambda: _wrong_extreme(state) is not None,
+        "unsupported": lambda: _unsupported(state) is not None,
+        "unrelated": lambda: _unrelated(state),
+        "sizes": lambda: _listed_size_quoted(state) is not None,
+        "unnamed": lambda: FILE_QUESTION.search(asked) is not None and not _names_a_file(state, answer),
+    }
+    return kinds + [kind for kind, check in checks.items() if check()]
+
+
+def _adds_nothing(answer: str, asked: str) -> bool:
+    """`answer` holds no word that its question (or `FILLER`) does not: it restates the
+    question ("The note lists who attended a meeting."). A yes/no question ("Is the beta
+    feature on?" "The beta feature is on.") and one that offers choices ("... 8080 or 9090?")
+    are answered with their own words, so they are left out."""
+    words = set(_words(asked))
+    return (bool(_words(answer)) and "or" not in words and not YES_NO.match(asked)
+            and all(w in words or w in FILLER for w in _words(answer)))
+
+
+def _wrong_extreme(state: RunState) -> tuple[str, str, str, str] | None:
+    """For a question that asks for the largest or smallest of all the files
+    (`WHOLE_FOLDER_EXTREME`), when the run has the whole listing and the answer names listed
+    files but not that one: (direction, the file, its size, the files named); else None."""
+    match = WHOLE_FOLDER_EXTREME.search(question(state))
+    listed = dict(_listed(state))
+    if match is None or len(listed) < 2 or not _listed_whole(state):
+        return None
+    direction = next(g for g in match.groups() if g).lower()
+    pick = max if direction in ("largest", "biggest") else min
+    file = pick(listed, key=lambda path: (int(listed[path]), path))
+    lowered = (state.messages[-1].content or "").lower()
+    named = [p for p in listed if p.lower() in lowered or p.rsplit("/", 1)[-1].lower() in lowered]
+    if not named or file in named:
+        return None
+    return direction, file, listed[file], ", ".join(named)
+
+
+def _listed_whole(state: RunState) -> bool:
+    """The files the run has seen listed are all the folder's: no listing it saw was cut short."""
+    listing_calls = {c.id for m in state.messages for c in (m.tool_calls or []) if c.function.name in LISTING_TOOLS}
+    texts = [m.content or "" for m in state.messages[:1] if m.role == "system"]
+    texts += [m.content or "" for m in state.messages if m.role == "tool" and m.tool_call_id in listing_calls]
+    return not any("... and " in text for text in texts)
+
+
+def _seen(state: RunState, unread: list[str]) -> str:
+    """What the "unnamed" review says the run has read: `MENTIONING`, when files it read hold a
+    word of the question, else the files read and those not read (`unread`)."""
+    read = ", ".join(_read_labels(state, listings=False))
+    return _mentioning(state, read) or f"You have read {read or 'no file'}.{_unread(state, unread)}"
+
+
+def _mentioning(state: RunState, read: str) -> str:
+    """`MENTIONING` for the files the run read whose text holds a word of the question, or ""."""
+    words = question_words(question(state))
+    ok = {r.call_id for r in state.tool_runs if r.ok}
+    calls = {c.id: c for m in state.messages for c in (m.tool_calls or []) if c.id in ok}
+    files: list[str] = []
+    found: list[str] = []
+    for m in state.messages:
+        call = calls.get(m.tool_call_id or "") if m.role == "tool" else None
+        path = _path_of(call) if call is not None and call.function.name not in LISTING_TOOLS else None
+        hits = [w for w, stem in words if mentions((m.content or "").lower(), stem)] if path else []
+        if path and hits and path not in files:
+            files.append(path)
+            found += [w for w in hits if w not in found]
+    if not files:
+        return ""
+    return MENTIONING.format(read=read, files=", ".join(files), verb="mentions" if len(files) == 1 else "mention",
+                             words=" and ".join(found))
 
 
 def _unsupported(state: RunState) -> str | None:
@@ -765,13 +858,14 @@ def _argument_text(call: ToolCall) -> str:
 
 def _answer_request(state: RunState) -> str:
     """The user message asking for the answer: the task restated, after the run's successful
-    tool results as `RunConfig.answer_restates_results` says."""
+    tool results as `RunConfig.answer_restates_results` says; once abstain_check has asked
+    the model to look again, with leave to say the information is not there (`MAY_ABSTAIN`)."""
     mode = state.config.answer_restates_results
     restate = mode == "always" or (mode == "after_failure" and _last_calls_failed(state))
     results = restated_results(state) if restate else ""
-    if results:
-        return ASK_WITH_RESULTS.format(results=results, question=question(state))
-    return ASK_FOR_ANSWER.format(question=question(state))
+    text = (ASK_WITH_RESULTS.format(results=results, question=question(state)) if results
+            else ASK_FOR_ANSWER.format(question=question(state)))
+    return text + (MAY_ABSTAIN if _sent(state, CHECK_ABSTENTION) else "")
 
 
 def opening(state: RunState, folder: Path | None) -> None:

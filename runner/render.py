@@ -986,12 +986,16 @@ def run_totals(states: Sequence[tuple[RunState, str]], by: str | None) -> list[T
     `states` holds (state, shown status) pairs. Every run counts its own spend: a research
     child's cost, which its parent's `cost_usd` includes, is counted once, with the child.
     """
+    from runner.models import known_name
+
     groups: dict[str, Total] = {}
     overall = Total("TOTAL" if by else "all runs")
     kinds = {True: Total("priced"), False: Total("unpriced")}
-    names = short_models(sorted({s.config.endpoint.model for s, _ in states}))
+    known = {m: known_name(m) for m in {s.config.endpoint.model for s, _ in states}} if by == "model" else {}
+    names = short_models(sorted(set(known.values())))
     for state, shown in states:
-        key = {"model": names.get(state.config.endpoint.model, state.config.endpoint.model),
+        model = known.get(state.config.endpoint.model, state.config.endpoint.model)
+        key = {"model": names.get(model, model),
                "day": time.strftime("%Y-%m-%d", time.gmtime(state.created_at)), "status": shown}.get(by or "", "")
         if by:
             groups.setdefault(key, Total(key)).add(state)

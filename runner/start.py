@@ -66,6 +66,8 @@ class Prepared:
     """The scripted provider's faults (``KIND@TURN,...``), for a provider started here."""
     keep: bool = False
     """Keep the run even if it never gets a reply from its endpoint."""
+    note: str | None = None
+    """Something to tell the person starting the run before it starts."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,10 @@ class Started:
     def exit_code(self) -> int:
         """0 for a queued run, 1 for a run not kept, else the run's own (`EXIT_CODES`)."""
         return 0 if self.queued else EXIT_CODES[self.state.status] if self.kept else 1
+
+
+DEMO_FOLDER_NOTE = ("the scripted provider answers for the packaged demo folder: this run works on a copy of it, "
+                    "not on the current folder (--workspace DIR for another)")
 
 
 def prepare(req: RunRequest) -> Prepared:
@@ -135,7 +141,8 @@ def prepare(req: RunRequest) -> Prepared:
     config.mcp = servers
     if req.detach:
         _check_detachable(servers)
-    return Prepared(new_run(task, config), key, own, local, req.detach, req.fault, req.keep)
+    note = DEMO_FOLDER_NOTE if config.endpoint.scripted and not scenario and req.workspace is None else None
+    return Prepared(new_run(task, config), key, own, local, req.detach, req.fault, req.keep, note)
 
 
 def steered(config: RunConfig, edits: list[str], defaults: dict[str, Any]) -> RunConfig:
@@ -394,6 +401,8 @@ def launch(prepared: Prepared, runs: store.RunStore, feedback: Feedback = Feedba
     if prepared.detach:
         runs.create(state)
         return Started(state, queued=True)
+    if prepared.note and feedback.on_note is not None:
+        feedback.on_note(prepared.note)
     if prepared.local is not None and feedback.on_note is not None:
         feedback.on_note(_llama_note(state))
     provider = (scripted_provider(latency_ms=endpoint.latency_ms, faults=prepared.faults, in_process=True)

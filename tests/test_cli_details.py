@@ -9,6 +9,7 @@ import json
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,6 +101,16 @@ def test_a_hosted_endpoint_keeps_the_reference_prices() -> None:
     assert local.prices == (0.0, 0.0) and not local.priced
     assert RunConfig(endpoint=local.endpoint, price_in_usd_per_mtok=0.5).prices == (0.5, 12.0)
     assert [r.group for r in run_totals([(new_run("q", hosted), "completed")], None)] == ["all runs"]
+
+
+def test_totals_by_model_count_a_manifest_model_once_whichever_name_its_runs_carry() -> None:
+    def run(model: str) -> tuple[Any, str]:
+        return new_run("q", RunConfig(endpoint=Endpoint(model=model, local_model="x.gguf"))), "completed"
+
+    rows = run_totals([run("qwen2.5-coder-1.5b-instruct"), run("qwen2.5-coder-1.5b-instruct-q4_k_m"),
+                       run("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"), run("my-own-q4_k_m")], "model")
+    assert [(r.group, r.runs) for r in rows[:3]] == [
+        ("qwen2.5-coder-1.5b", 2), ("qwen2.5-coder-0.5b", 1), ("my-own", 1)]
 
 
 def test_a_token_budget_stops_a_run_at_zero_dollars(tmp_path: Path) -> None:

@@ -410,3 +410,16 @@ def test_a_budget_on_a_run_that_costs_nothing_is_refused(tmp_path: Path) -> None
                runs_dir=tmp_path / "runs")
     assert proc.returncode == 2 and "this run costs $0" in one_error(proc.stderr)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_prompt_to_the_scripted_provider_says_which_folder_it_works_on(runs: Path, tmp_path: Path) -> None:
+    """The scripted provider's replies are written for the demo folder, so a prompt sent to it
+    works on a copy of that folder, not on the current one, and the run says so first."""
+    with ScriptedServer(ScriptedSettings()) as server:
+        said = cli("run", "Which log mentions a timeout?", "--base-url", server.base_url, "--model",
+                   "scripted/timeout_file", runs_dir=runs, cwd=tmp_path)
+        assert said.returncode == 0, said.stderr
+        assert "works on a copy of it, not on the current folder" in " ".join(said.stderr.split())
+        own = cli("run", "Which log mentions a timeout?", "--base-url", server.base_url, "--model",
+                  "scripted/timeout_file", "--workspace", str(tmp_path), runs_dir=runs)
+        assert "demo folder" not in own.stderr
