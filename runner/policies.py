@@ -25,7 +25,7 @@ import itertools
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from runner.errors import UsageError
 from runner.state import Message, RunConfig, RunState, ToolCall
@@ -466,7 +466,7 @@ def non_answers(state: RunState) -> list[str]:
         kinds.append("unread_each")
     if "read_file" in names and not _has_evidence(state):
         return [*kinds, "unread"]
-    checks = {
+    checks: dict[str, Callable[[], bool]] = {
         "instructions": lambda: (any(isinstance(n, str) and n in answer for n in names)
                                  and TOOL_VERBS.search(answer) is not None) or PLANS.search(answer) is not None,
         "restated": lambda: answer.endswith("?") or _adds_nothing(answer, asked),
