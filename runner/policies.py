@@ -454,7 +454,7 @@ def non_answers(state: RunState) -> list[str]:
     call it, or says what it would read; "restated", it repeats the question, asks one or
     adds no word of its own to it (`_adds_nothing`); "copied", it copies a tool result
     (`echoes`); "extreme", the question asks for the largest or smallest file and it names
-    another listed file (`_wrong_extreme`); "unsupported", it quotes text nothing read holds;
+    another file the system prompt lists (`_wrong_extreme`); "unsupported", it quotes text nothing read holds;
     "unrelated", none of the results it could come from mentions a word of the question
     (`question_words`) while listed files are still unread; "sizes", it gives a listed
     file's size; "unnamed", the question asks for a file and it names none."""
@@ -492,11 +492,13 @@ def _adds_nothing(answer: str, asked: str) -> bool:
 
 def _wrong_extreme(state: RunState) -> tuple[str, str, str, str] | None:
     """For a question that asks for the largest or smallest of all the files
-    (`WHOLE_FOLDER_EXTREME`), when the run has the whole listing and the answer names listed
-    files but not that one: (direction, the file, its size, the files named); else None."""
+    (`WHOLE_FOLDER_EXTREME`), when the system prompt lists every file of the folder and the
+    answer names listed files but not that one: (direction, the file, its size, the files
+    named); else None."""
     match = WHOLE_FOLDER_EXTREME.search(question(state))
-    listed = dict(_listed(state))
-    if match is None or len(listed) < 2 or not _listed_whole(state):
+    system = state.messages[0].content or "" if state.messages and state.messages[0].role == "system" else ""
+    listed = dict(LISTED.findall(system)) if "... and " not in system else {}
+    if match is None or len(listed) < 2:
         return None
     direction = next(g for g in match.groups() if g).lower()
     pick = max if direction in ("largest", "biggest") else min
@@ -506,14 +508,6 @@ def _wrong_extreme(state: RunState) -> tuple[str, str, str, str] | None:
     if not named or file in named:
         return None
     return direction, file, listed[file], ", ".join(named)
-
-
-def _listed_whole(state: RunState) -> bool:
-    """The files the run has seen listed are all the folder's: no listing it saw was cut short."""
-    listing_calls = {c.id for m in state.messages for c in (m.tool_calls or []) if c.function.name in LISTING_TOOLS}
-    texts = [m.content or "" for m in state.messages[:1] if m.role == "system"]
-    texts += [m.content or "" for m in state.messages if m.role == "tool" and m.tool_call_id in listing_calls]
-    return not any("... and " in text for text in texts)
 
 
 def _seen(state: RunState, unread: list[str]) -> str:
