@@ -24,7 +24,7 @@ from runner.catalog import FOLDER_TOOLS
 from runner.config import Key, Settings
 from runner.endpoints import checked_base_url
 from runner.errors import EXIT_CODES, RunnerError, UnknownScenario, UsageError
-from runner.harness import Reopening, reopen
+from runner.harness import Reopening, reopen, workspace_folder
 from runner.interactive import Feedback, StopSignals, drive_in_foreground
 from runner.request import ResumeRequest, RunRequest
 from runner.state import Endpoint, Limits, McpServer, RunConfig, RunState, new_run
@@ -142,7 +142,12 @@ def prepare(req: RunRequest) -> Prepared:
     if req.detach:
         _check_detachable(servers)
     note = DEMO_FOLDER_NOTE if config.endpoint.scripted and not scenario and req.workspace is None else None
-    return Prepared(new_run(task, config), key, own, local, req.detach, req.fault, req.keep, note)
+    state = new_run(task, config)
+    if config.steering:  # what the policies add before turn 1 (the folder's listing) is saved with the run
+        from runner import policies
+
+        policies.opening(state, workspace_folder(state))
+    return Prepared(state, key, own, local, req.detach, req.fault, req.keep, note)
 
 
 def steered(config: RunConfig, edits: list[str], defaults: dict[str, Any]) -> RunConfig:

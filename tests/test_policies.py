@@ -499,3 +499,22 @@ def test_table_rows_names_each_value_of_a_table_read_whole() -> None:
     assert seen("staff.csv", table, []) == table  # the policy off
     assert seen("notes.txt", table, ["table_rows"]) == table  # not a table file
     assert seen("cut.csv", "name,team\nDana Levi\n", ["table_rows"]) == "name,team\nDana Levi\n"  # ragged: as it is
+
+
+def test_runner_run_on_ones_own_folder_sends_what_the_manifest_policies_add(fake: FakeProvider, tmp_path: Path) -> None:
+    """`runner run` with a manifest model gets its policies as the suite's runs do: the folder's
+    listing in the system prompt from the first request on, read_file limited to its files."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "inventory.csv").write_text("name,qty\nbolts,40\nbrackets,7\n")
+    (folder / "notes.txt").write_text("Ask Priya.\n")
+    _play(fake, [_call("read_file", '{"path": "inventory.csv"}', 1)])
+    done = cli("run", "Which item has the lowest quantity?", "--base-url", fake.base_url, "--model",
+               "qwen2.5-coder-1.5b-instruct", "--workspace", str(folder), runs_dir=tmp_path / "runs")
+    assert done.returncode == 0, done.stderr
+    first = fake.requests[0]
+    assert first["messages"][0] == {"role": "system", "content": "The folder holds 2 files (path and size in bytes):\n"
+                                    "inventory.csv (29 bytes)\nnotes.txt (11 bytes)"}
+    read_file = next(t for t in first["tools"] if t["function"]["name"] == "read_file")
+    assert read_file["function"]["parameters"]["properties"]["path"]["enum"] == ["inventory.csv", "notes.txt"]
+    assert all(r["messages"][0] == first["messages"][0] for r in fake.requests)
