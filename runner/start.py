@@ -87,6 +87,8 @@ class Started:
 
 DEMO_FOLDER_NOTE = ("the scripted provider answers for the packaged demo folder: this run works on a copy of it, "
                     "not on the current folder (--workspace DIR for another)")
+OTHER_FOLDER_NOTE = ("the scripted provider answers for the packaged demo folder: on {folder} (a copy of it) its "
+                     "replies may name files that are not there")
 
 
 def prepare(req: RunRequest) -> Prepared:
@@ -141,7 +143,9 @@ def prepare(req: RunRequest) -> Prepared:
     config.mcp = servers
     if req.detach:
         _check_detachable(servers)
-    note = DEMO_FOLDER_NOTE if config.endpoint.scripted and not scenario and req.workspace is None else None
+    note = None
+    if config.endpoint.scripted and not scenario:
+        note = DEMO_FOLDER_NOTE if req.workspace is None else OTHER_FOLDER_NOTE.format(folder=config.workspace)
     state = new_run(task, config)
     if config.steering:  # what the policies add before turn 1 (the folder's listing) is saved with the run
         from runner import policies

@@ -750,6 +750,16 @@ def _drive(executor: Executor, batches: list[Batch], location: StoreAt, jobs: Jo
     return [result_of(state, where) for state, where in executor.drive(batches, location, done)]
 
 
+def _first_problem(exc: Exception) -> str:
+    """A report that does not parse, in one line: pydantic's first complaint and where, else `exc`."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError) and (errors := exc.errors()):
+        where = ".".join(str(part) for part in errors[0]["loc"])
+        return f"{errors[0]['msg']}{f' (at {where})' if where else ''}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def _cancelled(result: TaskResult) -> bool:
     """A run Ctrl-C stopped before it finished (resumable, not a result)."""
     return result.status == "interrupted" and (result.reason or "").startswith("cancelled")
@@ -777,7 +787,7 @@ def resume_suite(report_file: Path, runs_root: Path, *, executor: Executor | Non
     try:
         old = SuiteReport.model_validate_json(path.read_text())
     except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else _first_problem(exc)
         read = f" (read as {path.name})" if path != report_file else ""
         raise UsageError(f"cannot read the suite report {report_file}{read}: {why}") from None
     todo = [r.run_id for r in old.results if _cancelled(r)] + old.unfinished

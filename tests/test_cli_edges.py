@@ -227,9 +227,12 @@ def test_errors_are_one_line_in_a_file_and_usage_errors_say_what_is_wrong(runs: 
         (("suite", "--provider", "local", "--base-url", "http://[::1"), "is not a URL runner can reach: Invalid IPv6"),
         (("suite", "--resume", "README.md"), "cannot read the suite report README.md (read as README.json)"),
         (("suite", "--resume", "notes.txt"), "--resume notes.txt: not a suite report"),
+        (("suite", "--resume", "other.json"), "cannot read the suite report other.json: Field required (at model)"),
+        (("suite", "--provider", "scripted", "--policy", "+nope"), "--policy +nope: no such policy"),
     ]:
         for name in ("a-file", "README.md", "notes.txt"):
             (tmp_path / name).write_text("# not a report\n")
+        (tmp_path / "other.json").write_text('{"results": []}')
         proc = cli(*args, runs_dir=runs, cwd=tmp_path)
         assert proc.returncode == 2 and said in one_error(proc.stderr), (args, proc.stderr)
     assert not (tmp_path / "bogus:").exists()
@@ -414,7 +417,8 @@ def test_a_budget_on_a_run_that_costs_nothing_is_refused(tmp_path: Path) -> None
 
 def test_a_prompt_to_the_scripted_provider_says_which_folder_it_works_on(runs: Path, tmp_path: Path) -> None:
     """The scripted provider's replies are written for the demo folder, so a prompt sent to it
-    works on a copy of that folder, not on the current one, and the run says so first."""
+    works on a copy of that folder, not on the current one, and the run says so first; on a
+    folder given with --workspace it says its replies may not fit."""
     with ScriptedServer(ScriptedSettings()) as server:
         said = cli("run", "Which log mentions a timeout?", "--base-url", server.base_url, "--model",
                    "scripted/timeout_file", runs_dir=runs, cwd=tmp_path)
@@ -422,4 +426,5 @@ def test_a_prompt_to_the_scripted_provider_says_which_folder_it_works_on(runs: P
         assert "works on a copy of it, not on the current folder" in " ".join(said.stderr.split())
         own = cli("run", "Which log mentions a timeout?", "--base-url", server.base_url, "--model",
                   "scripted/timeout_file", "--workspace", str(tmp_path), runs_dir=runs)
-        assert "demo folder" not in own.stderr
+        assert f"on {tmp_path.resolve()} (a copy of it) its replies may name files that are not there" in " ".join(
+            own.stderr.split())
