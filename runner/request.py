@@ -301,10 +301,6 @@ class SuiteRequest:
             raise UsageError("--workspace does not go with --resume: the suite's runs recorded their folder")
         if self.resume_report is not None and (self.suites or self.split or self.tasks):
             raise UsageError("--resume finishes the suites its report ran: leave out --suite, --split and --task")
-        if self.policies:  # an unknown name is refused even when no column is local
-            from runner import policies
-
-            policies.edited([], self.policies)
 
     @property
     def workspace_path(self) -> str | None:

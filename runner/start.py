@@ -146,12 +146,18 @@ def prepare(req: RunRequest) -> Prepared:
     note = None
     if config.endpoint.scripted and not scenario:
         note = DEMO_FOLDER_NOTE if req.workspace is None else OTHER_FOLDER_NOTE.format(folder=config.workspace)
-    state = new_run(task, config)
-    if config.steering:  # what the policies add before turn 1 (the folder's listing) is saved with the run
-        from runner import policies
+    return Prepared(_opened_run(task, config), key, own, local, req.detach, req.fault, req.keep, note)
 
+
+def _opened_run(task: str, config: RunConfig) -> RunState:
+    """The new run, with what its policies add before turn 1 (the folder's listing), so it is
+    saved with the run."""
+    from runner import policies
+
+    state = new_run(task, config)
+    if config.steering:
         policies.opening(state, workspace_folder(state))
-    return Prepared(state, key, own, local, req.detach, req.fault, req.keep, note)
+    return state
 
 
 def steered(config: RunConfig, edits: list[str], defaults: dict[str, Any]) -> RunConfig:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Literal, Sequence
 
 from pydantic import BaseModel, Field, ValidationError
 
-from runner import fanout
+from runner import fanout, policies
 from runner.chat_adapter import HANDLER_NAME
 from runner.endpoints import Endpoint, checked_base_url
 from runner.errors import UsageError
@@ -649,6 +649,7 @@ def run_requested(req: SuiteRequest, runs_root: Path, *, store_location: str | N
     Raises:
         UsageError, models.ModelNotFound: as `runner.fanout.executor` and `model_columns`.
     """
+    policies.edited([], req.policies)  # an unknown name is refused even when no column is local
     suites = requested_suites(req)
     provider = req.provider or ("both" if len(suites) == 1 and suites[0].default else "local")
     executor = fanout.executor(req.executor, address=req.address, actors=req.actors)
