@@ -103,7 +103,7 @@ async def drive(
     from runner.store import FileStore
     from runner.trace import Tracer
 
-    catalog_tools = _offered(_opened(state), tools)
+    catalog_tools = _offered(with_opening(state), tools)
     with contextlib.ExitStack() as cleanup:
         store = FileStore(runs) if isinstance(runs, Path) else runs
         cancel = cancel or CancelToken()
@@ -236,7 +236,7 @@ def _placed(state: RunState, store: RunStore | None, lease: Lease | None, cancel
     return handle, Workspace(template, lambda: store.workspace(run_id, template, held), existing)
 
 
-def _opened(state: RunState) -> RunState:
+def with_opening(state: RunState) -> RunState:
     """`state`; a new run, never saved, with what its steering policies add before its first turn."""
     if state.seq == 0 and state.turns == 0 and state.config.steering:
         from runner import policies

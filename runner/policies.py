@@ -347,10 +347,16 @@ def grammar_tools(state: RunState, schemas: list[dict[str, Any]]) -> list[dict[s
 
 def _listed_files(state: RunState) -> list[str]:
     """With path_choices, the files the system prompt lists, when it lists them all; else []."""
-    if "path_choices" not in state.config.steering or not state.messages or state.messages[0].role != "system":
+    return [path for path, _ in _prompt_listing(state)] if "path_choices" in state.config.steering else []
+
+
+def _prompt_listing(state: RunState) -> list[tuple[str, str]]:
+    """The files the system prompt lists, with their sizes, when it lists every file of the
+    folder; else []."""
+    if not state.messages or state.messages[0].role != "system":
         return []
     listing = state.messages[0].content or ""
-    return [] if "... and " in listing else [path for path, _ in LISTED.findall(listing)]
+    return [] if "... and " in listing else LISTED.findall(listing)
 
 
 def _with_paths(schemas: list[dict[str, Any]], files: list[str]) -> list[dict[str, Any]]:
@@ -496,8 +502,7 @@ def _wrong_extreme(state: RunState) -> tuple[str, str, str, str] | None:
     answer names listed files but not that one: (direction, the file, its size, the files
     named); else None."""
     match = WHOLE_FOLDER_EXTREME.search(question(state))
-    system = state.messages[0].content or "" if state.messages and state.messages[0].role == "system" else ""
-    listed = dict(LISTED.findall(system)) if "... and " not in system else {}
+    listed = dict(_prompt_listing(state))
     if match is None or len(listed) < 2:
         return None
     direction = next(g for g in match.groups() if g).lower()

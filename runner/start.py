@@ -24,7 +24,7 @@ from runner.catalog import FOLDER_TOOLS
 from runner.config import Key, Settings
 from runner.endpoints import checked_base_url
 from runner.errors import EXIT_CODES, RunnerError, UnknownScenario, UsageError
-from runner.harness import Reopening, reopen, workspace_folder
+from runner.harness import Reopening, reopen, with_opening
 from runner.interactive import Feedback, StopSignals, drive_in_foreground
 from runner.request import ResumeRequest, RunRequest
 from runner.state import Endpoint, Limits, McpServer, RunConfig, RunState, new_run
@@ -146,18 +146,7 @@ def prepare(req: RunRequest) -> Prepared:
     note = None
     if config.endpoint.scripted and not scenario:
         note = DEMO_FOLDER_NOTE if req.workspace is None else OTHER_FOLDER_NOTE.format(folder=config.workspace)
-    return Prepared(_opened_run(task, config), key, own, local, req.detach, req.fault, req.keep, note)
-
-
-def _opened_run(task: str, config: RunConfig) -> RunState:
-    """The new run, with what its policies add before turn 1 (the folder's listing), so it is
-    saved with the run."""
-    from runner import policies
-
-    state = new_run(task, config)
-    if config.steering:
-        policies.opening(state, workspace_folder(state))
-    return state
+    return Prepared(with_opening(new_run(task, config)), key, own, local, req.detach, req.fault, req.keep, note)
 
 
 def steered(config: RunConfig, edits: list[str], defaults: dict[str, Any]) -> RunConfig:

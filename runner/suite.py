@@ -525,7 +525,6 @@ def harness_settings(column: Endpoint, run_settings: dict[str, Any] | None = Non
     if column.scripted:
         return {}, ""
     from runner import models as models_mod
-    from runner import policies
 
     entry = models_mod.entry_for(column.model, Path(column.local_model) if column.local_model else None)
     settings = (entry.harness_defaults() if entry is not None else {}) | (run_settings or {})
@@ -539,8 +538,6 @@ def harness_settings(column: Endpoint, run_settings: dict[str, Any] | None = Non
 
 def _policies_of(column: Endpoint, settings: dict[str, Any], addendum: str) -> list[str]:
     """The steering policies a local column's runs get, by name."""
-    from runner import policies
-
     own, at_endpoint = policies.split_fields(settings)
     return policies.active(RunConfig(endpoint=column.model_copy(update=at_endpoint), **own))
 
@@ -724,8 +721,6 @@ def _create_runs(suite: SuiteDefinition, column: Endpoint, location: StoreAt, jo
                                **overrides, **where)
             state = new_run(task.prompt, config, system=suite.system + addendum)
             if config.steering:
-                from runner import policies
-
                 policies.opening(state, Path(config.workspace) if config.workspace else tasks_dir() / "workspace")
             fanout.create(state, location)
             key = f"{suite.name}/{task.id}" if qualified else task.id
@@ -753,8 +748,6 @@ def _drive(executor: Executor, batches: list[Batch], location: StoreAt, jobs: Jo
 
 def _first_problem(exc: Exception) -> str:
     """A report that does not parse, in one line: pydantic's first complaint and where, else `exc`."""
-    from pydantic import ValidationError
-
     if isinstance(exc, ValidationError) and (errors := exc.errors()):
         where = ".".join(str(part) for part in errors[0]["loc"])
         return f"{errors[0]['msg']}{f' (at {where})' if where else ''}"
