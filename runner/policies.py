@@ -58,6 +58,8 @@ POLICIES: dict[str, str] = {
     "abstain_check": "an answer that says the information is not there is taken only after one reminder to look "
                      "in the file most likely to hold it (that request sends tool_choice \"required\"), or at once "
                      "when every listed file was read or answer_check said it may be the answer",
+    "repeat_results": "a call that repeats an earlier one and gets the same text back is answered with one line "
+                      "pointing to the earlier result, not the whole text again (fewer prompt tokens to evaluate)",
     "path_choices": "with listing_in_prompt, read_file's path must be one of the listed files (an enum in its "
                     "schema: a local model's grammar then cannot name a file that does not exist)",
     "answer_check": "a reply that is no answer (it repeats the question, tells how to call the tools, copies "
@@ -66,11 +68,12 @@ POLICIES: dict[str, str] = {
                     "a listed file's size, names no file when the question asks for one, or leaves files unread "
                     "when the question asks to read each, names a file other than the listing's largest or "
                     "smallest when asked for it) is taken only after one message saying so and asking "
-                    "again, once per kind until another file is read",
+                    "again, once per kind until another file is read; a reply saying the information is not "
+                    "there is taken once a file was read",
 }
 """Every policy, by name, in words."""
 NEW_POLICIES = ("listing_in_prompt", "listing_hints", "listing_extremes", "abstain_option", "evidence_first",
-                "table_rows", "abstain_check", "path_choices", "answer_check")
+                "table_rows", "abstain_check", "path_choices", "answer_check", "repeat_results")
 """The policies kept by name in `RunConfig.steering` (the others are fields of their own)."""
 
 CORRECTIONS = {
@@ -177,6 +180,8 @@ EXTREMES = "Of these, the largest is {large}, {large_size} bytes; the smallest i
 TABLE_ROWS = "\n\nThe same rows, each value named by its column:\n"
 """With `table_rows`, what follows a table's text in its tool result, before its named rows."""
 TABLE_ROWS_MAX = 200
+
+REPEATED_RESULT = "The same text as your earlier call {call} returned, shown above: nothing changed."
 """table_rows names the values of tables of at most this many lines (header included)."""
 ABSTAIN = ("\n\nIf the files do not hold the answer, do not guess: say that the information is not in the files.")
 """Added to the system prompt with `abstain_option`."""
@@ -374,9 +379,31 @@ def _with_paths(schemas: list[dict[str, Any]], files: list[str]) -> list[dict[st
 
 
 def tool_result_text(state: RunState, call: ToolCall, text: str) -> str:
-    """The text the model reads for a successful call's result: `text`, or with table_rows,
-    after a CSV or TSV file read whole (a header and rows of as many values), the same rows
-    with each value named by its column (`TABLE_ROWS`)."""
+    """The text the model reads for a successful call's result: `text`, with table_rows
+    followed by a table's rows named by column (`_table_rows`); with repeat_results, for a call
+    that repeats an earlier successful one whose result read the same, one line pointing to it
+    (`REPEATED_RESULT`)."""
+    text = _table_rows(state, call, text)
+    if "repeat_results" in state.config.steering and _same_as_before(state, call, text):
+        return REPEATED_RESULT.format(call=_call_label(call))
+    return text
+
+
+def _same_as_before(state: RunState, call: ToolCall, text: str) -> bool:
+    """An earlier successful call with `call`'s signature got `text` (as capped) as its result."""
+    from runner.state import call_signature
+    from runner.tools import cap_text
+
+    signature = call_signature(call.function.name, call.function.arguments)
+    earlier = {r.call_id for r in state.tool_runs if r.ok and r.signature == signature}
+    shown = cap_text(text, state.config.max_tool_result_chars)[0]
+    return any(m.role == "tool" and m.tool_call_id in earlier and m.content == shown for m in state.messages)
+
+
+def _table_rows(state: RunState, call: ToolCall, text: str) -> str:
+    """With table_rows, after a CSV or TSV file read whole (a header and rows of as many
+    values), `text` followed by the same rows with each value named by its column
+    (`TABLE_ROWS`); else `text`."""
     import csv
 
     path = _path_of(call) or ""
@@ -463,7 +490,9 @@ def non_answers(state: RunState) -> list[str]:
     another file the system prompt lists (`_wrong_extreme`); "unsupported", it quotes text nothing read holds;
     "unrelated", none of the results it could come from mentions a word of the question
     (`question_words`) while listed files are still unread; "sizes", it gives a listed
-    file's size; "unnamed", the question asks for a file and it names none."""
+    file's size; "unnamed", the question asks for a file and it names none. A reply that says
+    the information is not there, once a file was read, is only "unread_each" or nothing: the
+    other kinds are about what an answer says (abstain_check has its own reminder)."""
     answer = (state.messages[-1].content or "").strip()
     asked = question(state)
     names = [getattr(t, "name", t) for t in state.config.tools]
@@ -472,6 +501,8 @@ def non_answers(state: RunState) -> list[str]:
         kinds.append("unread_each")
     if "read_file" in names and not _has_evidence(state):
         return [*kinds, "unread"]
+    if ABSTENTION.search(answer):
+        return kinds
     checks: dict[str, Callable[[], bool]] = {
         "instructions": lambda: (any(isinstance(n, str) and n in answer for n in names)
                                  and TOOL_VERBS.search(answer) is not None) or PLANS.search(answer) is not None,

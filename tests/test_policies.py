@@ -518,3 +518,38 @@ def test_runner_run_on_ones_own_folder_sends_what_the_manifest_policies_add(fake
     read_file = next(t for t in first["tools"] if t["function"]["name"] == "read_file")
     assert read_file["function"]["parameters"]["properties"]["path"]["enum"] == ["inventory.csv", "notes.txt"]
     assert all(r["messages"][0] == first["messages"][0] for r in fake.requests)
+
+
+@pytest.mark.parametrize("steering", [["repeat_results"], []])
+def test_repeat_results_points_a_repeated_read_to_the_earlier_result(fake: FakeProvider, steering: list[str]) -> None:
+    read = '{"path": "errors.log"}'
+    _play(fake, [_call("read_file", read, 1), _call("read_file", read, 2)])
+    state = drive(_run(fake, answer_on_stall=True, steering=steering), fake.base_url, None)
+    assert state.status == "completed" and state.tool_run_count == 2
+    first, again = [m["content"] for m in fake.requests[-1]["messages"] if m["role"] == "tool"]
+    assert "ERROR" in first
+    if steering:
+        assert again == policies.REPEATED_RESULT.format(call="read_file errors.log")
+        call = next(c for m in state.messages for c in (m.tool_calls or []))
+        assert policies.tool_result_text(state, call, first + "one more line\n") == first + "one more line\n"
+    else:
+        assert again == first
+
+
+def test_answer_check_takes_an_abstention_once_a_file_was_read(fake: FakeProvider) -> None:
+    replies = iter([_call("read_file", '{"path": "access.log"}', 1), _say("The files do not say what to rotate.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="What should I rotate?", steering=["answer_check", "listing_in_prompt"]),
+                  fake.base_url, None)
+    assert state.status == "completed" and state.answer == "The files do not say what to rotate."
+    assert len(fake.requests) == 2  # no "unrelated" review, though access.log does not mention rotate
+    assert policies.non_answers(state) == []
+
+
+def test_answer_check_sends_an_abstention_before_any_read_to_the_files(fake: FakeProvider) -> None:
+    replies = iter([_say("The information is not in the files."), _call("read_file", '{"path": "notes.txt"}', 1),
+                    _say("The logs.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="What should I rotate?", steering=["answer_check"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "The logs."
+    assert fake.requests[1]["messages"][-1]["content"].startswith("You answered before reading any file")
