@@ -723,7 +723,8 @@ HARNESS_STEPS: list[tuple[str, list[str]]] = [
      "one call per turn, results restated",
      ["first_turn_required", "untagged_calls", "corrective_retries", "answer_forcing", "answer_on_stall",
       "one_call_per_turn", "restate_results"]),
-    ("+ listing in prompt, evidence first, abstain check", ["listing_in_prompt", "evidence_first", "abstain_check"]),
+    ("+ listing in prompt (with the extremes for a size question), evidence first",
+     ["listing_in_prompt", "listing_extremes", "evidence_first", "abstain_check"]),
     ("+ path choices, answer check", ["path_choices", "answer_check"]),
 ]
 """The techniques of `local_harness` by policy name (`runner policies`), each row adding its

@@ -553,3 +553,19 @@ def test_answer_check_sends_an_abstention_before_any_read_to_the_files(fake: Fak
     state = drive(_run(fake, prompt="What should I rotate?", steering=["answer_check"]), fake.base_url, None)
     assert state.status == "completed" and state.answer == "The logs."
     assert fake.requests[1]["messages"][-1]["content"].startswith("You answered before reading any file")
+
+
+def test_the_local_harness_rows_end_with_each_manifest_models_whole_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+    import sys
+
+    from runner import models
+
+    spec = importlib.util.spec_from_file_location("experiments", Path(__file__).parents[1] / "scripts" / "experiments.py")
+    assert spec is not None and spec.loader is not None
+    experiments = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "experiments", experiments)
+    spec.loader.exec_module(experiments)
+    stepped = {name for _, step in experiments.HARNESS_STEPS for name in step}
+    for entry in models.load_manifest().models:
+        assert set(policies.active_for_entry(entry)) <= stepped, entry.name
