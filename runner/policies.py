@@ -785,11 +785,17 @@ def answer_is_due(state: RunState) -> bool:
 def _has_evidence(state: RunState) -> bool:
     """A call that can hold an answer succeeded: any but a listing, or a listing when the
     question is about the files themselves (`FOLDER_QUESTION`: the listing is the evidence).
-    A listing counts as evidence once it has been nudged past, too."""
+    A search that matched no line is no evidence. A listing counts as evidence once it has
+    been nudged past, too."""
     asked = question(state)
     if FOLDER_QUESTION.search(asked) and not READ_EACH.search(asked) and any(r.ok for r in state.tool_runs):
         return True
-    return any(r.ok and r.source == "run" and r.tool_name not in LISTING_TOOLS for r in state.tool_runs) or any(
+    from runner.tools import NO_MATCH
+
+    found_nothing = {m.tool_call_id for m in state.messages
+                     if m.role == "tool" and (m.content or "").startswith(NO_MATCH)}
+    return any(r.ok and r.source == "run" and r.tool_name not in LISTING_TOOLS and r.call_id not in found_nothing
+               for r in state.tool_runs) or any(
         m.role == "user" and m.name == CORRECTIVE_NAME and m.content and m.content.startswith(NUDGE[:40])
         for m in state.messages)
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from runner.otel import ExportReport
     from runner.result import RunResult
     from runner.start import Started
-    from runner.state import Message, RunState, TurnRecord
+    from runner.state import Message, RunConfig, RunState, TurnRecord
     from runner.store import RepairReport, RunInfo, RunStore
     from runner.suite import SuiteReport, TaskResult, TaskSummary
     from runner.trace import TraceEvent
@@ -601,6 +601,8 @@ def _suite_row(shape: _SuiteShape, task: str, answer_chars: int) -> list[str]:
 
 RESULT_LINES = 6
 """Lines of a tool result (and of the system prompt) shown without --full."""
+ANSWER_LINES = 4
+"""Lines of the answer repeated at the end of a transcript (the whole reply is in its turn)."""
 
 
 def fit(line: str, width: int) -> str:
@@ -719,12 +721,20 @@ def run_header(state: RunState, shown: str | None = None) -> list[str]:
             f"tokens {state.prompt_tokens:,} in / {state.completion_tokens:,} out · cost ${state.cost_usd:.6f}"]
 
 
+def folder_line(config: RunConfig) -> str:
+    """Which folder a run's tools work on, and whether on a copy of it."""
+    where = config.workspace or "the packaged demo folder"
+    how = {"copy": "its tools work on a copy", "none": "its tools act on it, writes after a verdict"}[config.sandbox]
+    return f"folder {where} · {how}"
+
+
 def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int = 80, full: bool = False,
                      info: RunInfo | None = None, store_opts: str = "") -> list[str]:
     """The transcript as plain text lines of at most `width` characters (unless `full`);
     `info` (the run as `runner runs` lists it) gives the status to show; `store_opts` (see
     `store_options`) goes into the commands it suggests."""
-    out = [fit(line, width) for line in run_header(state, info.shown_status if info else None)]
+    out = [*(fit(line, width) for line in run_header(state, info.shown_status if info else None)),
+           *_wrap(folder_line(state.config), width)]  # a path is never cut
     records = list(state.per_turn)
     at = 0  # the next turn record: kept replies are assistant messages, slipped ones are not
 
@@ -741,10 +751,12 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
 
     verdicts = _verdicts(events)
     servers = answered_by(events)
-    runs = {r.call_id: r for r in state.tool_runs}
+    runs, resumes = {r.call_id: r for r in state.tool_runs}, [e for e in events if e.type == "run_resumed"]
     for m in state.messages:
         if m.role == "assistant" or m.name == "runner":  # a reply, or runner's own corrective message
             out += slips()
+        if m.role == "assistant":
+            out += _resumed(resumes, records[at].turn if at < len(records) else None, width)
         out.append("")
         if m.role in ("system", "user"):
             who: str = "runner (asks again)" if m.name == "runner" else m.role
@@ -755,28 +767,39 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
             at += 1
             out += _assistant(m, reply, width, full)
         elif m.role == "tool":
-            record = runs.get(m.tool_call_id or "")
-            mark = "←" if record is None or record.ok else "✗"
-            label = f"  {mark} {m.name or 'tool'}"
-            if record is not None and record.source != "run":
-                label += f" ({record.source})"
-            if record is not None:
-                label += f"  {record.ms:,.0f} ms"
-            if m.tool_call_id in servers:
-                label += f"  from {servers[m.tool_call_id]}"
-            out.append(fit(label, width))
+            out.append(fit(_tool_label(m, runs.get(m.tool_call_id or ""), servers.get(m.tool_call_id or "")), width))
             if m.tool_call_id in verdicts:
                 out.append(fit(f"    {verdicts[m.tool_call_id]}", width))
             out += _body(m.content or "", width, full, "    ")
         if out[-1] == "" and m.role != "assistant":
             out.pop()
-    out += slips()
+    out += slips() + _resumed(resumes, None, width)
     out.append("")
     table = engine_table(state, events)
     if table:
         out += ["engine, per turn:", *(table if full else (fit(line, width) for line in aligned(table))), ""]
     out += _ending(state, info, width if not full else 10**6, store_opts)
     return out
+
+
+def _tool_label(m: Message, record: Any, server: str | None) -> str:
+    """A tool result's first line: ← (✗ when it failed), the tool, where the result came from
+    when not from running it, how long it took, and the MCP server that answered."""
+    label = f"  {'←' if record is None or record.ok else '✗'} {m.name or 'tool'}"
+    if record is not None:
+        label += (f" ({record.source})" if record.source != "run" else "") + f"  {record.ms:,.0f} ms"
+    return label + (f"  from {server}" if server else "")
+
+
+def _resumed(resumes: list[Any], before_turn: int | None, width: int) -> list[str]:
+    """A line for each `run_resumed` event of `resumes` that came before turn `before_turn`
+    (None: each one left), taken off the list."""
+    lines = []
+    while resumes and (before_turn is None or resumes[0].turns < before_turn):
+        e = resumes.pop(0)
+        head = f"── resumed after turn {e.turns} · {when(e.ts)} UTC "
+        lines += ["", fit(head + "─" * max(width - len(head), 0), width)]
+    return lines
 
 
 def _assistant(m: Message, record: TurnRecord | None, width: int, full: bool) -> list[str]:
@@ -799,7 +822,9 @@ def _ending(state: RunState, info: RunInfo | None = None, width: int = 80, store
     shown = info.shown_status if info else state.status
     if info is not None and shown in ("died", "damaged", "running", "queued"):
         return _not_stopped(info, width, store_opts)
-    lines = [fit("answer: " + " ".join(state.answer.split()), width)] if state.answer else []  # the last reply, above
+    lines = _wrap("answer: " + " ".join(state.answer.split()), width) if state.answer else []
+    if len(lines) > ANSWER_LINES:  # a long reply is in full in its turn, above
+        lines = [*lines[:ANSWER_LINES - 1], fit(lines[ANSWER_LINES - 1], width - 2) + " …"]
     why = [f"stopped: {state.status}" + (f" ({state.reason})" if state.reason else "")]
     if state.error is not None:
         why.append(f"error: {state.error.type}: {state.error.message}")

@@ -300,8 +300,8 @@ def shipped_suites(split: Split | None = None) -> list[Path]:
     return [p for p in found if json.loads((p / "suite.json").read_text(encoding="utf-8")).get("split") == split]
 
 
-TASKS_SHOWN = 4
-"""An unknown --task names at most this many of the tasks there are."""
+TASKS_SHOWN = 10
+"""An unknown --task names at most this many of the tasks there are (a whole small suite)."""
 
 
 def select_tasks(suites: list[SuiteDefinition], ids: Sequence[str]) -> list[SuiteDefinition]:

@@ -247,6 +247,8 @@ MAX_LIST_ENTRIES = 200
 """list_files shows at most this many entries, then says how many more there are."""
 MAX_READ_CHARS = 16_000
 """read_file returns at most this many characters (whole lines), then says how to read on."""
+NO_MATCH = "No line matches "
+"""How search_files' result starts when no line matched."""
 MAX_SEARCH_MATCHES = 100
 """search_files shows at most this many matching lines, then says how many more there are."""
 MAX_SEARCH_FILE_BYTES = 2_000_000
@@ -537,7 +539,7 @@ class SearchFiles(Tool):
         files = f"{searched} file{'s' if searched != 1 else ''} searched" + (
             f", {skipped} skipped (binary or over {MAX_SEARCH_FILE_BYTES:,} bytes)" if skipped else "")
         if not matches:
-            return f"No line matches {args.pattern!r} ({files})."
+            return f"{NO_MATCH}{args.pattern!r} ({files})."
         if total > len(matches):
             matches.append(_more(len(matches), total, "matches", "narrow the pattern or give path"))
         return "\n".join(matches) + f"\n({total} match{'es' if total != 1 else ''}; {files})"

@@ -346,3 +346,32 @@ def test_runs_past_the_offset_says_so(runs: Path) -> None:
     cli_json("run", "--scenario", "plan", runs_dir=runs)
     shown = cli("runs", "--offset", "5", runs_dir=runs)
     assert shown.returncode == 0 and shown.stdout.strip() == f"no runs in {runs} past the first 5 (--offset)"
+
+
+def test_show_names_the_folder_and_ends_with_the_whole_answer_wrapped(runs: Path, tmp_path: Path) -> None:
+    from runner import render
+    from runner.store import FileStore
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "a.txt").write_text("alpha\n")
+    code, out = cli_json("run", "--scenario", "plan", "--workspace", str(tmp_path / "mine"), runs_dir=runs)
+    assert code == 0, out
+    shown = cli("show", out["run_id"], runs_dir=runs, env={"COLUMNS": "80"}).stdout.splitlines()
+    at = shown.index(next(line for line in shown if line.startswith("folder ")))
+    assert " ".join(line.strip() for line in shown[at:at + 3]).startswith(
+        f"folder {tmp_path / 'mine'} · its tools work on a copy")
+    assert max(len(line) for line in shown) <= 80
+    state = FileStore(runs).load(out["run_id"])
+    words = [f"word{i}" for i in range(40)]
+
+    def answered(text: str) -> list[str]:
+        state.messages[-1] = state.messages[-1].model_copy(update={"content": text})
+        return render.transcript_lines(state, [], width=80)
+
+    lines = answered(" ".join(words))
+    at = next(i for i, line in enumerate(lines) if line.startswith("answer: word0 "))
+    assert all(len(line) <= 80 for line in lines[at:])
+    assert " ".join(line.strip() for line in lines[at:]).split()[1:41] == words  # all of it, none cut
+    long = answered(" ".join(words * 5))
+    at = next(i for i, line in enumerate(long) if line.startswith("answer: word0 "))
+    assert long[at + render.ANSWER_LINES - 1].endswith(" …") and long[at + render.ANSWER_LINES].startswith("stopped")

@@ -569,3 +569,16 @@ def test_the_local_harness_rows_end_with_each_manifest_models_whole_set(monkeypa
     stepped = {name for _, step in experiments.HARNESS_STEPS for name in step}
     for entry in models.load_manifest().models:
         assert set(policies.active_for_entry(entry)) <= stepped, entry.name
+
+
+def test_a_search_that_matched_nothing_is_no_evidence(fake: FakeProvider, tmp_path: Path) -> None:
+    from runner import catalog
+
+    (tmp_path / "notes.txt").write_text("Rotate the logs on Fridays.\n")
+    replies = iter([_call("search_files", '{"pattern": "zebra"}', 1), _say("The zebra is in the notes."),
+                    _call("read_file", '{"path": "notes.txt"}', 2), _say("There is no zebra.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="Where is the zebra?", steering=["answer_check"], builtin_tools="folder",
+                       tools=list(catalog.FOLDER_TOOLS), workspace=str(tmp_path)), fake.base_url, None)
+    assert state.tool_runs[0].ok and state.status == "completed" and state.answer == "There is no zebra."
+    assert fake.requests[2]["messages"][-1]["content"].startswith("You answered before reading any file")

@@ -85,6 +85,9 @@ def test_task_picks_a_subset_and_an_unknown_one_is_named(folder: Path, fake: Fak
     done = cli("suite", "--suite", str(folder), "--task", "egs", "--base-url", fake.base_url, "--model", "fake",
                runs_dir=tmp_path / "runs")
     assert done.returncode == 2 and "--task egs: no such task; did you mean eggs?" in done.stderr
+    done = cli("suite", "--provider", "scripted", "--task", "zzz", runs_dir=tmp_path / "runs")
+    assert done.returncode == 2 and "tasks: timeout_file, count_files, read_notes, read_each, largest_file, " \
+        "rotate_logs" in " ".join(done.stderr.split()) and "more" not in done.stderr  # the six-task suite, whole
 
 
 def test_every_mistake_of_a_suite_file_is_a_line_of_its_own(folder: Path, tmp_path: Path) -> None:
