@@ -180,9 +180,9 @@ EXTREMES = "Of these, the largest is {large}, {large_size} bytes; the smallest i
 TABLE_ROWS = "\n\nThe same rows, each value named by its column:\n"
 """With `table_rows`, what follows a table's text in its tool result, before its named rows."""
 TABLE_ROWS_MAX = 200
-
-REPEATED_RESULT = "The same text as your earlier call {call} returned, shown above: nothing changed."
 """table_rows names the values of tables of at most this many lines (header included)."""
+REPEATED_RESULT = "The same text as your earlier call {call} returned, shown above: nothing changed."
+"""With `repeat_results`, the tool result of a call that got the same text as an earlier one."""
 ABSTAIN = ("\n\nIf the files do not hold the answer, do not guess: say that the information is not in the files.")
 """Added to the system prompt with `abstain_option`."""
 HINT_MAX_BYTES = 200_000
