@@ -225,7 +225,8 @@ def _opening(state: RunState, rt: Runtime, fresh: bool) -> _Event:
                           parentRunId=state.parent_run_id, prompt=policies.question(state), endpoint=rt.client.base_url,
                           server=rt.server_settings)
     return RunResumed(runId=state.run_id, turns=state.turns, costUsd=state.cost_usd,
-                      approved=[c.id for c in pending(state) if c.id in state.approved], endpoint=rt.client.base_url)
+                      approved=[c.id for c in pending(state) if c.id in state.approved], endpoint=rt.client.base_url,
+                      messages=len(state.messages))
 
 
 def _answered(state: RunState) -> bool:

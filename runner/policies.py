@@ -65,7 +65,8 @@ POLICIES: dict[str, str] = {
     "answer_check": "a reply that is no answer (it repeats the question, tells how to call the tools, copies "
                     "lines of a file, comes before any file was read, the question not being about the files, "
                     "quotes what nothing read says, comes from files that mention no word of the question, gives "
-                    "a listed file's size, names no file when the question asks for one, or leaves files unread "
+                    "a listed file's size, names no file when the question asks for one, leaves blanks to fill "
+                    "([region name]), or leaves files unread "
                     "when the question asks to read each, names a file other than the listing's largest or "
                     "smallest when asked for it) is taken only after one message saying so and asking "
                     "again, once per kind until another file is read; a reply saying the information is not "
@@ -107,6 +108,9 @@ NON_ANSWERS: dict[str, tuple[str, str]] = {
                "required"),
     "instructions": ("Do not tell me how to use the tools or what to read: call them yourself.{unread} Then answer "
                      "my question in one short sentence: {question}", "required"),
+    "blanks": ("Your answer leaves blanks to fill ({blanks}): it is a template, not an answer.{unread} Read the "
+               "file that holds what goes there if you have not, then answer my question in one short sentence: "
+               "{question}", "auto"),
     "restated": ("Your reply repeated my question instead of answering it. Here is what the tools returned:\n\n"
                  "{results}\n\nUsing only this, answer in one short sentence: {question}", "none"),
     "copied": ("Your reply copied lines of a file instead of answering. Answer my question in one short sentence, "
@@ -159,6 +163,8 @@ FILE_QUESTION = re.compile(
     r"\b(?:which|what)\s+(?:\w+\s+)?(?:files?|notes?|logs?|documents?|docs?|pages?|scripts?|sheets?)\b"
     r"|\bis there (?:a|an|any)\s+(?:\w+\s+)?(?:files?|notes?|logs?|documents?)\b", re.IGNORECASE)
 """A question whose answer is a file (which file mentions X, is there a file about Y)."""
+BLANK = re.compile(r"\[[A-Za-z][\w .'-]{1,40}\](?!\()|<[A-Za-z][\w .'-]{1,40}>|\{[A-Za-z][\w .'-]{1,40}\}")
+"""A blank of a template answer: ``[region name]``, ``<value>``, ``{amount}`` (not a Markdown link)."""
 QUOTED = re.compile(r"`([^`\n]+)`|\"([^\"\n]+)\"|“([^”\n]+)”")
 """Text an answer quotes: in backticks, straight or curly double quotes."""
 SIZE = re.compile(r"\b(\d+)\s*bytes?\b", re.IGNORECASE)
@@ -465,7 +471,8 @@ def review_answer(state: RunState) -> str | None:
                 question=question(state), unread=_unread(state, unread), results=results or "(nothing)",
                 read=", ".join(_read_labels(state, listings=False)), words=" or ".join(words),
                 size=extreme_size or size, file=extreme or file, claim=claim, unread_files=", ".join(unread),
-                seen=_seen(state, unread) if kind == "unnamed" else "", direction=direction, named=named)
+                seen=_seen(state, unread) if kind == "unnamed" else "", direction=direction, named=named,
+                blanks=", ".join(dict.fromkeys(BLANK.findall(last.content or ""))))
     if text is None:
         return None
     state.messages.append(Message(role="user", content=text, name=CORRECTIVE_NAME))
@@ -484,7 +491,8 @@ def non_answers(state: RunState) -> list[str]:
     are unread; "unread", nothing but a listing succeeded, a tool that reads a file was
     offered and the question does not ask about the files themselves (the other kinds are
     then not looked at); "instructions", it names one of the run's tools and tells how to
-    call it, or says what it would read; "restated", it repeats the question, asks one or
+    call it, or says what it would read; "blanks", it is a template with blanks to fill
+    (`BLANK`); "restated", it repeats the question, asks one or
     adds no word of its own to it (`_adds_nothing`); "copied", it copies a tool result
     (`echoes`); "extreme", the question asks for the largest or smallest file and it names
     another file the system prompt lists (`_wrong_extreme`); "unsupported", it quotes text nothing read holds;
@@ -506,6 +514,7 @@ def non_answers(state: RunState) -> list[str]:
     checks: dict[str, Callable[[], bool]] = {
         "instructions": lambda: (any(isinstance(n, str) and n in answer for n in names)
                                  and TOOL_VERBS.search(answer) is not None) or PLANS.search(answer) is not None,
+        "blanks": lambda: BLANK.search(answer) is not None,
         "restated": lambda: answer.endswith("?") or _adds_nothing(answer, asked),
         "copied": lambda: echoes(answer, _result_texts(state)),
         "extreme": lambda: _wrong_extreme(state) is not None,

@@ -752,11 +752,10 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
     verdicts = _verdicts(events)
     servers = answered_by(events)
     runs, resumes = {r.call_id: r for r in state.tool_runs}, [e for e in events if e.type == "run_resumed"]
-    for m in state.messages:
+    for i, m in enumerate(state.messages):
         if m.role == "assistant" or m.name == "runner":  # a reply, or runner's own corrective message
             out += slips()
-        if m.role == "assistant":
-            out += _resumed(resumes, records[at].turn if at < len(records) else None, width)
+        out += _resumed(resumes, i, records[at].turn if m.role == "assistant" and at < len(records) else None, width)
         out.append("")
         if m.role in ("system", "user"):
             who: str = "runner (asks again)" if m.name == "runner" else m.role
@@ -773,7 +772,7 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
             out += _body(m.content or "", width, full, "    ")
         if out[-1] == "" and m.role != "assistant":
             out.pop()
-    out += slips() + _resumed(resumes, None, width)
+    out += slips() + _resumed(resumes, None, None, width)
     out.append("")
     table = engine_table(state, events)
     if table:
@@ -791,11 +790,17 @@ def _tool_label(m: Message, record: Any, server: str | None) -> str:
     return label + (f"  from {server}" if server else "")
 
 
-def _resumed(resumes: list[Any], before_turn: int | None, width: int) -> list[str]:
-    """A line for each `run_resumed` event of `resumes` that came before turn `before_turn`
-    (None: each one left), taken off the list."""
+def _resumed(resumes: list[Any], message: int | None, turn: int | None, width: int) -> list[str]:
+    """A line for each `run_resumed` event of `resumes` that came before message `message`
+    (by the count of messages it recorded; a trace written before that count was kept: before
+    turn `turn`), taken off the list; `message` None: each one left."""
+    def due(e: Any) -> bool:
+        if message is None:
+            return True
+        return e.messages <= message if e.messages is not None else turn is not None and e.turns < turn
+
     lines = []
-    while resumes and (before_turn is None or resumes[0].turns < before_turn):
+    while resumes and due(resumes[0]):
         e = resumes.pop(0)
         head = f"── resumed after turn {e.turns} · {when(e.ts)} UTC "
         lines += ["", fit(head + "─" * max(width - len(head), 0), width)]

@@ -499,9 +499,23 @@ class ReadFile(Tool):
         return _read_text(_text_file(ctx, args.path), args.path)
 
 
+def _searched_files(ctx: ToolContext, root: Path, path: str | None) -> Iterator[tuple[str, Path, int]]:
+    """What search_files looks in: the one file `path` names, else every shown file at or
+    below the folder it names (`Folder.files`)."""
+    if path not in (None, "", ".", "./"):
+        target = resolve_in_workspace(ctx.workspace, path)
+        if target.is_file() and not target.name.startswith("."):
+            yield target.relative_to(root).as_posix(), target, target.stat().st_size
+            return
+        if not target.is_dir():
+            raise ToolError(f"no such file or folder: {path}. Call list_files to see what exists.")
+    yield from Folder(root).files(_folder_arg(ctx, path))
+
+
 class SearchParams(BaseModel, defer_build=True):
-    pattern: str = Field(description="A regular expression (Python syntax), e.g. timed? ?out")
-    path: str | None = Field(default=None, description="A subfolder to search (default: the whole workspace)")
+    pattern: str = Field(description="A regular expression (Python syntax) for the text to find")
+    path: str | None = Field(default=None, description="A file or subfolder to search (default: the whole "
+                                                       "workspace)")
     ignore_case: bool = Field(default=False, description="Match regardless of case")
 
 
@@ -521,7 +535,7 @@ class SearchFiles(Tool):
         root = _real(str(ctx.workspace))
         matches: list[str] = []
         total = searched = skipped = 0
-        for name, real, size in Folder(root).files(_folder_arg(ctx, args.path)):
+        for name, real, size in _searched_files(ctx, root, args.path):
             if ctx.cancel.is_cancelled:
                 raise Cancelled(ctx.cancel.reason or "cancelled")
             text = _text_or_none(real, size)
@@ -621,7 +635,7 @@ class DeleteFile(Tool):
 
 
 class WriteParams(BaseModel, defer_build=True):
-    path: str = Field(description="The file to write, e.g. notes.txt or src/app.py (folders are made)")
+    path: str = Field(description="The file to write, by its path in the workspace (missing folders are made)")
     content: str = Field(description="The whole new content of the file")
 
 

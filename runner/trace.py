@@ -69,6 +69,8 @@ class RunResumed(_Event):
     """Pending call ids that carry an approval as the run resumes."""
     endpoint: str | None = None
     """The base URL this process talks to (a resume may use another)."""
+    messages: int | None = None
+    """Messages in the conversation as the run resumes (a verdict given with the resume included)."""
 
 
 class TurnEvent(_Event):

@@ -375,3 +375,14 @@ def test_show_names_the_folder_and_ends_with_the_whole_answer_wrapped(runs: Path
     long = answered(" ".join(words * 5))
     at = next(i for i, line in enumerate(long) if line.startswith("answer: word0 "))
     assert long[at + render.ANSWER_LINES - 1].endswith(" …") and long[at + render.ANSWER_LINES].startswith("stopped")
+
+
+def test_show_marks_a_resume_after_the_verdict_given_with_it(runs: Path) -> None:
+    code, out = cli_json("run", "--scenario", "destructive", runs_dir=runs)
+    assert code == 3 and out["status"] == "interrupted", out
+    done = cli("resume", out["run_id"], "--reject", "c2", "--reason", "keep it", runs_dir=runs)
+    assert done.returncode == 0, done.stderr
+    lines = cli("show", out["run_id"], runs_dir=runs).stdout.splitlines()
+    mark = next(i for i, line in enumerate(lines) if line.startswith("── resumed after turn 2 · "))
+    assert lines[mark - 2:mark] == ["    The user declined this call: keep it", ""]
+    assert lines[mark + 2].startswith("── turn 3 ")

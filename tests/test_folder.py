@@ -136,6 +136,10 @@ def test_search_files_gives_file_and_line_and_skips_ignored_files(own: Path) -> 
     assert call(SearchFiles(), own, pattern="G = 2") == "No line matches 'G = 2' (3 files searched)."
     with pytest.raises(ToolError, match="not a regular expression"):
         call(SearchFiles(), own, pattern="(unclosed")
+    assert call(SearchFiles(), own, pattern="time", ignore_case=True, path="src/app.py").splitlines() == [
+        "src/app.py:2: raise TimeoutError('timed out')", "(1 match; 1 file searched)"]  # one file, by its path
+    with pytest.raises(ToolError, match=r"no such file or folder: src/nope\.py"):
+        call(SearchFiles(), own, pattern="time", path="src/nope.py")
 
 
 def test_search_files_caps_its_matches(tmp_path: Path) -> None:

@@ -254,12 +254,12 @@ def test_a_killed_run_shows_died_and_resumes(backend: Backend) -> None:
     assert code == 0 and done["status"] == "completed" and done["turns"] == 3
     code, listed = cli_json("runs", "--status", "completed", runs_dir=backend.runs, env=backend.env)
     assert [r["run_id"] for r in listed] == [run_id]
-    shown = cli("show", run_id, runs_dir=backend.runs, env=backend.env).stdout.splitlines()
-    marks = [i for i, line in enumerate(shown) if line.startswith("── resumed after turn ")]
-    assert len(marks) == 1 and shown[marks[0]].startswith("── resumed after turn 1 · ")
-    assert shown[marks[0] + 2].startswith("── turn 2 ")
-    assert [line[:9] for line in shown if line.startswith("── turn ")] == ["── turn 1", "── turn 2", "── turn 3"]
-    assert shown.index(next(line for line in shown if line.startswith("── turn 1 "))) < marks[0]
+    lines = cli("show", run_id, runs_dir=backend.runs, env=backend.env).stdout.splitlines()
+    marks = [i for i, line in enumerate(lines) if line.startswith("── resumed after turn ")]
+    assert len(marks) == 1 and lines[marks[0]].startswith("── resumed after turn 1 · ")
+    assert lines[marks[0] + 2].startswith("── turn 2 ")
+    assert [line[:9] for line in lines if line.startswith("── turn ")] == ["── turn 1", "── turn 2", "── turn 3"]
+    assert lines.index(next(line for line in lines if line.startswith("── turn 1 "))) < marks[0]
 
 
 
