@@ -673,11 +673,20 @@ def echoes(answer: str, tool_results: list[str]) -> bool:
     return False
 
 
+def _found_nothing(state: RunState) -> set[str]:
+    """The call ids of searches that matched no line."""
+    from runner.tools import NO_MATCH
+
+    return {m.tool_call_id for m in state.messages
+            if m.role == "tool" and m.tool_call_id and (m.content or "").startswith(NO_MATCH)}
+
+
 def unread_files(state: RunState) -> list[str]:
     """The files the run has seen listed (the system prompt's listing, list_files results) and
-    not read with a call that succeeded, in the order listed."""
+    not read with a call that succeeded (a search that matched nothing reads nothing), in the
+    order listed."""
     listed = list(dict.fromkeys(path for path, _ in _listed(state)))
-    ok = {r.call_id for r in state.tool_runs if r.ok}
+    ok = {r.call_id for r in state.tool_runs if r.ok} - _found_nothing(state)
     read = {_path_of(c) for m in state.messages for c in (m.tool_calls or [])
             if c.id in ok and c.function.name not in LISTING_TOOLS}
     return [p for p in listed if p not in read]
@@ -799,10 +808,7 @@ def _has_evidence(state: RunState) -> bool:
     asked = question(state)
     if FOLDER_QUESTION.search(asked) and not READ_EACH.search(asked) and any(r.ok for r in state.tool_runs):
         return True
-    from runner.tools import NO_MATCH
-
-    found_nothing = {m.tool_call_id for m in state.messages
-                     if m.role == "tool" and (m.content or "").startswith(NO_MATCH)}
+    found_nothing = _found_nothing(state)
     return any(r.ok and r.source == "run" and r.tool_name not in LISTING_TOOLS and r.call_id not in found_nothing
                for r in state.tool_runs) or any(
         m.role == "user" and m.name == CORRECTIVE_NAME and m.content and m.content.startswith(NUDGE[:40])

@@ -580,10 +580,12 @@ def test_a_search_that_matched_nothing_is_no_evidence(fake: FakeProvider, tmp_pa
     from runner import catalog
 
     (tmp_path / "notes.txt").write_text("Rotate the logs on Fridays.\n")
-    replies = iter([_call("search_files", '{"pattern": "zebra"}', 1), _say("The zebra is in the notes."),
+    replies = iter([_call("search_files", '{"pattern": "zebra", "path": "notes.txt"}', 1), _say("The zebra is in the notes."),
                     _call("read_file", '{"path": "notes.txt"}', 2), _say("There is no zebra.")])
     fake.handler = lambda body: next(replies)
-    state = drive(_run(fake, prompt="Where is the zebra?", steering=["answer_check"], builtin_tools="folder",
+    state = drive(_run(fake, prompt="Where is the zebra?", steering=["answer_check", "listing_in_prompt"],
+                       builtin_tools="folder",
                        tools=list(catalog.FOLDER_TOOLS), workspace=str(tmp_path)), fake.base_url, None)
     assert state.tool_runs[0].ok and state.status == "completed" and state.answer == "There is no zebra."
-    assert fake.requests[2]["messages"][-1]["content"].startswith("You answered before reading any file")
+    review = fake.requests[2]["messages"][-1]["content"]
+    assert review.startswith("You answered before reading any file") and "not read: notes.txt." in review
