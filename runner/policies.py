@@ -163,8 +163,9 @@ FILE_QUESTION = re.compile(
     r"\b(?:which|what)\s+(?:\w+\s+)?(?:files?|notes?|logs?|documents?|docs?|pages?|scripts?|sheets?)\b"
     r"|\bis there (?:a|an|any)\s+(?:\w+\s+)?(?:files?|notes?|logs?|documents?)\b", re.IGNORECASE)
 """A question whose answer is a file (which file mentions X, is there a file about Y)."""
-BLANK = re.compile(r"\[[A-Za-z][\w .'-]{1,40}\](?!\()|<[A-Za-z][\w .'-]{1,40}>|\{[A-Za-z][\w .'-]{1,40}\}")
-"""A blank of a template answer: ``[region name]``, ``<value>``, ``{amount}`` (not a Markdown link)."""
+BLANK = re.compile(r"\[[A-Za-z][\w .'-]{1,40}\](?!\()|<[A-Za-z]\w* [\w .'-]{1,40}>|\{[A-Za-z]\w* [\w .'-]{1,40}\}")
+"""A blank of a template answer: ``[region]``, ``<total amount>``, ``{user name}`` (not a Markdown
+link, nor a tag or a type such as ``<div>`` or ``List<String>``)."""
 QUOTED = re.compile(r"`([^`\n]+)`|\"([^\"\n]+)\"|“([^”\n]+)”")
 """Text an answer quotes: in backticks, straight or curly double quotes."""
 SIZE = re.compile(r"\b(\d+)\s*bytes?\b", re.IGNORECASE)

@@ -338,9 +338,9 @@ def test_every_review_starts_with_words_of_its_own() -> None:
     ("Which job timed out?", ["answer_check"], "Job `9931` timed out.", 'Job "8830" timed out.',  # quoted, and said
      "Nothing you read says `9931`. If the files do not hold the answer, say that the information is not in the "
      "files; otherwise answer my question in one short sentence from what they say: Which job timed out?", "auto"),
-    ("Which job timed out, and after how long?", ["answer_check"], "Job [job id] timed out after <duration>.",
-     "Job 8830 timed out after 30000 ms, see [the log](errors.log).",  # a Markdown link is no blank
-     "Your answer leaves blanks to fill ([job id], <duration>): it is a template, not an answer. Read the file that "
+    ("Which job timed out, and after how long?", ["answer_check"], "Job [job id] timed out after <the duration>.",
+     "Job 8830 timed out after 30000 ms, see [the log](errors.log) <br>.",  # a link, a tag: no blanks
+     "Your answer leaves blanks to fill ([job id], <the duration>): it is a template, not an answer. Read the file that "
      "holds what goes there if you have not, then answer my question in one short sentence: Which job timed out, "
      "and after how long?", "auto"),
 ])
