@@ -630,7 +630,7 @@ def _answer(state: RunState, rt: Runtime, call: ToolCall, text: str, record: Too
     from runner.trace import ToolResult
 
     if record.ok:
-        text = policies.tool_result_text(state, call, text)
+        text = policies.tool_result_text(state, call, text, record.signature)
     text, omitted = cap_text(text, state.config.max_tool_result_chars)
     state.messages.append(Message(role="tool", tool_call_id=call.id, name=call.function.name, content=text))
     state.tool_runs.append(record)

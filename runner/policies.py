@@ -385,23 +385,21 @@ def _with_paths(schemas: list[dict[str, Any]], files: list[str]) -> list[dict[st
     return out
 
 
-def tool_result_text(state: RunState, call: ToolCall, text: str) -> str:
+def tool_result_text(state: RunState, call: ToolCall, text: str, signature: str) -> str:
     """The text the model reads for a successful call's result: `text`, with table_rows
     followed by a table's rows named by column (`_table_rows`); with repeat_results, for a call
-    that repeats an earlier successful one whose result read the same, one line pointing to it
-    (`REPEATED_RESULT`)."""
+    that repeats an earlier successful one (the same `signature`, as its `ToolRun` has it) whose
+    result read the same, one line pointing to it (`REPEATED_RESULT`)."""
     text = _table_rows(state, call, text)
-    if "repeat_results" in state.config.steering and _same_as_before(state, call, text):
+    if "repeat_results" in state.config.steering and _same_as_before(state, signature, text):
         return REPEATED_RESULT.format(call=_call_label(call))
     return text
 
 
-def _same_as_before(state: RunState, call: ToolCall, text: str) -> bool:
-    """An earlier successful call with `call`'s signature got `text` (as capped) as its result."""
-    from runner.state import call_signature
+def _same_as_before(state: RunState, signature: str, text: str) -> bool:
+    """An earlier successful call with this signature got `text` (as capped) as its result."""
     from runner.tools import cap_text
 
-    signature = call_signature(call.function.name, call.function.arguments)
     earlier = {r.call_id for r in state.tool_runs if r.ok and r.signature == signature}
     shown = cap_text(text, state.config.max_tool_result_chars)[0]
     return any(m.role == "tool" and m.tool_call_id in earlier and m.content == shown for m in state.messages)

@@ -494,7 +494,7 @@ def test_table_rows_names_each_value_of_a_table_read_whole() -> None:
     def seen(path: str, text: str, steering: list[str]) -> str:
         state = new_run("q", RunConfig.model_validate({"model": "scripted/plan", "steering": steering}))
         call = ToolCall(id="c", function=FunctionCall(name="read_file", arguments=json.dumps({"path": path})))
-        return policies.tool_result_text(state, call, text)
+        return policies.tool_result_text(state, call, text, signature="")
 
     table = "name,team\nDana Levi,design\nChen Wei,platform\n"
     assert seen("staff.csv", table, ["table_rows"]) == (
@@ -536,7 +536,8 @@ def test_repeat_results_points_a_repeated_read_to_the_earlier_result(fake: FakeP
     if steering:
         assert again == policies.REPEATED_RESULT.format(call="read_file errors.log")
         call = next(c for m in state.messages for c in (m.tool_calls or []))
-        assert policies.tool_result_text(state, call, first + "one more line\n") == first + "one more line\n"
+        changed = first + "one more line\n"
+        assert policies.tool_result_text(state, call, changed, state.tool_runs[0].signature) == changed
     else:
         assert again == first
 
