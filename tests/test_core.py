@@ -192,6 +192,7 @@ def test_corrupt_state_file_is_a_clear_error(runs: Path) -> None:
     _, out = cli_json("run", "--scenario", "plan", "--max-turns", "1", runs_dir=runs)
     path = runs / out["run_id"] / "state.json"
     path.write_text('{"run_id": "x", "messages": [')
+    (runs / out["run_id"] / "journal.jsonl").unlink()  # with it, the run is rebuilt (test_journal)
     proc = cli("resume", out["run_id"], runs_dir=runs)
     assert proc.returncode == 1 and "not a valid run state" in proc.stderr and "Traceback" not in proc.stderr
     assert path.read_text() == '{"run_id": "x", "messages": ['  # nothing overwritten

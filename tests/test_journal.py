@@ -11,8 +11,12 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
+from runner.errors import CorruptState
 from runner.harness import workspace_template
 from runner.scripted import ScriptedServer, ScriptedSettings
+from runner.state import RunConfig, new_run
 from runner.store import FileStore
 from runner.tools import deleted_files
 from tests.conftest import cli, cli_json, cli_process, one_error
@@ -183,6 +187,45 @@ def test_a_cut_off_last_line_is_damaged_everywhere_and_repair_fixes_it(provider:
     assert cli("repair", run_id, runs_dir=runs).stdout.endswith("nothing to repair\n")
     code, done = cli_json("resume", run_id, runs_dir=runs)
     assert (code, done["status"], done["turns"], done["cost_usd"]) == (0, "completed", 3, out["cost_usd"]), done
+
+
+def test_a_damaged_state_file_is_rebuilt_from_the_journal_by_repair(provider: str, runs: Path) -> None:
+    code, out = cli_json("run", "--scenario", "plan", "--base-url", provider, runs_dir=runs)
+    assert code == 0
+    run_id, folder = out["run_id"], runs / out["run_id"]
+    cut = (folder / "state.json").read_bytes()[:100]  # a torn copy, as a bad disk or an editor leaves it
+    (folder / "state.json").write_bytes(cut)
+
+    code, listed = cli_json("runs", runs_dir=runs)
+    assert code == 0 and [(r["run_id"], r["status"], r["turns"]) for r in listed] == [(run_id, "damaged", 3)]
+    assert listed[0]["damage"] == f"state.json: not a JSON object; repair: runner repair {run_id}"
+    shown = cli("show", run_id, runs_dir=runs)  # the journal holds the whole run: shown as it ended
+    assert shown.returncode == 0 and out["answer"] in shown.stdout and "damaged: state.json" in shown.stdout
+    refused = cli("resume", run_id, runs_dir=runs)
+    assert refused.returncode == 1 and one_error(refused.stderr) == (
+        f"error: the run is damaged at state.json: not a JSON object (last good: save 7); repair with: "
+        f"runner repair {run_id}")
+    assert (folder / "state.json").read_bytes() == cut  # refusing overwrites nothing
+
+    repaired = cli("repair", run_id, runs_dir=runs)
+    assert repaired.returncode == 0 and "nothing committed after it" in repaired.stdout, repaired.stdout
+    assert (folder / "state.json.damaged-7").read_bytes() == cut
+    state = FileStore(runs).load(run_id)
+    assert (state.status, state.answer, state.turns) == ("completed", out["answer"], 3)
+    assert cli("repair", run_id, runs_dir=runs).stdout.count("nothing to repair") == 1
+
+
+def test_a_damaged_state_file_after_compaction_cannot_be_rebuilt_and_says_why(runs: Path) -> None:
+    store = FileStore(runs)
+    state = new_run("q", RunConfig.model_validate({"model": "scripted/plan"}))
+    lease = store.create(state, owner="tester")
+    assert lease is not None
+    store.save(state, [], lease, force=True)  # folded into state.json: the journal starts after it
+    store.release(lease)
+    (runs / state.run_id / "state.json").write_text("{")
+    with pytest.raises(CorruptState, match=r"not a JSON object, and its journal starts after save 2: nothing else "
+                                           r"holds the saves before"):
+        store.load(state.run_id)
 
 
 def test_repairing_a_finished_run_does_not_offer_a_resume(provider: str, runs: Path) -> None:

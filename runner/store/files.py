@@ -25,7 +25,9 @@ and the journal restarts (compaction), so a save costs what changed, not the tra
 
 A kill at any point leaves a loadable run: a torn journal line is ignored (and cut at the next
 claim), a torn snapshot write never replaces state.json. A `state.json` older than the journal's
-base (a restored backup) is refused (`StaleState`) unless loaded with `force`.
+base (a restored backup) is refused (`StaleState`) unless loaded with `force`. A `state.json`
+that is not a JSON object makes the run damaged when the journal holds it from its first save
+(`runner repair` writes a new one from the journal), and unreadable after a compaction.
 """
 
 from __future__ import annotations
@@ -109,6 +111,9 @@ class _Replay:
     JSON, or does not follow the one before it); the replay stops at the last good record."""
     damage_brief: str = ""
     """`damage` without the path, for a table."""
+    snapshot_damage: str | None = None
+    """Why state.json could not be read, when the journal holds the run from its first save
+    (the run is then damaged: `runner repair` writes a new state.json from the journal)."""
     damaged_lines: list[bytes] = field(default_factory=list)
     """The whole lines from the damaged record on (what a repair drops)."""
     events: list[str] | None = None
@@ -211,13 +216,18 @@ class FileStore(RunStore):
             events: also collect every committed event the journal holds (`_Replay.events`).
 
         Raises:
-            RunNotFound: no such run. CorruptState: the snapshot is unreadable, or is missing
-            while the journal starts after it. DamagedRun: not even the first record is good.
+            RunNotFound: no such run. CorruptState: the snapshot is unreadable or missing
+            while the journal starts after it (an unreadable one is damage when the journal
+            holds the run from its first save). DamagedRun: not even the first record is good.
         """
         folder = self.run_dir(run_id)
         snapshot = folder / "state.json"
         missing = RunNotFound(f"no run {run_id!r} in {self.root}")
-        raw, data = _read_snapshot(snapshot)
+        unreadable: CorruptState | None = None
+        try:
+            raw, data = _read_snapshot(snapshot)
+        except CorruptState as exc:  # the journal may still hold the run from its first save
+            raw, data, unreadable = None, {}, exc
         seq = int(data.get("seq", 0))
         replay = _Replay(data, seq, len(raw or b""), 0, 0, events=[] if events else None)
         path = folder / "journal.jsonl"
@@ -225,10 +235,22 @@ class FileStore(RunStore):
             journal = path.read_bytes()
         except FileNotFoundError:
             if raw is None:
-                raise missing from None
+                raise (unreadable or missing) from None
             return replay
         replay.journal_bytes = len(journal)
-        self._read_records(replay, journal, path, raw is not None, snapshot)
+        try:
+            self._read_records(replay, journal, path, raw is not None, snapshot)
+        except CorruptState as exc:
+            if unreadable is None:
+                raise
+            raise CorruptState(f"{unreadable}, and its journal starts after save {replay.base}: nothing else "
+                               "holds the saves before") from exc
+        if unreadable is not None:
+            if replay.seq == 0:
+                raise unreadable
+            replay.snapshot_damage = str(unreadable)
+            if not replay.damage:
+                replay.damage, replay.damage_brief = str(unreadable), "state.json: " + str(unreadable).split(": ")[-1]
         if replay.seq == 0:
             if replay.damage:  # not one good record: nothing to rebuild a state from
                 raise DamagedRun(f"run {run_id} is damaged beyond repair: {replay.damage}, and no earlier "
@@ -814,14 +836,14 @@ class FileStore(RunStore):
                 return report
             state = self._state(replay, run_id)
             report = _losses(run_id, replay, state, _raw_trace(trace))
+            journal_damaged = bool(replay.damage) and replay.damage != replay.snapshot_damage
             if state.status == "running":  # no process drives it: stopped, resumable, saying why
+                source = "a damaged journal" if journal_damaged else "its journal (state.json was damaged)"
                 state.status, state.reason = "interrupted", (
-                    f"repaired from save {replay.seq} of a damaged journal; resume to go on")
+                    f"repaired from save {replay.seq} of {source}; resume to go on")
                 state.interruption = RepairedInterruption(kept_seq=replay.seq, dropped=len(report.dropped))
             report.status = state.status
-            kept = folder / f"journal.jsonl.damaged-{replay.seq}"
-            shutil.copyfile(folder / "journal.jsonl", kept)
-            report.notes.insert(0, f"the damaged journal is kept as {kept}")
+            report.notes[:0] = _keep_damaged(folder, replay, journal_damaged)
             if replay.stale:
                 report.notes.insert(0, replay.stale)
             state.seq = report.new_seq = max(replay.seq, replay.journal_seq, _trace_seq(trace)) + 1
@@ -1098,6 +1120,20 @@ def _describe(event: dict[str, Any]) -> str:
     if kind == "run_stopped":
         return f"run_stopped {event.get('status')}"
     return str(kind)
+
+
+def _keep_damaged(folder: Path, replay: _Replay, journal_damaged: bool) -> list[str]:
+    """Keep copies of a run's journal, and of its state.json when that was damaged, beside them
+    before a repair replaces them; a note saying where each is."""
+    notes = []
+    if replay.snapshot_damage:
+        kept = folder / f"state.json.damaged-{replay.seq}"
+        shutil.copyfile(folder / "state.json", kept)
+        notes.append(f"{replay.snapshot_damage}: kept as {kept}; the new one is rebuilt from the journal")
+    kept = folder / f"journal.jsonl.damaged-{replay.seq}"
+    shutil.copyfile(folder / "journal.jsonl", kept)
+    notes.append(f"the {'damaged ' if journal_damaged else ''}journal is kept as {kept}")
+    return notes
 
 
 def _damaged(run_args: str, replay: _Replay) -> DamagedRun:
