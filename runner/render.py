@@ -474,26 +474,50 @@ def print_suite(report: SuiteReport) -> None:
 
 
 def print_policies(as_json: bool) -> None:
-    """`runner policies`: each policy and what it does, then the policies of each manifest model."""
+    """`runner policies`: each policy and what it does, then the policies of each manifest
+    model (with answer_forcing's number of tool turns), then the server policies of `runner
+    serve --steer` and each model's default set of them."""
     import json
 
     from runner import models, policies
+    from runner.serve_steering import DEFAULT_ANSWER_AFTER_TURNS, SERVER_POLICIES
 
-    by_model = {entry.name: policies.active_for_entry(entry) for entry in models.load_manifest().models}
+    entries = models.load_manifest().models
+    by_model = {entry.name: policies.active_for_entry(entry) for entry in entries}
+    forcing = {entry.name: entry.answer_after_tool_turns for entry in entries}
+    served = {entry.name: entry.serve_policies for entry in entries}
     if as_json:
-        print(json.dumps({"policies": policies.POLICIES, "models": by_model}, indent=2))
+        print(json.dumps({"policies": policies.POLICIES, "models": by_model, "answer_after_tool_turns": forcing,
+                          "serve_policies": SERVER_POLICIES, "serve_models": served}, indent=2))
         return
     import shutil
     import textwrap
 
     width = min(shutil.get_terminal_size((80, 24)).columns, 100)
-    for name, what in policies.POLICIES.items():
-        print(name)
-        print(textwrap.fill(what, width, initial_indent="    ", subsequent_indent="    "))
-    print()
+
+    def described(items: dict[str, str]) -> None:
+        for name, what in items.items():
+            print(name)
+            print(textwrap.fill(what, width, initial_indent="    ", subsequent_indent="    "))
+        print()
+
+    def model_line(model: str, names: str) -> None:
+        print(textwrap.fill(f"{model}: {names or 'none'}", width, subsequent_indent="    "))
+
+    described(policies.POLICIES)
     for model, names in by_model.items():
-        print(textwrap.fill(f"{model}: {', '.join(n for n in policies.POLICIES if n in names) or 'none'}", width,
-                            subsequent_indent="    "))
+        turns = forcing[model]
+        shown = [n + (f" (after {turns} tool turn{'s' if turns != 1 else ''})" if n == "answer_forcing" and turns else "")
+                 for n in policies.POLICIES if n in names]
+        model_line(model, ", ".join(shown))
+    print()
+    print(textwrap.fill("The server policies of runner serve --steer: on applies them all, default each model's "
+                        "set below, off none.", width))
+    print()
+    described(SERVER_POLICIES)
+    for model, names in served.items():
+        after = forcing[model] or DEFAULT_ANSWER_AFTER_TURNS
+        model_line(model, ", ".join(n + (f" (N={after})" if n == "answer_after_turns" else "") for n in names))
 
 
 def score_lines(report: SuiteReport) -> list[str]:

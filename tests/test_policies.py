@@ -122,6 +122,11 @@ def test_runner_policies_lists_every_policy_and_each_models_set(tmp_path: Path) 
     shown = json.loads(done.stdout)
     assert list(shown["policies"]) == list(policies.POLICIES)
     assert "first_turn_required" in shown["models"]["qwen2.5-coder-1.5b-instruct"]
+    assert shown["answer_after_tool_turns"]["qwen2.5-coder-1.5b-instruct"] == 6
+    assert list(shown["serve_policies"]) == ["first_turn_required", "answer_on_repeat", "answer_after_turns"]
+    table = cli("policies", runs_dir=tmp_path, env={"COLUMNS": "80"}).stdout
+    assert "answer_forcing (after 6" in table and "\nanswer_on_repeat\n" in table
+    assert max(len(line) for line in table.splitlines()) <= 80
 
 
 def test_an_unknown_policy_is_a_usage_error_in_one_line(tmp_path: Path) -> None:
