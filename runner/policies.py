@@ -55,6 +55,9 @@ POLICIES: dict[str, str] = {
                         "with a sentence naming the largest and the smallest file",
     "table_rows": "a CSV or TSV file read whole is followed, in its tool result, by its rows again with each "
                   "value named by its column (name=Dana Levi; team=design)",
+    "table_extremes": "for a question that compares (most, highest, latest, ...), a CSV or TSV file read whole is "
+                      "followed, in its tool result, by each numeric or date column's highest and lowest value "
+                      "and the rows that hold them",
     "abstain_check": "an answer that says the information is not there is taken only after one reminder to look "
                      "in the file most likely to hold it (that request sends tool_choice \"required\"), or at once "
                      "when every listed file was read or answer_check said it may be the answer",
@@ -64,7 +67,8 @@ POLICIES: dict[str, str] = {
                     "schema: a local model's grammar then cannot name a file that does not exist)",
     "answer_check": "a reply that is no answer (it repeats the question, tells how to call the tools, copies "
                     "lines of a file, comes before any file was read, the question not being about the files, "
-                    "quotes what nothing read says, comes from files that mention no word of the question, gives "
+                    "quotes what nothing read says, comes from files that mention no word of the question (a table "
+                    "aside), gives "
                     "a listed file's size, names no file when the question asks for one, leaves blanks to fill "
                     "([region name]), or leaves files unread "
                     "when the question asks to read each, names a file other than the listing's largest or "
@@ -74,7 +78,7 @@ POLICIES: dict[str, str] = {
 }
 """Every policy, by name, in words."""
 NEW_POLICIES = ("listing_in_prompt", "listing_hints", "listing_extremes", "abstain_option", "evidence_first",
-                "table_rows", "abstain_check", "path_choices", "answer_check", "repeat_results")
+                "table_rows", "table_extremes", "abstain_check", "path_choices", "answer_check", "repeat_results")
 """The policies kept by name in `RunConfig.steering` (the others are fields of their own)."""
 
 CORRECTIONS = {
@@ -187,7 +191,19 @@ EXTREMES = "Of these, the largest is {large}, {large_size} bytes; the smallest i
 TABLE_ROWS = "\n\nThe same rows, each value named by its column:\n"
 """With `table_rows`, what follows a table's text in its tool result, before its named rows."""
 TABLE_ROWS_MAX = 200
-"""table_rows names the values of tables of at most this many lines (header included)."""
+"""table_rows and table_extremes work on tables of at most this many lines (header included)."""
+TABLE_EXTREMES = "\n\nThe highest and lowest value of each column of numbers or dates, over the {count} rows:\n"
+"""With `table_extremes`, what follows a table's text in its tool result, before a line per column."""
+EXTREME_ROW = "- {column}: highest {high} ({high_rows}); lowest {low} ({low_rows})"
+"""One column's line with `table_extremes`: its extremes and the rows holding them, named by column."""
+COMPARES = re.compile(
+    r"\b(?:most|least|fewest|highest|lowest|largest|smallest|biggest|greatest|maximum|minimum|max|min|"
+    r"newest|oldest|latest|earliest|recent|recently|longest|shortest|cheapest|priciest|more|less|fewer|"
+    r"higher|lower|larger|smaller|bigger|older|newer|cheaper|top)\b", re.IGNORECASE)
+"""A question that compares values (the most, the latest, ...), which a table's extremes may answer."""
+NUMBER = re.compile(r"^[-+]?[$€£]?\d+(?:\.\d+)?%?$")
+DATE = re.compile(r"^\d{4}-\d{2}(?:-\d{2})?(?:[T ]\d{2}:\d{2}(?::\d{2})?)?$")
+"""Values `table_extremes` compares: numbers (a currency sign or % allowed) and ISO dates."""
 REPEATED_RESULT = "The same text as your earlier call {call} returned, shown above: nothing changed."
 """With `repeat_results`, the tool result of a call that got the same text as an earlier one."""
 ABSTAIN = ("\n\nIf the files do not hold the answer, do not guess: say that the information is not in the files.")
@@ -210,6 +226,9 @@ LISTING_TOOLS = frozenset({"list_files"})
 """Tools whose result lists the folder rather than showing what a file holds."""
 PATH_CHOICE_TOOLS = frozenset({"read_file"})
 """Tools whose ``path`` argument `path_choices` limits to the listed files."""
+TABLE_FILES = (".csv", ".tsv")
+"""The file names `table_rows` and `table_extremes` read as tables, and the "unrelated" review
+takes as able to answer a question whose words they do not hold."""
 LISTED = re.compile(r"^(\S[^\n]*?) \((\d+) bytes\)", re.MULTILINE)
 """A file in a listing: ``path (N bytes)``, path and size."""
 
@@ -387,10 +406,11 @@ def _with_paths(schemas: list[dict[str, Any]], files: list[str]) -> list[dict[st
 
 def tool_result_text(state: RunState, call: ToolCall, text: str, signature: str) -> str:
     """The text the model reads for a successful call's result: `text`, with table_rows
-    followed by a table's rows named by column (`_table_rows`); with repeat_results, for a call
+    followed by a table's rows named by column (`_table_rows`), with table_extremes by its
+    columns' extremes (`_table_extremes`); with repeat_results, for a call
     that repeats an earlier successful one (the same `signature`, as its `ToolRun` has it) whose
     result read the same, one line pointing to it (`REPEATED_RESULT`)."""
-    text = _table_rows(state, call, text)
+    text = _table_extremes(state, call, _table_rows(state, call, text))
     if "repeat_results" in state.config.steering and _same_as_before(state, signature, text):
         return REPEATED_RESULT.format(call=_call_label(call))
     return text
@@ -409,18 +429,68 @@ def _table_rows(state: RunState, call: ToolCall, text: str) -> str:
     """With table_rows, after a CSV or TSV file read whole (a header and rows of as many
     values), `text` followed by the same rows with each value named by its column
     (`TABLE_ROWS`); else `text`."""
-    import csv
-
-    path = _path_of(call) or ""
-    if "table_rows" not in state.config.steering or call.function.name not in PATH_CHOICE_TOOLS \
-            or not path.lower().endswith((".csv", ".tsv")):
-        return text
-    rows = [row for row in csv.reader(text.splitlines(), delimiter="\t" if path.lower().endswith(".tsv") else ",")
-            if row]
-    if len(rows) < 2 or len(rows) > TABLE_ROWS_MAX or len(rows[0]) < 2 or any(len(r) != len(rows[0]) for r in rows):
+    rows = _read_table(call, text) if "table_rows" in state.config.steering else None
+    if rows is None:
         return text
     named = ["; ".join(f"{column}={value}" for column, value in zip(rows[0], row)) for row in rows[1:]]
     return text.rstrip("\n") + TABLE_ROWS + "\n".join(named)
+
+
+def _table_extremes(state: RunState, call: ToolCall, text: str) -> str:
+    """With table_extremes and a question that compares (`COMPARES`), after a table read whole,
+    `text` followed by a line per column of numbers or ISO dates (ids left out): its highest and
+    lowest value and every row holding each, the other values named by column; else `text`."""
+    rows = _read_table(call, text) if "table_extremes" in state.config.steering else None
+    if rows is None or not COMPARES.search(question(state)):
+        return text
+    header, body = rows[0], rows[1:]
+    lines = []
+    for i, column in enumerate(header):
+        values = [row[i].strip() for row in body]
+        key = _comparable(column, values)
+        if key is None:
+            continue
+        high, low = max(values, key=key), min(values, key=key)
+        lines.append(EXTREME_ROW.format(column=column, high=high, low=low,
+                                        high_rows=_rows_holding(header, body, i, high, key),
+                                        low_rows=_rows_holding(header, body, i, low, key)))
+    if not lines:
+        return text
+    return text.rstrip("\n") + TABLE_EXTREMES.format(count=len(body)) + "\n".join(lines)
+
+
+def _comparable(column: str, values: list[str]) -> Callable[[str], Any] | None:
+    """How to order a column's values: as numbers, or as ISO dates (text order); None for an id
+    column, one of text, or one whose values are all the same."""
+    name = column.strip().lower()
+    if name == "id" or name.endswith(("_id", " id")) or len(set(values)) < 2:
+        return None
+    if all(NUMBER.match(v) for v in values):
+        return lambda v: float(v.strip("$€£%"))
+    if all(DATE.match(v) for v in values):
+        return str
+    return None
+
+
+def _rows_holding(header: list[str], body: list[list[str]], column: int, value: str, key: Callable[[str], Any]) -> str:
+    """The rows whose `column` orders equal to `value`, each as its other values named by column."""
+    return " | ".join("; ".join(f"{h}={v}" for j, (h, v) in enumerate(zip(header, row)) if j != column)
+                      for row in body if key(row[column].strip()) == key(value))
+
+
+def _read_table(call: ToolCall, text: str) -> list[list[str]] | None:
+    """A CSV or TSV file's text read whole by a read tool as rows (the header first), or None
+    when the call read no such file, or the text is not a table of at most `TABLE_ROWS_MAX`
+    lines, each with as many values as the header (two or more)."""
+    import csv
+
+    path = (_path_of(call) or "").lower()
+    if call.function.name not in PATH_CHOICE_TOOLS or not path.endswith(TABLE_FILES):
+        return None
+    rows = [row for row in csv.reader(text.splitlines(), delimiter="\t" if path.endswith(".tsv") else ",") if row]
+    if len(rows) < 2 or len(rows) > TABLE_ROWS_MAX or len(rows[0]) < 2 or any(len(r) != len(rows[0]) for r in rows):
+        return None
+    return rows
 
 
 def before_request(state: RunState) -> None:
@@ -627,13 +697,16 @@ def _unrelated(state: RunState) -> bool:
     """Files were read, none of them (nor any other result but a listing) mentions a word of
     the question, and listed files are still unread: the answer came from the wrong file.
     A question about the files themselves is answered from the listing, and one that names
-    a file the run read is taken to be about that file."""
+    a file the run read is taken to be about that file, and one that read a table (CSV or TSV)
+    may have answered from it: a table's column names seldom repeat a question's words ("who
+    joined most recently" is answered by a start_year column)."""
     asked = question(state)
     stems = [stem for _, stem in question_words(asked)]
     texts = [text.lower() for text in _result_texts(state, listings=False)]
     if not stems or not texts or FOLDER_QUESTION.search(asked) or not unread_files(state):
         return False
-    if any(label.lower() in asked.lower() for label in _read_labels(state, listings=False)):
+    read = [label.lower() for label in _read_labels(state, listings=False)]
+    if any(label in asked.lower() or label.endswith(TABLE_FILES) for label in read):
         return False
     return not any(mentions(text, stem) for stem in stems for text in texts)
 

@@ -511,6 +511,33 @@ def test_table_rows_names_each_value_of_a_table_read_whole() -> None:
     assert seen("cut.csv", "name,team\nDana Levi\n", ["table_rows"]) == "name,team\nDana Levi\n"  # ragged: as it is
 
 
+def test_table_extremes_names_each_columns_highest_and_lowest_rows_for_a_comparing_question() -> None:
+    from runner.state import FunctionCall, RunConfig, ToolCall, new_run
+
+    def seen(prompt: str, path: str, text: str, steering: list[str] = ["table_extremes"]) -> str:  # noqa: B006
+        state = new_run(prompt, RunConfig.model_validate({"model": "scripted/plan", "steering": steering}))
+        call = ToolCall(id="c", function=FunctionCall(name="read_file", arguments=json.dumps({"path": path})))
+        return policies.tool_result_text(state, call, text, signature="")
+
+    staff = "id,name,start_year,joined\n1,Amara,2019,2019-03-01\n2,Bruno,2023,2023-01-09\n3,Chen,2017,2017-06-30\n" \
+            "4,Dana,2023,2023-05-02\n"
+    assert seen("Who joined most recently?", "staff.csv", staff) == staff.rstrip("\n") + (
+        "\n\nThe highest and lowest value of each column of numbers or dates, over the 4 rows:\n"
+        "- start_year: highest 2023 (id=2; name=Bruno; joined=2023-01-09 | id=4; name=Dana; joined=2023-05-02); "
+        "lowest 2017 (id=3; name=Chen; joined=2017-06-30)\n"
+        "- joined: highest 2023-05-02 (id=4; name=Dana; start_year=2023); lowest 2017-06-30 (id=3; name=Chen; "
+        "start_year=2017)")
+    money = "month,spent\njan,$1200\nfeb,950\nmar,1430.5\n"
+    assert "- spent: highest 1430.5 (month=mar); lowest 950 (month=feb)" in seen("Which month cost the most?",
+                                                                              "b.csv", money)
+    assert seen("Where does Bruno work?", "staff.csv", staff) == staff  # no comparison asked
+    assert seen("Who joined most recently?", "staff.csv", staff, []) == staff  # the policy off
+    assert seen("Who joined most recently?", "staff.txt", staff) == staff  # not a table file
+    assert seen("Which is the largest?", "t.csv", "name,kind\na,x\nb,y\n") == "name,kind\na,x\nb,y\n"  # no numbers
+    same = "name,n\na,1\nb,1\n"
+    assert seen("Which has the most?", "t.csv", same) == same  # one value throughout: nothing to compare
+
+
 def test_runner_run_on_ones_own_folder_sends_what_the_manifest_policies_add(fake: FakeProvider, tmp_path: Path) -> None:
     """`runner run` with a manifest model gets its policies as the suite's runs do: the folder's
     listing in the system prompt from the first request on, read_file limited to its files."""
@@ -528,6 +555,22 @@ def test_runner_run_on_ones_own_folder_sends_what_the_manifest_policies_add(fake
     read_file = next(t for t in first["tools"] if t["function"]["name"] == "read_file")
     assert read_file["function"]["parameters"]["properties"]["path"]["enum"] == ["inventory.csv", "notes.txt"]
     assert all(r["messages"][0] == first["messages"][0] for r in fake.requests)
+
+
+def test_an_answer_from_a_table_is_not_sent_elsewhere_for_lacking_the_questions_words(
+        fake: FakeProvider, tmp_path: Path) -> None:
+    """A table's columns seldom repeat the question's words: an answer after reading one is
+    taken, though staff.csv holds neither "joined" nor "recently" and notes.txt is unread."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "staff.csv").write_text("name,start_year\nChen Wei,2017\nFatima Zahra,2023\n")
+    (folder / "notes.txt").write_text("Ask Priya.\n")
+    replies = iter([_call("read_file", '{"path": "staff.csv"}', 1), _say("Fatima Zahra joined most recently.")])
+    fake.handler = lambda body: next(replies)
+    done = cli("run", "Who joined most recently?", "--base-url", fake.base_url, "--model",
+               "qwen2.5-coder-1.5b-instruct", "--workspace", str(folder), "--json", runs_dir=tmp_path / "runs")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["answer"] == "Fatima Zahra joined most recently." and len(fake.requests) == 2
 
 
 @pytest.mark.parametrize("steering", [["repeat_results"], []])
