@@ -675,7 +675,13 @@ def next_steps(state: RunState, store_opts: str = "") -> list[str]:
     if state.status == "max_turns_exceeded":
         return [f"resume with N > {state.turns} (0: no cap): runner resume {rid} --max-turns N"]
     if state.status == "budget_exceeded":
-        needs = it.needs_usd if it is not None and it.type == "max_budget" and it.needs_usd else None
+        budget = it if it is not None and it.type == "max_budget" else None
+        if budget is not None and budget.limit_tokens is not None:
+            spent = budget.used_tokens if budget.used_tokens is not None else budget.limit_tokens
+            return [f"resume with N > {spent:,} (0: no cap): runner resume {rid} --max-tokens-total N"]
+        if budget is not None and budget.limit_wall_s is not None:
+            return [f"resume with S > {state.wall_ms / 1000:.1f} (0: no cap): runner resume {rid} --max-wall-s S"]
+        needs = budget.needs_usd if budget is not None and budget.needs_usd else None
         least = f"USD >= {needs:.6f}" if needs else f"USD > {state.cost_usd:.6f}"
         return [f"resume with {least} (0: no budget): runner resume {rid} --max-budget USD"]
     if state.status in ("interrupted", "running"):
@@ -731,7 +737,8 @@ def _body(text: str, width: int, full: bool, indent: str, *, wrap: bool = False,
     shown = lines if full or not capped else lines[:RESULT_LINES]
     out = [indent + line if full else fit(indent + line, width) for line in shown]
     if len(shown) < len(lines):
-        out.append(f"{indent}… {len(lines) - len(shown)} more lines (--full shows all)")
+        more = len(lines) - len(shown)
+        out.append(f"{indent}… {more} more line{'s' if more != 1 else ''} (--full shows all)")
     return out
 
 

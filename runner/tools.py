@@ -231,10 +231,11 @@ def resolve_in_workspace(workspace: Path, path: str) -> Path:
 
 def _visible_files(workspace: Path) -> list[tuple[str, int]]:
     """(path, size in bytes) of the workspace's visible files, subfolders' included (as
-    ``src/app.py``), by path; hidden files and folders left out."""
+    ``src/app.py``), by path; hidden files and folders left out, and folders whose own
+    `.gitignore` ignores everything in them (runner's runs directory, a virtualenv)."""
     found = []
     for root, dirs, files in os.walk(workspace):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        dirs[:] = [d for d in dirs if not d.startswith(".") and not _ignores_all(Path(root, d))]
         where = Path(root).relative_to(workspace)
         for name in files:
             path = Path(root, name)

@@ -121,6 +121,20 @@ def test_a_token_budget_stops_a_run_at_zero_dollars(tmp_path: Path) -> None:
     assert out["interruption"]["limit_tokens"] == 150 and out["interruption"]["used_tokens"] == 220
 
 
+@pytest.mark.parametrize(("limit", "option"), [(["--max-tokens-total", "1500"], "--max-tokens-total N"),
+                                               (["--max-wall-s", "0.5", "--latency-ms", "200"], "--max-wall-s S")])
+def test_a_token_or_time_budget_stop_says_which_option_a_resume_lifts(tmp_path: Path, limit: list[str],
+                                                                      option: str) -> None:
+    runs = tmp_path / "runs"
+    stopped = cli("run", "--scenario", "runaway", *limit, runs_dir=runs)
+    assert stopped.returncode == 3 and "budget" in stopped.stdout, stopped.stdout
+    hint = " ".join(stopped.stdout.split()[stopped.stdout.split().index("resume"):])
+    assert hint.startswith("resume with") and hint.endswith(option) and "--max-budget" not in hint, hint
+    run_id = next(p.name for p in runs.iterdir() if not p.name.startswith("."))
+    lifted = cli("resume", run_id, option.split()[0], "0", "--max-turns", "25", runs_dir=runs)
+    assert lifted.returncode == 3 and "turn cap of 25" in lifted.stdout, lifted.stdout
+
+
 def test_a_resumed_local_run_says_the_turn_it_continues_at() -> None:
     state = new_run("q", RunConfig(endpoint=Endpoint(model="smollm2-135m-instruct", local_model="smollm2-135m-instruct",
                                                      first_turn_tool_choice="required")))

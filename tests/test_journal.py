@@ -215,6 +215,29 @@ def test_a_damaged_state_file_is_rebuilt_from_the_journal_by_repair(provider: st
     assert cli("repair", run_id, runs_dir=runs).stdout.count("nothing to repair") == 1
 
 
+def test_a_deleted_journal_is_damage_everywhere_and_repair_keeps_what_state_json_holds(
+        provider: str, runs: Path) -> None:
+    code, out = cli_json("run", "--scenario", "plan", "--base-url", provider, runs_dir=runs)
+    assert code == 0
+    run_id = out["run_id"]
+    (runs / run_id / "journal.jsonl").unlink()  # state.json holds save 1, the trace saves up to 7
+
+    code, listed = cli_json("runs", runs_dir=runs)
+    assert code == 0 and [(r["run_id"], r["status"]) for r in listed] == [(run_id, "damaged")]
+    why = "journal.jsonl is missing: the trace records save 7, state.json holds save 1"
+    assert listed[0]["damage"].startswith(why)
+    refused = cli("resume", run_id, runs_dir=runs)
+    assert refused.returncode == 1 and one_error(refused.stderr).startswith(f"error: {why}; repair with:")
+
+    repaired = cli("repair", run_id, runs_dir=runs)
+    assert repaired.returncode == 0 and "journal is kept" not in repaired.stdout, repaired.stdout
+    state = FileStore(runs).load(run_id)
+    assert (state.status, state.reason) == ("interrupted", "repaired from save 1 (the saves after it were lost); "
+                                                           "resume to go on")
+    code, resumed = cli_json("resume", run_id, "--base-url", provider, runs_dir=runs)
+    assert code == 0 and resumed["answer"] == out["answer"]
+
+
 def test_a_damaged_state_file_after_compaction_cannot_be_rebuilt_and_says_why(runs: Path) -> None:
     store = FileStore(runs)
     state = new_run("q", RunConfig.model_validate({"model": "scripted/plan"}))

@@ -38,13 +38,16 @@ def test_workspace_holds_three_files_errors_log_largest(ws: Path) -> None:
     assert "rotate your logs" in read(ws, "notes.txt")
 
 
-def test_list_files_shows_the_files_of_subfolders_by_path_and_leaves_hidden_ones_out(tmp_path: Path) -> None:
+def test_list_files_shows_the_files_of_subfolders_by_path_and_leaves_hidden_and_ignored_ones_out(tmp_path: Path) -> None:
     (tmp_path / "src" / "pkg").mkdir(parents=True)
     (tmp_path / "src" / "pkg" / "store.py").write_text("x = 1\n")
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "HEAD").write_text("ref\n")
     (tmp_path / "src" / ".cache").write_text("")
     (tmp_path / "README.md").write_text("# hi\n")
+    (tmp_path / "runs" / "20261204-x").mkdir(parents=True)  # runner's runs folder, as `runner run` makes it
+    (tmp_path / "runs" / ".gitignore").write_text("*\n")
+    (tmp_path / "runs" / "20261204-x" / "state.json").write_text("{}")
     listing = asyncio.run(ListFiles().run(ListFiles().parse("{}"), ctx(tmp_path)))
     assert listing.splitlines() == ["README.md (5 bytes)", "src/pkg/store.py (6 bytes)"]
     assert "x = 1" in read(tmp_path, "src/pkg/store.py")

@@ -236,6 +236,10 @@ class FileStore(RunStore):
         except FileNotFoundError:
             if raw is None:
                 raise (unreadable or missing) from None
+            traced = _trace_seq(folder / "trace.jsonl")
+            if traced > replay.seq:  # the saves after the snapshot went with the journal
+                replay.journal_seq = traced
+                replay.stale = f"journal.jsonl is missing: the trace records save {traced}, state.json holds save {seq}"
             return replay
         replay.journal_bytes = len(journal)
         try:
@@ -838,9 +842,11 @@ class FileStore(RunStore):
             report = _losses(run_id, replay, state, _raw_trace(trace))
             journal_damaged = bool(replay.damage) and replay.damage != replay.snapshot_damage
             if state.status == "running":  # no process drives it: stopped, resumable, saying why
-                source = "a damaged journal" if journal_damaged else "its journal (state.json was damaged)"
+                source = (" of a damaged journal" if journal_damaged else
+                          " of its journal (state.json was damaged)" if replay.snapshot_damage else
+                          " (the saves after it were lost)")
                 state.status, state.reason = "interrupted", (
-                    f"repaired from save {replay.seq} of {source}; resume to go on")
+                    f"repaired from save {replay.seq}{source}; resume to go on")
                 state.interruption = RepairedInterruption(kept_seq=replay.seq, dropped=len(report.dropped))
             report.status = state.status
             report.notes[:0] = _keep_damaged(folder, replay, journal_damaged)
@@ -1123,16 +1129,17 @@ def _describe(event: dict[str, Any]) -> str:
 
 
 def _keep_damaged(folder: Path, replay: _Replay, journal_damaged: bool) -> list[str]:
-    """Keep copies of a run's journal, and of its state.json when that was damaged, beside them
-    before a repair replaces them; a note saying where each is."""
+    """Keep copies of a run's damaged state.json and journal (or one behind its trace) beside
+    them before a repair replaces them; a note saying where each is."""
     notes = []
     if replay.snapshot_damage:
         kept = folder / f"state.json.damaged-{replay.seq}"
         shutil.copyfile(folder / "state.json", kept)
         notes.append(f"{replay.snapshot_damage}: kept as {kept}; the new one is rebuilt from the journal")
-    kept = folder / f"journal.jsonl.damaged-{replay.seq}"
-    shutil.copyfile(folder / "journal.jsonl", kept)
-    notes.append(f"the {'damaged ' if journal_damaged else ''}journal is kept as {kept}")
+    if journal_damaged or (replay.stale and (folder / "journal.jsonl").exists()):
+        kept = folder / f"journal.jsonl.damaged-{replay.seq}"
+        shutil.copyfile(folder / "journal.jsonl", kept)
+        notes.append(f"the {'damaged ' if journal_damaged else ''}journal is kept as {kept}")
     return notes
 
 
