@@ -530,7 +530,7 @@ def score_lines(report: SuiteReport) -> list[str]:
         return []
     lines = ["correct / wrong / abstained (says it is not there), 95% interval of correct:"]
     for r in rows:
-        lines.append(f"  {_short(short_model(r.model), 18):<18} {r.split:<9} {r.correct:>3}/{r.n:<3} correct "
+        lines.append(f"  {_short(short_model(r.model), 18):<18} {r.split:<9} {r.correct:>3}/{r.n:<3} "
                      f"({r.correct / r.n:.0%}, {r.correct_low:.0%}-{r.correct_high:.0%})  {r.wrong} wrong  "
                      f"{r.abstained} abstained")
     return lines

@@ -71,7 +71,8 @@ def test_the_report_table_names_the_suite_and_the_scores(folder: Path, fake: Fak
                runs_dir=tmp_path / "runs")
     assert done.returncode == 0, done.stderr
     assert "runner suite pantry" in done.stdout
-    assert "2/3   correct" in done.stdout and "0 wrong  1 abstained" in done.stdout
+    assert "2/3   (67%, 21%-94%)  0 wrong  1 abstained" in done.stdout
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80
 
 
 def test_task_picks_a_subset_and_an_unknown_one_is_named(folder: Path, fake: FakeProvider, tmp_path: Path) -> None:
