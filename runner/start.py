@@ -23,7 +23,7 @@ from runner import catalog, store
 from runner.catalog import FOLDER_TOOLS
 from runner.config import Key, Settings
 from runner.endpoints import checked_base_url
-from runner.errors import EXIT_CODES, RunnerError, UnknownScenario, UsageError
+from runner.errors import EXIT_CODES, ModelNotFound, RunnerError, UnknownScenario, UsageError
 from runner.harness import Reopening, reopen, with_opening
 from runner.interactive import Feedback, StopSignals, drive_in_foreground
 from runner.request import ResumeRequest, RunRequest
@@ -257,9 +257,9 @@ def _endpoint_choice(req: RunRequest, settings: Settings) -> tuple[str | None, s
                              "give --base-url URL")
         if req.prompt is not None and not req.prompt.strip():
             raise UsageError("the PROMPT is empty")
-        raise UsageError("give --scenario NAME (scripted), --model NAME (a local model runner serves), or "
-                         "--base-url URL --model NAME; both --scenario and --base-url run the scenario on a "
-                         "scripted provider already serving at URL")
+        local = _pulled_default() if req.prompt is not None else None
+        if local is None:
+            raise UsageError(_NO_ENDPOINT)
     if req.scenario is not None and req.model:
         raise UsageError("--model goes with --base-url alone; a scenario names its own model")
     if req.scenario is None and not model:
@@ -330,6 +330,21 @@ def _suite_prompt(task_id: str) -> str | None:
     from runner.suite import load_suite
 
     return next((t.prompt for t in load_suite().tasks if t.id == task_id), None)
+
+
+_NO_ENDPOINT = ("give --model NAME (a local model: runner models list), --base-url URL --model NAME (an "
+                "endpoint), or --scenario NAME (a scripted run)")
+
+
+def _pulled_default() -> LocalChoice | None:
+    """The manifest's default model when it is on disk (a PROMPT with no model runs on it), else
+    None."""
+    from runner import models
+
+    try:
+        return local_choice(models.load_manifest().default)
+    except ModelNotFound:
+        return None
 
 
 def local_choice(model: str) -> LocalChoice | None:

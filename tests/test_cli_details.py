@@ -135,6 +135,18 @@ def test_a_token_or_time_budget_stop_says_which_option_a_resume_lifts(tmp_path: 
     assert lifted.returncode == 3 and "turn cap of 25" in lifted.stdout, lifted.stdout
 
 
+def test_a_prompt_with_no_model_and_the_default_model_not_pulled_says_what_to_give(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PROMPT alone runs on the manifest's default model when it is on disk; with none there
+    it is a usage error saying what to give."""
+    done = cli("run", "What files are here?", runs_dir=tmp_path / "runs", env={"RUNNER_MODELS_DIR": str(tmp_path)})
+    assert done.returncode == 2 and one_error(done.stderr) == (
+        "error: give --model NAME (a local model: runner models list), --base-url URL --model NAME (an endpoint), "
+        "or --scenario NAME (a scripted run)")
+    monkeypatch.setenv("RUNNER_MODELS_DIR", str(tmp_path))
+    assert start._pulled_default() is None
+
+
 def test_a_resumed_local_run_says_the_turn_it_continues_at() -> None:
     state = new_run("q", RunConfig(endpoint=Endpoint(model="smollm2-135m-instruct", local_model="smollm2-135m-instruct",
                                                      first_turn_tool_choice="required")))
