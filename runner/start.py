@@ -260,6 +260,7 @@ def _endpoint_choice(req: RunRequest, settings: Settings) -> tuple[str | None, s
         local = _pulled_default() if req.prompt is not None else None
         if local is None:
             raise UsageError(_NO_ENDPOINT)
+        model = local.name
     if req.scenario is not None and req.model:
         raise UsageError("--model goes with --base-url alone; a scenario names its own model")
     if req.scenario is None and not model:
