@@ -154,7 +154,7 @@ def test_a_budget_stop_with_capped_replies_names_the_budget_that_pays_the_next_t
 
 
 @pytest.mark.parametrize("args, message", [
-    (["run"], "give --scenario NAME"),
+    (["run"], "give --model NAME"),
     (["run", "--scenario", "plan", "--model", "m"], "--model goes with --base-url"),
     (["run", "--scenario", "nope"], "unknown scenario"),
     (["run", "--scenario", "plan", "--tool-errors", "loud"], "--tool-errors"),
