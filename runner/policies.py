@@ -410,7 +410,9 @@ def tool_result_text(state: RunState, call: ToolCall, text: str, signature: str)
     columns' extremes (`_table_extremes`); with repeat_results, for a call
     that repeats an earlier successful one (the same `signature`, as its `ToolRun` has it) whose
     result read the same, one line pointing to it (`REPEATED_RESULT`)."""
-    text = _table_extremes(state, call, _table_rows(state, call, text))
+    rows = _read_table(call, text) if {"table_rows", "table_extremes"} & set(state.config.steering) else None
+    if rows is not None:  # both read the table as the tool gave it
+        text = _table_extremes(state, rows, _table_rows(state, rows, text))
     if "repeat_results" in state.config.steering and _same_as_before(state, signature, text):
         return REPEATED_RESULT.format(call=_call_label(call))
     return text
@@ -425,23 +427,22 @@ def _same_as_before(state: RunState, signature: str, text: str) -> bool:
     return any(m.role == "tool" and m.tool_call_id in earlier and m.content == shown for m in state.messages)
 
 
-def _table_rows(state: RunState, call: ToolCall, text: str) -> str:
-    """With table_rows, after a CSV or TSV file read whole (a header and rows of as many
-    values), `text` followed by the same rows with each value named by its column
-    (`TABLE_ROWS`); else `text`."""
-    rows = _read_table(call, text) if "table_rows" in state.config.steering else None
-    if rows is None:
+def _table_rows(state: RunState, rows: list[list[str]], text: str) -> str:
+    """With table_rows, `text` (a table read whole, whose `rows` are a header and rows of as
+    many values) followed by the same rows with each value named by its column (`TABLE_ROWS`);
+    else `text`."""
+    if "table_rows" not in state.config.steering:
         return text
     named = ["; ".join(f"{column}={value}" for column, value in zip(rows[0], row)) for row in rows[1:]]
     return text.rstrip("\n") + TABLE_ROWS + "\n".join(named)
 
 
-def _table_extremes(state: RunState, call: ToolCall, text: str) -> str:
-    """With table_extremes and a question that compares (`COMPARES`), after a table read whole,
-    `text` followed by a line per column of numbers or ISO dates (ids left out): its highest and
-    lowest value and every row holding each, the other values named by column; else `text`."""
-    rows = _read_table(call, text) if "table_extremes" in state.config.steering else None
-    if rows is None or not COMPARES.search(question(state)):
+def _table_extremes(state: RunState, rows: list[list[str]], text: str) -> str:
+    """With table_extremes and a question that compares (`COMPARES`), `text` (a table read
+    whole, as `rows`) followed by a line per column of numbers or ISO dates (ids left out): its
+    highest and lowest value and every row holding each, the other values named by column;
+    else `text`."""
+    if "table_extremes" not in state.config.steering or not COMPARES.search(question(state)):
         return text
     header, body = rows[0], rows[1:]
     lines = []

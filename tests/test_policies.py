@@ -536,6 +536,9 @@ def test_table_extremes_names_each_columns_highest_and_lowest_rows_for_a_compari
     assert seen("Which is the largest?", "t.csv", "name,kind\na,x\nb,y\n") == "name,kind\na,x\nb,y\n"  # no numbers
     same = "name,n\na,1\nb,1\n"
     assert seen("Which has the most?", "t.csv", same) == same  # one value throughout: nothing to compare
+    both = seen("Which month cost the most?", "b.csv", money, ["table_rows", "table_extremes"])
+    assert "\nmonth=mar; spent=1430.5\n" in both and both.endswith("- spent: highest 1430.5 (month=mar); lowest 950 "
+                                                                   "(month=feb)")  # each reads the table itself
 
 
 def test_runner_run_on_ones_own_folder_sends_what_the_manifest_policies_add(fake: FakeProvider, tmp_path: Path) -> None:
