@@ -209,6 +209,7 @@ def test_a_damaged_state_file_is_rebuilt_from_the_journal_by_repair(provider: st
 
     repaired = cli("repair", run_id, runs_dir=runs)
     assert repaired.returncode == 0 and "nothing committed after it" in repaired.stdout, repaired.stdout
+    assert "note: the damaged state.json is kept as" in repaired.stdout
     assert (folder / "state.json.damaged-7").read_bytes() == cut
     state = FileStore(runs).load(run_id)
     assert (state.status, state.answer, state.turns) == ("completed", out["answer"], 3)

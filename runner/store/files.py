@@ -1135,7 +1135,7 @@ def _keep_damaged(folder: Path, replay: _Replay, journal_damaged: bool) -> list[
     if replay.snapshot_damage:
         kept = folder / f"state.json.damaged-{replay.seq}"
         shutil.copyfile(folder / "state.json", kept)
-        notes.append(f"{replay.snapshot_damage}: kept as {kept}; the new one is rebuilt from the journal")
+        notes.append(f"the damaged state.json is kept as {kept}; a new one is written from the journal")
     if journal_damaged or (replay.stale and (folder / "journal.jsonl").exists()):
         kept = folder / f"journal.jsonl.damaged-{replay.seq}"
         shutil.copyfile(folder / "journal.jsonl", kept)
