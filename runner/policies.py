@@ -67,14 +67,15 @@ POLICIES: dict[str, str] = {
                     "schema: a local model's grammar then cannot name a file that does not exist)",
     "answer_check": "a reply that is no answer (it repeats the question, tells how to call the tools, copies "
                     "lines of a file, comes before any file was read, the question not being about the files, "
-                    "quotes what nothing read says, comes from files that mention no word of the question (a table "
-                    "aside), gives "
+                    "quotes what nothing read says, gives a number no file read shows (the question counting "
+                    "nothing), comes from files that mention no word of the question (a table aside), gives "
                     "a listed file's size, names no file when the question asks for one, leaves blanks to fill "
                     "([region name]), or leaves files unread "
                     "when the question asks to read each, names a file other than the listing's largest or "
                     "smallest when asked for it) is taken only after one message saying so and asking "
                     "again, once per kind until another file is read; a reply saying the information is not "
-                    "there is taken once a file was read",
+                    "there is taken once a file was read; with one turn left, only a review that asks for the "
+                    "answer alone is sent",
 }
 """Every policy, by name, in words."""
 NEW_POLICIES = ("listing_in_prompt", "listing_hints", "listing_extremes", "abstain_option", "evidence_first",
@@ -129,6 +130,8 @@ NON_ANSWERS: dict[str, tuple[str, str]] = {
     "unsupported": ("Nothing you read says {claim}. If the files do not hold the answer, say that the information "
                     "is not in the files; otherwise answer my question in one short sentence from what they say: "
                     "{question}", "auto"),
+    "unshown": ("No file you read gives {claim}.{unread} Read the file most likely to hold the answer, then answer my "
+                "question in one short sentence: {question}", "required"),
     "sizes": ("Your answer gives {size}, the size of {file} in the folder's listing, not something a file says. "
               "Answer my question from what the files say, in one short sentence: {question}", "auto"),
 }
@@ -201,6 +204,11 @@ COMPARES = re.compile(
     r"newest|oldest|latest|earliest|recent|recently|longest|shortest|cheapest|priciest|more|less|fewer|"
     r"higher|lower|larger|smaller|bigger|older|newer|cheaper|top)\b", re.IGNORECASE)
 """A question that compares values (the most, the latest, ...), which a table's extremes may answer."""
+CALCULATES = re.compile(r"\bhow (?:many|much|often)\b|\b(?:number|count|total|sum|average|mean|percent(?:age)?)\b"
+                        r"|\b(?:combined|altogether|difference|between)\b", re.IGNORECASE)
+"""A question whose answer may be a number no file shows: one counted, added up or worked out."""
+FIGURE = re.compile(r"(?<![\w.])\d+(?:[.,:]\d+)*(?![\w])")
+FIGURE_WITH_UNIT = re.compile(r"(?<![\w.])(\d+(?:[.,:]\d+)*)(?:\s*(?:%|[a-z]+\b))?", re.IGNORECASE)
 NUMBER = re.compile(r"^[-+]?[$€£]?\d+(?:\.\d+)?%?$")
 DATE = re.compile(r"^\d{4}-\d{2}(?:-\d{2})?(?:[T ]\d{2}:\d{2}(?::\d{2})?)?$")
 """Values `table_extremes` compares: numbers (a currency sign or % allowed) and ISO dates."""
@@ -349,7 +357,7 @@ def tool_choice(state: RunState, sends_tools: bool = True) -> str | None:
     if answer_is_due(state):
         return "none"
     if (review := _review_last(state)) is not None:
-        return review
+        return "none" if _turns_left(state) == 1 else review
     first = state.config.endpoint.first_turn_tool_choice
     return first if state.turns == 0 else "auto"
 
@@ -508,32 +516,41 @@ def before_request(state: RunState) -> None:
                                       name=CORRECTIVE_NAME))
 
 
+def _turns_left(state: RunState) -> int:
+    """How many more turns the run's turn cap allows (a large number without one)."""
+    cap = state.config.limits.max_turns
+    return 1_000_000 if cap is None else cap - state.turns
+
+
 def review_answer(state: RunState) -> str | None:
     """abstain_check and answer_check: after a reply that answers (no calls), when it says the
     information is not there (abstain_check) or is no answer (answer_check, `non_answer`),
     add the message that says so and asks again, once per kind per run, and return its text
-    (the run then goes on); None to take the answer. With no turn left to look and answer,
-    the answer stands."""
+    (the run then goes on); None to take the answer. With no turn left the answer stands;
+    with one, only a review that asks for the answer alone is sent (its request sends
+    tool_choice "none")."""
     last = state.messages[-1]
     steering = state.config.steering
     if last.role != "assistant" or last.tool_calls or not {"abstain_check", "answer_check"} & set(steering):
         return None
-    cap = state.config.limits.max_turns
-    if cap is not None and state.turns + 2 > cap:
+    if _turns_left(state) < 1:
         return None
+    last_turn = _turns_left(state) == 1  # a review that asks to look again needs two
     text = None
     if "abstain_check" in steering and ABSTENTION.search(last.content or ""):
-        if not (_sent(state, CHECK_ABSTENTION) or (_listed(state) and not unread_files(state))
+        if not (last_turn or _sent(state, CHECK_ABSTENTION) or (_listed(state) and not unread_files(state))
                 or _sent(state, NON_ANSWERS["unsupported"][0], since_read=True)):
             text = CHECK_ABSTENTION.format(read=", ".join(_read_labels(state)) or "nothing yet",
                                            unread=_unread(state), question=question(state))
     elif "answer_check" in steering:
-        kind = next((k for k in non_answers(state) if not _sent(state, NON_ANSWERS[k][0], since_read=True)), None)
+        kind = next((k for k in non_answers(state) if not _sent(state, NON_ANSWERS[k][0], since_read=True)
+                     and not (last_turn and NON_ANSWERS[k][1] == "required")), None)
         if kind is not None:
             results = restated_results(state) if kind == "restated" else ""
             words = [word for word, _ in question_words(question(state))]
             size, file = (_listed_size_quoted(state) if kind == "sizes" else None) or ("", "")
-            claim = (_unsupported(state) if kind == "unsupported" else None) or ""
+            claim = ((_unsupported(state) if kind == "unsupported" else None)
+                     or (_unshown_figure(state) if kind == "unshown" else None) or "")
             direction, extreme, extreme_size, named = (_wrong_extreme(state) if kind == "extreme" else None) or \
                 ("", "", "", "")
             unread = unread_files(state)
@@ -565,9 +582,11 @@ def non_answers(state: RunState) -> list[str]:
     (`BLANK`); "restated", it repeats the question, asks one or
     adds no word of its own to it (`_adds_nothing`); "copied", it copies a tool result
     (`echoes`); "extreme", the question asks for the largest or smallest file and it names
-    another file the system prompt lists (`_wrong_extreme`); "unsupported", it quotes text nothing read holds;
+    another file the system prompt lists (`_wrong_extreme`); "unsupported", it quotes text
+    nothing read holds, or gives a number none shows once every file was read (`_unsupported`);
     "unrelated", none of the results it could come from mentions a word of the question
-    (`question_words`) while listed files are still unread; "sizes", it gives a listed
+    (`question_words`) while listed files are still unread; "unshown", it gives a number no
+    file read shows while listed files are unread (`_unshown_figure`); "sizes", it gives a listed
     file's size; "unnamed", the question asks for a file and it names none. A reply that says
     the information is not there, once a file was read, is only "unread_each" or nothing: the
     other kinds are about what an answer says (abstain_check has its own reminder)."""
@@ -590,6 +609,7 @@ def non_answers(state: RunState) -> list[str]:
         "extreme": lambda: _wrong_extreme(state) is not None,
         "unsupported": lambda: _unsupported(state) is not None,
         "unrelated": lambda: _unrelated(state),
+        "unshown": lambda: bool(unread_files(state)) and _unshown_figure(state) is not None,
         "sizes": lambda: _listed_size_quoted(state) is not None,
         "unnamed": lambda: FILE_QUESTION.search(asked) is not None and not _names_a_file(state, answer),
     }
@@ -654,14 +674,32 @@ def _mentioning(state: RunState, read: str) -> str:
 
 def _unsupported(state: RunState) -> str | None:
     """Text the answer quotes (in backticks or quotes) that no tool result, the listing or the
-    question holds, as `text`; None when there is none."""
-    seen = " ".join(" ".join(t.lower().split()) for t in [question(state), *(m.content or "" for m in state.messages
-                                                          if m.role in ("system", "tool"))])
-    for quoted in QUOTED.findall(state.messages[-1].content or ""):
+    question holds, as `text`; or, once every listed file was read, a number it gives that
+    none of them holds (`_unshown_figure`); None when there is none."""
+    answer = state.messages[-1].content or ""
+    seen = _seen_text(state)
+    for quoted in QUOTED.findall(answer):
         text = " ".join(next(q for q in quoted if q).lower().split())
         if len(text) >= 3 and text not in seen:
             return f"`{text}`"
-    return None
+    return None if unread_files(state) else _unshown_figure(state)
+
+
+def _unshown_figure(state: RunState) -> str | None:
+    """A number the answer gives (with the word after it, as `2 minutes`) that no tool result,
+    the listing or the question holds, when the question asks for no count or sum
+    (`CALCULATES`); None when there is none."""
+    if CALCULATES.search(question(state)):
+        return None
+    shown = set(FIGURE.findall(_seen_text(state)))
+    answer = state.messages[-1].content or ""
+    return next((f"`{m.group(0).strip()}`" for m in FIGURE_WITH_UNIT.finditer(answer) if m.group(1) not in shown), None)
+
+
+def _seen_text(state: RunState) -> str:
+    """The question, the system prompt and every tool result, lower-cased, spaces squashed."""
+    return " ".join(" ".join(t.lower().split()) for t in [question(state), *(m.content or "" for m in state.messages
+                                                          if m.role in ("system", "tool"))])
 
 
 def _listed_size_quoted(state: RunState) -> tuple[str, str] | None:

@@ -641,3 +641,55 @@ def test_a_search_that_matched_nothing_is_no_evidence(fake: FakeProvider, tmp_pa
     assert state.tool_runs[0].ok and state.status == "completed" and state.answer == "There is no zebra."
     review = fake.requests[2]["messages"][-1]["content"]
     assert review.startswith("You answered before reading any file") and "not read: notes.txt." in review
+
+
+def test_a_number_no_file_read_shows_is_sent_to_the_unread_files_then_may_be_not_there(fake: FakeProvider) -> None:
+    replies = iter([_call("read_file", '{"path": "notes.txt"}', 1), _say("The scheduler waited 45 minutes."),
+                    _call("read_file", '{"path": "errors.log"}', 2), _say("It waited 45 minutes."),
+                    _call("read_file", '{"path": "access.log"}', 3), _say("It waited 45 minutes."),
+                    _say("The information is not in the files.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="How long did the scheduler wait?", max_turns=8,
+                       steering=["listing_in_prompt", "answer_check"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "The information is not in the files."
+    reviews = [m.content or "" for m in state.messages if m.role == "user" and m.name == "runner"]
+    # unread files left: read them (tool_choice required); every file read: it may not be there
+    assert reviews[0].startswith("The files you read (notes.txt) do not mention")
+    assert reviews[1] == ("No file you read gives `45 minutes`. Files you have not read: access.log. Read the file "
+                          "most likely to hold the answer, then answer my question in one short sentence: How long "
+                          "did the scheduler wait?")
+    assert reviews[2].startswith("Nothing you read says `45 minutes`. If the files do not hold the answer")
+    assert [r["tool_choice"] for r in fake.requests] == ["auto", "auto", "required", "auto", "required", "auto", "auto"]
+
+
+@pytest.mark.parametrize("prompt, answer, reviewed", [
+    ("How long did the job time out after?", "After 30000 ms.", False),  # the file shows it
+    ("How many ERROR lines are there?", "There are 3.", False),  # counted: no file need show it
+    ("What is the soft limit of the queue?", "The soft limit is 500.", True),
+    ("What is the soft limit of the queue?", "The soft limit is 400.", False),
+])
+def test_a_number_is_reviewed_only_when_no_file_shows_it_and_nothing_was_counted(
+        fake: FakeProvider, prompt: str, answer: str, reviewed: bool) -> None:
+    reads = [_call("read_file", f'{{"path": "{name}"}}', i) for i, name in enumerate(
+        ["access.log", "errors.log", "notes.txt"], 1)]
+    replies = iter([*reads, _say(answer), _say("Done.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt=prompt, steering=["listing_in_prompt", "answer_check"]), fake.base_url, None)
+    assert (state.answer == "Done.") is reviewed
+
+
+def test_with_one_turn_left_only_a_review_that_asks_for_the_answer_alone_is_sent(fake: FakeProvider) -> None:
+    reads = [_call("read_file", f'{{"path": "{name}"}}', i) for i, name in enumerate(
+        ["access.log", "errors.log", "notes.txt"], 1)]
+    replies = iter([*reads, _say("The soft limit is 500."), _say("The information is not in the files.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="What is the soft limit of the queue?", max_turns=5,
+                       steering=["listing_in_prompt", "answer_check"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "The information is not in the files."
+    assert fake.requests[-1]["tool_choice"] == "none"  # the last turn: no call could be answered
+    # a review that sends the model to read (tool_choice required) needs two turns: with one, none
+    replies = iter([_call("read_file", '{"path": "notes.txt"}', 1), _say("The soft limit is 500.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="What is the soft limit of the queue?", max_turns=3,
+                       steering=["listing_in_prompt", "answer_check"]), fake.base_url, None)
+    assert state.answer == "The soft limit is 500." and state.turns == 2
