@@ -178,7 +178,7 @@ QUOTED = re.compile(r"`([^`\n]+)`|\"([^\"\n]+)\"|“([^”\n]+)”")
 SIZE = re.compile(r"\b(\d+)\s*bytes?\b", re.IGNORECASE)
 TOOL_VERBS = re.compile(r"\b(?:call|calling|use|using|invoke|run)\b", re.IGNORECASE)
 PLANS = re.compile(r"\b(?:I|you|we) (?:need|have|will need|would need|should|can|could|must|will|would)(?: to)? "
-                   r"(?:read|call|use|check|look|open)\b", re.IGNORECASE)
+                   r"(?:read|call|use|check|look|open|search|find|list|grep|scan|inspect)\b", re.IGNORECASE)
 """A reply that says what to read or call instead of answering."""
 ABSTENTION = re.compile(
     r"\b(?:not (?:in|found|mentioned|listed|specified|provided|given|available|stated|present|included)\b"
@@ -207,8 +207,8 @@ COMPARES = re.compile(
 CALCULATES = re.compile(r"\bhow (?:many|much|often)\b|\b(?:number|count|total|sum|average|mean|percent(?:age)?)\b"
                         r"|\b(?:combined|altogether|difference|between)\b", re.IGNORECASE)
 """A question whose answer may be a number no file shows: one counted, added up or worked out."""
-FIGURE = re.compile(r"(?<![\w.])\d+(?:[.,:]\d+)*(?![\w])")
-FIGURE_WITH_UNIT = re.compile(r"(?<![\w.])(\d+(?:[.,:]\d+)*)(?:\s*(?:%|[a-z]+\b))?", re.IGNORECASE)
+FIGURE = re.compile(r"(?<![\d.])(\d+(?:[.,:]\d+)*)(?:\s*(%|[a-z]+\b))?", re.IGNORECASE)
+"""A number in text (``1.8``, ``08:05:17``, ``1,200``), with the word or % after it."""
 NUMBER = re.compile(r"^[-+]?[$€£]?\d+(?:\.\d+)?%?$")
 DATE = re.compile(r"^\d{4}-\d{2}(?:-\d{2})?(?:[T ]\d{2}:\d{2}(?::\d{2})?)?$")
 """Values `table_extremes` compares: numbers (a currency sign or % allowed) and ISO dates."""
@@ -691,9 +691,20 @@ def _unshown_figure(state: RunState) -> str | None:
     (`CALCULATES`); None when there is none."""
     if CALCULATES.search(question(state)):
         return None
-    shown = set(FIGURE.findall(_seen_text(state)))
-    answer = state.messages[-1].content or ""
-    return next((f"`{m.group(0).strip()}`" for m in FIGURE_WITH_UNIT.finditer(answer) if m.group(1) not in shown), None)
+    shown = {form for m in FIGURE.finditer(_seen_text(state)) for form in _forms(m.group(1))}
+    for m in FIGURE.finditer(state.messages[-1].content or ""):
+        if _forms(m.group(1))[0] not in shown:
+            unit = "" if (m.group(2) or "").lower() in FILLER else m.group(2) or ""
+            return f"`{m.group(1)}{unit if unit in ('', '%') else ' ' + unit}`"
+    return None
+
+
+def _forms(figure: str) -> list[str]:
+    """The ways of writing a number that `_unshown_figure` takes as the same: itself without
+    thousands commas first, then, for a time of day, each run of two or three of its parts
+    (``08:05:17`` gives ``08:05``). Leading zeros stay: a date's ``01`` is no ``1 hour``."""
+    parts = figure.replace(",", "").split(":")
+    return [":".join(parts), *(":".join(parts[i:i + n]) for n in (2, 3) for i in range(len(parts) - n + 1))]
 
 
 def _seen_text(state: RunState) -> str:

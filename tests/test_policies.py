@@ -12,7 +12,7 @@ import pytest
 from runner import policies
 from runner.errors import UsageError
 from runner.models import ModelEntry
-from runner.state import Endpoint, RunConfig
+from runner.state import Endpoint, Message, RunConfig
 from tests.conftest import cli, drive, scripted_run
 from tests.fakeprovider import Answer, FakeProvider, completion, error, tool_call
 
@@ -211,6 +211,7 @@ def test_answer_check_takes_an_answer_from_a_listing_when_the_question_is_about_
      "Do not tell me how to use the tools or what to read: call them yourself. Then answer my question in one "
      "short sentence: What does notes.txt say?"),
     ("instructions", "I need to read the file notes.txt to answer.", "required", None),
+    ("instructions", 'To answer, I need to search the files for the phrase "rotate".', "required", None),
 ])
 def test_answer_check_reviews_a_non_answer_once_per_kind(fake: FakeProvider, kind: str, reply: str,
                                                           choice: str, review: str | None) -> None:
@@ -659,6 +660,8 @@ def test_a_number_no_file_read_shows_is_sent_to_the_unread_files_then_may_be_not
                           "most likely to hold the answer, then answer my question in one short sentence: How long "
                           "did the scheduler wait?")
     assert reviews[2].startswith("Nothing you read says `45 minutes`. If the files do not hold the answer")
+    state.messages.append(Message(role="assistant", content="It waited 400 and then 45 of them."))
+    assert policies._unshown_figure(state) == "`45`"  # a word after the number shown only if it says more
     assert [r["tool_choice"] for r in fake.requests] == ["auto", "auto", "required", "auto", "required", "auto", "auto"]
 
 
@@ -667,6 +670,9 @@ def test_a_number_no_file_read_shows_is_sent_to_the_unread_files_then_may_be_not
     ("How many ERROR lines are there?", "There are 3.", False),  # counted: no file need show it
     ("What is the soft limit of the queue?", "The soft limit is 500.", True),
     ("What is the soft limit of the queue?", "The soft limit is 400.", False),
+    # the same number written another way: a time without its seconds
+    ("When did the first job time out?", "On 2026-09-06 at 09:13.", False),
+    ("When did the first job time out?", "On 2026-09-06 at 09:45.", True),
 ])
 def test_a_number_is_reviewed_only_when_no_file_shows_it_and_nothing_was_counted(
         fake: FakeProvider, prompt: str, answer: str, reviewed: bool) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -82,17 +83,25 @@ def chat(server: LocalServer, **body: Any) -> httpx.Response:
     return reply
 
 
-def log_lines(server: LocalServer) -> list[str]:
+def log_lines(server: LocalServer, at_least: int = 0, timeout_s: float = 10.0) -> list[str]:
+    """The server log's request lines, once it holds `at_least` of them (the server writes a
+    request's line after its reply is sent, so the line may lag the reply a little)."""
     assert server.log_path is not None
-    return [line for line in server.log_path.read_text().splitlines() if line.startswith("request: POST")]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lines = [line for line in server.log_path.read_text().splitlines() if line.startswith("request: POST")]
+        if len(lines) >= at_least or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)
 
 
 def test_the_reply_after_tool_results_is_never_empty(plain_server: LocalServer) -> None:
+    before = len(log_lines(plain_server))
     reply = chat(plain_server, messages=AFTER_RESULTS, max_tokens=24).json()
     message = reply["choices"][0]["message"]
     assert reply["runner"]["blank_refused"] >= 1  # greedy decoding would have ended the turn here
     assert (message["content"] or "").strip() or message.get("tool_calls")
-    assert " reply=empty" not in log_lines(plain_server)[-1]
+    assert " reply=empty" not in log_lines(plain_server, at_least=before + 1)[before]
 
 
 def test_identical_calls_in_one_reply_are_sent_once(plain_server: LocalServer) -> None:
@@ -104,15 +113,17 @@ def test_identical_calls_in_one_reply_are_sent_once(plain_server: LocalServer) -
 
 def test_the_manifest_default_for_parallel_calls_applies_when_the_request_does_not_say(
         plain_server: LocalServer, steered_server: LocalServer) -> None:
+    before = len(log_lines(steered_server))
     unsaid = chat(steered_server, messages=REPEATED, tool_choice="required")
     assert unsaid.headers[PARALLEL_HEADER] == "false" and unsaid.json()["runner"]["parallel_tool_calls"] is False
     said = chat(steered_server, messages=REPEATED, tool_choice="required", parallel_tool_calls=True)
     assert said.headers[PARALLEL_HEADER] == "true"
     assert chat(plain_server, messages=REPEATED, tool_choice="required").headers[PARALLEL_HEADER] == "true"
-    assert log_lines(steered_server)[-2].count("parallel=false") == 1
+    assert log_lines(steered_server, at_least=before + 2)[before].count("parallel=false") == 1
 
 
 def test_steering_is_reported_in_the_header_the_reply_and_the_log(steered_server: LocalServer) -> None:
+    before = len(log_lines(steered_server))
     first = chat(steered_server, messages=[{"role": "user", "content": "Weather in Oslo?"}], max_tokens=60)
     assert first.headers[STEERING_HEADER] == "first_turn_required"
     assert first.json()["runner"]["tool_choice"] == "required" and first.json()["choices"][0]["message"]["tool_calls"]
@@ -123,7 +134,7 @@ def test_steering_is_reported_in_the_header_the_reply_and_the_log(steered_server
     assert (message["content"] or "").strip()
     kept = chat(steered_server, messages=REPEATED, tool_choice="required", max_tokens=40)
     assert kept.headers[STEERING_HEADER] == "none"  # a client's own tool_choice stands
-    lines = log_lines(steered_server)[-3:]
+    lines = log_lines(steered_server, at_least=before + 3)[before:]
     assert [line.split(" steer=")[1].split()[0] for line in lines] == ["first_turn_required", "answer_on_repeat", "none"]
 
 
