@@ -701,7 +701,7 @@ def _unshown_figure(state: RunState) -> str | None:
 
 def _forms(figure: str) -> list[str]:
     """The ways of writing a number that `_unshown_figure` takes as the same: itself without
-    thousands commas first, then, for a time of day, each run of two or three of its parts
+    thousands commas first, then, for a clock time, each run of two or three of its parts
     (``08:05:17`` gives ``08:05``). Leading zeros stay: a date's ``01`` is no ``1 hour``."""
     parts = figure.replace(",", "").split(":")
     return [":".join(parts), *(":".join(parts[i:i + n]) for n in (2, 3) for i in range(len(parts) - n + 1))]
