@@ -58,6 +58,13 @@ POLICIES: dict[str, str] = {
     "table_extremes": "for a question that compares (most, highest, latest, ...), a CSV or TSV file read whole is "
                       "followed, in its tool result, by each numeric or date column's highest and lowest value "
                       "and the rows that hold them",
+    "related_first": "while the files read hold no word of the question and listed files are still unread, the "
+                     "next request sends tool_choice \"required\" (with path_choices, read_file limited to the "
+                     "unread files): the model reads on instead of answering from the wrong file",
+    "unlinked_answers": "with answer_check, an answer whose own words (a number, a name the question lacks) are "
+                        "found only on lines that mention nothing of the question (nor does their file's name, "
+                        "section or table header) is sent back once, quoting that line: it may be that the "
+                        "files do not hold the answer",
     "abstain_check": "an answer that says the information is not there is taken only after one reminder to look "
                      "in the file most likely to hold it (that request sends tool_choice \"required\"), or at once "
                      "when every listed file was read or answer_check said it may be the answer",
@@ -65,21 +72,25 @@ POLICIES: dict[str, str] = {
                       "pointing to the earlier result, not the whole text again (fewer prompt tokens to evaluate)",
     "path_choices": "with listing_in_prompt, read_file's path must be one of the listed files (an enum in its "
                     "schema: a local model's grammar then cannot name a file that does not exist)",
-    "answer_check": "a reply that is no answer (it repeats the question, tells how to call the tools, copies "
-                    "lines of a file, comes before any file was read, the question not being about the files, "
-                    "quotes what nothing read says, gives a number no file read shows (the question counting "
-                    "nothing), comes from files that mention no word of the question (a table aside), gives "
-                    "a listed file's size, names no file when the question asks for one, leaves blanks to fill "
-                    "([region name]), or leaves files unread "
-                    "when the question asks to read each, names a file other than the listing's largest or "
-                    "smallest when asked for it) is taken only after one message saying so and asking "
-                    "again, once per kind until another file is read; a reply saying the information is not "
-                    "there is taken once a file was read; with one turn left, only a review that asks for the "
-                    "answer alone is sent",
+    "answer_check": "a reply that is no answer is taken only after one message saying so and asking again, "
+                    "once per kind until another file is read. The kinds:\n"
+                    "- it repeats the question, or tells how to call the tools\n"
+                    "- it copies lines of a file\n"
+                    "- it comes before any file was read (the question not being about the files)\n"
+                    "- it quotes what nothing read says\n"
+                    "- it gives a number no file read shows (the question counting nothing)\n"
+                    "- it comes from files that mention no word of the question (a table aside)\n"
+                    "- it gives a listed file's size\n"
+                    "- it names no file when the question asks for one\n"
+                    "- it leaves blanks to fill ([region name])\n"
+                    "- it leaves files unread when the question asks to read each\n"
+                    "- it names a file other than the listing's largest or smallest when asked for it\n"
+                    "A reply saying the information is not there is taken once a file was read. With one turn "
+                    "left, only a review that asks for the answer alone is sent.",
 }
 """Every policy, by name, in words."""
 NEW_POLICIES = ("listing_in_prompt", "listing_hints", "listing_extremes", "abstain_option", "evidence_first",
-                "table_rows", "table_extremes", "abstain_check", "path_choices", "answer_check", "repeat_results")
+                "table_rows", "table_extremes", "related_first", "unlinked_answers", "abstain_check", "path_choices", "answer_check", "repeat_results")
 """The policies kept by name in `RunConfig.steering` (the others are fields of their own)."""
 
 CORRECTIONS = {
@@ -94,6 +105,9 @@ CORRECTIONS = {
 """The corrective user message for each slip: what went wrong and what to do."""
 ASK_FOR_ANSWER = "Using the tool results above, answer my question in one short sentence: {question}"
 """The user message of answer forcing (sent with ``tool_choice: "none"``)."""
+ASK_WITHOUT_RESULTS = ("No tool call has returned a result. Answer my question in one short sentence, or say "
+                       "what kept you from finding out: {question}")
+"""The request for the answer when every call so far failed (no results to point to)."""
 ASK_WITH_RESULTS = "Here is what the tools returned:\n\n{results}\n\nUsing only this, answer in one short sentence: {question}"
 """The user message of answer forcing with restated results."""
 MAY_ABSTAIN = " If the files do not hold the answer, say that the information is not in the files."
@@ -132,6 +146,9 @@ NON_ANSWERS: dict[str, tuple[str, str]] = {
                     "{question}", "auto"),
     "unshown": ("No file you read gives {claim}.{unread} Read the file most likely to hold the answer, then answer my "
                 "question in one short sentence: {question}", "required"),
+    "unlinked": ("Your answer rests on a line that does not mention {words}: `{line}` ({file}).{unread} If no line "
+                 "you read answers my question, reply exactly: The files do not say. Otherwise answer it in one "
+                 "short sentence from the line that does: {question}", "auto"),
     "sizes": ("Your answer gives {size}, the size of {file} in the folder's listing, not something a file says. "
               "Answer my question from what the files say, in one short sentence: {question}", "auto"),
 }
@@ -199,6 +216,12 @@ TABLE_EXTREMES = "\n\nThe highest and lowest value of each column of numbers or 
 """With `table_extremes`, what follows a table's text in its tool result, before a line per column."""
 EXTREME_ROW = "- {column}: highest {high} ({high_rows}); lowest {low} ({low_rows})"
 """One column's line with `table_extremes`: its extremes and the rows holding them, named by column."""
+WORD_ENDINGS = r"(?:s|es|e|ed|d|ing|er|ers|ion|ions)?"
+"""The endings a question's word may have in a line and still count as the same word."""
+SETTINGS_FILES = (".ini", ".cfg", ".conf", ".toml", ".json", ".yaml", ".yml", ".properties", ".env")
+"""Files whose lines `_unlinked` weighs with the section and keys they sit under."""
+ORDINALS = frozenset("first last next previous final".split())
+"""Question words that say which line is meant by its place, not by what it says."""
 COMPARES = re.compile(
     r"\b(?:most|least|fewest|highest|lowest|largest|smallest|biggest|greatest|maximum|minimum|max|min|"
     r"newest|oldest|latest|earliest|recent|recently|longest|shortest|cheapest|priciest|more|less|fewer|"
@@ -358,8 +381,18 @@ def tool_choice(state: RunState, sends_tools: bool = True) -> str | None:
         return "none"
     if (review := _review_last(state)) is not None:
         return "none" if _turns_left(state) == 1 else review
+    if _read_on(state):
+        return "required"
     first = state.config.endpoint.first_turn_tool_choice
     return first if state.turns == 0 else "auto"
+
+
+def _read_on(state: RunState) -> bool:
+    """related_first: a turn of calls just ended, the files read so far hold no word of the
+    question while listed files are unread (`_unrelated`), and two turns or more are left (one
+    to read, one to answer)."""
+    return ("related_first" in state.config.steering and state.messages[-1].role == "tool"
+            and _turns_left(state) >= 2 and _unrelated(state))
 
 
 def offered_tools(state: RunState, schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -371,12 +404,12 @@ def offered_tools(state: RunState, schemas: list[dict[str, Any]]) -> list[dict[s
 
 
 def grammar_tools(state: RunState, schemas: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """With path_choices, after answer_check's review of an answer from unrelated files:
-    read_file with its ``path`` limited to the listed files not read yet, sent as runner's
+    """With path_choices, after answer_check's review of an answer from unrelated files, or
+    while related_first asks for another read (`_read_on`): read_file with its ``path`` limited to the listed files not read yet, sent as runner's
     ``grammar_tools`` (the call must match it, the prompt still shows `offered_tools`);
     None otherwise."""
     files = _listed_files(state)
-    if not files or not _last_is(state, NON_ANSWERS["unrelated"][0]):
+    if not files or not (_last_is(state, NON_ANSWERS["unrelated"][0]) or _read_on(state)):
         return None
     unread = set(unread_files(state))
     if not (narrower := [f for f in files if f in unread]):
@@ -549,6 +582,7 @@ def review_answer(state: RunState) -> str | None:
             results = restated_results(state) if kind == "restated" else ""
             words = [word for word, _ in question_words(question(state))]
             size, file = (_listed_size_quoted(state) if kind == "sizes" else None) or ("", "")
+            linked_words, line, linked_file = (_unlinked(state) if kind == "unlinked" else None) or ("", "", "")
             claim = ((_unsupported(state) if kind == "unsupported" else None)
                      or (_unshown_figure(state) if kind == "unshown" else None) or "")
             direction, extreme, extreme_size, named = (_wrong_extreme(state) if kind == "extreme" else None) or \
@@ -556,8 +590,10 @@ def review_answer(state: RunState) -> str | None:
             unread = unread_files(state)
             text = NON_ANSWERS[kind][0].format(
                 question=question(state), unread=_unread(state, unread), results=results or "(nothing)",
-                read=", ".join(_read_labels(state, listings=False)), words=" or ".join(words),
-                size=extreme_size or size, file=extreme or file, claim=claim, unread_files=", ".join(unread),
+                read=", ".join(_read_labels(state, listings=False)),
+                words=" or ".join(w for w, _ in question_words(question(state)) if w not in ORDINALS) if linked_words
+                else " or ".join(words), line=line,
+                size=extreme_size or size, file=extreme or file or linked_file, claim=claim, unread_files=", ".join(unread),
                 seen=_seen(state, unread) if kind == "unnamed" else "", direction=direction, named=named,
                 blanks=", ".join(dict.fromkeys(BLANK.findall(last.content or ""))))
     if text is None:
@@ -586,7 +622,9 @@ def non_answers(state: RunState) -> list[str]:
     nothing read holds, or gives a number none shows once every file was read (`_unsupported`);
     "unrelated", none of the results it could come from mentions a word of the question
     (`question_words`) while listed files are still unread; "unshown", it gives a number no
-    file read shows while listed files are unread (`_unshown_figure`); "sizes", it gives a listed
+    file read shows while listed files are unread (`_unshown_figure`); "unlinked" (with
+    unlinked_answers), what it adds to the question is found only on lines that do not mention
+    the question (`_unlinked`); "sizes", it gives a listed
     file's size; "unnamed", the question asks for a file and it names none. A reply that says
     the information is not there, once a file was read, is only "unread_each" or nothing: the
     other kinds are about what an answer says (abstain_check has its own reminder)."""
@@ -610,6 +648,7 @@ def non_answers(state: RunState) -> list[str]:
         "unsupported": lambda: _unsupported(state) is not None,
         "unrelated": lambda: _unrelated(state),
         "unshown": lambda: bool(unread_files(state)) and _unshown_figure(state) is not None,
+        "unlinked": lambda: "unlinked_answers" in state.config.steering and _unlinked(state) is not None,
         "sizes": lambda: _listed_size_quoted(state) is not None,
         "unnamed": lambda: FILE_QUESTION.search(asked) is not None and not _names_a_file(state, answer),
     }
@@ -697,6 +736,81 @@ def _unshown_figure(state: RunState) -> str | None:
             unit = "" if (m.group(2) or "").lower() in FILLER else m.group(2) or ""
             return f"`{m.group(1)}{unit if unit in ('', '%') else ' ' + unit}`"
     return None
+
+
+def _unlinked(state: RunState) -> tuple[str, str, str] | None:
+    """The answer's own words (numbers, and words the question lacks) found only on lines of
+    the files read that mention no word of the question, neither on the line nor in where it
+    sits (its file's name, a settings file's section and keys, a table's header): as the
+    words, the line and its file; None when the answer adds nothing such, or a line holding
+    most of those words mentions the question, or the question counts, compares, orders or
+    asks for a file (its answer may be on any line)."""
+    asked = question(state)
+    if any(p.search(asked) for p in (CALCULATES, COMPARES, FOLDER_QUESTION, FILE_QUESTION)):
+        return None
+    stems = [stem for word, stem in question_words(asked) if word not in ORDINALS]
+    if not stems or any(word in ORDINALS for word in _words(asked)):
+        return None
+    asked_words = set(_words(asked))
+    answer_words = {w for w in _words(state.messages[-1].content or "")
+                    if w not in asked_words and w not in STOPWORDS and w not in FILLER
+                    and (len(w) >= 3 or w.isdigit()) and not any(_word_in(w, stem) for stem in stems)}
+    lines = [(path, line, f"{path} {where} {line}".lower())
+             for path, text in _read_files(state) for line, where in _file_lines(path, text)]
+    held = [(len(answer_words & set(_words(line))), path, line, context) for path, line, context in lines]
+    most = max((n for n, *_ in held), default=0)
+    if most == 0:
+        return None
+    best = [(path, line, context) for n, path, line, context in held if n == most]
+    if any(_word_in(context, stem) for _, _, context in best for stem in stems):
+        return None
+    path, line, _ = best[0]
+    return " ".join(sorted(answer_words & set(_words(line)))), line, path
+
+
+def _word_in(text: str, stem: str) -> bool:
+    """`text` (lower case) holds `stem` as a word, or with a common ending (``s``, ``ed``,
+    ``ing``, ...), spaces, hyphens and underscores between its letters aside: "to-do" is in
+    "# to do", "cach" in "[cache]", "port" not in "export", "toma" not in "tomato"."""
+    letters = _squash(stem)
+    joined = r"[\s_-]*".join(map(re.escape, letters))
+    return bool(letters) and re.search(rf"(?<![a-z0-9]){joined}{WORD_ENDINGS}(?![a-z0-9])", text) is not None
+
+
+def _file_lines(path: str, text: str) -> list[tuple[str, str]]:
+    """A file's non-blank lines as `_unlinked` weighs them, each with where it sits: a table's
+    rows after its header; in a settings file (INI, TOML, JSON, YAML, ...) the ``[section]``
+    above a line and the keys that open the blocks holding it (``features``), the sections
+    themselves left out; any other line alone."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if path.lower().endswith(TABLE_FILES):
+        return [(line, lines[0]) for line in lines[1:]]
+    if not path.lower().endswith(SETTINGS_FILES):
+        return [(line.strip(), "") for line in lines]
+    out: list[tuple[str, str]] = []
+    section = ""
+    parents: list[tuple[int, str]] = []  # (indent, key) of the open blocks
+    for raw in lines:
+        line, indent = raw.strip(), len(raw) - len(raw.lstrip())
+        while parents and parents[-1][0] >= indent:
+            parents.pop()
+        if re.fullmatch(r"\[[^\]]+\]", line):
+            section, parents = line, []
+            continue
+        out.append((line, " ".join([section, *(key for _, key in parents)]).strip()))
+        if line.endswith(("{", "[", ":")) and (key := line.rstrip("{[:").strip().rstrip(":").strip().strip('"\'')):
+            parents.append((indent, key))
+    return out
+
+
+def _read_files(state: RunState) -> list[tuple[str, str]]:
+    """Each file a read tool read with success, as its path and the text it returned."""
+    ok = {r.call_id for r in state.tool_runs if r.ok}
+    calls = {c.id: c for m in state.messages for c in (m.tool_calls or [])}
+    return [(path, m.content or "") for m in state.messages
+            if m.role == "tool" and m.tool_call_id in ok and m.tool_call_id in calls
+            and calls[m.tool_call_id].function.name in PATH_CHOICE_TOOLS
+            and (path := _path_of(calls[m.tool_call_id]))]
 
 
 def _forms(figure: str) -> list[str]:
@@ -1031,13 +1145,18 @@ def _argument_text(call: ToolCall) -> str:
 
 def _answer_request(state: RunState) -> str:
     """The user message asking for the answer: the task restated, after the run's successful
-    tool results as `RunConfig.answer_restates_results` says; once abstain_check has asked
+    tool results as `RunConfig.answer_restates_results` says (or saying there are none when
+    every call failed); once abstain_check has asked
     the model to look again, with leave to say the information is not there (`MAY_ABSTAIN`)."""
     mode = state.config.answer_restates_results
     restate = mode == "always" or (mode == "after_failure" and _last_calls_failed(state))
     results = restated_results(state) if restate else ""
-    text = (ASK_WITH_RESULTS.format(results=results, question=question(state)) if results
-            else ASK_FOR_ANSWER.format(question=question(state)))
+    if results:
+        text = ASK_WITH_RESULTS.format(results=results, question=question(state))
+    elif not any(r.ok or r.source == "rejected" for r in state.tool_runs):
+        text = ASK_WITHOUT_RESULTS.format(question=question(state))
+    else:
+        text = ASK_FOR_ANSWER.format(question=question(state))
     return text + (MAY_ABSTAIN if _sent(state, CHECK_ABSTENTION) else "")
 
 

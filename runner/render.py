@@ -498,7 +498,9 @@ def print_policies(as_json: bool) -> None:
     def described(items: dict[str, str]) -> None:
         for name, what in items.items():
             print(name)
-            print(textwrap.fill(what, width, initial_indent="    ", subsequent_indent="    "))
+            for line in what.splitlines():
+                hang = "  " if line.startswith("- ") else ""
+                print(textwrap.fill(line, width, initial_indent="    ", subsequent_indent="    " + hang))
         print()
 
     def model_line(model: str, names: str) -> None:
@@ -727,19 +729,24 @@ def _args(arguments: str) -> str:
         return arguments
 
 
-def _body(text: str, width: int, full: bool, indent: str, *, wrap: bool = False, capped: bool = True) -> list[str]:
+def _body(text: str, width: int, full: bool, indent: str, *, wrap: bool = False, capped: bool = True,
+          keep_last: bool = False) -> list[str]:
     """`text` indented: wrapped to `width` (prose) or each line cut to it (tool output); at most
-    `RESULT_LINES` lines when `capped` and not `full`."""
-    lines = text.splitlines() or [""]
-    if wrap:
-        lines = [part for line in lines
-                 for part in (textwrap.wrap(line, max(width - len(indent), 20), break_on_hyphens=False) or [""])]
-    shown = lines if full or not capped else lines[:RESULT_LINES]
+    `RESULT_LINES` lines when `capped` and not `full`, and then, when `keep_last`, the text's
+    last line after the cut as well (where runner's own messages say what they ask)."""
+    def split(line: str) -> list[str]:
+        return (textwrap.wrap(line, max(width - len(indent), 20), break_on_hyphens=False) or [""]) if wrap else [line]
+
+    originals = text.splitlines() or [""]
+    lines = [part for line in originals for part in split(line)]
+    tail = split(originals[-1]) if keep_last and not full else []
+    shown = lines if full or not capped or len(lines) <= RESULT_LINES + len(tail) else lines[:RESULT_LINES]
+    tail = tail if len(shown) < len(lines) else []
     out = [indent + line if full else fit(indent + line, width) for line in shown]
     if len(shown) < len(lines):
-        more = len(lines) - len(shown)
+        more = len(lines) - len(shown) - len(tail)
         out.append(f"{indent}… {more} more line{'s' if more != 1 else ''} (--full shows all)")
-    return out
+    return out + [fit(indent + line, width) for line in tail]
 
 
 def run_header(state: RunState, shown: str | None = None) -> list[str]:
@@ -791,7 +798,7 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
         if m.role in ("system", "user"):
             who: str = "runner (asks again)" if m.name == "runner" else m.role
             out.append(f"── {who} " + "─" * max(width - len(who) - 4, 0))
-            out += _body(m.content or "", width, full, "", wrap=True)
+            out += _body(m.content or "", width, full, "", wrap=True, keep_last=m.name == "runner")
         elif m.role == "assistant":
             reply = records[at] if at < len(records) else None
             at += 1

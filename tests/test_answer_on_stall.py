@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from runner.policies import ASK_FOR_ANSWER
+from runner.policies import ASK_FOR_ANSWER, ASK_WITHOUT_RESULTS
 from tests.conftest import drive, scripted_run
 from tests.fakeprovider import Answer, FakeProvider, completion, error, tool_call
 
@@ -79,6 +79,17 @@ def test_without_restating_the_request_is_the_plain_one(fake: FakeProvider) -> N
     assert fake.requests[-1]["messages"][-1]["content"] == ASK_FOR_ANSWER.format(question="Which file is it?")
 
 
+def test_when_every_call_failed_the_request_does_not_point_to_results(fake: FakeProvider) -> None:
+    """Answer forcing after failures only: there are no results above to answer from."""
+    _play(fake, [_calls(("read_file", '{"path": "nope.txt"}')), _calls(("read_file", '{"path": "gone.txt"}'))])
+    run = scripted_run("fake", prompt="Which file is it?", base_url=fake.base_url, answer_on_stall=True,
+                       answer_after_tool_turns=2, answer_restates_results="after_failure")
+    state = drive(run, fake.base_url, None)
+    assert state.status == "completed" and [r.get("tool_choice") for r in fake.requests] == ["auto", "auto", "none"]
+    asked = fake.requests[-1]["messages"][-1]["content"]
+    assert asked == ASK_WITHOUT_RESULTS.format(question="Which file is it?") and "results above" not in asked
+
+
 def test_failures_alone_are_not_a_stall(fake: FakeProvider) -> None:
     """Nothing succeeded yet: there is nothing to answer from, so the model keeps its tools."""
     _play(fake, [_calls(("read_file", '{"path": "nope.txt"}')), _calls(("list_files", "{}")),
@@ -127,3 +138,18 @@ def test_a_declined_call_is_restated_with_the_results(fake: FakeProvider) -> Non
     asked = fake.requests[-1]["messages"][-1]["content"]
     assert "--- delete_file access.log ---\nThe user declined this call: keep it for the audit" in asked, asked
     assert asked.count("--- list_files ---") == 1
+
+
+def test_show_keeps_the_request_line_of_a_long_restated_request(fake: FakeProvider) -> None:
+    """`runner show` cuts a long message of runner's, but never the line that says what it asks."""
+    from runner.render import RESULT_LINES, transcript_lines
+
+    _play(fake, [_calls(("list_files", "{}")), _calls(("list_files", "{}"))])
+    state = drive(_run(fake, answer_restates_results="always"), fake.base_url, None)
+    asked = fake.requests[-1]["messages"][-1]["content"]
+    assert len(asked.splitlines()) > RESULT_LINES + 1
+    lines = transcript_lines(state, [], width=80)
+    at = lines.index(next(line for line in lines if line.startswith("── runner (asks again)")))
+    cut = lines[at + 1:at + RESULT_LINES + 3]
+    assert cut[RESULT_LINES].startswith("… ") and cut[RESULT_LINES].endswith("(--full shows all)")
+    assert cut[-1] == "Using only this, answer in one short sentence: Which file is it?"

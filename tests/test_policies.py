@@ -315,6 +315,67 @@ def test_an_answer_from_a_file_that_does_not_mention_the_question_is_sent_to_the
         "errors.log", "notes.txt"]
 
 
+def test_related_first_reads_on_while_the_files_read_hold_no_word_of_the_question(fake: FakeProvider) -> None:
+    replies = iter([_call("read_file", '{"path": "access.log"}', 1), _call("read_file", '{"path": "notes.txt"}', 2),
+                    _say("The logs.")])
+    fake.handler = lambda body: next(replies)
+    steering = ["related_first", "answer_check", "listing_in_prompt", "path_choices"]
+    state = drive(_run(fake, prompt="What should I rotate?", steering=steering, max_turns=8), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "The logs." and len(fake.requests) == 3
+    # after access.log (no word of the question) the model must read on, and only an unread file;
+    # once notes.txt (which says "rotate") was read, it may answer
+    assert [r["tool_choice"] for r in fake.requests] == ["auto", "required", "auto"]
+    assert [r.get("grammar_tools") is not None for r in fake.requests] == [False, True, False]
+    assert fake.requests[1]["grammar_tools"][0]["function"]["parameters"]["properties"]["path"]["enum"] == [
+        "errors.log", "notes.txt"]
+    assert all(m.get("name") != "runner" for m in fake.requests[-1]["messages"])  # no review was needed
+
+
+def test_related_first_leaves_the_last_turn_to_answer(fake: FakeProvider) -> None:
+    replies = iter([_call("read_file", '{"path": "access.log"}', 1), _say("Nothing.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="What should I rotate?", steering=["related_first", "listing_in_prompt",
+                                                                      "path_choices"], max_turns=2),
+                  fake.base_url, None)
+    assert state.answer == "Nothing." and [r["tool_choice"] for r in fake.requests] == ["auto", "auto"]
+
+
+def test_an_answer_resting_on_a_line_that_does_not_mention_the_question_is_sent_back_once(
+        fake: FakeProvider) -> None:
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say("The backup took 30000 ms."),
+                    _say("The files do not say how long the backup took.")])
+    fake.handler = lambda body: next(replies)
+    steering = ["answer_check", "unlinked_answers", "listing_in_prompt", "path_choices"]
+    state = drive(_run(fake, prompt="How long did the disk backup take?", steering=steering), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "The files do not say how long the backup took."
+    review = fake.requests[2]  # errors.log mentions the disk, but not on the line the answer rests on
+    assert review["messages"][-1]["content"] == (
+        "Your answer rests on a line that does not mention long or disk or backup or take: `2026-09-06T09:13:44Z "
+        "ERROR worker 7: job 8830 timed out after 30000 ms` (errors.log). Files you have not read: access.log, "
+        "notes.txt. If no line you read answers my question, reply exactly: The files do not say. Otherwise answer "
+        "it in one short sentence from the line that does: How long did the disk backup take?")
+    assert review["tool_choice"] == "auto"
+
+
+@pytest.mark.parametrize(("prompt", "reply", "sent_back"), [
+    ("How long did the worker 7 job take?", "It timed out after 30000 ms.", False),  # the line names worker and job
+    ("How long did the nightly backup take?", "The backup took 30000 ms.", True),
+    ("How many errors mention the scheduler?", "412 of them.", False),  # a count may be on no line
+    ("What was the last warning?", "Disk at 91%.", False),  # which line is asked by its place
+    ("How long did the nightly backup take?", "It took long.", False),  # nothing of its own found on a line
+])
+def test_unlinked_answers_weigh_only_what_the_answer_adds(fake: FakeProvider, prompt: str, reply: str,
+                                                          sent_back: bool) -> None:
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say(reply), _say("Done.")])
+    fake.handler = lambda body: next(replies)
+    steering = ["answer_check", "unlinked_answers"]
+    state = drive(_run(fake, prompt=prompt, steering=steering), fake.base_url, None)
+    assert (state.answer == "Done.") is sent_back
+    without = iter([_call("read_file", '{"path": "errors.log"}', 1), _say(reply), _say("Done.")])
+    fake.handler = lambda body: next(without)
+    assert drive(_run(fake, prompt=prompt, steering=["answer_check"]), fake.base_url, None).answer == reply
+
+
 def test_a_question_that_names_the_file_read_is_answered_from_it(fake: FakeProvider) -> None:
     replies = iter([_call("read_file", '{"path": "access.log"}', 1), _say("Three requests.")])
     fake.handler = lambda body: next(replies)

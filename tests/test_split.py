@@ -92,7 +92,7 @@ def _seen_by_models() -> dict[str, str]:
     from runner.loop import GENERIC_TOOL_ERROR
 
     seen["policy texts"] = "\n".join([GENERIC_TOOL_ERROR, *policies.POLICIES.values(), *policies.CORRECTIONS.values(),
-                                      policies.ASK_FOR_ANSWER, policies.ASK_WITH_RESULTS, policies.NUDGE,
+                                      policies.ASK_FOR_ANSWER, policies.ASK_WITH_RESULTS, policies.ASK_WITHOUT_RESULTS, policies.NUDGE,
                                       policies.LISTING, policies.ABSTAIN])
     return seen
 
