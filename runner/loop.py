@@ -664,10 +664,17 @@ def _fail_if_repeating(state: RunState, record: ToolRun) -> None:
 
 
 def _streak(state: RunState, record: ToolRun) -> int:
-    """How many tool runs in a row, ending with the last, match `record` (signature, ok, error)."""
+    """How many tool runs in a row, ending with the last, match `record` (signature, ok, error);
+    a reply in words in between (the model answered, and was asked again) ends the row."""
+    since = set()
+    for m in reversed(state.messages):
+        if m.role == "assistant" and not m.tool_calls:
+            break
+        since |= {c.id for c in m.tool_calls or []}
     streak = 0
     for earlier in reversed(state.tool_runs):
-        if (earlier.signature, earlier.ok, earlier.error) != (record.signature, record.ok, record.error):
+        if earlier.call_id not in since or \
+                (earlier.signature, earlier.ok, earlier.error) != (record.signature, record.ok, record.error):
             break
         streak += 1
     return streak

@@ -22,7 +22,6 @@ The policies added since are listed by name in `RunConfig.steering`.
 from __future__ import annotations
 
 import itertools
-import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
@@ -77,7 +76,7 @@ POLICIES: dict[str, str] = {
                     "- it repeats the question, or tells how to call the tools\n"
                     "- it copies lines of a file\n"
                     "- it comes before any file was read (the question not being about the files)\n"
-                    "- it quotes what nothing read says\n"
+                    "- it quotes, or names, what nothing read says (Region A)\n"
                     "- it gives a number no file read shows (the question counting nothing)\n"
                     "- it comes from files that mention no word of the question (a table aside)\n"
                     "- it gives a listed file's size\n"
@@ -146,9 +145,9 @@ NON_ANSWERS: dict[str, tuple[str, str]] = {
                     "{question}", "auto"),
     "unshown": ("No file you read gives {claim}.{unread} Read the file most likely to hold the answer, then answer my "
                 "question in one short sentence: {question}", "required"),
-    "unlinked": ("Your answer rests on a line that does not mention {words}: `{line}` ({file}).{unread} If no line "
-                 "you read answers my question, reply exactly: The files do not say. Otherwise answer it in one "
-                 "short sentence from the line that does: {question}", "auto"),
+    "unlinked": ("Your answer rests on a line that does not mention {words}: `{line}` ({file}).{unread}{read_on} "
+                 "If no file answers my question, reply exactly: The files do not say. "
+                 "Otherwise answer it in one short sentence from the line that does: {question}", "auto"),
     "sizes": ("Your answer gives {size}, the size of {file} in the folder's listing, not something a file says. "
               "Answer my question from what the files say, in one short sentence: {question}", "auto"),
 }
@@ -190,6 +189,11 @@ FILE_QUESTION = re.compile(
 BLANK = re.compile(r"\[[A-Za-z][\w .'-]{1,40}\](?!\()|<[A-Za-z]\w* [\w .'-]{1,40}>|\{[A-Za-z]\w* [\w .'-]{1,40}\}")
 """A blank of a template answer: ``[region]``, ``<total amount>``, ``{user name}`` (not a Markdown
 link, nor a tag or a type such as ``<div>`` or ``List<String>``)."""
+NAMED = re.compile(r"(?<![\w.'`/-])([A-Z][A-Za-z]+(?: [A-Z0-9][\w]*)*|[A-Z]{2,}\w*)")
+"""A name an answer gives inside a sentence: capitalised words in a row (``Region A``, ``Dana Levi``)."""
+CALENDAR = frozenset("january february march april may june july august september october november december "
+                     "monday tuesday wednesday thursday friday saturday sunday".split())
+"""Names an answer may work out from a date (``2026-01`` is January) rather than copy."""
 QUOTED = re.compile(r"`([^`\n]+)`|\"([^\"\n]+)\"|“([^”\n]+)”")
 """Text an answer quotes: in backticks, straight or curly double quotes."""
 SIZE = re.compile(r"\b(\d+)\s*bytes?\b", re.IGNORECASE)
@@ -345,15 +349,15 @@ def edited(current: Iterable[str], edits: Iterable[str]) -> list[str]:
 
 
 def _suggestion(name: str) -> str:
-    """What to say after an unknown policy name: the close ones, else every name (one each,
-    where several were given with commas)."""
+    """What to say after an unknown policy name: the close ones, else where they are listed (one
+    each, where several were given with commas)."""
     import difflib
 
     if "," in name:
         return "give one name per --policy (repeat the option)"
     close = difflib.get_close_matches(name, list(POLICIES), n=3, cutoff=0.5) or [
         p for p in POLICIES if name and name in p]
-    return f"did you mean {' or '.join(close)}?" if close else f"policies: {', '.join(POLICIES)}"
+    return f"did you mean {' or '.join(close)}?" if close else "runner policies lists them"
 
 
 def split_fields(fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -593,6 +597,7 @@ def review_answer(state: RunState) -> str | None:
                 read=", ".join(_read_labels(state, listings=False)),
                 words=" or ".join(w for w, _ in question_words(question(state)) if w not in ORDINALS) if linked_words
                 else " or ".join(words), line=line,
+                read_on=" Read the one most likely to hold the answer." if unread else "",
                 size=extreme_size or size, file=extreme or file or linked_file, claim=claim, unread_files=", ".join(unread),
                 seen=_seen(state, unread) if kind == "unnamed" else "", direction=direction, named=named,
                 blanks=", ".join(dict.fromkeys(BLANK.findall(last.content or ""))))
@@ -712,15 +717,22 @@ def _mentioning(state: RunState, read: str) -> str:
 
 
 def _unsupported(state: RunState) -> str | None:
-    """Text the answer quotes (in backticks or quotes) that no tool result, the listing or the
-    question holds, as `text`; or, once every listed file was read, a number it gives that
+    """Text the answer quotes (in backticks or quotes), or a name it gives inside a sentence
+    (`NAMED`, a month or weekday aside), that no tool result, the listing, the question or the
+    run's own calls (a tool's name, its arguments) hold, as `text`; or, once every listed file was read, a number it gives that
     none of them holds (`_unshown_figure`); None when there is none."""
     answer = state.messages[-1].content or ""
-    seen = _seen_text(state)
+    seen = _seen_text(state) + " " + " ".join(_call_label(c).lower() for m in state.messages
+                                              for c in (m.tool_calls or []))
     for quoted in QUOTED.findall(answer):
         text = " ".join(next(q for q in quoted if q).lower().split())
         if len(text) >= 3 and text not in seen:
             return f"`{text}`"
+    for sentence in re.split(r"(?<=[.!?:;])\s+", QUOTED.sub("", answer)):
+        for name in NAMED.finditer(sentence):
+            words = name.group(1).split()
+            if name.start() > 0 and words[0].lower() not in CALENDAR and " ".join(words).lower() not in seen:
+                return f"`{name.group(1)}`"
     return None if unread_files(state) else _unshown_figure(state)
 
 
@@ -886,10 +898,11 @@ def _squash(text: str) -> str:
 
 
 def _read_labels(state: RunState, listings: bool = True) -> list[str]:
-    """What the run's successful calls read, in words (the path, or the tool's name), sorted
-    (with `listings` False, listing calls left out)."""
+    """What the run's successful calls read, in words (a read's path; another call as its tool
+    and arguments, ``search_files ERROR``), sorted (with `listings` False, listing calls left out)."""
     ok = {r.call_id for r in state.tool_runs if r.ok}
-    return sorted({_argument_text(c) or c.function.name for m in state.messages
+    return sorted({(_path_of(c) if c.function.name in PATH_CHOICE_TOOLS else "") or _call_label(c)
+                   for m in state.messages
                    for c in (m.tool_calls or [])
                    if c.id in ok and (listings or c.function.name not in LISTING_TOOLS)})
 
@@ -1225,18 +1238,15 @@ def _hint(path: Path, name: str, words: list[tuple[str, str]]) -> str:
 
 def folder_listing(folder: Path, max_entries: int = LISTING_MAX_ENTRIES,
                    hints: list[tuple[str, str]] | None = None, extremes: bool = False) -> str:
-    """Every visible file under `folder` (hidden files and folders left out), as
-    ``path (N bytes)`` lines in path order, at most `max_entries` of them; with `hints`
+    """Every file under `folder` the folder tools show (hidden entries and what a `.gitignore`
+    ignores left out: runner's own runs directory among them), as ``path (N bytes)`` lines in
+    path order, at most `max_entries` of them; with `hints`
     (`question_words`), each line says which of them the file holds; with `extremes`, a last
     line names the largest and the smallest of all the files (`EXTREMES`)."""
-    found: list[tuple[str, int]] = []
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in files:
-            if not name.startswith("."):
-                path = Path(root, name)
-                found.append((path.relative_to(folder).as_posix(), path.stat().st_size))
-    found.sort()
+    from runner.tools import Folder
+
+    shown = Folder(folder)
+    found = sorted((path, size) for path, _, size in shown.files(shown.root))
     lines = [f"{path} ({size} bytes){_hint(folder / path, path, hints or [])}" for path, size in found[:max_entries]]
     if len(found) > max_entries:
         lines.append(f"... and {len(found) - max_entries} more files")

@@ -578,10 +578,11 @@ def _suite_table(report: SuiteReport, shape: _SuiteShape, answer_chars: int) -> 
 
     named = [x.name for x in report.suites if x.name != "six-task"]
     title = "runner suite" + (f" {', '.join(named)}" if named and len(named) <= 2 else
-                              f" ({len(named)} suites)" if named else "") + (f"  (local model: {', '.join(shape.locals_)}, first turn tool_choice="
-                              f"{report.first_turn_tool_choice})" if shape.locals_ else "")
+                              f" ({len(named)} suites)" if named else "")
     if report.repeats > 1 or report.executor != "local":
         title += f"  [{report.repeats} repeat(s), executor {report.executor}]"
+    if shape.locals_:  # a line of its own: with a long model name it would wrap anywhere
+        title += f"\nlocal model: {', '.join(shape.locals_)}, first turn tool_choice={report.first_turn_tool_choice}"
     mean_turns = "; ".join(f"{shape.label(m)} {totals([r for r in report.results if r.model == m])['mean_turn_ms']:,.0f} ms"
                            for m in shape.columns)
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
@@ -858,6 +859,9 @@ def _assistant(m: Message, record: TurnRecord | None, width: int, full: bool) ->
     for call in m.tool_calls or []:
         out.append(fit(f"  → {call.function.name} {_args(call.function.arguments)}", width) if not full
                    else f"  → {call.function.name} {_args(call.function.arguments)}")
+    if record is not None and record.finish_reason == "length":
+        limit = f" of {record.max_tokens:,}" if record.max_tokens else ""
+        out.append(fit(f"  (cut off: the reply reached its token limit{limit})", width))
     return out
 
 

@@ -647,6 +647,8 @@ def run_requested(req: SuiteRequest, runs_root: Path, *, store_location: str | N
         UsageError, models.ModelNotFound: as `runner.fanout.executor` and `model_columns`.
     """
     policies.edited([], req.policies)  # an unknown name is refused even when no column is local
+    if req.max_turns < 1:
+        raise UsageError(f"--max-turns {req.max_turns}: a suite always caps its tasks' turns; give 1 or more")
     suites = requested_suites(req)
     provider = req.provider or ("both" if len(suites) == 1 and suites[0].default else "local")
     executor = fanout.executor(req.executor, address=req.address, actors=req.actors)

@@ -153,3 +153,13 @@ def test_show_keeps_the_request_line_of_a_long_restated_request(fake: FakeProvid
     cut = lines[at + 1:at + RESULT_LINES + 3]
     assert cut[RESULT_LINES].startswith("… ") and cut[RESULT_LINES].endswith("(--full shows all)")
     assert cut[-1] == "Using only this, answer in one short sentence: Which file is it?"
+
+
+def test_show_marks_a_reply_cut_off_at_its_token_limit(fake: FakeProvider) -> None:
+    from runner.render import transcript_lines
+
+    fake.handler = lambda body: completion({"role": "assistant", "content": "The file to rotate is"}, finish="length")
+    state = drive(_run(fake, max_tokens=5), fake.base_url, None)
+    assert state.per_turn[-1].finish_reason == "length"
+    lines = transcript_lines(state, [], width=80)
+    assert "  (cut off: the reply reached its token limit of 5)" in lines

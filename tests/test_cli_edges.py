@@ -229,6 +229,7 @@ def test_errors_are_one_line_in_a_file_and_usage_errors_say_what_is_wrong(runs: 
         (("suite", "--resume", "notes.txt"), "--resume notes.txt: not a suite report"),
         (("suite", "--resume", "other.json"), "cannot read the suite report other.json: Field required (at model)"),
         (("suite", "--provider", "scripted", "--policy", "+nope"), "--policy +nope: no such policy"),
+        (("suite", "--provider", "scripted", "--max-turns", "0"), "--max-turns 0: a suite always caps its tasks"),
     ]:
         for name in ("a-file", "README.md", "notes.txt"):
             (tmp_path / name).write_text("# not a report\n")

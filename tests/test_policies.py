@@ -352,8 +352,9 @@ def test_an_answer_resting_on_a_line_that_does_not_mention_the_question_is_sent_
     assert review["messages"][-1]["content"] == (
         "Your answer rests on a line that does not mention long or disk or backup or take: `2026-09-06T09:13:44Z "
         "ERROR worker 7: job 8830 timed out after 30000 ms` (errors.log). Files you have not read: access.log, "
-        "notes.txt. If no line you read answers my question, reply exactly: The files do not say. Otherwise answer "
-        "it in one short sentence from the line that does: How long did the disk backup take?")
+        "notes.txt. Read the one most likely to hold the answer. If no file answers my question, reply exactly: The "
+        "files do not say. Otherwise answer it in one short sentence from the line that does: How long did the disk "
+        "backup take?")
     assert review["tool_choice"] == "auto"
 
 
@@ -405,6 +406,10 @@ def test_every_review_starts_with_words_of_its_own() -> None:
     ("Which job timed out?", ["answer_check"], "Job `9931` timed out.", 'Job "8830" timed out.',  # quoted, and said
      "Nothing you read says `9931`. If the files do not hold the answer, say that the information is not in the "
      "files; otherwise answer my question in one short sentence from what they say: Which job timed out?", "auto"),
+    ("Which worker timed out?", ["answer_check"], "The worker in Region A timed out.",
+     "Worker 7 timed out on Monday, the ERROR line says.",  # a weekday may come from a date; ERROR is in the file
+     "Nothing you read says `Region A`. If the files do not hold the answer, say that the information is not in the "
+     "files; otherwise answer my question in one short sentence from what they say: Which worker timed out?", "auto"),
     ("Which job timed out, and after how long?", ["answer_check"], "Job [job id] timed out after <the duration>.",
      "Job 8830 timed out after 30000 ms, see [the log](errors.log) <br>.",  # a link, a tag: no blanks
      "Your answer leaves blanks to fill ([job id], <the duration>): it is a template, not an answer. Read the file that "
@@ -419,6 +424,39 @@ def test_an_answer_that_names_no_file_gives_a_listed_size_or_quotes_what_no_file
     assert state.status == "completed" and state.answer == answer
     assert fake.requests[2]["messages"][-1]["content"] == review
     assert fake.requests[2]["tool_choice"] == choice
+
+
+def test_a_quoted_tool_name_or_call_argument_is_no_claim_about_the_files(fake: FakeProvider) -> None:
+    for reply in ("Per `read_file`, the queue depth is 412.", "The \"errors.log\" line says the queue depth is 412."):
+        replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say(reply)])
+        fake.handler = lambda body, replies=replies: next(replies)
+        state = drive(_run(fake, prompt="What is the queue depth?", steering=["answer_check"]), fake.base_url, None)
+        assert state.answer == reply and state.turns == 2
+
+
+def test_a_reply_in_words_between_two_same_calls_ends_the_row_the_repeat_rule_counts(fake: FakeProvider) -> None:
+    """Listing twice, saying what to call (sent back: call it yourself), listing again: no three
+    calls in a row, so the run goes on to its answer instead of failing."""
+    replies = iter([_call("list_files", "{}", 1), _call("list_files", "{}", 2), _say("You can call list_files."),
+                    _call("list_files", "{}", 3), _call("read_file", '{"path": "notes.txt"}', 4),
+                    _say("Rotate the logs.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="What should I rotate?", steering=["answer_check"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "Rotate the logs."
+    assert [r.signature for r in state.tool_runs].count(state.tool_runs[0].signature) == 3
+
+
+def test_what_was_read_names_a_read_by_its_path_and_another_call_by_its_tool() -> None:
+    from runner.state import FunctionCall, ToolCall, ToolRun, new_run
+
+    state = new_run("q", RunConfig.model_validate({"model": "scripted/plan"}))
+    calls = [("c1", "read_file", {"path": "app.log", "start_line": 1}), ("c2", "search_files", {"pattern": "quota"}),
+             ("c3", "read_file", {"path": "app.log"}), ("c4", "list_files", {})]
+    state.messages.append(Message(role="assistant", tool_calls=[
+        ToolCall(id=i, function=FunctionCall(name=n, arguments=json.dumps(a))) for i, n, a in calls]))
+    state.tool_runs += [ToolRun(call_id=i, tool_name=n, signature=i, ok=True, ms=1) for i, n, _ in calls]
+    assert policies._read_labels(state) == ["app.log", "list_files", "search_files quota"]
+    assert policies._read_labels(state, listings=False) == ["app.log", "search_files quota"]
 
 
 def test_a_review_is_sent_again_only_after_another_file_was_read(fake: FakeProvider) -> None:
@@ -601,6 +639,23 @@ def test_table_extremes_names_each_columns_highest_and_lowest_rows_for_a_compari
     both = seen("Which month cost the most?", "b.csv", money, ["table_rows", "table_extremes"])
     assert "\nmonth=mar; spent=1430.5\n" in both and both.endswith("- spent: highest 1430.5 (month=mar); lowest 950 "
                                                                    "(month=feb)")  # each reads the table itself
+
+
+def test_the_listing_in_the_prompt_leaves_out_what_the_folder_tools_leave_out(tmp_path: Path) -> None:
+    """Runner's own runs directory (its `.gitignore` ignores everything), what the folder's
+    `.gitignore` ignores and hidden files are no files of the user's, in the prompt as in list_files."""
+    (tmp_path / "notes.md").write_text("hello\n")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "app.py").write_text("print(1)\n")
+    (tmp_path / "runs" / "20261204-1").mkdir(parents=True)
+    (tmp_path / "runs" / ".gitignore").write_text("*\n")
+    (tmp_path / "runs" / "20261204-1" / "state.json").write_text("{}" * 500)
+    (tmp_path / ".gitignore").write_text("*.tmp\n")
+    (tmp_path / "scratch.tmp").write_text("x")
+    (tmp_path / ".env").write_text("KEY=1\n")
+    assert policies.folder_listing(tmp_path, extremes=True) == (
+        "notes.md (6 bytes)\nsrc/app.py (9 bytes)\n"
+        "Of these, the largest is src/app.py, 9 bytes; the smallest is notes.md, 6 bytes.")
 
 
 def test_runner_run_on_ones_own_folder_sends_what_the_manifest_policies_add(fake: FakeProvider, tmp_path: Path) -> None:
