@@ -84,7 +84,8 @@ POLICIES: dict[str, str] = {
                     "- it leaves blanks to fill ([region name])\n"
                     "- it leaves files unread when the question asks to read each\n"
                     "- it names a file other than the listing's largest or smallest when asked for it\n"
-                    "A reply saying the information is not there is taken once a file was read. With one turn "
+                    "A reply saying the information is not there is taken once a file was read that mentions "
+                    "a word of the question, or every listed file. With one turn "
                     "left, only a review that asks for the answer alone is sent.",
 }
 """Every policy, by name, in words."""
@@ -631,8 +632,9 @@ def non_answers(state: RunState) -> list[str]:
     unlinked_answers), what it adds to the question is found only on lines that do not mention
     the question (`_unlinked`); "sizes", it gives a listed
     file's size; "unnamed", the question asks for a file and it names none. A reply that says
-    the information is not there, once a file was read, is only "unread_each" or nothing: the
-    other kinds are about what an answer says (abstain_check has its own reminder)."""
+    the information is not there, once a file was read, is only "unread_each", "unrelated"
+    (nothing read could say so) or nothing: the other kinds are about what an answer says
+    (abstain_check has its own reminder)."""
     answer = (state.messages[-1].content or "").strip()
     asked = question(state)
     names = [getattr(t, "name", t) for t in state.config.tools]
@@ -641,8 +643,8 @@ def non_answers(state: RunState) -> list[str]:
         kinds.append("unread_each")
     if "read_file" in names and not _has_evidence(state):
         return [*kinds, "unread"]
-    if ABSTENTION.search(answer):
-        return kinds
+    if ABSTENTION.search(answer):  # "not there" is no answer only while nothing read could say so
+        return kinds + ["unrelated"] * _unrelated(state)
     checks: dict[str, Callable[[], bool]] = {
         "instructions": lambda: (any(isinstance(n, str) and n in answer for n in names)
                                  and TOOL_VERBS.search(answer) is not None) or PLANS.search(answer) is not None,

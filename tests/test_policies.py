@@ -710,14 +710,23 @@ def test_repeat_results_points_a_repeated_read_to_the_earlier_result(fake: FakeP
         assert again == first
 
 
-def test_answer_check_takes_an_abstention_once_a_file_was_read(fake: FakeProvider) -> None:
-    replies = iter([_call("read_file", '{"path": "access.log"}', 1), _say("The files do not say what to rotate.")])
+def test_answer_check_takes_an_abstention_once_a_file_that_could_say_was_read(fake: FakeProvider) -> None:
+    abstain = "The files do not say what to rotate."
+    replies = iter([_call("read_file", '{"path": "access.log"}', 1), _say(abstain),
+                    _call("read_file", '{"path": "notes.txt"}', 2), _say(abstain)])
     fake.handler = lambda body: next(replies)
     state = drive(_run(fake, prompt="What should I rotate?", steering=["answer_check", "listing_in_prompt"]),
                   fake.base_url, None)
-    assert state.status == "completed" and state.answer == "The files do not say what to rotate."
-    assert len(fake.requests) == 2  # no "unrelated" review, though access.log does not mention rotate
-    assert policies.non_answers(state) == []
+    assert state.status == "completed" and state.answer == abstain and len(fake.requests) == 4
+    # access.log does not mention rotating, and two files were unread: not yet a reason to give up
+    assert fake.requests[2]["messages"][-1]["content"].startswith(
+        "The files you read (access.log) do not mention rotate, so your answer cannot come from them.")
+    assert fake.requests[2]["tool_choice"] == "required"
+    assert policies.non_answers(state) == []  # notes.txt mentions rotating: its "not there" stands
+    replies = iter([_call("read_file", '{"path": "access.log"}', 1), _say(abstain)])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="What should I rotate?", steering=["answer_check"]), fake.base_url, None)
+    assert state.answer == abstain and len(fake.requests) == 6  # no listing: no file known to be unread
 
 
 def test_answer_check_sends_an_abstention_before_any_read_to_the_files(fake: FakeProvider) -> None:
