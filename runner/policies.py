@@ -90,7 +90,8 @@ POLICIES: dict[str, str] = {
 }
 """Every policy, by name, in words."""
 NEW_POLICIES = ("listing_in_prompt", "listing_hints", "listing_extremes", "abstain_option", "evidence_first",
-                "table_rows", "table_extremes", "related_first", "unlinked_answers", "abstain_check", "path_choices", "answer_check", "repeat_results")
+                "table_rows", "table_extremes", "related_first", "unlinked_answers", "abstain_check",
+                "path_choices", "answer_check", "repeat_results")
 """The policies kept by name in `RunConfig.steering` (the others are fields of their own)."""
 
 CORRECTIONS = {
@@ -410,9 +411,9 @@ def offered_tools(state: RunState, schemas: list[dict[str, Any]]) -> list[dict[s
 
 def grammar_tools(state: RunState, schemas: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     """With path_choices, after answer_check's review of an answer from unrelated files, or
-    while related_first asks for another read (`_read_on`): read_file with its ``path`` limited to the listed files not read yet, sent as runner's
-    ``grammar_tools`` (the call must match it, the prompt still shows `offered_tools`);
-    None otherwise."""
+    while related_first asks for another read (`_read_on`): read_file with its ``path``
+    limited to the listed files not read yet, sent as runner's ``grammar_tools`` (the call
+    must match it, the prompt still shows `offered_tools`); None otherwise."""
     files = _listed_files(state)
     if not files or not (_last_is(state, NON_ANSWERS["unrelated"][0]) or _read_on(state)):
         return None
@@ -587,7 +588,7 @@ def review_answer(state: RunState) -> str | None:
             results = restated_results(state) if kind == "restated" else ""
             words = [word for word, _ in question_words(question(state))]
             size, file = (_listed_size_quoted(state) if kind == "sizes" else None) or ("", "")
-            linked_words, line, linked_file = (_unlinked(state) if kind == "unlinked" else None) or ("", "", "")
+            _, line, linked_file = (_unlinked(state) if kind == "unlinked" else None) or ("", "", "")
             claim = ((_unsupported(state) if kind == "unsupported" else None)
                      or (_unshown_figure(state) if kind == "unshown" else None) or "")
             direction, extreme, extreme_size, named = (_wrong_extreme(state) if kind == "extreme" else None) or \
@@ -595,11 +596,10 @@ def review_answer(state: RunState) -> str | None:
             unread = unread_files(state)
             text = NON_ANSWERS[kind][0].format(
                 question=question(state), unread=_unread(state, unread), results=results or "(nothing)",
-                read=", ".join(_read_labels(state, listings=False)),
-                words=" or ".join(w for w, _ in question_words(question(state)) if w not in ORDINALS) if linked_words
-                else " or ".join(words), line=line,
+                read=", ".join(_read_labels(state, listings=False)), words=" or ".join(words), line=line,
                 read_on=" Read the one most likely to hold the answer." if unread else "",
-                size=extreme_size or size, file=extreme or file or linked_file, claim=claim, unread_files=", ".join(unread),
+                size=extreme_size or size, file=extreme or file or linked_file, claim=claim,
+                unread_files=", ".join(unread),
                 seen=_seen(state, unread) if kind == "unnamed" else "", direction=direction, named=named,
                 blanks=", ".join(dict.fromkeys(BLANK.findall(last.content or ""))))
     if text is None:
@@ -721,8 +721,9 @@ def _mentioning(state: RunState, read: str) -> str:
 def _unsupported(state: RunState) -> str | None:
     """Text the answer quotes (in backticks or quotes), or a name it gives inside a sentence
     (`NAMED`, a month or weekday aside), that no tool result, the listing, the question or the
-    run's own calls (a tool's name, its arguments) hold, as `text`; or, once every listed file was read, a number it gives that
-    none of them holds (`_unshown_figure`); None when there is none."""
+    run's own calls (a tool's name, its arguments) hold, as `text`; or, once every listed file
+    was read, a number it gives that none of them holds (`_unshown_figure`); None when there is
+    none."""
     answer = state.messages[-1].content or ""
     seen = _seen_text(state) + " " + " ".join(_call_label(c).lower() for m in state.messages
                                               for c in (m.tool_calls or []))
@@ -762,7 +763,7 @@ def _unlinked(state: RunState) -> tuple[str, str, str] | None:
     asked = question(state)
     if any(p.search(asked) for p in (CALCULATES, COMPARES, FOLDER_QUESTION, FILE_QUESTION)):
         return None
-    stems = [stem for word, stem in question_words(asked) if word not in ORDINALS]
+    stems = [stem for _, stem in question_words(asked)]
     if not stems or any(word in ORDINALS for word in _words(asked)):
         return None
     asked_words = set(_words(asked))
