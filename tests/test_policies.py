@@ -426,12 +426,12 @@ def test_an_answer_that_names_no_file_gives_a_listed_size_or_quotes_what_no_file
     assert fake.requests[2]["tool_choice"] == choice
 
 
-def test_a_quoted_tool_name_or_call_argument_is_no_claim_about_the_files(fake: FakeProvider) -> None:
-    for reply in ("Per `read_file`, the queue depth is 412.", "The \"errors.log\" line says the queue depth is 412."):
-        replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say(reply)])
-        fake.handler = lambda body, replies=replies: next(replies)
-        state = drive(_run(fake, prompt="What is the queue depth?", steering=["answer_check"]), fake.base_url, None)
-        assert state.answer == reply and state.turns == 2
+@pytest.mark.parametrize("reply", ["Per `read_file`, the queue depth is 412.",
+                                   'The "errors.log" line says the queue depth is 412.'])
+def test_a_quoted_tool_name_or_call_argument_is_no_claim_about_the_files(fake: FakeProvider, reply: str) -> None:
+    _play(fake, [_call("read_file", '{"path": "errors.log"}', 1), _say(reply)])
+    state = drive(_run(fake, prompt="What is the queue depth?", steering=["answer_check"]), fake.base_url, None)
+    assert state.answer == reply and state.turns == 2
 
 
 def test_a_reply_in_words_between_two_same_calls_ends_the_row_the_repeat_rule_counts(fake: FakeProvider) -> None:
