@@ -76,7 +76,7 @@ POLICIES: dict[str, str] = {
                     "- it repeats the question, or tells how to call the tools\n"
                     "- it copies lines of a file\n"
                     "- it comes before any file was read (the question not being about the files)\n"
-                    "- it quotes, or names, what nothing read says (Region A)\n"
+                    "- it quotes, or names, what nothing read says (a name such as Region A)\n"
                     "- it gives a number no file read shows (the question counting nothing)\n"
                     "- it comes from files that mention no word of the question (a table aside)\n"
                     "- it gives a listed file's size\n"
@@ -99,6 +99,9 @@ CORRECTIONS = {
                         "or answer my question in one short sentence.",
     "blank_content": "Your last reply was empty. Using the tool results above, answer my question in one short "
                      "sentence: {question} If you still need to look, call one of the tools ({tools}).",
+    "dropped_call": "Your last reply began a tool call that was not complete (cut off, or not written as a call). "
+                    "Call one of the tools ({tools}) with its arguments in full, or answer my question in one "
+                    "short sentence.",
     "unparsed_tool_call": 'Your last tool call could not be read. Write it as <tool_call>{{"name": "<tool>", '
                           '"arguments": {{...}}}}</tool_call> with one of the tools ({tools}), or answer my '
                           "question in one short sentence.",
@@ -106,9 +109,10 @@ CORRECTIONS = {
 """The corrective user message for each slip: what went wrong and what to do."""
 ASK_FOR_ANSWER = "Using the tool results above, answer my question in one short sentence: {question}"
 """The user message of answer forcing (sent with ``tool_choice: "none"``)."""
-ASK_WITHOUT_RESULTS = ("No tool call has returned a result. Answer my question in one short sentence, or say "
+ASK_WITHOUT_RESULTS = ("No tool call has found anything yet. Answer my question in one short sentence, or say "
                        "what kept you from finding out: {question}")
-"""The request for the answer when every call so far failed (no results to point to)."""
+"""The request for the answer when every call so far failed or searched in vain (no results to
+point to)."""
 ASK_WITH_RESULTS = "Here is what the tools returned:\n\n{results}\n\nUsing only this, answer in one short sentence: {question}"
 """The user message of answer forcing with restated results."""
 MAY_ABSTAIN = " If the files do not hold the answer, say that the information is not in the files."
@@ -619,7 +623,7 @@ def non_answers(state: RunState) -> list[str]:
     they are reviewed: "unread_each", the question asks to read each file and listed files
     are unread; "unread", nothing but a listing succeeded, a tool that reads a file was
     offered and the question does not ask about the files themselves (the other kinds are
-    then not looked at); "instructions", it names one of the run's tools and tells how to
+    then not looked at; a reply telling how to call the tools is "instructions" instead); "instructions", it names one of the run's tools and tells how to
     call it, or says what it would read; "blanks", it is a template with blanks to fill
     (`BLANK`); "restated", it repeats the question, asks one or
     adds no word of its own to it (`_adds_nothing`); "copied", it copies a tool result
@@ -641,13 +645,14 @@ def non_answers(state: RunState) -> list[str]:
     kinds = []
     if "read_file" in names and READ_EACH.search(asked) and unread_files(state):
         kinds.append("unread_each")
+    instructions = (any(isinstance(n, str) and n in answer for n in names)
+                    and TOOL_VERBS.search(answer) is not None) or PLANS.search(answer) is not None
     if "read_file" in names and not _has_evidence(state):
-        return [*kinds, "unread"]
+        return [*kinds, "instructions" if instructions else "unread"]
     if ABSTENTION.search(answer):  # "not there" is no answer only while nothing read could say so
         return kinds + ["unrelated"] * _unrelated(state)
     checks: dict[str, Callable[[], bool]] = {
-        "instructions": lambda: (any(isinstance(n, str) and n in answer for n in names)
-                                 and TOOL_VERBS.search(answer) is not None) or PLANS.search(answer) is not None,
+        "instructions": lambda: instructions,
         "blanks": lambda: BLANK.search(answer) is not None,
         "restated": lambda: answer.endswith("?") or _adds_nothing(answer, asked),
         "copied": lambda: echoes(answer, _result_texts(state)),
@@ -863,9 +868,10 @@ def _names_a_file(state: RunState, answer: str) -> bool:
 
 
 def _result_texts(state: RunState, listings: bool = True) -> list[str]:
-    """The text of every tool result of a call that succeeded (with `listings` False, those of
-    listing tools left out), each after its call's argument values (the path read)."""
-    ok = {r.call_id for r in state.tool_runs if r.ok}
+    """The text of every tool result of a call that succeeded and found something (a search
+    that matched no line left out: its pattern holds the question's words, not the files; with
+    `listings` False, listing tools left out too), each after its call's argument values."""
+    ok = {r.call_id for r in state.tool_runs if r.ok} - _found_nothing(state)
     calls = {c.id: c for m in state.messages for c in (m.tool_calls or [])}
     return [f"{_argument_text(calls[m.tool_call_id])}\n{m.content or ''}" for m in state.messages
             if m.role == "tool" and m.tool_call_id in ok and m.tool_call_id in calls
@@ -998,10 +1004,11 @@ def _last_is(state: RunState, template: str) -> bool:
 
 def _sent(state: RunState, template: str, since_read: bool = False) -> bool:
     """The harness already sent a message made from `template` in this run (with
-    `since_read`, after the last result of a call that read a file)."""
+    `since_read`, after the last result of a call that read something: a search that matched
+    no line reads nothing)."""
     start = 0
     if since_read:
-        ok = {r.call_id for r in state.tool_runs if r.ok and r.tool_name not in LISTING_TOOLS}
+        ok = {r.call_id for r in state.tool_runs if r.ok and r.tool_name not in LISTING_TOOLS} - _found_nothing(state)
         start = max((i for i, m in enumerate(state.messages) if m.role == "tool" and m.tool_call_id in ok), default=0)
     return any(m.role == "user" and m.name == CORRECTIVE_NAME and (m.content or "").startswith(_prefix(template))
                for m in state.messages[start:])
@@ -1162,14 +1169,15 @@ def _argument_text(call: ToolCall) -> str:
 def _answer_request(state: RunState) -> str:
     """The user message asking for the answer: the task restated, after the run's successful
     tool results as `RunConfig.answer_restates_results` says (or saying there are none when
-    every call failed); once abstain_check has asked
+    every call failed or found nothing); once abstain_check has asked
     the model to look again, with leave to say the information is not there (`MAY_ABSTAIN`)."""
     mode = state.config.answer_restates_results
     restate = mode == "always" or (mode == "after_failure" and _last_calls_failed(state))
     results = restated_results(state) if restate else ""
     if results:
         text = ASK_WITH_RESULTS.format(results=results, question=question(state))
-    elif not any(r.ok or r.source == "rejected" for r in state.tool_runs):
+    elif not any((r.ok and r.call_id not in _found_nothing(state)) or r.source == "rejected"
+                 for r in state.tool_runs):
         text = ASK_WITHOUT_RESULTS.format(question=question(state))
     else:
         text = ASK_FOR_ANSWER.format(question=question(state))

@@ -769,6 +769,41 @@ def test_a_search_that_matched_nothing_is_no_evidence(fake: FakeProvider, tmp_pa
     assert review.startswith("You answered before reading any file") and "not read: notes.txt." in review
 
 
+def test_a_search_that_matched_nothing_mentions_nothing_and_reads_nothing(fake: FakeProvider, tmp_path: Path) -> None:
+    """Its pattern holds the question's words, not the files: after it, a "not there" from an
+    unrelated file is still sent on, and a review is not sent again as if a file had been read."""
+    from runner import catalog
+
+    (tmp_path / "app.log").write_text("08:00 service started\n")
+    (tmp_path / "notes.md").write_text("On call in December: Ana.\n")
+    replies = iter([_call("read_file", '{"path": "app.log"}', 1),
+                    _call("search_files", '{"pattern": "on call December", "path": "app.log"}', 2),
+                    _say("The on-call engineer for December is not listed."),
+                    _call("read_file", '{"path": "notes.md"}', 3), _say("Ana is on call in December.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="Who is on call in December?", steering=["answer_check", "listing_in_prompt"],
+                       builtin_tools="folder", tools=list(catalog.FOLDER_TOOLS), workspace=str(tmp_path)),
+                  fake.base_url, None)
+    assert state.tool_runs[1].ok and state.answer == "Ana is on call in December."
+    assert fake.requests[3]["messages"][-1]["content"].startswith(
+        "The files you read (app.log, search_files on call December app.log) do not mention")
+    assert policies._result_texts(state, listings=False)[0].startswith("app.log\n08:00 service started")
+    assert len(policies._result_texts(state, listings=False)) == 2  # the two reads, not the search
+
+
+def test_when_every_search_found_nothing_the_request_does_not_point_to_results(fake: FakeProvider,
+                                                                               tmp_path: Path) -> None:
+    from runner import catalog
+
+    (tmp_path / "notes.txt").write_text("Rotate the logs on Fridays.\n")
+    _play(fake, [_call("search_files", '{"pattern": "zebra"}', 1), _call("search_files", '{"pattern": "zebra"}', 2)])
+    drive(_run(fake, prompt="Where is the zebra?", builtin_tools="folder", tools=list(catalog.FOLDER_TOOLS),
+               workspace=str(tmp_path), answer_on_stall=True, answer_after_tool_turns=6), fake.base_url, None)
+    assert fake.requests[-1]["tool_choice"] == "none"
+    assert fake.requests[-1]["messages"][-1]["content"] == policies.ASK_WITHOUT_RESULTS.format(
+        question="Where is the zebra?")
+
+
 def test_a_number_no_file_read_shows_is_sent_to_the_unread_files_then_may_be_not_there(fake: FakeProvider) -> None:
     replies = iter([_call("read_file", '{"path": "notes.txt"}', 1), _say("The scheduler waited 45 minutes."),
                     _call("read_file", '{"path": "errors.log"}', 2), _say("It waited 45 minutes."),

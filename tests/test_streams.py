@@ -182,6 +182,18 @@ def test_a_reply_whose_call_the_server_dropped_is_a_slip(fake: FakeProvider, run
     assert [t.slip for t in state.per_turn] == ["dropped_call", None]
 
 
+def test_a_dropped_call_is_answered_with_a_correction_of_its_own(fake: FakeProvider) -> None:
+    """Corrective retries say the call was not complete, not that the reply was empty."""
+    answer = completion(DROPPED, finish="length")
+    answer.body["runner"] = {"dropped_call": True}
+    replies = iter([answer, completion(PROSE)])
+    fake.handler = lambda body: next(replies)
+    state = drive(scripted_run("fake", base_url=fake.base_url, on_slip="corrective"), fake.base_url, None)
+    assert state.status == "completed" and [t.slip for t in state.per_turn] == ["dropped_call", None]
+    said = fake.requests[-1]["messages"][-1]["content"]
+    assert said.startswith("Your last reply began a tool call that was not complete") and "empty" not in said
+
+
 def test_dropped_call_false_is_an_answer(fake: FakeProvider) -> None:
     answer = completion(PROSE)
     answer.body["runner"] = {"dropped_call": False}
