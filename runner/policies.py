@@ -1174,10 +1174,10 @@ def _answer_request(state: RunState) -> str:
     mode = state.config.answer_restates_results
     restate = mode == "always" or (mode == "after_failure" and _last_calls_failed(state))
     results = restated_results(state) if restate else ""
+    found_nothing = _found_nothing(state)
     if results:
         text = ASK_WITH_RESULTS.format(results=results, question=question(state))
-    elif not any((r.ok and r.call_id not in _found_nothing(state)) or r.source == "rejected"
-                 for r in state.tool_runs):
+    elif not any((r.ok and r.call_id not in found_nothing) or r.source == "rejected" for r in state.tool_runs):
         text = ASK_WITHOUT_RESULTS.format(question=question(state))
     else:
         text = ASK_FOR_ANSWER.format(question=question(state))
