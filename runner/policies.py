@@ -623,8 +623,9 @@ def non_answers(state: RunState) -> list[str]:
     they are reviewed: "unread_each", the question asks to read each file and listed files
     are unread; "unread", nothing but a listing succeeded, a tool that reads a file was
     offered and the question does not ask about the files themselves (the other kinds are
-    then not looked at; a reply telling how to call the tools is "instructions" instead); "instructions", it names one of the run's tools and tells how to
-    call it, or says what it would read; "blanks", it is a template with blanks to fill
+    then not looked at; a reply telling how to call the tools is "instructions" instead);
+    "instructions", it names one of the run's tools and tells how to call it, or says what
+    it would read; "blanks", it is a template with blanks to fill
     (`BLANK`); "restated", it repeats the question, asks one or
     adds no word of its own to it (`_adds_nothing`); "copied", it copies a tool result
     (`echoes`); "extreme", the question asks for the largest or smallest file and it names
@@ -825,12 +826,16 @@ def _file_lines(path: str, text: str) -> list[tuple[str, str]]:
 
 def _read_files(state: RunState) -> list[tuple[str, str]]:
     """Each file a read tool read with success, as its path and the text it returned."""
+    return [(path, text) for call, text in _successful_results(state)
+            if call.function.name in PATH_CHOICE_TOOLS and (path := _path_of(call))]
+
+
+def _successful_results(state: RunState) -> list[tuple[ToolCall, str]]:
+    """Each call that succeeded, with the text of its tool result, in order."""
     ok = {r.call_id for r in state.tool_runs if r.ok}
     calls = {c.id: c for m in state.messages for c in (m.tool_calls or [])}
-    return [(path, m.content or "") for m in state.messages
-            if m.role == "tool" and m.tool_call_id in ok and m.tool_call_id in calls
-            and calls[m.tool_call_id].function.name in PATH_CHOICE_TOOLS
-            and (path := _path_of(calls[m.tool_call_id]))]
+    return [(calls[m.tool_call_id], m.content or "") for m in state.messages
+            if m.role == "tool" and m.tool_call_id in ok and m.tool_call_id in calls]
 
 
 def _forms(figure: str) -> list[str]:
@@ -871,11 +876,9 @@ def _result_texts(state: RunState, listings: bool = True) -> list[str]:
     """The text of every tool result of a call that succeeded and found something (a search
     that matched no line left out: its pattern holds the question's words, not the files; with
     `listings` False, listing tools left out too), each after its call's argument values."""
-    ok = {r.call_id for r in state.tool_runs if r.ok} - _found_nothing(state)
-    calls = {c.id: c for m in state.messages for c in (m.tool_calls or [])}
-    return [f"{_argument_text(calls[m.tool_call_id])}\n{m.content or ''}" for m in state.messages
-            if m.role == "tool" and m.tool_call_id in ok and m.tool_call_id in calls
-            and (listings or calls[m.tool_call_id].function.name not in LISTING_TOOLS)]
+    found_nothing = _found_nothing(state)
+    return [f"{_argument_text(call)}\n{text}" for call, text in _successful_results(state)
+            if call.id not in found_nothing and (listings or call.function.name not in LISTING_TOOLS)]
 
 
 def _unrelated(state: RunState) -> bool:
