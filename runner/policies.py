@@ -270,6 +270,9 @@ PATH_CHOICE_TOOLS = frozenset({"read_file"})
 TABLE_FILES = (".csv", ".tsv")
 """The file names `table_rows` and `table_extremes` read as tables, and the "unrelated" review
 takes as able to answer a question whose words they do not hold."""
+READ_STOPPED = re.compile(r"^\[lines \d+-(\d+) of \d+[^\n]*; read on with start_line=\d+\]$", re.MULTILINE)
+"""The line a read of part of a file adds, saying the last line it returned."""
+
 LISTED = re.compile(r"^(\S[^\n]*?) \((\d+) bytes\)", re.MULTILINE)
 """A file in a listing: ``path (N bytes)``, path and size."""
 
@@ -826,8 +829,7 @@ def _file_lines(path: str, text: str) -> list[tuple[str, str]]:
 
 def _read_files(state: RunState) -> list[tuple[str, str]]:
     """Each file a read tool read with success, as its path and the text it returned."""
-    return [(path, text) for call, text in _successful_results(state)
-            if call.function.name in PATH_CHOICE_TOOLS and (path := _path_of(call))]
+    return [(path, text) for path, text, _ in _reads(state)]
 
 
 def _successful_results(state: RunState) -> list[tuple[ToolCall, str]]:
@@ -944,13 +946,47 @@ def _found_nothing(state: RunState) -> set[str]:
 
 def unread_files(state: RunState) -> list[str]:
     """The files the run has seen listed (the system prompt's listing, list_files results) and
-    not read with a call that succeeded (a search that matched nothing reads nothing), in the
-    order listed."""
+    not read with a call that succeeded (a search that matched nothing reads nothing; a file
+    read in part, whose line ranges do not yet join up from its first line to its last, is not
+    read), in the order listed."""
     listed = list(dict.fromkeys(path for path, _ in _listed(state)))
-    ok = {r.call_id for r in state.tool_runs if r.ok} - _found_nothing(state)
-    read = {_path_of(c) for m in state.messages for c in (m.tool_calls or [])
-            if c.id in ok and c.function.name not in LISTING_TOOLS}
+    found_nothing = _found_nothing(state)
+    read = {_path_of(call) for call, _ in _successful_results(state)
+            if call.id not in found_nothing and call.function.name not in LISTING_TOOLS | PATH_CHOICE_TOOLS}
+    read |= _read_whole(state)
     return [p for p in listed if p not in read]
+
+
+def _read_whole(state: RunState) -> set[str]:
+    """The paths whose every line a successful read returned: one read of the whole file, or
+    line ranges that join up from line 1 to the end (a range that stops short of the end says
+    so: ``[lines 1-40 of 300; ...]``; one that says nothing ran to the end)."""
+    ranges: dict[str, list[tuple[int, int | None]]] = {}
+    for path, text, start in _reads(state):
+        stop = READ_STOPPED.search(text)
+        ranges.setdefault(path, []).append((start, int(stop.group(1)) if stop else None))
+    whole = set()
+    for path, spans in ranges.items():
+        reached = 0
+        for start, through in sorted(spans, key=lambda span: span[0]):
+            if start > reached + 1:
+                break
+            if through is None:
+                whole.add(path)
+                break
+            reached = max(reached, through)
+    return whole
+
+
+def _reads(state: RunState) -> list[tuple[str, str, int]]:
+    """Each successful read: its path, the text it returned and the line it started at."""
+    out = []
+    for call, text in _successful_results(state):
+        if call.function.name in PATH_CHOICE_TOOLS and (path := _path_of(call)):
+            args = _arguments(call)
+            start = args.get("start_line") if isinstance(args, dict) else None
+            out.append((path, text, start if isinstance(start, int) and start > 1 else 1))
+    return out
 
 
 def _listed(state: RunState) -> list[tuple[str, str]]:
@@ -984,7 +1020,9 @@ def _unread(state: RunState, files: list[str] | None = None) -> str:
     files = unread_files(state) if files is None else files
     if not files:
         return ""
-    shown = files[:UNREAD_MAX_FILES] + ([f"{len(files) - UNREAD_MAX_FILES} more"] if len(files) > UNREAD_MAX_FILES else [])
+    begun = {path for path, _, _ in _reads(state)}
+    shown = [f"{path} (read in part)" if path in begun else path for path in files[:UNREAD_MAX_FILES]]
+    shown += [f"{len(files) - UNREAD_MAX_FILES} more"] if len(files) > UNREAD_MAX_FILES else []
     return UNREAD.format(files=", ".join(shown))
 
 

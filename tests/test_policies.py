@@ -859,3 +859,47 @@ def test_with_one_turn_left_only_a_review_that_asks_for_the_answer_alone_is_sent
     state = drive(_run(fake, prompt="What is the soft limit of the queue?", max_turns=3,
                        steering=["listing_in_prompt", "answer_check"]), fake.base_url, None)
     assert state.answer == "The soft limit is 500." and state.turns == 2
+
+
+def test_a_file_read_in_part_stays_unread_until_its_ranges_reach_the_end(fake: FakeProvider, tmp_path: Path) -> None:
+    """Lines 1-5 of a 30-line log are no read of the log: an answer that the information is not
+    there is sent back to it, named as read in part; lines 6 to the end complete it."""
+    from runner import catalog
+
+    lines = [f"02:{i:02d} heartbeat ok" for i in range(29)] + ["03:10 backup finished"]
+    (tmp_path / "app.log").write_text("\n".join(lines) + "\n")
+    replies = iter([_call("read_file", '{"path": "app.log", "start_line": 1, "end_line": 5}', 1),
+                    _say("The files do not say."),
+                    _call("read_file", '{"path": "app.log", "start_line": 6}', 2),
+                    _say("The backup finished at 03:10.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="When did the backup finish?", steering=["answer_check", "listing_in_prompt"],
+                       builtin_tools="folder", tools=list(catalog.FOLDER_TOOLS), workspace=str(tmp_path)),
+                  fake.base_url, None)
+    assert state.status == "completed" and state.answer == "The backup finished at 03:10."
+    review = fake.requests[2]["messages"][-1]["content"]
+    assert "Files you have not read: app.log (read in part)." in review
+    assert policies.unread_files(state) == []
+
+
+@pytest.mark.parametrize(("ranges", "whole"), [
+    ([(1, None)], True),                      # the whole file at once
+    ([(1, 5)], False),                        # a head
+    ([(6, None)], False),                     # the tail only
+    ([(6, None), (1, 5)], True),              # both, in any order
+    ([(1, 5), (7, None)], False),             # a gap at line 6
+    ([(1, 10), (4, 12), (13, None)], True),   # overlapping ranges
+])
+def test_line_ranges_make_a_whole_read_only_when_they_join_up(ranges: list[tuple[int, int | None]],
+                                                                whole: bool) -> None:
+    from runner.state import FunctionCall, ToolCall, ToolRun, new_run
+
+    state = new_run("q", RunConfig.model_validate({"model": "scripted/plan"}))
+    for i, (start, through) in enumerate(ranges):
+        text = "line\n" + ("" if through is None else f"[lines {start}-{through} of 30; read on with start_line={through + 1}]")
+        call = ToolCall(id=f"c{i}", function=FunctionCall(name="read_file",
+                                                           arguments=json.dumps({"path": "app.log", "start_line": start})))
+        state.messages += [Message(role="assistant", tool_calls=[call]),
+                           Message(role="tool", tool_call_id=call.id, content=text)]
+        state.tool_runs.append(ToolRun(call_id=call.id, tool_name="read_file", signature=call.id, ok=True, ms=1))
+    assert policies._read_whole(state) == ({"app.log"} if whole else set())
