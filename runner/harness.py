@@ -559,3 +559,8 @@ def _apply_limits(state: RunState, asked: Reopening) -> None:
         raise UsageError(f"run {state.run_id} has spent ${state.cost_usd:.6f} and its next turn needs a budget of "
                          f"${it.needs_usd:.6f} (its prompt and a reply as long as the run's longest); give "
                          "--max-budget at least that")
+    if (it is not None and it.type == "max_budget" and it.needs_tokens and limits.cap_max_tokens
+            and limits.max_tokens_total is not None and limits.max_tokens_total < it.needs_tokens):
+        raise UsageError(f"run {state.run_id} has spent {spent_tokens:,} tokens and its next turn needs a budget of "
+                         f"{it.needs_tokens:,} (its prompt and a reply as long as the run's longest); give "
+                         "--max-tokens-total at least that")

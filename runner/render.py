@@ -681,7 +681,8 @@ def next_steps(state: RunState, store_opts: str = "") -> list[str]:
         budget = it if it is not None and it.type == "max_budget" else None
         if budget is not None and budget.limit_tokens is not None:
             spent = budget.used_tokens if budget.used_tokens is not None else budget.limit_tokens
-            return [f"resume with N > {spent:,} (0: no cap): runner resume {rid} --max-tokens-total N"]
+            least = f"N >= {budget.needs_tokens:,}" if budget.needs_tokens else f"N > {spent:,}"
+            return [f"resume with {least} (0: no cap): runner resume {rid} --max-tokens-total N"]
         if budget is not None and budget.limit_wall_s is not None:
             return [f"resume with S > {state.wall_ms / 1000:.1f} (0: no cap): runner resume {rid} --max-wall-s S"]
         needs = budget.needs_usd if budget is not None and budget.needs_usd else None

@@ -85,7 +85,8 @@ def _max_budget() -> Any:
 
 def _max_tokens_total() -> Any:
     return option(None, "Stop once the run's prompt and completion tokens reach N (0: no cap); the budget of a "
-                        "run at $0 (a local model). Checked before each turn.", "--max-tokens-total", min=0)
+                        "run at $0 (a local model). Checked before each turn, so a run can pass it by at most one turn's "
+                        "tokens (use --cap-max-tokens to keep it under).", "--max-tokens-total", min=0)
 
 
 def _max_wall_s() -> Any:
@@ -180,7 +181,7 @@ class RunRequest:
               "model's manifest value, else never].", min=1)
     cap_max_tokens: bool = option(
         False, "Also cap each reply's max_tokens from the budget left (after an estimate of the prompt), so spend "
-               "stays under --max-budget as far as the estimate holds.")
+               "stays under --max-budget and --max-tokens-total as far as the estimate holds.")
     price_in: float | None = option(
         None, "USD per million prompt tokens [default: 2.0; config price_in_usd_per_mtok].", min=0.0)
     price_out: float | None = option(

@@ -101,6 +101,9 @@ class MaxBudgetInterruption(BaseModel, defer_build=True):
     """The token budget in force (`Limits.max_tokens_total`) when it is what stopped the run."""
     used_tokens: int | None = None
     """Prompt plus completion tokens spent when the run stopped."""
+    needs_tokens: int | None = None
+    """With `cap_max_tokens`: the least token budget that pays for the next prompt (as
+    estimated) and a reply as long as the run's longest; None when the budget itself was spent."""
     limit_wall_s: float | None = None
     """The time budget in force (`Limits.max_wall_s`) when it is what stopped the run, seconds."""
 
@@ -326,9 +329,9 @@ class Limits(BaseModel, defer_build=True):
     """Time budget: the run's wall time over every process that drove it, seconds; None: no
     cap. Checked before each turn."""
     cap_max_tokens: bool = False
-    """Cap each request's max_tokens from the budget left after an (over-)estimate of the
-    next prompt, and stop when fewer than `MIN_REPLY_TOKENS` reply tokens fit: spend stays
-    under the cap as long as the estimate holds. A reply cut off by this cap stops the run
+    """Cap each request's max_tokens from the budgets left (USD and tokens) after an
+    (over-)estimate of the next prompt, and stop when fewer than `MIN_REPLY_TOKENS` reply
+    tokens fit: spend stays under each cap as long as the estimate holds. A reply cut off by this cap stops the run
     as budget_exceeded."""
     max_identical_failures: int = 2
     """A failing call repeated this many times in a row is treated as permanent (0: never)."""
@@ -358,32 +361,43 @@ class Limits(BaseModel, defer_build=True):
         if self.max_wall_s is not None and state.wall_ms >= self.max_wall_s * 1000:
             return LimitStop("budget_exceeded", MaxBudgetInterruption(limit_wall_s=self.max_wall_s),
                              f"ran {state.wall_ms / 1000:.1f} s of a {self.max_wall_s:g} s time budget")
-        if self.max_budget_usd is None:
-            return None
         budget = MaxBudgetInterruption(limit_usd=self.max_budget_usd, used_usd=round(state.cost_usd, 9))
-        spent = f"spent ${state.cost_usd:.6f} of a ${self.max_budget_usd:.6f} budget"
-        if state.cost_usd >= self.max_budget_usd:
+        spent = f"spent ${state.cost_usd:.6f} of a ${self.max_budget_usd or 0:.6f} budget"
+        if self.max_budget_usd is not None and state.cost_usd >= self.max_budget_usd:
             return LimitStop("budget_exceeded", budget, spent)
         reply_tokens = self.reply_tokens(state, next_prompt_tokens, prices)
-        if reply_tokens is not None and reply_tokens < MIN_REPLY_TOKENS:
-            (price_in, price_out), prompt_tokens = prices, next_prompt_tokens()
-            reply = max([MIN_REPLY_TOKENS, *(t.completion_tokens for t in state.per_turn)])
-            needs_usd = state.cost_usd + (prompt_tokens * price_in + reply * price_out) / 1e6
-            budget.needs_usd = (int(needs_usd * 1e6) + 2) / 1e6  # whole micro-dollars, rounded up with room
-            return LimitStop("budget_exceeded", budget, f"{spent}; the next prompt (~{prompt_tokens} tokens) would "
-                             f"leave too little for a reply (a budget of ${budget.needs_usd:.6f} pays for one as long "
-                             "as the run's longest)")
-        return None
+        if reply_tokens is None or reply_tokens >= MIN_REPLY_TOKENS:
+            return None
+        (price_in, price_out), prompt_tokens = prices, next_prompt_tokens()
+        reply = max([MIN_REPLY_TOKENS, *(t.completion_tokens for t in state.per_turn)])
+        too_little = f"the next prompt (~{prompt_tokens} tokens) would leave too little for a reply"
+        if self.max_tokens_total is not None and self.max_tokens_total - spent_tokens - prompt_tokens < MIN_REPLY_TOKENS:
+            needs_tokens = spent_tokens + prompt_tokens + reply
+            return LimitStop("budget_exceeded", MaxBudgetInterruption(
+                limit_tokens=self.max_tokens_total, used_tokens=spent_tokens, needs_tokens=needs_tokens),
+                f"spent {spent_tokens:,} of a {self.max_tokens_total:,}-token budget; {too_little} (a budget of "
+                f"{needs_tokens:,} tokens pays for one as long as the run's longest)")
+        needs_usd = state.cost_usd + (prompt_tokens * price_in + reply * price_out) / 1e6
+        budget.needs_usd = (int(needs_usd * 1e6) + 2) / 1e6  # whole micro-dollars, rounded up with room
+        return LimitStop("budget_exceeded", budget, f"{spent}; {too_little} (a budget of ${budget.needs_usd:.6f} "
+                         "pays for one as long as the run's longest)")
 
     def reply_tokens(self, state: "RunState", next_prompt_tokens: Callable[[], int],
                      prices: tuple[float, float]) -> int | None:
-        """With `cap_max_tokens`, the completion tokens the budget still pays for once the
-        next prompt is paid; None when not capping."""
-        if not self.cap_max_tokens or self.max_budget_usd is None:
-            return None
+        """With `cap_max_tokens`, the completion tokens the budgets (USD and tokens) still pay
+        for once the next prompt is paid; None when not capping or there is no budget."""
         price_in, price_out = prices
-        left_usd = self.max_budget_usd - state.cost_usd - next_prompt_tokens() * price_in / 1e6
-        return int(left_usd * 1e6 / price_out)
+        pays_usd = self.max_budget_usd is not None and price_out > 0
+        if not self.cap_max_tokens or not (pays_usd or self.max_tokens_total is not None):
+            return None
+        prompt_tokens = next_prompt_tokens()
+        caps = []
+        if self.max_budget_usd is not None and price_out > 0:
+            left_usd = self.max_budget_usd - state.cost_usd - prompt_tokens * price_in / 1e6
+            caps.append(int(left_usd * 1e6 / price_out))
+        if self.max_tokens_total is not None:
+            caps.append(self.max_tokens_total - state.prompt_tokens - state.completion_tokens - prompt_tokens)
+        return min(caps)
 
     def before_tool_call(self, state: "RunState") -> str | None:
         """Why a call of the current batch must not run (the tool result the model reads),

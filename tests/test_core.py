@@ -70,6 +70,16 @@ def test_cap_max_tokens_keeps_spend_under_the_budget(provider: str, budget: floa
     assert all(t.max_tokens is not None and t.completion_tokens <= t.max_tokens for t in state.per_turn)
 
 
+@pytest.mark.parametrize("tokens", [1_500, 4_000])
+def test_cap_max_tokens_keeps_a_runs_tokens_under_its_token_budget(provider: str, tokens: int) -> None:
+    state = drive(scripted_run("runaway", max_turns=None, max_tokens_total=tokens, cap_max_tokens=True), provider, None)
+    assert state.status == "budget_exceeded" and state.prompt_tokens + state.completion_tokens <= tokens
+    assert "would leave too little for a reply" in (state.reason or "") and "-token budget" in (state.reason or "")
+    assert all(t.max_tokens is not None and t.completion_tokens <= t.max_tokens for t in state.per_turn)
+    loose = drive(scripted_run("runaway", max_turns=None, max_tokens_total=tokens), provider, None)
+    assert loose.prompt_tokens + loose.completion_tokens >= tokens  # without the cap it passes the budget
+
+
 def test_a_reply_cut_off_by_the_budget_cap_is_not_an_answer(provider: str) -> None:
     full = drive(scripted_run("plan"), provider, None)
     # Budgets around the full cost: the prompt estimate is deliberately high, so find one
@@ -151,6 +161,20 @@ def test_a_budget_stop_with_capped_replies_names_the_budget_that_pays_the_next_t
     assert store.load(runs, out["run_id"]).seq == seq
     code, more = cli_json("resume", out["run_id"], "--max-budget", f"{it['needs_usd']:.6f}", runs_dir=runs)
     assert code == 0 and more["status"] == "completed" and more["cost_usd"] <= it["needs_usd"], more  # the answer fit
+
+
+def test_a_token_budget_stop_with_capped_replies_names_the_budget_that_pays_the_next_turn(runs: Path) -> None:
+    _, out = cli_json("run", "--scenario", "plan", "--max-tokens-total", "1000", "--cap-max-tokens", runs_dir=runs)
+    it = out["interruption"]
+    spent = out["prompt_tokens"] + out["completion_tokens"]
+    assert out["status"] == "budget_exceeded" and out["turns"] == 2 and spent <= 1000 < it["needs_tokens"], out
+    assert f"(a budget of {it['needs_tokens']:,} tokens pays for one as long as" in out["reason"]
+    shown = cli("show", out["run_id"], runs_dir=runs, env={"COLUMNS": "200"})
+    assert f"resume with N >= {it['needs_tokens']:,} (0: no cap)" in shown.stdout, shown.stdout
+    short = cli("resume", out["run_id"], "--max-tokens-total", str(it["needs_tokens"] - 1), runs_dir=runs)
+    assert short.returncode == 2 and f"needs a budget of {it['needs_tokens']:,}" in one_error(short.stderr)
+    code, more = cli_json("resume", out["run_id"], "--max-tokens-total", "100000", runs_dir=runs)
+    assert code == 0 and more["status"] == "completed", more
 
 
 @pytest.mark.parametrize("args, message", [
