@@ -115,6 +115,13 @@ class Runtime:
         ws = self.workspace
         return ws.for_tool(tool) if isinstance(ws, Workspace) else ws
 
+    def workspace_now(self) -> Path:
+        """The folder as the run's tools see it now, without making the run's copy of it."""
+        from runner.tools import Workspace
+
+        ws = self.workspace
+        return ws.now() if isinstance(ws, Workspace) else ws
+
     def ledger(self) -> Path | None:
         """Where write tools keep their ledger (see `runner.tools.Workspace`)."""
         from runner.tools import Workspace
@@ -447,8 +454,12 @@ async def _run_tool_calls(state: RunState, rt: Runtime, calls: list[ToolCall]) -
             continue
         signature = call_signature(tool.name, call.function.arguments)
         if _needs_verdict(state, tool, call, signature):
-            _ask_approval(state, rt, tool, call, args.model_dump())
-            return
+            if not _refused_before_approval(state, rt, tool, call, args, signature):
+                _ask_approval(state, rt, tool, call, args.model_dump())
+                return
+            if state.status != "running":
+                return
+            continue
         cached = _cached_result(state, tool, signature)
         if cached is not None:
             record = ToolRun(call_id=call.id, tool_name=tool.name, signature=signature, ok=True, ms=0,
@@ -505,6 +516,27 @@ def _needs_verdict(state: RunState, tool: Tool, call: ToolCall, signature: str) 
                                                                          tool.read_only, acts_on_folder(tool)):
         return False
     return state.approved.get(call.id) != signature
+
+
+def _refused_before_approval(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, args: Any,
+                             signature: str) -> bool:
+    """A call that could only fail (`Tool.check`: a delete of a file that does not exist) is
+    answered with its error at once, as if it had run, and no one is asked to approve it. A
+    call in doubt after a crash is asked about whatever the files say now."""
+    from runner.tools import ToolError
+    from runner.trace import ToolStart
+
+    if call.id in state.in_doubt:
+        return False
+    try:
+        tool.check(args, rt.workspace_now())
+    except ToolError as exc:
+        rt.tracer.emit(ToolStart(runId=state.run_id, toolName=tool.name, args=call.function.arguments, callId=call.id))
+        record = ToolRun(call_id=call.id, tool_name=tool.name, signature=signature, ok=False, ms=0, error=str(exc))
+        _answer(state, rt, call, _error_text(state, rt, exc), record)
+        _fail_if_fatal(state, exc, record)
+        return True
+    return False
 
 
 def _ask_approval(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, args: Any) -> None:
@@ -577,13 +609,18 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
     record = ToolRun(call_id=call.id, tool_name=tool.name, signature=signature, ok=error is None,
                      ms=ms, error=None if error is None else str(error))
     if error is not None:
-        text = GENERIC_TOOL_ERROR if state.config.tool_errors == "generic" else rt.tool_error_text(error)
+        text = _error_text(state, rt, error)
     state.started.pop(call.id, None)
     _answer(state, rt, call, text, record, child=children[-1] if children else None)
     if error is not None:
         _fail_if_fatal(state, error, record)
     else:
         _fail_if_repeating(state, record)
+
+
+def _error_text(state: RunState, rt: Runtime, error: Exception) -> str:
+    """What the model reads for a call that failed."""
+    return GENERIC_TOOL_ERROR if state.config.tool_errors == "generic" else rt.tool_error_text(error)
 
 
 def _record_child_cost(state: RunState, child: RunState) -> None:

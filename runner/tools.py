@@ -109,6 +109,11 @@ class Workspace:
         self._path = path if path is not None or make is not None else template
         self.ledger = ledger
 
+    def now(self) -> Path:
+        """The folder as the run's tools see it now (its copy if made, else the template),
+        without making a copy."""
+        return self._path or self.template
+
     def for_tool(self, tool: Tool) -> Path:
         """The folder `tool` works in: the run's copy (made now if `tool` may write and there
         is none yet), or the template for a read-only tool while there is no copy."""
@@ -143,6 +148,11 @@ class Tool:
     def schema(self) -> dict[str, Any]:
         """The OpenAI `tools` entry: {"type": "function", "function": {name, description, parameters}}."""
         return _schema(type(self))
+
+    def check(self, args: BaseModel, folder: Path) -> None:
+        """Raise ToolError when the call could only fail in `folder` (the run's files as they
+        are now: a delete of a file that does not exist), so that no one is asked to approve
+        it. The call checks again when it runs. The default finds nothing to refuse."""
 
     def json_object(self, arguments: str) -> dict[str, Any]:
         """The model's JSON argument string as an object.
@@ -423,13 +433,13 @@ class ReadParams(PathParams, defer_build=True):
     end_line: int | None = Field(default=None, ge=1, description="Last line to read (inclusive)")
 
 
-def _text_file(ctx: ToolContext, path: str) -> Path:
-    """The real path of a readable file `path` of the workspace.
+def _text_file(ctx: ToolContext | Path, path: str) -> Path:
+    """The real path of a readable file `path` of the workspace (the context's, or a folder).
 
     Raises:
         PermanentToolError: outside the workspace. ToolError: no such file.
     """
-    target = resolve_in_workspace(ctx.workspace, path)
+    target = resolve_in_workspace(ctx if isinstance(ctx, Path) else ctx.workspace, path)
     if not target.is_file() or target.name.startswith("."):
         raise ToolError(f"no such file: {path}. Call list_files to see what exists.")
     return target
@@ -620,15 +630,17 @@ class DeleteFile(Tool):
 
     LEDGER = LEDGER_NAME
 
+    def check(self, args: BaseModel, folder: Path) -> None:
+        assert isinstance(args, PathParams)
+        _text_file(folder, args.path)
+
     def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
         assert isinstance(args, PathParams)
-        target = resolve_in_workspace(ctx.workspace, args.path)
         ledger = _ledger(ctx)
         said = ledger.done(ctx.idempotency_key)
         if said is not None:
             return said  # this operation already happened before a crash
-        if not target.is_file() or target.name.startswith("."):
-            raise ToolError(f"no such file: {args.path}. Call list_files to see what exists.")
+        target = _text_file(ctx, args.path)
         target.unlink()
         said = f"Deleted {args.path}."
         ledger.record(ctx.idempotency_key, "delete", args.path, said)
@@ -683,13 +695,34 @@ class EditFile(Tool):
     needs_approval = True
     idempotent = True
 
+    def check(self, args: BaseModel, folder: Path) -> None:
+        self._located(args, folder)
+
     def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
         assert isinstance(args, EditParams)
-        target = _text_file(ctx, args.path)
         ledger = _ledger(ctx)
         said = ledger.done(ctx.idempotency_key)
         if said is not None:
             return said
+        target, text = self._located(args, ctx.workspace)
+        try:
+            target.write_text(text.replace(args.old, args.new, 1), encoding="utf-8")
+        except PermissionError:
+            raise PermanentToolError(f"permission denied: the process may not write {args.path}") from None
+        line = text.count("\n", 0, text.find(args.old)) + 1
+        said = f"Edited {args.path} at line {line}: replaced {len(args.old)} characters with {len(args.new)}."
+        ledger.record(ctx.idempotency_key, "edit", args.path, said)
+        return said
+
+    @staticmethod
+    def _located(args: BaseModel, folder: Path) -> tuple[Path, str]:
+        """The file to edit and its text, once `old` is known to occur in it exactly once.
+
+        Raises:
+            ToolError: no such file, `old` empty, absent or found more than once.
+        """
+        assert isinstance(args, EditParams)
+        target = _text_file(folder, args.path)
         if not args.old:
             raise ToolError("old is empty; give the exact text to replace")
         text = _read_text(target, args.path)
@@ -705,14 +738,7 @@ class EditFile(Tool):
                 at = text.find(args.old, at + 1)
             raise ToolError(f"the text of old occurs {count} times in {args.path} (at lines {', '.join(lines)}); "
                             "include more of the text around it so it occurs once")
-        try:
-            target.write_text(text.replace(args.old, args.new, 1), encoding="utf-8")
-        except PermissionError:
-            raise PermanentToolError(f"permission denied: the process may not write {args.path}") from None
-        line = text.count("\n", 0, text.find(args.old)) + 1
-        said = f"Edited {args.path} at line {line}: replaced {len(args.old)} characters with {len(args.new)}."
-        ledger.record(ctx.idempotency_key, "edit", args.path, said)
-        return said
+        return target, text
 
 
 def deleted_files(where: Path) -> list[str]:

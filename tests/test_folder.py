@@ -336,3 +336,40 @@ def test_the_runs_directory_made_in_the_folder_is_not_shown_to_the_model(folder:
     assert (folder / "runs" / ".gitignore").read_text().splitlines()[-1] == "*"
     assert call(FolderListFiles(), folder, include_hidden=True).splitlines()[-1] == "runs/"
     assert "journal" not in call(SearchFiles(), folder, pattern="seq")
+
+
+@pytest.mark.parametrize(("tool", "args", "error"), [
+    ("delete_file", {"path": "ghost.txt"}, "no such file: ghost.txt"),
+    ("edit_file", {"path": "letter.txt", "old": "Dear nobody", "new": "x"}, "does not occur in letter.txt"),
+])
+def test_a_write_that_could_only_fail_is_answered_with_its_error_and_not_put_to_a_person(
+        folder: Path, tmp_path: Path, tool: str, args: dict[str, str], error: str) -> None:
+    def answer(body: dict[str, Any]) -> Answer:
+        results = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+        if not results:
+            return completion({"role": "assistant", "content": None,
+                               "tool_calls": [tool_call("c1", tool, json.dumps(args))]})
+        return completion({"role": "assistant", "content": f"It failed: {results[0]}"})
+
+    before = _files(folder)
+    with FakeProvider(answer) as fake:
+        proc = cli("run", "Tidy up", "--base-url", fake.base_url, "--model", "m", "--workspace", str(folder),
+                   "--json", runs_dir=tmp_path / "runs")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["status"] == "completed" and error in out["answer"] and out["interruption"] is None
+    assert _files(folder) == before
+    state = FileStore(tmp_path / "runs").load(out["run_id"])
+    assert [(r.tool_name, r.ok, r.source) for r in state.tool_runs] == [(tool, False, "run")]
+    trace = [json.loads(line) for line in (tmp_path / "runs" / out["run_id"] / "trace.jsonl").read_text().splitlines()]
+    assert [e["type"] for e in trace if e["type"].startswith(("tool", "approval"))] == ["tool_start", "tool_result"]
+
+
+def test_a_delete_of_a_file_that_exists_still_waits_for_approval(folder: Path, tmp_path: Path) -> None:
+    with FakeProvider(lambda body: completion({"role": "assistant", "content": None, "tool_calls": [
+            tool_call("c1", "delete_file", '{"path": "letter.txt"}')]})) as fake:
+        proc = cli("run", "Tidy up", "--base-url", fake.base_url, "--model", "m", "--workspace", str(folder),
+                   "--json", runs_dir=tmp_path / "runs")
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 3 and out["interruption"]["tool_name"] == "delete_file"
+    assert (folder / "letter.txt").exists()
