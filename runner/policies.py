@@ -60,6 +60,10 @@ POLICIES: dict[str, str] = {
     "related_first": "while the files read hold no word of the question and listed files are still unread, the "
                      "next request sends tool_choice \"required\" (with path_choices, read_file limited to the "
                      "unread files): the model reads on instead of answering from the wrong file",
+    "read_on_stall": "a turn of calls that brings nothing new (a read repeated) while listed files are unread "
+                     "is followed by a request with tool_choice \"required\" (with path_choices, read_file "
+                     "limited to the unread files), not by the request for the answer: the model reads on "
+                     "instead of answering from the one file it keeps reading",
     "unlinked_answers": "with answer_check, an answer whose own words (a number, a name the question lacks) are "
                         "found only on lines that mention nothing of the question (nor does their file's name, "
                         "section or table header) is sent back once, quoting that line: it may be that the "
@@ -90,7 +94,7 @@ POLICIES: dict[str, str] = {
 }
 """Every policy, by name, in words."""
 NEW_POLICIES = ("listing_in_prompt", "listing_hints", "listing_extremes", "abstain_option", "evidence_first",
-                "table_rows", "table_extremes", "related_first", "unlinked_answers", "abstain_check",
+                "table_rows", "table_extremes", "related_first", "read_on_stall", "unlinked_answers", "abstain_check",
                 "path_choices", "answer_check", "repeat_results")
 """The policies kept by name in `RunConfig.steering` (the others are fields of their own)."""
 
@@ -198,8 +202,11 @@ link, nor a tag or a type such as ``<div>`` or ``List<String>``)."""
 NAMED = re.compile(r"(?<![\w.'`/-])([A-Z][A-Za-z]+(?: [A-Z0-9][\w]*)*|[A-Z]{2,}\w*)")
 """A name an answer gives inside a sentence: capitalised words in a row (``Region A``, ``Dana Levi``)."""
 CALENDAR = frozenset("january february march april may june july august september october november december "
-                     "monday tuesday wednesday thursday friday saturday sunday".split())
-"""Names an answer may work out from a date (``2026-01`` is January) rather than copy."""
+                     "monday tuesday wednesday thursday friday saturday sunday "
+                     "celsius fahrenheit kelvin utc gmt am pm kb mb gb tb kib mib gib hz khz mhz ghz kw kwh".split())
+"""Capitalised words an answer may work out rather than copy: a month or weekday from a date
+(``2026-01`` is January), a unit or time zone from a value (``temperature_c = 340`` is 340
+degrees Celsius)."""
 QUOTED = re.compile(r"`([^`\n]+)`|\"([^\"\n]+)\"|“([^”\n]+)”")
 """Text an answer quotes: in backticks, straight or curly double quotes."""
 SIZE = re.compile(r"\b(\d+)\s*bytes?\b", re.IGNORECASE)
@@ -394,7 +401,7 @@ def tool_choice(state: RunState, sends_tools: bool = True) -> str | None:
         return "none"
     if (review := _review_last(state)) is not None:
         return "none" if _turns_left(state) == 1 else review
-    if _read_on(state):
+    if _read_on(state) or _read_on_stall(state):
         return "required"
     first = state.config.endpoint.first_turn_tool_choice
     return first if state.turns == 0 else "auto"
@@ -408,6 +415,15 @@ def _read_on(state: RunState) -> bool:
             and _turns_left(state) >= 2 and _unrelated(state))
 
 
+def _read_on_stall(state: RunState) -> bool:
+    """read_on_stall: a turn of calls just brought nothing new (`_stalled`), listed files are
+    unread, the question is not about the files themselves (the listing answers that), and two
+    turns or more are left."""
+    return ("read_on_stall" in state.config.steering and state.messages[-1].role == "tool"
+            and _turns_left(state) >= 2 and not FOLDER_QUESTION.search(question(state))
+            and _stalled(state) and bool(unread_files(state)))
+
+
 def offered_tools(state: RunState, schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ``tools`` array the next request sends: `schemas` as they are, or with
     path_choices, read_file's ``path`` limited to the files the system prompt lists (when it
@@ -418,11 +434,11 @@ def offered_tools(state: RunState, schemas: list[dict[str, Any]]) -> list[dict[s
 
 def grammar_tools(state: RunState, schemas: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     """With path_choices, after answer_check's review of an answer from unrelated files, or
-    while related_first asks for another read (`_read_on`): read_file with its ``path``
+    while related_first or read_on_stall asks for another read: read_file with its ``path``
     limited to the listed files not read yet, sent as runner's ``grammar_tools`` (the call
     must match it, the prompt still shows `offered_tools`); None otherwise."""
     files = _listed_files(state)
-    if not files or not (_last_is(state, NON_ANSWERS["unrelated"][0]) or _read_on(state)):
+    if not files or not (_last_is(state, NON_ANSWERS["unrelated"][0]) or _read_on(state) or _read_on_stall(state)):
         return None
     unread = set(unread_files(state))
     if not (narrower := [f for f in files if f in unread]):
@@ -1095,7 +1111,7 @@ def answer_is_due(state: RunState) -> bool:
         return True
     if not cfg.answer_on_stall:
         return False
-    if "evidence_first" in cfg.steering and not _has_evidence(state):
+    if ("evidence_first" in cfg.steering and not _has_evidence(state)) or _read_on_stall(state):
         return False
     return _stalled(state) or _blank_after_results(state)
 
@@ -1130,7 +1146,7 @@ def _nudge_due(state: RunState) -> bool:
     """evidence_first: the last turn of calls stalled before anything but a listing succeeded."""
     cfg = state.config
     return ("evidence_first" in cfg.steering and cfg.answer_on_stall and not _has_evidence(state)
-            and _stalled(state))
+            and _stalled(state) and not _read_on_stall(state))
 
 
 def _nudge_last(state: RunState) -> bool:

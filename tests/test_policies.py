@@ -407,7 +407,8 @@ def test_every_review_starts_with_words_of_its_own() -> None:
      "Nothing you read says `9931`. If the files do not hold the answer, say that the information is not in the "
      "files; otherwise answer my question in one short sentence from what they say: Which job timed out?", "auto"),
     ("Which worker timed out?", ["answer_check"], "The worker in Region A timed out.",
-     "Worker 7 timed out on Monday, the ERROR line says.",  # a weekday may come from a date; ERROR is in the file
+     "Worker 7 timed out on Monday, UTC, 30 degrees Celsius, the ERROR line says.",  # a weekday, a unit or
+     # a time zone may come from a value; ERROR is in the file
      "Nothing you read says `Region A`. If the files do not hold the answer, say that the information is not in the "
      "files; otherwise answer my question in one short sentence from what they say: Which worker timed out?", "auto"),
     ("Which job timed out, and after how long?", ["answer_check"], "Job [job id] timed out after <the duration>.",
@@ -903,3 +904,27 @@ def test_line_ranges_make_a_whole_read_only_when_they_join_up(ranges: list[tuple
                            Message(role="tool", tool_call_id=call.id, content=text)]
         state.tool_runs.append(ToolRun(call_id=call.id, tool_name="read_file", signature=call.id, ok=True, ms=1))
     assert policies._read_whole(state) == ({"app.log"} if whole else set())
+
+
+def test_read_on_stall_asks_for_a_read_of_an_unread_file_instead_of_the_answer(fake: FakeProvider) -> None:
+    """A read repeated while listed files are unread: the next request requires a call, and
+    the call grammar offers read_file of the unread files only; once nothing is unread, a
+    repeat asks for the answer as before."""
+    read = [_call("read_file", '{"path": "notes.txt"}', i) for i in (1, 2)]
+    others = [_call("read_file", '{"path": "errors.log"}', 3), _call("read_file", '{"path": "access.log"}', 4),
+              _call("read_file", '{"path": "access.log"}', 5)]
+    _play(fake, [*read, *others])
+    steering = ["listing_in_prompt", "path_choices", "read_on_stall", "answer_check"]
+    state = drive(_run(fake, prompt="When were the logs rotated?", answer_on_stall=True, steering=steering),
+                  fake.base_url, None)
+    assert state.status == "completed" and state.answer == "Done."
+    choices = [r.get("tool_choice") for r in fake.requests]
+    assert choices == ["auto", "auto", "required", "auto", "auto", "none"]
+    narrowed = fake.requests[2]["grammar_tools"]
+    assert [t["function"]["name"] for t in narrowed] == ["read_file"]
+    assert narrowed[0]["function"]["parameters"]["properties"]["path"]["enum"] == ["access.log", "errors.log"]
+    assert not any(m.get("name") == "runner" for m in fake.requests[2]["messages"])  # no words added
+    _play(fake, [*read, *others])
+    without = drive(_run(fake, prompt="When were the logs rotated?", answer_on_stall=True,
+                         steering=[s for s in steering if s != "read_on_stall"]), fake.base_url, None)
+    assert without.turns == 3  # the repeat asks for the answer at once
