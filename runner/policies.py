@@ -509,15 +509,15 @@ def _table_rows(state: RunState, rows: list[list[str]], text: str) -> str:
 
 def _table_extremes(state: RunState, rows: list[list[str]], text: str) -> str:
     """With table_extremes and a question that compares (`COMPARES`), `text` (a table read
-    whole, as `rows`) followed by a line per column of numbers or ISO dates (ids left out): its
-    highest and lowest value and every row holding each, the other values named by column;
-    else `text`."""
+    whole, as `rows`) followed by a line per column of numbers or ISO dates (ids left out; blank
+    cells skipped): its highest and lowest value and every row holding each, the other values
+    named by column; else `text`."""
     if "table_extremes" not in state.config.steering or not COMPARES.search(question(state)):
         return text
     header, body = rows[0], rows[1:]
     lines = []
     for i, column in enumerate(header):
-        values = [row[i].strip() for row in body]
+        values = [value for row in body if (value := row[i].strip())]  # a blank cell holds no value
         key = _comparable(column, values)
         if key is None:
             continue
@@ -544,9 +544,10 @@ def _comparable(column: str, values: list[str]) -> Callable[[str], Any] | None:
 
 
 def _rows_holding(header: list[str], body: list[list[str]], column: int, value: str, key: Callable[[str], Any]) -> str:
-    """The rows whose `column` orders equal to `value`, each as its other values named by column."""
-    return " | ".join("; ".join(f"{h}={v}" for j, (h, v) in enumerate(zip(header, row)) if j != column)
-                      for row in body if key(row[column].strip()) == key(value))
+    """The rows whose `column` orders equal to `value`, each as its other values named by column
+    (blank ones left out)."""
+    return " | ".join("; ".join(f"{h}={v}" for j, (h, v) in enumerate(zip(header, row)) if j != column and v.strip())
+                      for row in body if row[column].strip() and key(row[column].strip()) == key(value))
 
 
 def _read_table(call: ToolCall, text: str) -> list[list[str]] | None:

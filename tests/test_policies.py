@@ -637,6 +637,9 @@ def test_table_extremes_names_each_columns_highest_and_lowest_rows_for_a_compari
     assert seen("Which is the largest?", "t.csv", "name,kind\na,x\nb,y\n") == "name,kind\na,x\nb,y\n"  # no numbers
     same = "name,n\na,1\nb,1\n"
     assert seen("Which has the most?", "t.csv", same) == same  # one value throughout: nothing to compare
+    lent = "tool,lent_to,lent_on\ndrill,,\nsaw,Ravi,2025-10-14\njack,,\nsander,Agnes,2026-01-09\n"
+    assert seen("Who borrowed a tool most recently?", "t.csv", lent).endswith(  # blank cells hold no value
+        "- lent_on: highest 2026-01-09 (tool=sander; lent_to=Agnes); lowest 2025-10-14 (tool=saw; lent_to=Ravi)")
     both = seen("Which month cost the most?", "b.csv", money, ["table_rows", "table_extremes"])
     assert "\nmonth=mar; spent=1430.5\n" in both and both.endswith("- spent: highest 1430.5 (month=mar); lowest 950 "
                                                                    "(month=feb)")  # each reads the table itself
