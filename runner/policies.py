@@ -512,8 +512,9 @@ def _table_extremes(state: RunState, rows: list[list[str]], text: str) -> str:
     whole, as `rows`) followed by a line per column of numbers or ISO dates (ids left out; blank
     cells skipped): its highest and lowest value and every row holding each, the other values
     named by column; else `text`."""
-    if "table_extremes" not in state.config.steering or not COMPARES.search(question(state)):
-        return text
+    asked = question(state)
+    if "table_extremes" not in state.config.steering or not COMPARES.search(asked) or FOLDER_QUESTION.search(asked):
+        return text  # a question that compares the files themselves (the largest file) is not about rows
     header, body = rows[0], rows[1:]
     lines = []
     for i, column in enumerate(header):

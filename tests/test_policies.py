@@ -632,6 +632,7 @@ def test_table_extremes_names_each_columns_highest_and_lowest_rows_for_a_compari
     assert "- spent: highest 1430.5 (month=mar); lowest 950 (month=feb)" in seen("Which month cost the most?",
                                                                               "b.csv", money)
     assert seen("Where does Bruno work?", "staff.csv", staff) == staff  # no comparison asked
+    assert seen("Which file is the largest?", "staff.csv", staff) == staff  # one about the files, not rows
     assert seen("Who joined most recently?", "staff.csv", staff, []) == staff  # the policy off
     assert seen("Who joined most recently?", "staff.txt", staff) == staff  # not a table file
     assert seen("Which is the largest?", "t.csv", "name,kind\na,x\nb,y\n") == "name,kind\na,x\nb,y\n"  # no numbers
