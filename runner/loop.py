@@ -593,6 +593,7 @@ async def _execute(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, arg
         progress=lambda label: _progress(state, rt, tool, call, label),
         idempotency_key=f"{state.run_id}/{call.id}", call_id=call.id, run_id=state.run_id,
         spawn=spawn if rt.run_child is not None else None, ledger=rt.ledger(),
+        max_chars=state.config.max_tool_result_chars,
     )
     began = time.perf_counter()
     error: Exception | None = None

@@ -51,6 +51,12 @@ MODELS_DIR_ENV = "RUNNER_MODELS_DIR"
 LOCK_FILENAME = "pulled.json"
 STAGING_DIRNAME = ".partial"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+LOCAL_RESULT_CHARS = 3_000
+"""Harness default for runs on a model runner serves itself: a tool result is cut at this many
+characters (a read at a whole line, saying how to read on). A dense log runs ~1.5 characters a
+token, so 3,000 leave room in the default 4,096-token context for the prompt, the tools, more
+results and a reply; a 16 KB read overflowed it."""
+
 _HASH_CHUNK_BYTES = 1 << 20
 _COPY_CHUNK_BYTES = 8 << 20
 
@@ -162,7 +168,7 @@ class ModelEntry(BaseModel):
         return {"answer_after_tool_turns": self.answer_after_tool_turns, "answer_on_stall": self.answer_on_stall,
                 "answer_restates_results": self.answer_restates_results,
                 "parallel_tool_calls": self.parallel_tool_calls, "steering": list(self.steering),
-                "on_slip": self.on_slip}
+                "on_slip": self.on_slip, "max_tool_result_chars": LOCAL_RESULT_CHARS}
 
     @model_validator(mode="after")
     def _check_source_fields(self) -> ModelEntry:

@@ -83,6 +83,7 @@ POLICIES: dict[str, str] = {
                     "- it quotes, or names, what nothing read says (a name such as Region A)\n"
                     "- it gives a number no file read shows (the question counting nothing)\n"
                     "- it comes from files that mention no word of the question (a table aside)\n"
+                    "- it says the information is not there while a file is read only in part\n"
                     "- it gives a listed file's size\n"
                     "- it names no file when the question asks for one\n"
                     "- it leaves blanks to fill ([region name])\n"
@@ -143,6 +144,9 @@ NON_ANSWERS: dict[str, tuple[str, str]] = {
                  "{results}\n\nUsing only this, answer in one short sentence: {question}", "none"),
     "copied": ("Your reply copied lines of a file instead of answering. Answer my question in one short sentence, "
                "in your own words: {question}", "none"),
+    "unfinished": ("You have read only part of {file}. Read the rest of it (its last result says where to read "
+                   "on) before you say the information is not there, then answer my question in one short "
+                   "sentence: {question}", "required"),
     "unrelated": ("The files you read ({read}) do not mention {words}, so your answer cannot come from them.{unread} "
                   "Read the file most likely to hold the answer, then answer my question in one short sentence: "
                   "{question}", "required"),
@@ -623,7 +627,8 @@ def review_answer(state: RunState) -> str | None:
                 question=question(state), unread=_unread(state, unread), results=results or "(nothing)",
                 read=", ".join(_read_labels(state, listings=False)), words=" or ".join(words), line=line,
                 read_on=" Read the one most likely to hold the answer." if unread else "",
-                size=extreme_size or size, file=extreme or file or linked_file, claim=claim,
+                size=extreme_size or size, claim=claim,
+                file=extreme or file or linked_file or (", ".join(_read_in_part(state)) if kind == "unfinished" else ""),
                 unread_files=", ".join(unread),
                 seen=_seen(state, unread) if kind == "unnamed" else "", direction=direction, named=named,
                 blanks=", ".join(dict.fromkeys(BLANK.findall(last.content or ""))))
@@ -653,12 +658,15 @@ def non_answers(state: RunState) -> list[str]:
     another file the system prompt lists (`_wrong_extreme`); "unsupported", it quotes text
     nothing read holds, or gives a number none shows once every file was read (`_unsupported`);
     "unrelated", none of the results it could come from mentions a word of the question
-    (`question_words`) while listed files are still unread; "unshown", it gives a number no
+    (`question_words`) while listed files are still unread; "unfinished", it says the
+    information is not there while a file the run began to read is not read to its end;
+    "unshown", it gives a number no
     file read shows while listed files are unread (`_unshown_figure`); "unlinked" (with
     unlinked_answers), what it adds to the question is found only on lines that do not mention
     the question (`_unlinked`); "sizes", it gives a listed
     file's size; "unnamed", the question asks for a file and it names none. A reply that says
-    the information is not there, once a file was read, is only "unread_each", "unrelated"
+    the information is not there, once a file was read, is only "unread_each", "unfinished",
+    "unrelated"
     (nothing read could say so) or nothing: the other kinds are about what an answer says
     (abstain_check has its own reminder)."""
     answer = (state.messages[-1].content or "").strip()
@@ -671,8 +679,8 @@ def non_answers(state: RunState) -> list[str]:
                     and TOOL_VERBS.search(answer) is not None) or PLANS.search(answer) is not None
     if "read_file" in names and not _has_evidence(state):
         return [*kinds, "instructions" if instructions else "unread"]
-    if ABSTENTION.search(answer):  # "not there" is no answer only while nothing read could say so
-        return kinds + ["unrelated"] * _unrelated(state)
+    if ABSTENTION.search(answer):  # "not there" is no answer while nothing read could say so, or a file is half read
+        return kinds + ["unfinished"] * bool(_read_in_part(state)) + ["unrelated"] * _unrelated(state)
     checks: dict[str, Callable[[], bool]] = {
         "instructions": lambda: instructions,
         "blanks": lambda: BLANK.search(answer) is not None,
@@ -758,7 +766,7 @@ def _unsupported(state: RunState) -> str | None:
         text = " ".join(next(q for q in quoted if q).lower().split())
         if len(text) >= 3 and text not in seen:
             return f"`{text}`"
-    for sentence in re.split(r"(?<=[.!?:;])\s+", QUOTED.sub("", answer)):
+    for sentence in re.split(r"(?<=[.!?:;])\s+|\n+", QUOTED.sub("", answer)):
         for name in NAMED.finditer(sentence):
             words = name.group(1).split()
             if name.start() > 0 and words[0].lower() not in CALENDAR and " ".join(words).lower() not in seen:
@@ -994,6 +1002,12 @@ def _read_whole(state: RunState) -> set[str]:
                 break
             reached = max(reached, through)
     return whole
+
+
+def _read_in_part(state: RunState) -> list[str]:
+    """The files the run began to read and has not read to the end (`_read_whole`), in order."""
+    whole = _read_whole(state)
+    return list(dict.fromkeys(path for path, _, _ in _reads(state) if path not in whole))
 
 
 def _reads(state: RunState) -> list[tuple[str, str, int]]:

@@ -73,6 +73,7 @@ class ToolContext:
         spawn: starts (or resumes) a child run; None where child runs are not wired.
         ledger: the file where write tools record what they did (see `Ledger`), in the run's
             own folder; None: `LEDGER_NAME` inside `workspace` (the run's own copy).
+        max_chars: see below.
     """
 
     cancel: CancelToken
@@ -83,6 +84,9 @@ class ToolContext:
     run_id: str = ""
     spawn: Spawner | None = None
     ledger: Path | None = None
+    max_chars: int | None = None
+    """The most characters of a result the run keeps (`RunConfig.max_tool_result_chars`; None:
+    no cap): a tool that can cut where it makes sense (a read, at a whole line) cuts below it."""
 
 
 class Workspace:
@@ -257,6 +261,8 @@ def _visible_files(workspace: Path) -> list[tuple[str, int]]:
 MAX_LIST_ENTRIES = 200
 """list_files shows at most this many entries, then says how many more there are."""
 MAX_READ_CHARS = 16_000
+READ_ON_CHARS = 100
+"""Room kept under a run's cap on results for the line saying where a read stopped."""
 """read_file returns at most this many characters (whole lines), then says how to read on."""
 NO_MATCH = "No line matches "
 """How search_files' result starts when no line matched."""
@@ -458,8 +464,8 @@ class FolderReadFile(Tool):
     name = "read_file"
     read_only = True
     blocking = False
-    description = (f"Read a text file from the workspace (optionally lines start_line to end_line). At most "
-                   f"{MAX_READ_CHARS} characters are returned; the result says where it cut and how to read on.")
+    description = ("Read a text file from the workspace (optionally lines start_line to end_line). A long file "
+                   "is cut at a whole line; the result says where it cut and how to read on.")
     Params = ReadParams
 
     def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
@@ -472,7 +478,8 @@ class FolderReadFile(Tool):
                 raise ToolError(f"{args.path} is not a text file ({target.stat().st_size} bytes); it cannot be read "
                                 "as text")
         text = _read_text(target, args.path)
-        if start == 1 and end is None and len(text) <= MAX_READ_CHARS:
+        cap = MAX_READ_CHARS if ctx.max_chars is None else max(1, min(MAX_READ_CHARS, ctx.max_chars - READ_ON_CHARS))
+        if start == 1 and end is None and len(text) <= cap:
             return text
         lines = text.splitlines(keepends=True)
         if end is not None and end < start:
@@ -483,9 +490,9 @@ class FolderReadFile(Tool):
         taken: list[str] = []
         size = 0
         for line in lines[start - 1:last]:
-            if size + len(line) > MAX_READ_CHARS and taken:
+            if size + len(line) > cap and taken:
                 break
-            taken.append(line[:MAX_READ_CHARS])
+            taken.append(line[:cap])
             size += len(line)
         through = start + len(taken) - 1
         body = "".join(taken)

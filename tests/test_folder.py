@@ -373,3 +373,35 @@ def test_a_delete_of_a_file_that_exists_still_waits_for_approval(folder: Path, t
     out = json.loads(proc.stdout)
     assert proc.returncode == 3 and out["interruption"]["tool_name"] == "delete_file"
     assert (folder / "letter.txt").exists()
+
+
+
+def test_a_read_cuts_at_a_whole_line_under_the_runs_cap_on_results(tmp_path: Path) -> None:
+    """A local model's runs keep results under a few thousand characters (its context is 4,096
+    tokens): a long file is read in parts that say how to read on, not cut mid-line by the loop."""
+    from runner.models import entry_for
+    from tests.conftest import drive, scripted_run
+
+    lines = [f"10.0.0.{i % 250} - - [04/Dec/2026:10:{i % 60:02d}] GET /item/{i} 200" for i in range(300)]
+    (tmp_path / "access.log").write_text("\n".join(lines) + "\n")
+    entry = entry_for("qwen2.5-coder-1.5b-instruct")
+    assert entry is not None
+    cap = entry.harness_defaults()["max_tool_result_chars"]
+    assert cap == 3_000
+    assert call(FolderReadFile(), tmp_path, path="access.log").count("\n") == 300  # no cap: whole (16 KB)
+
+    def answer(body: dict[str, Any]) -> Answer:
+        if any(m["role"] == "tool" for m in body["messages"]):
+            return completion({"role": "assistant", "content": "Read it."})
+        return completion({"role": "assistant", "content": None,
+                           "tool_calls": [tool_call("c1", "read_file", '{"path": "access.log"}')]})
+
+    with FakeProvider(answer) as fake:
+        state = drive(scripted_run("fake", prompt="What is on the last line?", builtin_tools="folder",
+                                   tools=list(catalog.FOLDER_TOOLS), workspace=str(tmp_path),
+                                   max_tool_result_chars=cap), fake.base_url, None)
+    result = next(m.content or "" for m in state.messages if m.role == "tool")
+    shown = result.splitlines()
+    assert len(result) <= cap and shown[-1] == (
+        f"[lines 1-{len(shown) - 1} of 300 (cut at the size cap); read on with start_line={len(shown)}]")
+    assert shown[:-1] == lines[:len(shown) - 1]  # whole lines only

@@ -428,7 +428,8 @@ def test_an_answer_that_names_no_file_gives_a_listed_size_or_quotes_what_no_file
 
 
 @pytest.mark.parametrize("reply", ["Per `read_file`, the queue depth is 412.",
-                                   'The "errors.log" line says the queue depth is 412.'])
+                                   'The "errors.log" line says the queue depth is 412.',
+                                   "The queue depth is 412\nThis is what the log says."])  # a line's first word
 def test_a_quoted_tool_name_or_call_argument_is_no_claim_about_the_files(fake: FakeProvider, reply: str) -> None:
     _play(fake, [_call("read_file", '{"path": "errors.log"}', 1), _say(reply)])
     state = drive(_run(fake, prompt="What is the queue depth?", steering=["answer_check"]), fake.base_url, None)
@@ -883,8 +884,32 @@ def test_a_file_read_in_part_stays_unread_until_its_ranges_reach_the_end(fake: F
                   fake.base_url, None)
     assert state.status == "completed" and state.answer == "The backup finished at 03:10."
     review = fake.requests[2]["messages"][-1]["content"]
-    assert "Files you have not read: app.log (read in part)." in review
+    assert review.startswith("You have read only part of app.log. Read the rest of it")
+    assert fake.requests[2]["tool_choice"] == "required"
     assert policies.unread_files(state) == []
+
+
+def test_a_not_there_after_one_line_of_a_file_that_mentions_the_question_is_sent_back(
+        fake: FakeProvider, tmp_path: Path) -> None:
+    """The line read mentions the question's words, so the files read are related; but the
+    file was read in part: the answer may be in the rest. Other reviews name it as unread."""
+    from runner import catalog
+
+    lines = [f"02:{i:02d} maintenance window: heartbeat ok" for i in range(29)] + ["03:10 maintenance closed by Ana"]
+    (tmp_path / "ops.log").write_text("\n".join(lines) + "\n")
+    (tmp_path / "notes.md").write_text("Nothing here.\n")
+    replies = iter([_call("read_file", '{"path": "ops.log", "start_line": 1, "end_line": 1}', 1),
+                    _say("The files do not say who closed the maintenance window."),
+                    _call("read_file", '{"path": "ops.log", "start_line": 2}', 2),
+                    _say("Ana closed the maintenance window.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="Who closed the maintenance window?", steering=["answer_check", "listing_in_prompt"],
+                       builtin_tools="folder", tools=list(catalog.FOLDER_TOOLS), workspace=str(tmp_path)),
+                  fake.base_url, None)
+    assert state.answer == "Ana closed the maintenance window." and len(fake.requests) == 4
+    assert fake.requests[2]["messages"][-1]["content"].startswith("You have read only part of ops.log.")
+    assert policies._unread(state.model_copy(update={"messages": state.messages[:4]})) == (
+        " Files you have not read: notes.md, ops.log (read in part).")
 
 
 @pytest.mark.parametrize(("ranges", "whole"), [
