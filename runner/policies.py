@@ -660,15 +660,13 @@ def non_answers(state: RunState) -> list[str]:
     "unrelated", none of the results it could come from mentions a word of the question
     (`question_words`) while listed files are still unread; "unfinished", it says the
     information is not there while a file the run began to read is not read to its end;
-    "unshown", it gives a number no
-    file read shows while listed files are unread (`_unshown_figure`); "unlinked" (with
-    unlinked_answers), what it adds to the question is found only on lines that do not mention
-    the question (`_unlinked`); "sizes", it gives a listed
-    file's size; "unnamed", the question asks for a file and it names none. A reply that says
-    the information is not there, once a file was read, is only "unread_each", "unfinished",
-    "unrelated"
-    (nothing read could say so) or nothing: the other kinds are about what an answer says
-    (abstain_check has its own reminder)."""
+    "unshown", it gives a number no file read shows while listed files are unread
+    (`_unshown_figure`); "unlinked" (with unlinked_answers), what it adds to the question is
+    found only on lines that do not mention the question (`_unlinked`); "sizes", it gives a
+    listed file's size; "unnamed", the question asks for a file and it names none. A reply that
+    says the information is not there, once a file was read, is only "unread_each",
+    "unfinished", "unrelated" (nothing read could say so) or nothing: the other kinds are about
+    what an answer says (abstain_check has its own reminder)."""
     answer = (state.messages[-1].content or "").strip()
     asked = question(state)
     names = [getattr(t, "name", t) for t in state.config.tools]
