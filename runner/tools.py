@@ -262,7 +262,7 @@ MAX_LIST_ENTRIES = 200
 """list_files shows at most this many entries, then says how many more there are."""
 MAX_READ_CHARS = 16_000
 READ_ON_CHARS = 100
-"""Room kept under a run's cap on results for the line saying where a read stopped."""
+"""Characters kept free under a run's cap on results for the line saying where a read stopped."""
 """read_file returns at most this many characters (whole lines), then says how to read on."""
 NO_MATCH = "No line matches "
 """How search_files' result starts when no line matched."""
