@@ -78,7 +78,7 @@ POLICIES: dict[str, str] = {
     "answer_check": "a reply that is no answer is taken only after one message saying so and asking again, "
                     "once per kind until another file is read. The kinds:\n"
                     "- it repeats the question, or tells how to call the tools\n"
-                    "- it copies lines of a file\n"
+                    "- it copies lines of a file, or the chat's own markup (<tool_response>)\n"
                     "- it comes before any file was read (the question not being about the files)\n"
                     "- it quotes, or names, what nothing read says (a name such as Region A)\n"
                     "- it gives a number no file read shows (the question counting nothing)\n"
@@ -281,6 +281,8 @@ PATH_CHOICE_TOOLS = frozenset({"read_file"})
 TABLE_FILES = (".csv", ".tsv")
 """The file names `table_rows` and `table_extremes` read as tables, and the "unrelated" review
 takes as able to answer a question whose words they do not hold."""
+PROTOCOL = re.compile(r"</?tool_(?:response|call)>|<\|im_(?:start|end)\|>")
+"""The chat's own markup, which no answer holds: a tool result pasted back with its tags."""
 READ_STOPPED = re.compile(r"^\[lines \d+-(\d+) of \d+[^\n]*; read on with start_line=\d+\]$", re.MULTILINE)
 """The line a read of part of a file adds, saying the last line it returned."""
 
@@ -654,7 +656,8 @@ def non_answers(state: RunState) -> list[str]:
     it would read; "blanks", it is a template with blanks to fill
     (`BLANK`); "restated", it repeats the question, asks one or
     adds no word of its own to it (`_adds_nothing`); "copied", it copies a tool result
-    (`echoes`); "extreme", the question asks for the largest or smallest file and it names
+    (`echoes`) or holds the chat's markup (`PROTOCOL`); "extreme", the question asks for the
+    largest or smallest file and it names
     another file the system prompt lists (`_wrong_extreme`); "unsupported", it quotes text
     nothing read holds, or gives a number none shows once every file was read (`_unsupported`);
     "unrelated", none of the results it could come from mentions a word of the question
@@ -683,7 +686,7 @@ def non_answers(state: RunState) -> list[str]:
         "instructions": lambda: instructions,
         "blanks": lambda: BLANK.search(answer) is not None,
         "restated": lambda: answer.endswith("?") or _adds_nothing(answer, asked),
-        "copied": lambda: echoes(answer, _result_texts(state)),
+        "copied": lambda: PROTOCOL.search(answer) is not None or echoes(answer, _result_texts(state)),
         "extreme": lambda: _wrong_extreme(state) is not None,
         "unsupported": lambda: _unsupported(state) is not None,
         "unrelated": lambda: _unrelated(state),

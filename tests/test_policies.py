@@ -957,3 +957,14 @@ def test_read_on_stall_asks_for_a_read_of_an_unread_file_instead_of_the_answer(f
     without = drive(_run(fake, prompt="When were the logs rotated?", answer_on_stall=True,
                          steering=[s for s in steering if s != "read_on_stall"]), fake.base_url, None)
     assert without.turns == 3  # the repeat asks for the answer at once
+
+
+def test_an_answer_holding_the_chats_markup_is_sent_back_as_a_copy(fake: FakeProvider) -> None:
+    pasted = "It ran for 30000 ms:\n<tool_response>\njob 8830 timed out\n</tool_response>"
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say(pasted), _say("It ran for 30000 ms.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="How long did job 8830 run before it timed out?", steering=["answer_check"]),
+                  fake.base_url, None)
+    assert state.answer == "It ran for 30000 ms." and len(fake.requests) == 3
+    assert fake.requests[2]["messages"][-1]["content"].startswith("Your reply copied lines of a file")
+    assert fake.requests[2]["tool_choice"] == "none"
