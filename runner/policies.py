@@ -980,16 +980,16 @@ def unread_files(state: RunState) -> list[str]:
     found_nothing = _found_nothing(state)
     read = {_path_of(call) for call, _ in _successful_results(state)
             if call.id not in found_nothing and call.function.name not in LISTING_TOOLS | PATH_CHOICE_TOOLS}
-    read |= _read_whole(state)
+    read |= _read_whole(_reads(state))
     return [p for p in listed if p not in read]
 
 
-def _read_whole(state: RunState) -> set[str]:
-    """The paths whose every line a successful read returned: one read of the whole file, or
-    line ranges that join up from line 1 to the end (a range that stops short of the end says
-    so: ``[lines 1-40 of 300; ...]``; one that says nothing ran to the end)."""
+def _read_whole(reads: list[tuple[str, str, int]]) -> set[str]:
+    """The paths whose every line one of `reads` (`_reads`) returned: one read of the whole
+    file, or line ranges that join up from line 1 to the end (a range that stops short of the
+    end says so: ``[lines 1-40 of 300; ...]``; one that says nothing ran to the end)."""
     ranges: dict[str, list[tuple[int, int | None]]] = {}
-    for path, text, start in _reads(state):
+    for path, text, start in reads:
         stop = READ_STOPPED.search(text)
         ranges.setdefault(path, []).append((start, int(stop.group(1)) if stop else None))
     whole = set()
@@ -1007,8 +1007,9 @@ def _read_whole(state: RunState) -> set[str]:
 
 def _read_in_part(state: RunState) -> list[str]:
     """The files the run began to read and has not read to the end (`_read_whole`), in order."""
-    whole = _read_whole(state)
-    return list(dict.fromkeys(path for path, _, _ in _reads(state) if path not in whole))
+    reads = _reads(state)
+    whole = _read_whole(reads)
+    return list(dict.fromkeys(path for path, _, _ in reads if path not in whole))
 
 
 def _reads(state: RunState) -> list[tuple[str, str, int]]:

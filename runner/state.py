@@ -361,10 +361,8 @@ class Limits(BaseModel, defer_build=True):
         if self.max_wall_s is not None and state.wall_ms >= self.max_wall_s * 1000:
             return LimitStop("budget_exceeded", MaxBudgetInterruption(limit_wall_s=self.max_wall_s),
                              f"ran {state.wall_ms / 1000:.1f} s of a {self.max_wall_s:g} s time budget")
-        budget = MaxBudgetInterruption(limit_usd=self.max_budget_usd, used_usd=round(state.cost_usd, 9))
-        spent = f"spent ${state.cost_usd:.6f} of a ${self.max_budget_usd or 0:.6f} budget"
         if self.max_budget_usd is not None and state.cost_usd >= self.max_budget_usd:
-            return LimitStop("budget_exceeded", budget, spent)
+            return self._usd_stop(state)
         reply_tokens = self.reply_tokens(state, next_prompt_tokens, prices)
         if reply_tokens is None or reply_tokens >= MIN_REPLY_TOKENS:
             return None
@@ -378,9 +376,17 @@ class Limits(BaseModel, defer_build=True):
                 f"spent {spent_tokens:,} of a {self.max_tokens_total:,}-token budget; {too_little} (a budget of "
                 f"{needs_tokens:,} tokens pays for one as long as the run's longest)")
         needs_usd = state.cost_usd + (prompt_tokens * price_in + reply * price_out) / 1e6
-        budget.needs_usd = (int(needs_usd * 1e6) + 2) / 1e6  # whole micro-dollars, rounded up with room
-        return LimitStop("budget_exceeded", budget, f"{spent}; {too_little} (a budget of ${budget.needs_usd:.6f} "
-                         "pays for one as long as the run's longest)")
+        needs_usd = (int(needs_usd * 1e6) + 2) / 1e6  # whole micro-dollars, rounded up with room
+        return self._usd_stop(state, needs_usd, f"; {too_little} (a budget of ${needs_usd:.6f} pays for one as long "
+                                                "as the run's longest)")
+
+    def _usd_stop(self, state: "RunState", needs_usd: float | None = None, more: str = "") -> "LimitStop":
+        """The stop on the USD budget: spent, or (`needs_usd`) too little left for the next turn."""
+        assert self.max_budget_usd is not None
+        budget = MaxBudgetInterruption(limit_usd=self.max_budget_usd, used_usd=round(state.cost_usd, 9),
+                                       needs_usd=needs_usd)
+        return LimitStop("budget_exceeded", budget,
+                         f"spent ${state.cost_usd:.6f} of a ${self.max_budget_usd:.6f} budget{more}")
 
     def reply_tokens(self, state: "RunState", next_prompt_tokens: Callable[[], int],
                      prices: tuple[float, float]) -> int | None:
@@ -392,7 +398,8 @@ class Limits(BaseModel, defer_build=True):
             return None
         prompt_tokens = next_prompt_tokens()
         caps = []
-        if self.max_budget_usd is not None and price_out > 0:
+        if pays_usd:
+            assert self.max_budget_usd is not None
             left_usd = self.max_budget_usd - state.cost_usd - prompt_tokens * price_in / 1e6
             caps.append(int(left_usd * 1e6 / price_out))
         if self.max_tokens_total is not None:

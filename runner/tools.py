@@ -123,7 +123,7 @@ class Workspace:
         is none yet), or the template for a read-only tool while there is no copy."""
         if self._path is None and not tool.read_only and self._make is not None:
             self._path = self._make()
-        return self._path or self.template
+        return self.now()
 
 
 class NoParams(BaseModel, defer_build=True):
@@ -439,13 +439,13 @@ class ReadParams(PathParams, defer_build=True):
     end_line: int | None = Field(default=None, ge=1, description="Last line to read (inclusive)")
 
 
-def _text_file(ctx: ToolContext | Path, path: str) -> Path:
-    """The real path of a readable file `path` of the workspace (the context's, or a folder).
+def _text_file(folder: Path, path: str) -> Path:
+    """The real path of a readable file `path` of the workspace `folder`.
 
     Raises:
         PermanentToolError: outside the workspace. ToolError: no such file.
     """
-    target = resolve_in_workspace(ctx if isinstance(ctx, Path) else ctx.workspace, path)
+    target = resolve_in_workspace(folder, path)
     if not target.is_file() or target.name.startswith("."):
         raise ToolError(f"no such file: {path}. Call list_files to see what exists.")
     return target
@@ -472,7 +472,7 @@ class FolderReadFile(Tool):
         assert isinstance(args, PathParams)
         start = getattr(args, "start_line", None) or 1
         end = getattr(args, "end_line", None)
-        target = _text_file(ctx, args.path)
+        target = _text_file(ctx.workspace, args.path)
         with target.open("rb") as f:
             if b"\0" in f.read(8192):
                 raise ToolError(f"{args.path} is not a text file ({target.stat().st_size} bytes); it cannot be read "
@@ -514,7 +514,7 @@ class ReadFile(Tool):
 
     def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
         assert isinstance(args, PathParams)
-        return _read_text(_text_file(ctx, args.path), args.path)
+        return _read_text(_text_file(ctx.workspace, args.path), args.path)
 
 
 def _searched_files(ctx: ToolContext, root: Path, path: str | None) -> Iterator[tuple[str, Path, int]]:
@@ -647,7 +647,7 @@ class DeleteFile(Tool):
         said = ledger.done(ctx.idempotency_key)
         if said is not None:
             return said  # this operation already happened before a crash
-        target = _text_file(ctx, args.path)
+        target = _text_file(ctx.workspace, args.path)
         target.unlink()
         said = f"Deleted {args.path}."
         ledger.record(ctx.idempotency_key, "delete", args.path, said)

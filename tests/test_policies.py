@@ -38,6 +38,16 @@ def _run(fake: FakeProvider, prompt: str = "Which file is it?", **config: Any) -
     return scripted_run("fake", prompt=prompt, base_url=fake.base_url, **config)
 
 
+def _in_folder(fake: FakeProvider, folder: Path, prompt: str, turns: list[Answer], **config: Any) -> Any:
+    """A run over `folder` with the folder catalog's tools, the model replying `turns` in order."""
+    from runner import catalog
+
+    replies = iter(turns)
+    fake.handler = lambda body: next(replies)
+    return drive(_run(fake, prompt=prompt, builtin_tools="folder", tools=list(catalog.FOLDER_TOOLS),
+                      workspace=str(folder), **config), fake.base_url, None)
+
+
 def test_a_request_with_tools_says_tool_choice_auto_outright(fake: FakeProvider) -> None:
     _play(fake, [_call("list_files")])
     state = drive(_run(fake), fake.base_url, None)
@@ -761,15 +771,11 @@ def test_the_local_harness_rows_end_with_each_manifest_models_whole_set(monkeypa
 
 
 def test_a_search_that_matched_nothing_is_no_evidence(fake: FakeProvider, tmp_path: Path) -> None:
-    from runner import catalog
-
     (tmp_path / "notes.txt").write_text("Rotate the logs on Fridays.\n")
-    replies = iter([_call("search_files", '{"pattern": "zebra", "path": "notes.txt"}', 1), _say("The zebra is in the notes."),
-                    _call("read_file", '{"path": "notes.txt"}', 2), _say("There is no zebra.")])
-    fake.handler = lambda body: next(replies)
-    state = drive(_run(fake, prompt="Where is the zebra?", steering=["answer_check", "listing_in_prompt"],
-                       builtin_tools="folder",
-                       tools=list(catalog.FOLDER_TOOLS), workspace=str(tmp_path)), fake.base_url, None)
+    state = _in_folder(fake, tmp_path, "Where is the zebra?", [
+        _call("search_files", '{"pattern": "zebra", "path": "notes.txt"}', 1), _say("The zebra is in the notes."),
+        _call("read_file", '{"path": "notes.txt"}', 2), _say("There is no zebra.")],
+        steering=["answer_check", "listing_in_prompt"])
     assert state.tool_runs[0].ok and state.status == "completed" and state.answer == "There is no zebra."
     review = fake.requests[2]["messages"][-1]["content"]
     assert review.startswith("You answered before reading any file") and "not read: notes.txt." in review
@@ -778,18 +784,14 @@ def test_a_search_that_matched_nothing_is_no_evidence(fake: FakeProvider, tmp_pa
 def test_a_search_that_matched_nothing_mentions_nothing_and_reads_nothing(fake: FakeProvider, tmp_path: Path) -> None:
     """Its pattern holds the question's words, not the files: after it, a "not there" from an
     unrelated file is still sent on, and a review is not sent again as if a file had been read."""
-    from runner import catalog
-
     (tmp_path / "app.log").write_text("08:00 service started\n")
     (tmp_path / "notes.md").write_text("On call in December: Ana.\n")
-    replies = iter([_call("read_file", '{"path": "app.log"}', 1),
-                    _call("search_files", '{"pattern": "on call December", "path": "app.log"}', 2),
-                    _say("The on-call engineer for December is not listed."),
-                    _call("read_file", '{"path": "notes.md"}', 3), _say("Ana is on call in December.")])
-    fake.handler = lambda body: next(replies)
-    state = drive(_run(fake, prompt="Who is on call in December?", steering=["answer_check", "listing_in_prompt"],
-                       builtin_tools="folder", tools=list(catalog.FOLDER_TOOLS), workspace=str(tmp_path)),
-                  fake.base_url, None)
+    state = _in_folder(fake, tmp_path, "Who is on call in December?", [
+        _call("read_file", '{"path": "app.log"}', 1),
+        _call("search_files", '{"pattern": "on call December", "path": "app.log"}', 2),
+        _say("The on-call engineer for December is not listed."),
+        _call("read_file", '{"path": "notes.md"}', 3), _say("Ana is on call in December.")],
+        steering=["answer_check", "listing_in_prompt"])
     assert state.tool_runs[1].ok and state.answer == "Ana is on call in December."
     assert fake.requests[3]["messages"][-1]["content"].startswith(
         "The files you read (app.log, search_files on call December app.log) do not mention")
@@ -870,18 +872,12 @@ def test_with_one_turn_left_only_a_review_that_asks_for_the_answer_alone_is_sent
 def test_a_file_read_in_part_stays_unread_until_its_ranges_reach_the_end(fake: FakeProvider, tmp_path: Path) -> None:
     """Lines 1-5 of a 30-line log are no read of the log: an answer that the information is not
     there is sent back to it, named as read in part; lines 6 to the end complete it."""
-    from runner import catalog
-
     lines = [f"02:{i:02d} heartbeat ok" for i in range(29)] + ["03:10 backup finished"]
     (tmp_path / "app.log").write_text("\n".join(lines) + "\n")
-    replies = iter([_call("read_file", '{"path": "app.log", "start_line": 1, "end_line": 5}', 1),
-                    _say("The files do not say."),
-                    _call("read_file", '{"path": "app.log", "start_line": 6}', 2),
-                    _say("The backup finished at 03:10.")])
-    fake.handler = lambda body: next(replies)
-    state = drive(_run(fake, prompt="When did the backup finish?", steering=["answer_check", "listing_in_prompt"],
-                       builtin_tools="folder", tools=list(catalog.FOLDER_TOOLS), workspace=str(tmp_path)),
-                  fake.base_url, None)
+    state = _in_folder(fake, tmp_path, "When did the backup finish?", [
+        _call("read_file", '{"path": "app.log", "start_line": 1, "end_line": 5}', 1), _say("The files do not say."),
+        _call("read_file", '{"path": "app.log", "start_line": 6}', 2), _say("The backup finished at 03:10.")],
+        steering=["answer_check", "listing_in_prompt"])
     assert state.status == "completed" and state.answer == "The backup finished at 03:10."
     review = fake.requests[2]["messages"][-1]["content"]
     assert review.startswith("You have read only part of app.log. Read the rest of it")
@@ -893,19 +889,14 @@ def test_a_not_there_after_one_line_of_a_file_that_mentions_the_question_is_sent
         fake: FakeProvider, tmp_path: Path) -> None:
     """The line read mentions the question's words, so the files read are related; but the
     file was read in part: the answer may be in the rest. Other reviews name it as unread."""
-    from runner import catalog
-
     lines = [f"02:{i:02d} maintenance window: heartbeat ok" for i in range(29)] + ["03:10 maintenance closed by Ana"]
     (tmp_path / "ops.log").write_text("\n".join(lines) + "\n")
     (tmp_path / "notes.md").write_text("Nothing here.\n")
-    replies = iter([_call("read_file", '{"path": "ops.log", "start_line": 1, "end_line": 1}', 1),
-                    _say("The files do not say who closed the maintenance window."),
-                    _call("read_file", '{"path": "ops.log", "start_line": 2}', 2),
-                    _say("Ana closed the maintenance window.")])
-    fake.handler = lambda body: next(replies)
-    state = drive(_run(fake, prompt="Who closed the maintenance window?", steering=["answer_check", "listing_in_prompt"],
-                       builtin_tools="folder", tools=list(catalog.FOLDER_TOOLS), workspace=str(tmp_path)),
-                  fake.base_url, None)
+    state = _in_folder(fake, tmp_path, "Who closed the maintenance window?", [
+        _call("read_file", '{"path": "ops.log", "start_line": 1, "end_line": 1}', 1),
+        _say("The files do not say who closed the maintenance window."),
+        _call("read_file", '{"path": "ops.log", "start_line": 2}', 2), _say("Ana closed the maintenance window.")],
+        steering=["answer_check", "listing_in_prompt"])
     assert state.answer == "Ana closed the maintenance window." and len(fake.requests) == 4
     assert fake.requests[2]["messages"][-1]["content"].startswith("You have read only part of ops.log.")
     assert policies._unread(state.model_copy(update={"messages": state.messages[:4]})) == (
@@ -932,7 +923,7 @@ def test_line_ranges_make_a_whole_read_only_when_they_join_up(ranges: list[tuple
         state.messages += [Message(role="assistant", tool_calls=[call]),
                            Message(role="tool", tool_call_id=call.id, content=text)]
         state.tool_runs.append(ToolRun(call_id=call.id, tool_name="read_file", signature=call.id, ok=True, ms=1))
-    assert policies._read_whole(state) == ({"app.log"} if whole else set())
+    assert policies._read_whole(policies._reads(state)) == ({"app.log"} if whole else set())
 
 
 def test_read_on_stall_asks_for_a_read_of_an_unread_file_instead_of_the_answer(fake: FakeProvider) -> None:
