@@ -513,12 +513,15 @@ class Finished:
         finish_reason: "stop", "length", "tool_calls", or "cancelled" (the client went away).
         prompt_tokens / completion_tokens: tokens of the rendered prompt / generated tokens.
         timings: `Engine` timings (ms and token counts; see `Engine.stream`).
+        logprobs: OpenAI ``logprobs.content`` entries of the reply's text when they were asked
+            for (none for a reply that calls tools), else None.
     """
 
     finish_reason: str
     prompt_tokens: int
     completion_tokens: int
     timings: JsonObject
+    logprobs: list[JsonObject] | None = None
 
 
 Event = TextDelta | CallDelta | Finished

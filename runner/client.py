@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 from runner import inprocess
 from runner.errors import ErrorKind, ProviderError
-from runner.state import EngineTimings, FunctionCall, Message, ToolCall
+from runner.state import EngineTimings, FunctionCall, Message, TokenLogprob, ToolCall
 from runner.streaming import StreamedError, StreamError, StreamProgress, read_sse
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -527,7 +527,22 @@ def _parse_choice(data: dict[str, Any], call_ids: str) -> tuple[Message, str, li
     if not finish or not isinstance(finish, str):
         raise ProviderError("the provider's reply has no finish_reason: it is incomplete", retryable=True)
     message, rewrites = _parse_message(raw, call_ids)
+    message.logprobs = _token_logprobs(choice.get("logprobs"))
     return message, finish, rewrites
+
+
+def _token_logprobs(raw: Any) -> list[TokenLogprob] | None:
+    """A choice's ``logprobs.content`` as `TokenLogprob`s; None when it is missing or any
+    entry is malformed (a provider's log probabilities are a hint, never a failure)."""
+    content = raw.get("content") if isinstance(raw, dict) else None
+    if not isinstance(content, list) or not content:
+        return None
+    from pydantic import ValidationError
+
+    try:
+        return [TokenLogprob.model_validate(entry) for entry in content]
+    except ValidationError:
+        return None
 
 
 def _parse_message(raw: dict[str, Any], call_ids: str) -> tuple[Message, list[dict[str, Any]]]:

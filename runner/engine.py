@@ -89,6 +89,9 @@ class ChatRequest:
         grammar_tools: narrower definitions of some of `tools` (same names, tighter schemas)
             that this reply's calls must match; the prompt still shows `tools`, so the KV
             entries of the conversation so far are reused. Empty: the calls match `tools`.
+        top_logprobs: None: no log probabilities; else each generated token's log probability
+            under the model (before any grammar) with this many of the likeliest tokens beside
+            it (OpenAI's ``logprobs`` and ``top_logprobs``).
     """
 
     messages: list[JsonObject]
@@ -99,6 +102,7 @@ class ChatRequest:
     parallel_tool_calls: bool = True
     none_keeps_tools: bool | None = None
     grammar_tools: list[JsonObject] = field(default_factory=list)
+    top_logprobs: int | None = None
 
 
 def _callable(request: ChatRequest) -> list[JsonObject]:
@@ -135,6 +139,8 @@ class _Reply:
         held_tokens: the tokens of `held`.
         watching: free text watched for the model writing ``<tool_call>`` (tool_choice auto).
         blank_refused: times the greedy token would have left the reply empty and was refused.
+        logprobs: with `ChatRequest.top_logprobs`, one OpenAI ``logprobs.content`` entry per
+            sampled token, else None. top_logprobs: the likeliest tokens each entry lists.
     """
 
     splitter: ReplySplitter
@@ -157,6 +163,8 @@ class _Reply:
     watching: bool = False
     max_calls: int = MAX_CALLS_PER_TURN
     blank_refused: int = 0
+    logprobs: list[JsonObject] | None = None
+    top_logprobs: int = 0
 
 
 class Engine:
@@ -334,6 +342,8 @@ class Engine:
             held="" if watching and self.untagged_calls else None,
             watching=watching,
             max_calls=MAX_CALLS_PER_TURN if request.parallel_tool_calls else 1,
+            logprobs=None if request.top_logprobs is None else [],
+            top_logprobs=request.top_logprobs or 0,
         )
 
     def _decode(self, reply: _Reply, cancel: threading.Event) -> Iterator[Event]:
@@ -352,6 +362,8 @@ class Engine:
                 reply.finish = "stop"
                 return
             reply.first_token_ms = reply.first_token_ms or (time.perf_counter() - reply.began) * 1000
+            if reply.logprobs is not None:
+                reply.logprobs.append(self._logprob_entry(token, reply.top_logprobs))
             piece = reply.decoder.decode(self.llama.detokenize([token], special=True))
             if self._hold(reply, token, piece):
                 continue
@@ -364,6 +376,25 @@ class Engine:
             if reply.splitter.stopped:
                 reply.finish = "stop"
                 return
+
+    def _logprob_entry(self, token: int, top: int) -> JsonObject:
+        """OpenAI's ``logprobs.content`` entry for `token`, sampled from the current row: its
+        log probability under the model's own distribution and the `top` likeliest tokens'."""
+        import llama_cpp
+        import numpy as np
+
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.llama._ctx.ctx, self.feeder.row),
+                                       shape=(self.llama.n_vocab(),)).astype(np.float64)
+        logits -= logits.max()
+        logprobs = logits - np.log(np.exp(logits).sum())
+        best = np.argpartition(-logprobs, top)[:top] if top else np.array([], dtype=int)
+
+        def entry(t: int) -> JsonObject:
+            raw = self.llama.detokenize([t], special=True)
+            return {"token": raw.decode("utf-8", errors="replace"), "logprob": round(float(logprobs[t]), 6),
+                    "bytes": list(raw)}
+
+        return entry(token) | {"top_logprobs": [entry(int(t)) for t in sorted(best, key=lambda t: -logprobs[t])]}
 
     def _refused(self, reply: _Reply) -> Any:
         """While the reply shows nothing yet (no text but whitespace, no call begun), the tokens
@@ -486,7 +517,8 @@ class Engine:
         """
         done = time.perf_counter()
         finish = "tool_calls" if reply.finish == "stop" and reply.splitter.calls else reply.finish
-        return Finished(finish, prompt_tokens, reply.generated, {
+        logprobs = None if reply.logprobs is None else [] if reply.splitter.calls else reply.logprobs
+        return Finished(finish, prompt_tokens, reply.generated, logprobs=logprobs, timings={
             "prompt_tokens": prompt_tokens,
             "cached_prompt_tokens": cached,
             "prompt_eval_tokens": prompt_tokens - cached,

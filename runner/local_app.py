@@ -90,6 +90,10 @@ class ChatBody(BaseModel):
     grammar_tools: list[dict[str, Any]] | None = None
     """runner's own field: narrower definitions of some of `tools` that the reply's calls must
     match, while the prompt shows `tools` (`ChatRequest.grammar_tools`)."""
+    logprobs: bool = False
+    """Return each generated token's log probability (``choices[].logprobs.content``)."""
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    """With `logprobs`: how many of the likeliest tokens each entry lists beside its own."""
 
     def to_request(self, parallel_default: bool) -> ChatRequest:
         tools = self.tools or [{"type": "function", "function": f} for f in self.functions or []]
@@ -100,6 +104,7 @@ class ChatBody(BaseModel):
             tools=tools, tool_choice=self.tool_choice, stop=stop,
             max_tokens=self.max_completion_tokens or self.max_tokens,
             parallel_tool_calls=parallel, grammar_tools=self.grammar_tools or [],
+            top_logprobs=(self.top_logprobs or 0) if self.logprobs else None,
         )
 
 
@@ -496,10 +501,16 @@ def complete(events: Iterator[Event], model: str, created: int, completion_id: s
         message["tool_calls"] = calls
     return {
         "id": completion_id, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finished.finish_reason}],
+        "choices": [{"index": 0, "message": message, "logprobs": _logprobs(finished),
+                     "finish_reason": finished.finish_reason}],
         "usage": usage(finished),
         "runner": finished.timings | (applied() if applied else {}),
     }
+
+
+def _logprobs(finished: Finished) -> JsonObject | None:
+    """A choice's OpenAI ``logprobs`` object: None unless the request asked for them."""
+    return None if finished.logprobs is None else {"content": finished.logprobs, "refusal": None}
 
 
 def usage(finished: Finished) -> JsonObject:
@@ -517,7 +528,8 @@ def chunks(events: Iterator[Event], model: str, created: int, completion_id: str
     """`Engine.stream` events as OpenAI ``chat.completion.chunk`` dicts, as they come.
 
     First a role chunk; one chunk per content delta; per tool call, a chunk opening it (id,
-    type, name, empty arguments) and one carrying its arguments; a finish chunk; then, when
+    type, name, empty arguments) and one carrying its arguments; a finish chunk (with the
+    reply's token log probabilities, when asked for); then, when
     `include_usage`, a chunk with ``choices: []`` and the usage. The last chunk carries the
     engine's timings and what the server applied as ``runner``.
     """
@@ -537,6 +549,7 @@ def chunks(events: Iterator[Event], model: str, created: int, completion_id: str
             yield chunk({"tool_calls": [{"index": event.index, "function": {"arguments": function["arguments"]}}]})
         else:
             last = chunk({}, event.finish_reason)
+            last["choices"][0]["logprobs"] = _logprobs(event)
             if include_usage:
                 yield last
                 last = base | {"choices": [], "usage": usage(event)}

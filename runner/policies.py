@@ -73,6 +73,11 @@ POLICIES: dict[str, str] = {
                      "when every listed file was read or answer_check said it may be the answer",
     "repeat_results": "a call that repeats an earlier one and gets the same text back is answered with one line "
                       "pointing to the earlier result, not the whole text again (fewer prompt tokens to evaluate)",
+    "confidence_check": "with answer_check, each reply's token probabilities are asked for (runner's local "
+                        "server gives them), and an answer is sent back once when a word that carries it (a "
+                        "number, a name, yes or no) was a close call, the likeliest other word of its kind "
+                        "at least half as likely (2 or 6, Lisbon or Oslo): the model finds the line that "
+                        "gives it, or says the files do not say",
     "path_choices": "with listing_in_prompt, read_file's path must be one of the listed files (an enum in its "
                     "schema: a local model's grammar then cannot name a file that does not exist)",
     "answer_check": "a reply that is no answer is taken only after one message saying so and asking again, "
@@ -96,7 +101,7 @@ POLICIES: dict[str, str] = {
 """Every policy, by name, in words."""
 NEW_POLICIES = ("listing_in_prompt", "listing_hints", "listing_extremes", "abstain_option", "evidence_first",
                 "table_rows", "table_extremes", "related_first", "read_on_stall", "unlinked_answers", "abstain_check",
-                "path_choices", "answer_check", "repeat_results")
+                "path_choices", "answer_check", "repeat_results", "confidence_check")
 """The policies kept by name in `RunConfig.steering` (the others are fields of their own)."""
 
 CORRECTIONS = {
@@ -164,6 +169,9 @@ NON_ANSWERS: dict[str, tuple[str, str]] = {
                  "Otherwise answer it in one short sentence from the line that does: {question}", "auto"),
     "sizes": ("Your answer gives {size}, the size of {file} in the folder's listing, not something a file says. "
               "Answer my question from what the files say, in one short sentence: {question}", "auto"),
+    "unsure": ("You were unsure of {claim} in your answer.{unread} Find the line that gives the answer (read the "
+               "file that holds it if you have not) and answer my question from that line alone; if no file "
+               "gives it, reply exactly: The files do not say. My question: {question}", "auto"),
 }
 """With `answer_check`, per kind of non-answer: the user message sent after it, and the
 ``tool_choice`` of the request that carries it. Each is sent once, and again only after a
@@ -237,6 +245,15 @@ TABLE_EXTREMES = "\n\nThe highest and lowest value of each column of numbers or 
 """With `table_extremes`, what follows a table's text in its tool result, before a line per column."""
 EXTREME_ROW = "- {column}: highest {high} ({high_rows}); lowest {low} ({low_rows})"
 """One column's line with `table_extremes`: its extremes and the rows holding them, named by column."""
+RIVAL_AT_LEAST = 0.5
+"""With confidence_check, a word of the answer is a close call when the likeliest other word of
+its kind had at least this share of its probability (`_unsure`)."""
+TOP_LOGPROBS = 3
+"""With confidence_check, the likeliest tokens asked for beside each generated one."""
+CARRYING = re.compile(r"\d[\d.,:]*\d|\d|[\w-]+\.[A-Za-z]{1,5}\b|\b[A-Z][A-Za-z]+\b"
+                      r"|(?i:\b(?:yes|no|not|on|off|true|false|enabled|disabled)\b)")
+"""The words that carry an answer: a number, a file name, a capitalised word (a name; not one of
+`FILLER`), yes or no and their kin."""
 WORD_ENDINGS = r"(?:s|es|e|ed|d|ing|er|ers|ion|ions)?"
 """The endings a question's word may have in a line and still count as the same word."""
 SETTINGS_FILES = (".ini", ".cfg", ".conf", ".toml", ".json", ".yaml", ".yml", ".properties", ".env")
@@ -621,7 +638,8 @@ def review_answer(state: RunState) -> str | None:
             size, file = (_listed_size_quoted(state) if kind == "sizes" else None) or ("", "")
             _, line, linked_file = (_unlinked(state) if kind == "unlinked" else None) or ("", "", "")
             claim = ((_unsupported(state) if kind == "unsupported" else None)
-                     or (_unshown_figure(state) if kind == "unshown" else None) or "")
+                     or (_unshown_figure(state) if kind == "unshown" else None)
+                     or (_unsure(state) if kind == "unsure" else None) or "")
             direction, extreme, extreme_size, named = (_wrong_extreme(state) if kind == "extreme" else None) or \
                 ("", "", "", "")
             unread = unread_files(state)
@@ -692,6 +710,7 @@ def non_answers(state: RunState) -> list[str]:
         "unrelated": lambda: _unrelated(state),
         "unshown": lambda: bool(unread_files(state)) and _unshown_figure(state) is not None,
         "unlinked": lambda: "unlinked_answers" in state.config.steering and _unlinked(state) is not None,
+        "unsure": lambda: "confidence_check" in state.config.steering and _unsure(state) is not None,
         "sizes": lambda: _listed_size_quoted(state) is not None,
         "unnamed": lambda: FILE_QUESTION.search(asked) is not None and not _names_a_file(state, answer),
     }
@@ -773,6 +792,44 @@ def _unsupported(state: RunState) -> str | None:
             if name.start() > 0 and words[0].lower() not in CALENDAR and " ".join(words).lower() not in seen:
                 return f"`{name.group(1)}`"
     return None if unread_files(state) else _unshown_figure(state)
+
+
+def _unsure(state: RunState) -> str | None:
+    """The word of the answer (`CARRYING`) that was the closest call, as `word`: a token of
+    it whose likeliest other token (another spelling of the same word, or a word such as
+    "The" that begins the sentence another way, aside) begins a word of the same kind (a digit
+    for a digit, a capital for a capital, yes for no) and had at least `RIVAL_AT_LEAST` of
+    its probability. None when the reply came without token
+    probabilities or no word was so close."""
+    import math
+
+    tokens = state.messages[-1].logprobs or []
+    ends = list(itertools.accumulate(len(t.token) for t in tokens))
+    closest: tuple[float, str] | None = None
+    for word in CARRYING.finditer("".join(t.token for t in tokens)):
+        if word.group()[0].isupper() and word.group().lower() in FILLER:
+            continue
+        for i, token in enumerate(tokens):
+            if ends[i] <= word.start() or ends[i] - len(token.token) >= word.end():
+                continue
+            same = token.token.strip().lower()
+            others = [t for t in token.top_logprobs if t.token.strip().lower() not in (same, *FILLER)]
+            p = math.exp(token.logprob) + sum(math.exp(t.logprob) for t in token.top_logprobs
+                                              if t.token != token.token and t.token.strip().lower() == same)
+            rival = math.exp(others[0].logprob) if others and _same_kind(token.token, others[0].token) else 0.0
+            if rival >= RIVAL_AT_LEAST * p and (closest is None or p < closest[0]):
+                closest = (p, word.group())
+    return None if closest is None else f"`{closest[1]}`"
+
+
+def _same_kind(token: str, other: str) -> bool:
+    """Two tokens begin words of one kind: digits, capitalised words, or yes/no and their kin."""
+    a, b = token.strip(), other.strip()
+    if not a or not b:
+        return False
+    answers = {"yes", "no", "not", "on", "off", "true", "false", "enabled", "disabled"}
+    return ((a[0].isdigit() and b[0].isdigit()) or (a[0].isupper() and b[0].isupper())
+            or (a.lower() in answers and b.lower() in answers))
 
 
 def _unshown_figure(state: RunState) -> str | None:

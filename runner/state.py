@@ -54,6 +54,18 @@ class ToolCall(BaseModel, defer_build=True):
     function: FunctionCall
 
 
+class TopLogprob(BaseModel, defer_build=True):
+    token: str
+    logprob: float
+
+
+class TokenLogprob(TopLogprob):
+    """One generated token of a reply, as the provider gave it (OpenAI ``logprobs.content``)."""
+
+    top_logprobs: list[TopLogprob] = []
+    """The likeliest tokens at this place, the generated one among them when it is likeliest."""
+
+
 class Message(BaseModel, defer_build=True):
     """One chat message in the OpenAI shape (`system`, `user`, `assistant`, `tool`)."""
 
@@ -64,10 +76,13 @@ class Message(BaseModel, defer_build=True):
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     name: str | None = None
+    logprobs: list[TokenLogprob] | None = None
+    """An assistant reply's tokens with their log probabilities, when the request asked for
+    them (kept in the run, never sent back)."""
 
     def to_api(self) -> dict[str, Any]:
         """The dict sent to a chat-completions endpoint (no null fields)."""
-        return self.model_dump(exclude_none=True)
+        return self.model_dump(exclude_none=True, exclude={"logprobs"})
 
 
 class ApprovalInterruption(BaseModel, defer_build=True):

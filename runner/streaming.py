@@ -71,7 +71,8 @@ async def read_sse(lines: AsyncIterator[str], on_delta: Callable[[StreamProgress
 
     Returns:
         {"id", "model", "choices": [{"index": 0, "message": {...}, "finish_reason"}], "usage"}
-        in the non-streamed shape; usage is {} when the stream carried none. A server's own
+        in the non-streamed shape; usage is {} when the stream carried none; the choice's
+        ``logprobs`` when chunks carried some (their ``content`` entries joined). A server's own
         extra object (llama.cpp's ``timings``, runner's local server's ``runner``) is kept.
 
     Raises:
@@ -80,6 +81,7 @@ async def read_sse(lines: AsyncIterator[str], on_delta: Callable[[StreamProgress
         StreamedError: an error object came as a chunk.
     """
     content: list[str] = []
+    logprobs: list[Any] | None = None
     calls: dict[int, dict[str, Any]] = {}
     finish: str | None = None
     usage: dict[str, Any] = {}
@@ -112,6 +114,8 @@ async def read_sse(lines: AsyncIterator[str], on_delta: Callable[[StreamProgress
                 chunks += 1
                 on_delta(StreamProgress(chunks, "".join(content)))
             finish = choice.get("finish_reason") or finish
+            if isinstance(choice.get("logprobs"), dict) and isinstance(choice["logprobs"].get("content"), list):
+                logprobs = (logprobs or []) + choice["logprobs"]["content"]
     if not head:
         raise StreamError("the stream carried no chunk")
     if finish is None:
@@ -119,7 +123,10 @@ async def read_sse(lines: AsyncIterator[str], on_delta: Callable[[StreamProgress
     message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or None}
     if calls:
         message["tool_calls"] = [calls[i] for i in sorted(calls)]
-    return head | {"choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
+    assembled: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+    if logprobs is not None:
+        assembled["logprobs"] = {"content": logprobs}
+    return head | {"choices": [assembled], "usage": usage}
 
 
 def _merge_call(call: dict[str, Any], part: dict[str, Any]) -> None:

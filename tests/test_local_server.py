@@ -244,6 +244,31 @@ def test_streamed_tool_calls_assemble_to_the_non_streamed_reply(server: LocalSer
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
 
 
+def test_logprobs_give_each_generated_tokens_probability_streamed_or_not(server: LocalServer) -> None:
+    body: dict[str, Any] = {"messages": STORY, "max_tokens": 12, "logprobs": True, "top_logprobs": 3}
+    whole = post(server, **body)["choices"][0]
+    content = whole["logprobs"]["content"]
+    assert "".join(t["token"] for t in content).strip() == whole["message"]["content"]
+    assert len(content) == 12
+    for token in content:
+        assert token["logprob"] <= 0 and len(token["top_logprobs"]) == 3
+        assert bytes(token["bytes"]).decode("utf-8", errors="replace") == token["token"]
+        best = token["top_logprobs"][0]
+        assert best["logprob"] >= token["logprob"] - 1e-9
+        assert best["token"] == token["token"]  # greedy: the generated token is the likeliest
+    chunks, _ = stream(server, **body)
+    streamed = [t for c in chunks for ch in c["choices"] for t in ((ch.get("logprobs") or {}).get("content") or [])]
+    assert streamed == content
+    plain = post(server, messages=STORY, max_tokens=12)["choices"][0]
+    assert plain["logprobs"] is None and plain["message"] == whole["message"]
+    calls = post(server, messages=ask("Read notes.txt."), tools=ALL_TOOLS, tool_choice="required", max_tokens=96,
+                 logprobs=True)["choices"][0]
+    assert calls["message"]["tool_calls"] and calls["logprobs"]["content"] == []  # only the text's tokens
+    bad = httpx.post(f"{server.base_url}/chat/completions", json={"model": "smollm2", "messages": STORY,
+                                                                  "logprobs": True, "top_logprobs": 99}, timeout=30)
+    assert bad.status_code == 400 and "top_logprobs" in bad.text
+
+
 def test_the_openai_sdk_conformance_script_passes(server: LocalServer) -> None:
     proc = subprocess.run([sys.executable, str(SCRIPTS / "conformance_openai.py"), "--base-url", server.base_url,
                            "--model", "smollm2"], capture_output=True, text=True, timeout=600)

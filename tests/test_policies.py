@@ -959,3 +959,55 @@ def test_an_answer_holding_the_chats_markup_is_sent_back_as_a_copy(fake: FakePro
     assert state.answer == "It ran for 30000 ms." and len(fake.requests) == 3
     assert fake.requests[2]["messages"][-1]["content"].startswith("Your reply copied lines of a file")
     assert fake.requests[2]["tool_choice"] == "none"
+
+
+def _unsure(text: str, close: dict[str, list[tuple[str, float]]]) -> Answer:
+    """An answer with its tokens' log probabilities: one token per word, each sure of itself
+    except the words of `close`, given with the likeliest tokens at their place."""
+    import math
+
+    tokens = [(w if i == 0 else " " + w) for i, w in enumerate(text.split(" "))]
+    content = []
+    for token in tokens:
+        top = close.get(token.strip(), [(token, 0.99)])
+        content.append({"token": token, "logprob": math.log(next(p for t, p in top if t == token)),
+                        "top_logprobs": [{"token": t, "logprob": math.log(p)} for t, p in top]})
+    body = completion({"role": "assistant", "content": text})
+    body.body["choices"][0]["logprobs"] = {"content": content}
+    return body
+
+
+@pytest.mark.parametrize(("reply", "close", "sent_back"), [
+    ("The timeout is logged as ERROR.", {"ERROR.": [(" ERROR.", 0.3), (" WARN", 0.25), (" INFO", 0.2)]}, "`ERROR`"),
+    ("There are 2 parts.", {"2": [(" 2", 0.4), (" 6", 0.35), (" 1", 0.1)]}, "`2`"),
+    ("No, it is off.", {"No,": [("No,", 0.45), ("Yes", 0.4), ("The", 0.1)]}, "`No`"),
+    # not a close call: the runner-up is another way to begin the sentence, or the same word
+    ("There are 2 parts.", {"2": [(" 2", 0.4), (" {\"", 0.35)]}, None),
+    ("Kim logged in first.", {"Kim": [("Kim", 0.45), (" Kim", 0.4), ("Lee", 0.1)]}, None),
+    ("There are 2 parts.", {"2": [(" 2", 0.85), (" 6", 0.1)]}, None),
+    ("The team meets weekly.", {"The": [("The", 0.3), ("A", 0.3)]}, None),
+])
+def test_confidence_check_sends_a_close_call_back_once(fake: FakeProvider, reply: str,
+                                                       close: dict[str, list[tuple[str, float]]],
+                                                       sent_back: str | None) -> None:
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _unsure(reply, close), _say("The files do not say.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="How many parts are low?", steering=["answer_check", "confidence_check"]),
+                  fake.base_url, None)
+    assert all(r.get("logprobs") is True and r.get("top_logprobs") == policies.TOP_LOGPROBS for r in fake.requests)
+    assert all("logprobs" not in m for r in fake.requests for m in r["messages"])  # kept, never sent back
+    if sent_back is None:
+        assert state.answer == reply and len(fake.requests) == 2
+        return
+    assert state.answer == "The files do not say." and len(fake.requests) == 3
+    review = fake.requests[2]["messages"][-1]
+    assert review["name"] == "runner" and review["content"].startswith(f"You were unsure of {sent_back} in your answer.")
+    assert state.messages[-3].logprobs is not None and state.messages[-3].content == reply
+
+
+def test_without_confidence_check_no_logprobs_are_asked_for(fake: FakeProvider) -> None:
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1),
+                    _unsure("There are 2 parts.", {"2": [(" 2", 0.4), (" 6", 0.35)]})])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="How many parts are low?", steering=["answer_check"]), fake.base_url, None)
+    assert state.answer == "There are 2 parts." and not any("logprobs" in r for r in fake.requests)
