@@ -1011,3 +1011,15 @@ def test_without_confidence_check_no_logprobs_are_asked_for(fake: FakeProvider) 
     fake.handler = lambda body: next(replies)
     state = drive(_run(fake, prompt="How many parts are low?", steering=["answer_check"]), fake.base_url, None)
     assert state.answer == "There are 2 parts." and not any("logprobs" in r for r in fake.requests)
+
+
+@pytest.mark.parametrize("logprobs", [{"content": [{"token": "2"}]}, {"content": "2"}, [1, 2], None])
+def test_log_probabilities_a_provider_garbles_are_left_out_not_a_failure(fake: FakeProvider, logprobs: Any) -> None:
+    answer = _say("There are 2 parts.")
+    answer.body["choices"][0]["logprobs"] = logprobs
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), answer])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="How many parts are low?", steering=["answer_check", "confidence_check"]),
+                  fake.base_url, None)
+    assert state.status == "completed" and state.answer == "There are 2 parts." and len(fake.requests) == 2
+    assert state.messages[-1].logprobs is None
