@@ -250,10 +250,9 @@ RIVAL_AT_LEAST = 0.5
 its kind had at least this share of its probability (`_unsure`)."""
 TOP_LOGPROBS = 3
 """With confidence_check, the likeliest tokens asked for beside each generated one."""
-CARRYING = re.compile(r"\d[\d.,:]*\d|\d|[\w-]+\.[A-Za-z]{1,5}\b|\b[A-Z][A-Za-z]+\b"
-                      r"|(?i:\b(?:yes|no|not|on|off|true|false|enabled|disabled)\b)")
-"""The words that carry an answer: a number, a file name, a capitalised word (a name; not one of
-`FILLER`), yes or no and their kin."""
+CARRYING = re.compile(r"\d[\d.,:]*\d|\d|\b[A-Z][A-Za-z]+\b|(?i:\b(?:yes|no|not|on|off|true|false|enabled|disabled)\b)")
+"""The words that carry an answer: a number, a capitalised word (a name; not one of `FILLER`),
+yes or no and their kin."""
 WORD_ENDINGS = r"(?:s|es|e|ed|d|ing|er|ers|ion|ions)?"
 """The endings a question's word may have in a line and still count as the same word."""
 SETTINGS_FILES = (".ini", ".cfg", ".conf", ".toml", ".json", ".yaml", ".yml", ".properties", ".env")
@@ -799,8 +798,8 @@ def _unsure(state: RunState) -> str | None:
     it whose likeliest other token (another spelling of the same word, or a word such as
     "The" that begins the sentence another way, aside) begins a word of the same kind (a digit
     for a digit, a capital for a capital, yes for no) and had at least `RIVAL_AT_LEAST` of
-    its probability. None when the reply came without token
-    probabilities or no word was so close."""
+    its probability. None when the reply came without token probabilities or no word was so
+    close."""
     import math
 
     tokens = state.messages[-1].logprobs or []
