@@ -123,10 +123,8 @@ async def read_sse(lines: AsyncIterator[str], on_delta: Callable[[StreamProgress
     message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or None}
     if calls:
         message["tool_calls"] = [calls[i] for i in sorted(calls)]
-    assembled: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
-    if logprobs is not None:
-        assembled["logprobs"] = {"content": logprobs}
-    return head | {"choices": [assembled], "usage": usage}
+    scored = {} if logprobs is None else {"logprobs": {"content": logprobs}}
+    return head | {"choices": [{"index": 0, "message": message, "finish_reason": finish, **scored}], "usage": usage}
 
 
 def _merge_call(call: dict[str, Any], part: dict[str, Any]) -> None:
