@@ -1136,11 +1136,16 @@ def _last_is(state: RunState, template: str) -> bool:
 def _sent(state: RunState, template: str, since_read: bool = False) -> bool:
     """The harness already sent a message made from `template` in this run (with
     `since_read`, after the last result of a call that read something: a search that matched
-    no line reads nothing)."""
+    no line, or a call that repeats an earlier one word for word, reads nothing)."""
     start = 0
-    if since_read:
+    if since_read:  # a call repeated word for word reads nothing new
         ok = {r.call_id for r in state.tool_runs if r.ok and r.tool_name not in LISTING_TOOLS} - _found_nothing(state)
-        start = max((i for i, m in enumerate(state.messages) if m.role == "tool" and m.tool_call_id in ok), default=0)
+        calls = {c.id: (c.function.name, c.function.arguments) for m in state.messages for c in m.tool_calls or []}
+        seen: set[tuple[str, str] | None] = set()
+        for i, m in enumerate(state.messages):
+            if m.role == "tool" and m.tool_call_id in ok:
+                start = i if calls.get(m.tool_call_id or "") not in seen else start
+                seen.add(calls.get(m.tool_call_id or ""))
     return any(m.role == "user" and m.name == CORRECTIVE_NAME and (m.content or "").startswith(_prefix(template))
                for m in state.messages[start:])
 

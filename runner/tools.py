@@ -534,7 +534,8 @@ class SearchParams(BaseModel, defer_build=True):
     pattern: str = Field(description="A regular expression (Python syntax) for the text to find")
     path: str | None = Field(default=None, description="A file or subfolder to search (default: the whole "
                                                        "workspace)")
-    ignore_case: bool = Field(default=False, description="Match regardless of case")
+    ignore_case: bool | None = Field(default=None, description="Match regardless of case (default: when the "
+                                                             "pattern has no capital letter)")
 
 
 class SearchFiles(Tool):
@@ -547,7 +548,8 @@ class SearchFiles(Tool):
     def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
         assert isinstance(args, SearchParams)
         try:
-            regex = re.compile(args.pattern, re.IGNORECASE if args.ignore_case else 0)
+            smart = args.ignore_case is None and args.pattern == args.pattern.lower()
+            regex = re.compile(args.pattern, re.IGNORECASE if args.ignore_case or smart else 0)
         except re.error as exc:
             raise ToolError(f"the pattern {args.pattern!r} is not a regular expression: {exc}") from None
         root = _real(str(ctx.workspace))

@@ -140,6 +140,12 @@ def test_search_files_gives_file_and_line_and_skips_ignored_files(own: Path) -> 
         "src/app.py:2: raise TimeoutError('timed out')", "(1 match; 1 file searched)"]  # one file, by its path
     with pytest.raises(ToolError, match=r"no such file or folder: src/nope\.py"):
         call(SearchFiles(), own, pattern="time", path="src/nope.py")
+    # smart case: a pattern in lower case matches any case, one with a capital only itself
+    assert call(SearchFiles(), own, pattern="a timeout").splitlines()[0] == "README.md:2: A timeout happens here."
+    assert call(SearchFiles(), own, pattern="A timeout").splitlines()[0] == "README.md:2: A timeout happens here."
+    assert call(SearchFiles(), own, pattern="TimeoutError").startswith("src/app.py:2:")
+    assert call(SearchFiles(), own, pattern="TIMEOUT").startswith("No line matches")
+    assert call(SearchFiles(), own, pattern="a timeout", ignore_case=False).startswith("No line matches")
 
 
 def test_search_files_caps_its_matches(tmp_path: Path) -> None:

@@ -482,6 +482,17 @@ def test_a_review_is_sent_again_only_after_another_file_was_read(fake: FakeProvi
     assert [r.startswith("Your reply repeated my question") for r in reviews] == [True, True]
 
 
+def test_a_read_repeated_word_for_word_does_not_earn_the_same_review_again(fake: FakeProvider) -> None:
+    asked = "What does notes.txt say?"
+    read = _call("read_file", '{"path": "notes.txt"}', 1)
+    replies = iter([read, _say(asked), _call("read_file", '{"path": "notes.txt"}', 2), _say(asked), _say("Rotate.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt=asked, steering=["answer_check"]), fake.base_url, None)
+    assert state.status == "completed" and state.answer == asked and len(fake.requests) == 4
+    reviews = [r["messages"][-1]["content"] for r in fake.requests if r["messages"][-1].get("name") == "runner"]
+    assert [r.startswith("Your reply repeated my question") for r in reviews] == [True]
+
+
 def test_listing_extremes_names_the_largest_and_smallest_file_for_a_question_about_sizes(fake: FakeProvider) -> None:
     _play(fake, [_call("read_file", '{"path": "notes.txt"}', 1)])
     steering = ["listing_in_prompt", "listing_extremes", "path_choices"]
