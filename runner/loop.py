@@ -332,8 +332,7 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     tools = policies.offered_tools(state, rt.tool_schemas)
     if narrower := policies.grammar_tools(state, rt.tool_schemas):
         extra["grammar_tools"] = narrower
-    if "confidence_check" in cfg.steering:
-        extra |= {"logprobs": True, "top_logprobs": policies.TOP_LOGPROBS}
+    extra |= policies.request_fields(state)
     reply = await rt.client.chat(cfg.endpoint.model, state.messages, tools, max_tokens=max_tokens, extra=extra or None,
                                  on_delta=meter.update if meter else None, call_ids=call_id_stem(state))
     if meter:

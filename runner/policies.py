@@ -4,8 +4,9 @@ A large hosted model needs none of this; a 0.5-1.5B local model does. Each polic
 (`POLICIES` says what each does) that a model's manifest entry, `runner run --policy` and
 `runner suite --policy` turn on or off. The loop asks this module which ``tool_choice`` the
 next request sends (`tool_choice`), which tool schemas it offers (`offered_tools`) and which,
-narrower, its calls must match (`grammar_tools`), what to add to the conversation before it is
-sent (`before_request`: the request for the answer, a nudge), what to say after a protocol
+narrower, its calls must match (`grammar_tools`), which fields it adds (`request_fields`),
+what to add to the conversation before it is sent (`before_request`: the request for the
+answer, a nudge), what to say after a protocol
 slip (`correction`), whether to take an answer (`review_answer`), and whether a repeated call
 stops the run (`answers_repeat`). What a run gets before its first turn (the folder's
 listing) is added when it is made (`opening`). Every message the
@@ -250,7 +251,9 @@ RIVAL_AT_LEAST = 0.5
 its kind had at least this share of its probability (`_unsure`)."""
 TOP_LOGPROBS = 3
 """With confidence_check, the likeliest tokens asked for beside each generated one."""
-CARRYING = re.compile(r"\d[\d.,:]*\d|\d|\b[A-Z][A-Za-z]+\b|(?i:\b(?:yes|no|not|on|off|true|false|enabled|disabled)\b)")
+ANSWER_WORDS = frozenset("yes no not on off true false enabled disabled".split())
+"""Yes, no and their kin: the words that answer a yes/no question."""
+CARRYING = re.compile(rf"\d[\d.,:]*\d|\d|\b[A-Z][A-Za-z]+\b|(?i:\b(?:{'|'.join(sorted(ANSWER_WORDS))})\b)")
 """The words that carry an answer: a number, a capitalised word (a name; not one of `FILLER`),
 yes or no and their kin."""
 WORD_ENDINGS = r"(?:s|es|e|ed|d|ing|er|ers|ion|ions)?"
@@ -444,6 +447,12 @@ def _read_on_stall(state: RunState) -> bool:
     return ("read_on_stall" in state.config.steering and state.messages[-1].role == "tool"
             and _turns_left(state) >= 2 and not FOLDER_QUESTION.search(question(state))
             and _stalled(state) and bool(unread_files(state)))
+
+
+def request_fields(state: RunState) -> dict[str, Any]:
+    """Fields the next request adds for the policies: with confidence_check, the reply's
+    token log probabilities (OpenAI's ``logprobs`` and ``top_logprobs``)."""
+    return {"logprobs": True, "top_logprobs": TOP_LOGPROBS} if "confidence_check" in state.config.steering else {}
 
 
 def offered_tools(state: RunState, schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -826,9 +835,8 @@ def _same_kind(token: str, other: str) -> bool:
     a, b = token.strip(), other.strip()
     if not a or not b:
         return False
-    answers = {"yes", "no", "not", "on", "off", "true", "false", "enabled", "disabled"}
     return ((a[0].isdigit() and b[0].isdigit()) or (a[0].isupper() and b[0].isupper())
-            or (a.lower() in answers and b.lower() in answers))
+            or (a.lower() in ANSWER_WORDS and b.lower() in ANSWER_WORDS))
 
 
 def _unshown_figure(state: RunState) -> str | None:
@@ -1140,12 +1148,12 @@ def _sent(state: RunState, template: str, since_read: bool = False) -> bool:
     start = 0
     if since_read:  # a call repeated word for word reads nothing new
         ok = {r.call_id for r in state.tool_runs if r.ok and r.tool_name not in LISTING_TOOLS} - _found_nothing(state)
-        calls = {c.id: (c.function.name, c.function.arguments) for m in state.messages for c in m.tool_calls or []}
-        seen: set[tuple[str, str] | None] = set()
+        signatures = {r.call_id: r.signature for r in state.tool_runs}
+        seen: set[str] = set()
         for i, m in enumerate(state.messages):
             if m.role == "tool" and m.tool_call_id in ok:
-                start = i if calls.get(m.tool_call_id or "") not in seen else start
-                seen.add(calls.get(m.tool_call_id or ""))
+                start = i if signatures[m.tool_call_id] not in seen else start
+                seen.add(signatures[m.tool_call_id])
     return any(m.role == "user" and m.name == CORRECTIVE_NAME and (m.content or "").startswith(_prefix(template))
                for m in state.messages[start:])
 
