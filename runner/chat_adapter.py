@@ -695,6 +695,37 @@ class CallForcer:
         return rest + ("{}}\n" + CALL_CLOSE if not self.parameters[names[0]].get("properties") else "")
 
 
+_OPEN_FENCE = re.compile(r"\A```(?:json)?[ \t]*\n\s*")
+
+
+def finished_calls(text: str) -> int:
+    """How many call objects a reply written under a call grammar has finished: tagged blocks
+    closed, or whose ``{"name": …, "arguments": …}`` object is complete; or, for a reply that is
+    an untagged call block, bare or in a ```json fence, its complete objects. Once a reply holds
+    as many as it may (``parallel_tool_calls``), the grammar leaves only the closing tag or fence
+    and the end of the turn, which add nothing to the calls. A doubled-brace block counts 0."""
+    decoder = json.JSONDecoder()
+    if CALL_OPEN in text:
+        done = 0
+        for block in text.split(CALL_OPEN)[1:]:
+            body = block.lstrip()
+            try:
+                done += CALL_CLOSE in block or isinstance(decoder.raw_decode(body)[0], dict)
+            except json.JSONDecodeError:
+                pass
+        return done
+    rest, done = _OPEN_FENCE.sub("", text.lstrip(), count=1), 0
+    if rest.startswith("{{") or "```" in rest:
+        return 0
+    while rest.startswith("{"):
+        try:
+            _, end = decoder.raw_decode(rest)
+        except json.JSONDecodeError:
+            break
+        done, rest = done + 1, rest[end:].lstrip()
+    return done
+
+
 def _tool_parameters(tools: Sequence[Mapping[str, Any]]) -> dict[str, JsonObject]:
     return {str((t.get("function") or {}).get("name")): dict((t.get("function") or {}).get("parameters") or {})
             for t in tools}

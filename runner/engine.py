@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from runner.chat_adapter import (
+    CALL_CLOSE,
     CALL_OPEN,
     MAX_CALLS_PER_TURN,
     STOP_STRINGS,
@@ -36,6 +37,7 @@ from runner.chat_adapter import (
     call_grammar,
     count_prior_calls,
     default_system_prompt,
+    finished_calls,
     no_call_grammar,
     offered_tool_names,
     parse_tool_choice,
@@ -138,6 +140,7 @@ class _Reply:
         held: the reply's opening held back while it may be an untagged call, else None.
         held_tokens: the tokens of `held`.
         watching: free text watched for the model writing ``<tool_call>`` (tool_choice auto).
+        calling: the reply is under a call grammar (required, or since it opened a call).
         blank_refused: times the greedy token would have left the reply empty and was refused.
         logprobs: with `ChatRequest.top_logprobs`, one OpenAI ``logprobs.content`` entry per
             sampled token, else None. top_logprobs: the likeliest tokens each entry lists.
@@ -161,6 +164,7 @@ class _Reply:
     held: str | None = None
     held_tokens: list[int] = field(default_factory=list)
     watching: bool = False
+    calling: bool = False
     max_calls: int = MAX_CALLS_PER_TURN
     blank_refused: int = 0
     logprobs: list[JsonObject] | None = None
@@ -203,6 +207,9 @@ class Engine:
         draft: "lookup" drafts tokens by prompt lookup and verifies them in one batch (`Feeder`);
             "none" evaluates one generated token at a time.
         draft_tokens: most tokens drafted at a time.
+        stop_at_call_end: end a reply as soon as it holds all the calls it may make
+            (``parallel_tool_calls``): the closing tag and end of turn the grammar leaves are
+            neither sampled nor evaluated (the same calls, fewer decodes); False generates them.
 
     `prefix_store`, when set, gives a cold engine the first segment's KV entries from disk
     (`runner.kvprefix`): loaded when no segment is reused from memory, saved when it was
@@ -217,7 +224,7 @@ class Engine:
     def __init__(self, llama: Llama, default_max_tokens: int = DEFAULT_MAX_TOKENS,
                  reuse_prefix: bool = True, jump_forward: bool = True, untagged_calls: bool = False,
                  check_first: bool = True, none_keeps_tools: bool = True, draft: DraftKind = "none",
-                 draft_tokens: int = DEFAULT_DRAFT_TOKENS) -> None:
+                 draft_tokens: int = DEFAULT_DRAFT_TOKENS, stop_at_call_end: bool = True) -> None:
         import llama_cpp
 
         self.llama = llama
@@ -228,6 +235,7 @@ class Engine:
         self.check_first = check_first
         self.none_keeps_tools = none_keeps_tools
         self.keep_untagged_opening = check_first
+        self.stop_at_call_end = stop_at_call_end
         self.feeder = Feeder(llama, draft, draft_tokens)
         self._lock = threading.Lock()
         self._segments: list[list[int]] = []
@@ -341,6 +349,7 @@ class Engine:
             # Untagged calls: the reply's opening is held back until `untagged_start` decides.
             held="" if watching and self.untagged_calls else None,
             watching=watching,
+            calling=constrained,
             max_calls=MAX_CALLS_PER_TURN if request.parallel_tool_calls else 1,
             logprobs=None if request.top_logprobs is None else [],
             top_logprobs=request.top_logprobs or 0,
@@ -355,6 +364,9 @@ class Engine:
             reply.inject = reply.inject or reply.forcer.forced(reply.text)
             if reply.inject:
                 yield from self._jump_forward(reply)
+                if self._calls_done(reply):
+                    reply.finish = "stop"
+                    return
                 continue
             token = reply.sampler.sample(self.llama._ctx, self.feeder.row, self._refused(reply))
             reply.blank_refused += reply.sampler.refused_best
@@ -373,7 +385,7 @@ class Engine:
                 yield from self._open_call(reply, token, piece, opened)
                 continue
             yield from self._emit(reply, token, piece)
-            if reply.splitter.stopped:
+            if reply.splitter.stopped or self._calls_done(reply):
                 reply.finish = "stop"
                 return
 
@@ -432,10 +444,11 @@ class Engine:
         piece = reply.inject if tokens == whole else self.llama.detokenize(tokens, special=True).decode("utf-8", "replace")
         for forced in tokens:
             reply.sampler.accept(forced)
-        self.feeder.feed(tokens)
         reply.generated += len(tokens)
         reply.text += piece
         reply.inject = ""
+        if not self._calls_done(reply):
+            self.feeder.feed(tokens)
         yield from reply.splitter.feed(piece)
 
     def _hold(self, reply: _Reply, token: int, piece: str) -> bool:
@@ -474,8 +487,22 @@ class Engine:
             reply.decoder.reset()
             sampler = self._untagged_sampler(reply.tools, reply.max_calls)
         reply.sampler = sampler
-        reply.held, reply.held_tokens, reply.watching = None, [], False
+        reply.held, reply.held_tokens, reply.watching, reply.calling = None, [], False, True
         return True
+
+    def _calls_done(self, reply: _Reply) -> bool:
+        """With `stop_at_call_end`, whether a reply under a call grammar holds every call it may
+        make (`finished_calls`): all the grammar leaves is the closing tag and end of turn."""
+        return self.stop_at_call_end and reply.calling and finished_calls(reply.text) >= reply.max_calls
+
+    @staticmethod
+    def _closing(reply: _Reply) -> str:
+        """The text that closes the finished calls: the tag of a tagged call still open, the
+        fence of a fenced untagged block, else none."""
+        opened = reply.text.rfind(CALL_OPEN)
+        if opened >= 0:
+            return "" if CALL_CLOSE in reply.text[opened:] else "\n" + CALL_CLOSE
+        return "\n```" if reply.text.lstrip().startswith("```") else ""
 
     def _release_held(self, reply: _Reply) -> list[Event]:
         """Show the held opening as text (it was evaluated already) and stop holding."""
@@ -491,7 +518,11 @@ class Engine:
         reply.generated += 1
         reply.text += piece
         yield from reply.splitter.feed(piece)
-        if not reply.splitter.stopped and reply.generated < reply.max_tokens:  # else no token follows
+        if self._calls_done(reply):
+            closing = self._closing(reply)
+            reply.text += closing
+            yield from reply.splitter.feed(closing)
+        elif not reply.splitter.stopped and reply.generated < reply.max_tokens:  # else no token follows
             self.feeder.feed([token])
 
     def _open_call(self, reply: _Reply, token: int, piece: str, opened: int) -> Iterator[Event]:
@@ -504,7 +535,7 @@ class Engine:
         reply.text += head
         yield from reply.splitter.feed(head)
         self.feeder.feed(replacement)
-        reply.watching, reply.tail = False, ""
+        reply.watching, reply.tail, reply.calling = False, "", True
         reply.sampler = self._sampler(reply.tools, reply.choice, reply.max_calls, after_open=True)
 
     def _finished(self, reply: _Reply, prompt_tokens: int, cached: int, prompt_done: float) -> Finished:

@@ -104,6 +104,9 @@ class LocalSettings(BaseModel):
     grammar_check_first: bool = Field(default=True, description=(
         "Under a grammar, try the best token alone against it first and apply the grammar to the whole "
         "vocabulary only when it refuses that token (the same tokens, sooner)."))
+    stop_at_call_end: bool = Field(default=True, description=(
+        "End a reply once it holds every tool call it may make: the closing tag and end of turn the "
+        "grammar leaves are neither sampled nor evaluated (the same calls, fewer decodes)."))
     none_keeps_tools: bool = Field(default=True, description=(
         "tool_choice none keeps the tools in the prompt (the conversation's KV entries are reused) and "
         "rules calls out by grammar; off: the tools are hidden and the conversation is evaluated again."))
@@ -290,6 +293,7 @@ def serve(settings: LocalSettings) -> None:
     backend = Backend(load_llama(settings), settings.chat_format, settings.max_tokens, settings.reuse_prefix,
                       settings.jump_forward, untagged_calls(settings), check_first=settings.grammar_check_first,
                       none_keeps_tools=settings.none_keeps_tools, draft=draft(settings),
+                      stop_at_call_end=settings.stop_at_call_end,
                       draft_tokens=settings.draft_tokens,
                       parallel_default=entry is None or entry.parallel_tool_calls is not False,
                       steering=serve_steering.for_mode(settings.steer, entry.serve_policies if entry else [],

@@ -6,17 +6,19 @@ task at a time, the two servers alternating which goes first): the six-task suit
 half of the development suites (`runner suite --split test`). The settings compared:
 
 - **today**: the engine as it was: ``tool_choice`` none hides the tools (the conversation is
-  evaluated again), the grammar is applied to the whole vocabulary for every token, no drafting;
+  evaluated again), the grammar is applied to the whole vocabulary for every token, a reply of
+  calls goes on to its closing tag and end of turn, no drafting;
 - **new**: the defaults: the tools stay in the prompt under ``tool_choice`` none (the KV cache is
-  kept), greedy sampling tries the best token against the grammar first, drafting as the
-  manifest (or ``--draft``) says.
+  kept), greedy sampling tries the best token against the grammar first, a reply ends as its
+  last allowed call closes, drafting as the manifest (or ``--draft``) says.
 
 Printed: the ratio new / today of the mean and p95 turn time; generation tokens/s of each side
 and of llama-cpp-python's own ``Llama.generate`` replaying the new side's turns (same rendered
 prompt, greedy, the same number of tokens, no grammar, right after each task), by kind of turn; prompt tokens reused
 and evaluated per kind of turn (the forced-answer turn's, ``tool_choice`` none, among them);
-whether every reply was identical on both sides (turns with ``tool_choice`` none apart: their
-prompt differs by design); the speculative acceptance rate; the load average before and after.
+whether every reply was identical on both sides, compared turn by turn wherever the two sides
+sent the same conversation (a ``tool_choice`` none turn's prompt differs by design, so its reply,
+and every turn of that task after a reply that differed, is counted apart); the speculative acceptance rate; the load average before and after.
 ``--json FILE`` writes ``{"mean_turn_ratio", "p95_turn_ratio", "identical", "gen_tok_s_vs_raw",
 "acceptance_rate", "load_average"}``.
 
@@ -49,7 +51,7 @@ from runner.suite import SuiteDefinition, load_suite, percentile, run_suite, sel
 from runner.trace import TurnEvent
 
 SIDES: dict[str, dict[str, Any]] = {
-    "today": {"none_keeps_tools": False, "grammar_check_first": False, "draft": "none"},
+    "today": {"none_keeps_tools": False, "grammar_check_first": False, "stop_at_call_end": False, "draft": "none"},
     "new": {},
 }
 
@@ -69,6 +71,8 @@ class Turn:
     draft_accepted: int
     draft_proposed: int
     prompt_text: str = ""
+    conversation: str = ""
+    """The messages sent for this turn, as JSON (two sides sent the same turn when equal)."""
     new_tokens: int | None = None
     """Prompt tokens added since the run's turn before (None on a run's first turn)."""
 
@@ -76,6 +80,7 @@ class Turn:
 @dataclass
 class Side:
     turns: list[Turn] = field(default_factory=list)
+    tasks_turns: list[list[Turn]] = field(default_factory=list)
     correct: int = 0
     tasks: int = 0
 
@@ -102,7 +107,8 @@ def turns_of(state: RunState, events: list[TurnEvent], tools: list[dict[str, Any
             reused=engine.prompt_reused if engine else 0, evaluated=engine.prompt_evaluated if engine else 0,
             gen_ms=engine.gen_ms if engine else 0.0, draft_accepted=(engine.draft_accepted or 0) if engine else 0,
             draft_proposed=(engine.draft_proposed or 0) if engine else 0,
-            prompt_text=render_prompt(messages[:i], tools or None), new_tokens=new_tokens))
+            prompt_text=render_prompt(messages[:i], tools or None), new_tokens=new_tokens,
+            conversation=json.dumps(messages[:i], sort_keys=True)))
     return out
 
 
@@ -159,9 +165,9 @@ def report(sides: dict[str, Side], raw_ms: list[float], load: list[list[float]],
     t_ms, n_ms = [t.ms for t in today.turns], [t.ms for t in new.turns]
     mean_ratio = statistics.fmean(n_ms) / statistics.fmean(t_ms) if t_ms and n_ms else float("nan")
     p95_ratio = percentile(n_ms, 95) / percentile(t_ms, 95) if t_ms and n_ms else float("nan")
-    pairs = list(zip(today.turns, new.turns))
-    same_shape = len(today.turns) == len(new.turns) and all(a.kind == b.kind for a, b in pairs)
-    identical_other = same_shape and all(a.reply == b.reply for a, b in pairs if a.kind != "none")
+    pairs = [(a, b) for a_task, b_task in zip(today.tasks_turns, new.tasks_turns) for a, b in zip(a_task, b_task)]
+    same = [(a, b) for a, b in pairs if a.conversation == b.conversation and a.kind == b.kind != "none"]
+    identical_other = all(a.reply == b.reply for a, b in same)
     identical_none = sum(1 for a, b in pairs if a.kind == b.kind == "none" and a.reply == b.reply)
     n_none = sum(1 for a, b in pairs if a.kind == b.kind == "none")
     gen_new = tok_s(sum(t.completion_tokens for t in new.turns), sum(t.gen_ms for t in new.turns))
@@ -199,8 +205,11 @@ def report(sides: dict[str, Side], raw_ms: list[float], load: list[list[float]],
     lines += ["", f"mean turn ratio (new / today): {mean_ratio:.2f}; p95: {p95_ratio:.2f}",
               f"generation tok/s: new {gen_new:.1f}, today {gen_today:.1f}, llama-cpp-python raw {gen_raw:.1f} "
               f"(new / raw {gen_new / gen_raw if gen_raw else float('nan'):.2f})",
-              f"replies identical on every turn but tool_choice none: {'yes' if identical_other else 'no'}; "
-              f"tool_choice none turns identical: {identical_none}/{n_none} (their prompts differ by design)",
+              f"replies identical on every turn both sides sent the same conversation: "
+              f"{sum(a.reply == b.reply for a, b in same)}/{len(same)} ({'yes' if identical_other else 'no'}); "
+              f"tool_choice none turns identical: {identical_none}/{n_none} (their prompts differ by design); "
+              f"{len(new.turns) - len(same) - sum(t.kind == 'none' for t in new.turns)} other turns of the new "
+              f"side not compared (they came after a reply that differed)",
               f"drafts accepted: {accepted}/{proposed}" + (f" ({accepted / proposed:.0%})" if proposed else " (no drafting)")]
     numbers = {"mean_turn_ratio": round(mean_ratio, 3), "p95_turn_ratio": round(p95_ratio, 3),
                "identical": identical_other, "gen_tok_s_vs_raw": round(gen_new / gen_raw, 3) if gen_raw else None,
@@ -237,6 +246,7 @@ def main() -> int:
                 turns, correct = run_one(servers[label], name, suite, task_id, runs)
                 side = sides[label]
                 side.turns += turns
+                side.tasks_turns.append(turns)
                 side.correct += correct
                 side.tasks += 1
                 if label == "new" and llm is not None:  # raw replay of the same turns, right after them

@@ -57,6 +57,24 @@ def test_trying_the_best_token_first_gives_the_same_replies(model: str) -> None:
     assert any(choices[0]["message"].get("content") for choices, _ in got[True])
 
 
+@pytest.mark.parametrize("model", [SMOL, "qwen2.5-coder-0.5b-instruct"])
+def test_a_reply_ends_at_its_last_call_with_the_same_calls(model: str) -> None:
+    """One call per reply allowed: the reply ends as the call's object closes. The calls, the
+    content and the finish reason are those of a reply that generates the closing tag and the
+    end of turn; no reply takes more tokens (a call ends one decode sooner at least)."""
+    path = models.pull(model)
+    got = {}
+    for stop in (False, True):
+        with LocalServer(path, model_name="m", prefix_cache_mb=0, stop_at_call_end=stop) as server:
+            got[stop] = [post(server, timeout=600, parallel_tool_calls=False, **body) for body in requests()]
+    assert [r["choices"] for r in got[True]] == [r["choices"] for r in got[False]]
+    tokens = [(new["usage"]["completion_tokens"], old["usage"]["completion_tokens"],
+               bool(new["choices"][0]["message"].get("tool_calls"))) for new, old in zip(got[True], got[False])]
+    assert any(called for _, _, called in tokens)
+    assert all(new <= old if called else new == old for new, old, called in tokens), tokens
+    assert any(new < old for new, old, _ in tokens), tokens
+
+
 # --- speculative decoding ---------------------------------------------------------------------
 
 
