@@ -333,7 +333,8 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     if narrower := policies.grammar_tools(state, rt.tool_schemas):
         extra["grammar_tools"] = narrower
     extra |= policies.request_fields(state)
-    reply = await rt.client.chat(cfg.endpoint.model, state.messages, tools, max_tokens=max_tokens, extra=extra or None,
+    reply = await rt.client.chat(cfg.endpoint.model, policies.request_messages(state), tools, max_tokens=max_tokens,
+                                 extra=extra or None,
                                  on_delta=meter.update if meter else None, call_ids=call_id_stem(state))
     if meter:
         meter.finish(reply.completion_tokens, reply.message.content or "")

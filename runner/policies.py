@@ -79,6 +79,10 @@ POLICIES: dict[str, str] = {
                         "number, a name, yes or no) was a close call, the likeliest other word of its kind "
                         "at least half as likely (2 or 6, Lisbon or Oslo): the model finds the line that "
                         "gives it, or says the files do not say",
+    "second_opinion": "with answer_check, an answer about to be taken is asked for again in a fresh context (the "
+                      "system prompt, then the run's tool results and the question, nothing else): when the two "
+                      "answers disagree (each gives a number, a name, a file or a quote the other lacks), the "
+                      "model is shown both and asked which the text supports, or to say the files do not say",
     "path_choices": "with listing_in_prompt, read_file's path must be one of the listed files (an enum in its "
                     "schema: a local model's grammar then cannot name a file that does not exist)",
     "answer_check": "a reply that is no answer is taken only after one message saying so and asking again, "
@@ -102,7 +106,7 @@ POLICIES: dict[str, str] = {
 """Every policy, by name, in words."""
 NEW_POLICIES = ("listing_in_prompt", "listing_hints", "listing_extremes", "abstain_option", "evidence_first",
                 "table_rows", "table_extremes", "related_first", "read_on_stall", "unlinked_answers", "abstain_check",
-                "path_choices", "answer_check", "repeat_results", "confidence_check")
+                "path_choices", "answer_check", "repeat_results", "confidence_check", "second_opinion")
 """The policies kept by name in `RunConfig.steering` (the others are fields of their own)."""
 
 CORRECTIONS = {
@@ -174,6 +178,13 @@ NON_ANSWERS: dict[str, tuple[str, str]] = {
                "file that holds it if you have not) and answer my question from that line alone; if no file "
                "gives it, reply exactly: The files do not say. My question: {question}", "auto"),
 }
+SECOND_OPINION = ("Here again is what the tools returned:\n\n{results}\n\nUsing only this, answer in one short "
+                  "sentence: {question}", "none")
+"""second_opinion: the request for the answer again, sent in a fresh context (`request_messages`)."""
+DISAGREE = ("Another reading of the same files answered: \"{claim}\". Check both answers against the text above. "
+            "Reply with the answer the text supports, in one short sentence; if it supports neither, reply "
+            "exactly: The files do not say.", "none")
+"""second_opinion: sent after the fresh answer when it disagrees with the first (`disagree`)."""
 """With `answer_check`, per kind of non-answer: the user message sent after it, and the
 ``tool_choice`` of the request that carries it. Each is sent once, and again only after a
 file was read since."""
@@ -632,7 +643,9 @@ def review_answer(state: RunState) -> str | None:
         return None
     last_turn = _turns_left(state) == 1  # a review that asks to look again needs two
     text = None
-    if "abstain_check" in steering and ABSTENTION.search(last.content or ""):
+    if _sent(state, SECOND_OPINION[0]):  # the last review a run gets
+        text = _disagreement(state)
+    elif "abstain_check" in steering and ABSTENTION.search(last.content or ""):
         if not (last_turn or _sent(state, CHECK_ABSTENTION) or (_listed(state) and not unread_files(state))
                 or _sent(state, NON_ANSWERS["unsupported"][0], since_read=True)):
             text = CHECK_ABSTENTION.format(read=", ".join(_read_labels(state)) or "nothing yet",
@@ -660,10 +673,85 @@ def review_answer(state: RunState) -> str | None:
                 unread_files=", ".join(unread),
                 seen=_seen(state, unread) if kind == "unnamed" else "", direction=direction, named=named,
                 blanks=", ".join(dict.fromkeys(BLANK.findall(last.content or ""))))
+        elif _second_opinion_due(state):
+            text = SECOND_OPINION[0].format(results=restated_results(state), question=question(state))
     if text is None:
         return None
     state.messages.append(Message(role="user", content=text, name=CORRECTIVE_NAME))
     return text
+
+
+def _second_opinion_due(state: RunState) -> bool:
+    """With second_opinion, an answer about to be taken (not one saying the information is not
+    there) is asked for again, once, when the run has tool results to restate and two turns left."""
+    return ("second_opinion" in state.config.steering and not ABSTENTION.search(state.messages[-1].content or "")
+            and _turns_left(state) >= 2 and bool(restated_results(state)))
+
+
+def _disagreement(state: RunState) -> str | None:
+    """After the second opinion (`SECOND_OPINION`), the message that shows the model its first
+    answer when the two disagree (`disagree`), once; None to take the second answer."""
+    asked = max(i for i, m in enumerate(state.messages) if starts_afresh(m))
+    first = next((m.content or "" for m in reversed(state.messages[:asked]) if m.role == "assistant"), "")
+    if _sent(state, DISAGREE[0]) or _turns_left(state) < 1 or asked != len(state.messages) - 2:
+        return None
+    if not disagree(first, state.messages[-1].content or ""):
+        return None
+    return DISAGREE[0].format(claim=" ".join(first.split())[:300])
+
+
+KEY_FILE = re.compile(r"[\w.-]+\.[A-Za-z][A-Za-z0-9]{0,4}\b")
+"""A file's name in an answer (``station.ini``)."""
+KEY_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
+
+
+def answer_keys(answer: str) -> set[str]:
+    """What an answer gives, in lower case: the text it quotes, the files it names, its numbers
+    and the words of the names it gives (`NAMED`, but not `FILLER`, yes or no, a month)."""
+    keys = {" ".join(next(q for q in quoted if q).lower().split()) for quoted in QUOTED.findall(answer)}
+    keys |= {name.lower() for name in KEY_FILE.findall(answer)}
+    rest = KEY_FILE.sub(" ", QUOTED.sub(" ", answer))
+    keys |= set(KEY_NUMBER.findall(rest))
+    for name in NAMED.finditer(rest):
+        words = name.group(1).lower().split()
+        if words[0] not in CALENDAR:
+            keys |= {w for w in words if w not in FILLER and w not in ANSWER_WORDS}
+    return keys
+
+
+def disagree(first: str, second: str) -> bool:
+    """Two answers to one question disagree: each gives something (`answer_keys`) the other
+    does not hold, or one opens with yes and the other with no, or only the second says the
+    information is not there."""
+    if ABSTENTION.search(first):
+        return False
+    if ABSTENTION.search(second):
+        return True
+    a, b = " ".join(first.lower().split()), " ".join(second.lower().split())
+    opening = [re.match(r"\W*(yes|no)\b", x) for x in (a, b)]
+    if opening[0] and opening[1] and opening[0].group(1) != opening[1].group(1):
+        return True
+    return any(k not in b for k in answer_keys(first)) and any(k not in a for k in answer_keys(second))
+
+
+def request_messages(state: RunState) -> list[Message]:
+    """The messages the next request sends: the run's, or, once second_opinion asked again, a
+    fresh context: the system prompt, then everything from that request on."""
+    at = [i for i, m in enumerate(state.messages) if starts_afresh(m)]
+    if not at:
+        return state.messages
+    return [*state.messages[:1 if state.messages[0].role == "system" else 0], *state.messages[at[-1]:]]
+
+
+def starts_afresh(message: Message) -> bool:
+    """`message` is second_opinion's request, sent with only the system prompt before it."""
+    return _made_from(message, SECOND_OPINION[0])
+
+
+def _made_from(message: Message, template: str) -> bool:
+    """`message` is the harness's, made from `template`."""
+    return (message.role == "user" and message.name == CORRECTIVE_NAME
+            and (message.content or "").startswith(_prefix(template)))
 
 
 def non_answer(state: RunState) -> str | None:
@@ -1132,7 +1220,7 @@ def _review_last(state: RunState) -> str | None:
     """The ``tool_choice`` the next request sends when the last message is the harness's
     review of an answer (abstain_check's reminder: "required"; answer_check's, `NON_ANSWERS`),
     else None."""
-    reviews = [(CHECK_ABSTENTION, "required"), *NON_ANSWERS.values()]
+    reviews = [(CHECK_ABSTENTION, "required"), *NON_ANSWERS.values(), SECOND_OPINION, DISAGREE]
     return next((choice for template, choice in reviews if _last_is(state, template)), None)
 
 

@@ -789,6 +789,8 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
             at += 1
         return lines
 
+    from runner import policies
+
     verdicts = _verdicts(events)
     servers = answered_by(events)
     runs, resumes = {r.call_id: r for r in state.tool_runs}, [e for e in events if e.type == "run_resumed"]
@@ -798,7 +800,9 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
         out += _resumed(resumes, i, records[at].turn if m.role == "assistant" and at < len(records) else None, width)
         out.append("")
         if m.role in ("system", "user"):
-            who: str = "runner (asks again)" if m.name == "runner" else m.role
+            who: str = m.role if m.name != "runner" else (
+                "runner (asks again, sent alone after the system prompt)" if policies.starts_afresh(m)
+                else "runner (asks again)")
             out.append(f"── {who} " + "─" * max(width - len(who) - 4, 0))
             out += _body(m.content or "", width, full, "", wrap=True, keep_last=m.name == "runner")
         elif m.role == "assistant":

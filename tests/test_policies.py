@@ -712,12 +712,14 @@ def test_an_answer_from_a_table_is_not_sent_elsewhere_for_lacking_the_questions_
     folder.mkdir()
     (folder / "staff.csv").write_text("name,start_year\nChen Wei,2017\nFatima Zahra,2023\n")
     (folder / "notes.txt").write_text("Ask Priya.\n")
-    replies = iter([_call("read_file", '{"path": "staff.csv"}', 1), _say("Fatima Zahra joined most recently.")])
+    replies = iter([_call("read_file", '{"path": "staff.csv"}', 1), _say("Fatima Zahra joined most recently."),
+                    _say("Fatima Zahra joined in 2023.")])  # the second opinion (the model's set) agrees
     fake.handler = lambda body: next(replies)
     done = cli("run", "Who joined most recently?", "--base-url", fake.base_url, "--model",
                "qwen2.5-coder-1.5b-instruct", "--workspace", str(folder), "--json", runs_dir=tmp_path / "runs")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["answer"] == "Fatima Zahra joined most recently." and len(fake.requests) == 2
+    assert json.loads(done.stdout)["answer"] == "Fatima Zahra joined in 2023." and len(fake.requests) == 3
+    assert fake.requests[2]["messages"][-1]["content"].startswith("Here again is what the tools returned:")
 
 
 @pytest.mark.parametrize("steering", [["repeat_results"], []])
@@ -1034,3 +1036,57 @@ def test_log_probabilities_a_provider_garbles_are_left_out_not_a_failure(fake: F
                   fake.base_url, None)
     assert state.status == "completed" and state.answer == "There are 2 parts." and len(fake.requests) == 2
     assert state.messages[-1].logprobs is None
+
+
+@pytest.mark.parametrize(("first", "second", "differ"), [
+    ("There are 2 parts.", "The list holds 5 parts.", True),
+    ("The largest file is tools.csv, 516 bytes.", "The largest file is service.log, 822 bytes.", True),
+    ("Chen Wei joined most recently.", "Fatima Zahra joined most recently.", True),
+    ("Yes, it is on.", "No, it is on.", True),
+    ("The port is 5432.", "The files do not say.", True),
+    # agreeing: the same key, more or fewer words, another unit's spelling
+    ("The soldering iron is set to 340 degrees Celsius.", "The soldering iron is set to 340°C.", False),
+    ("The platform team has the largest budget, 420.", "The team with the largest budget is platform.", False),
+    ("The file `server-errors.log` mentions it.", 'The file "server-errors.log" mentions it.', False),
+    ("The files do not say.", "Kim logged in first.", False),
+])
+def test_two_answers_disagree_when_each_gives_what_the_other_lacks(first: str, second: str, differ: bool) -> None:
+    assert policies.disagree(first, second) is differ
+
+
+@pytest.mark.parametrize(("second", "answer"), [
+    ("The list holds 2 parts.", "The list holds 2 parts."),  # agreeing: the second answer is taken
+    ("The list holds 5 parts.", "The files do not say."),  # disagreeing: shown both, the model decides
+])
+def test_second_opinion_asks_again_in_a_fresh_context(fake: FakeProvider, second: str, answer: str) -> None:
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say("There are 2 parts."), _say(second),
+                    _say("The files do not say.")])
+    fake.handler = lambda body: next(replies)
+    state = _run(fake, prompt="How many parts are low?", steering=["answer_check", "second_opinion"])
+    state.messages.insert(0, Message(role="system", content="You answer from the files."))
+    state = drive(state, fake.base_url, None)
+    assert state.status == "completed" and state.answer == answer
+    asked = fake.requests[2]
+    system = [{"role": "system", "content": "You answer from the files."}]
+    assert asked["tool_choice"] == "none" and asked["messages"][:-1] == system
+    fresh = asked["messages"][-1]["content"]
+    assert fresh.startswith("Here again is what the tools returned:") and "--- read_file errors.log ---" in fresh
+    assert fresh.endswith("How many parts are low?") and "There are 2 parts." not in fresh
+    if answer == second:
+        assert len(fake.requests) == 3
+        return
+    shown = fake.requests[3]
+    assert shown["messages"][:-3] == system and [m["role"] for m in shown["messages"][-3:]] == ["user", "assistant", "user"]
+    assert shown["messages"][-1]["content"].startswith('Another reading of the same files answered: "There are 2 parts."')
+    assert shown["tool_choice"] == "none" and len(fake.requests) == 4
+    # the run keeps the whole conversation, in order
+    assert [m.content for m in state.messages[-5:]] == ["There are 2 parts.", fresh, second,
+                                                        shown["messages"][-1]["content"], "The files do not say."]
+
+
+def test_second_opinion_is_not_asked_for_an_abstention_nor_without_results(fake: FakeProvider) -> None:
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say("The files do not say.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="How many parts are low?", steering=["answer_check", "second_opinion"]),
+                  fake.base_url, None)
+    assert state.answer == "The files do not say." and len(fake.requests) == 2
