@@ -178,6 +178,9 @@ NON_ANSWERS: dict[str, tuple[str, str]] = {
                "file that holds it if you have not) and answer my question from that line alone; if no file "
                "gives it, reply exactly: The files do not say. My question: {question}", "auto"),
 }
+"""With `answer_check`, per kind of non-answer: the user message sent after it, and the
+``tool_choice`` of the request that carries it. Each is sent once, and again only after a
+file was read since."""
 SECOND_OPINION = ("Here again is what the tools returned:\n\n{results}\n\nUsing only this, answer in one short "
                   "sentence: {question}", "none")
 """second_opinion: the request for the answer again, sent in a fresh context (`request_messages`)."""
@@ -185,9 +188,6 @@ DISAGREE = ("Another reading of the same files answered: \"{claim}\". Check both
             "Reply with the answer the text supports, in one short sentence; if it supports neither, reply "
             "exactly: The files do not say.", "none")
 """second_opinion: sent after the fresh answer when it disagrees with the first (`disagree`)."""
-"""With `answer_check`, per kind of non-answer: the user message sent after it, and the
-``tool_choice`` of the request that carries it. Each is sent once, and again only after a
-file was read since."""
 MENTIONING = "Of the files you have read ({read}), {files} {verb} {words}."
 """The "unnamed" review's account of the files read, when some mention a word of the question
 (else it says what was read and what was not)."""
