@@ -727,7 +727,6 @@ HARNESS_STEPS: list[tuple[str, list[str]]] = [
      ["listing_in_prompt", "listing_extremes", "evidence_first", "abstain_check"]),
     ("+ path choices, answer check, table extremes", ["path_choices", "answer_check", "table_extremes"]),
     ("+ confidence check", ["confidence_check"]),
-    ("+ second opinion", ["second_opinion"]),
 ]
 """The techniques of `local_harness` by policy name (`runner policies`), each row adding its
 names to those above; a model gets only the names of its manifest set (`runner policies`)

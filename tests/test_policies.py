@@ -712,14 +712,12 @@ def test_an_answer_from_a_table_is_not_sent_elsewhere_for_lacking_the_questions_
     folder.mkdir()
     (folder / "staff.csv").write_text("name,start_year\nChen Wei,2017\nFatima Zahra,2023\n")
     (folder / "notes.txt").write_text("Ask Priya.\n")
-    replies = iter([_call("read_file", '{"path": "staff.csv"}', 1), _say("Fatima Zahra joined most recently."),
-                    _say("Fatima Zahra joined in 2023.")])  # the second opinion (the model's set) agrees
+    replies = iter([_call("read_file", '{"path": "staff.csv"}', 1), _say("Fatima Zahra joined most recently.")])
     fake.handler = lambda body: next(replies)
     done = cli("run", "Who joined most recently?", "--base-url", fake.base_url, "--model",
                "qwen2.5-coder-1.5b-instruct", "--workspace", str(folder), "--json", runs_dir=tmp_path / "runs")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["answer"] == "Fatima Zahra joined in 2023." and len(fake.requests) == 3
-    assert fake.requests[2]["messages"][-1]["content"].startswith("Here again is what the tools returned:")
+    assert json.loads(done.stdout)["answer"] == "Fatima Zahra joined most recently." and len(fake.requests) == 2
 
 
 @pytest.mark.parametrize("steering", [["repeat_results"], []])
