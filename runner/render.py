@@ -768,6 +768,24 @@ def folder_line(config: RunConfig) -> str:
     return f"folder {where} · {how}"
 
 
+def _heading(m: Message, afresh: bool, width: int) -> list[str]:
+    """The rule above a system or user message: who wrote it, and for runner's own, whether it
+    went with the conversation, alone after the system prompt (second_opinion, with the tool
+    results it restates), or in that fresh context."""
+    from runner import policies
+
+    alone = policies.starts_afresh(m)
+    who = m.role if m.name != "runner" else (
+        "runner (asks again, sent alone after the system prompt)" if alone
+        else "runner (asks again, in that fresh context)" if afresh else "runner (asks again)")
+    lines = [f"── {who} " + "─" * max(width - len(who) - 4, 0)]
+    if alone:
+        sections = re.findall(r"^--- (.+) ---$", m.content or "", re.MULTILINE)
+        lines += textwrap.wrap("(it restates " + "; ".join(sections) + ")", width, initial_indent="  ",
+                               subsequent_indent="   ")
+    return lines
+
+
 def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int = 80, full: bool = False,
                      info: RunInfo | None = None, store_opts: str = "") -> list[str]:
     """The transcript as plain text lines of at most `width` characters (unless `full`);
@@ -789,21 +807,20 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
             at += 1
         return lines
 
-    from runner import policies
-
     verdicts = _verdicts(events)
     servers = answered_by(events)
     runs, resumes = {r.call_id: r for r in state.tool_runs}, [e for e in events if e.type == "run_resumed"]
+    from runner import policies
+
+    afresh = False  # from second_opinion's request on, the requests leave the conversation out
     for i, m in enumerate(state.messages):
         if m.role == "assistant" or m.name == "runner":  # a reply, or runner's own corrective message
             out += slips()
         out += _resumed(resumes, i, records[at].turn if m.role == "assistant" and at < len(records) else None, width)
         out.append("")
         if m.role in ("system", "user"):
-            who: str = m.role if m.name != "runner" else (
-                "runner (asks again, sent alone after the system prompt)" if policies.starts_afresh(m)
-                else "runner (asks again)")
-            out.append(f"── {who} " + "─" * max(width - len(who) - 4, 0))
+            afresh = afresh or policies.starts_afresh(m)
+            out += _heading(m, afresh, width)
             out += _body(m.content or "", width, full, "", wrap=True, keep_last=m.name == "runner")
         elif m.role == "assistant":
             reply = records[at] if at < len(records) else None

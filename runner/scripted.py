@@ -52,7 +52,7 @@ def _plan(t: int, tools: str) -> Reply:
 def _recover(t: int, tools: str) -> Reply:
     if t == 0:
         return _call("c1", "read_file", path="timeout.log")
-    if "Call list_files" not in tools:
+    if "no such file" not in tools:
         return "I could not read the file, so I do not know."
     if t == 1:
         return _call("c2", "list_files")

@@ -355,6 +355,22 @@ def _more(shown: int, total: int, noun: str, hint: str) -> str:
     return f"... {total - shown} more {noun} not shown ({shown} of {total} shown); {hint}"
 
 
+MISSING_SHOWS = 12
+"""How many of the top folder's entries an error about a missing path names."""
+
+
+def _missing(kind: str, path: str, workspace: Path) -> ToolError:
+    """The error for a path that names nothing: what the top folder holds, so the next call
+    can name something that exists (folders with a trailing slash; hidden entries left out)."""
+    try:
+        names = sorted(e.name + "/" * e.is_dir() for e in Path(workspace).iterdir() if not e.name.startswith("."))
+    except OSError:
+        names = []
+    more = f" and {len(names) - MISSING_SHOWS} more" if len(names) > MISSING_SHOWS else ""
+    held = ", ".join(names[:MISSING_SHOWS]) + more if names else "nothing"
+    return ToolError(f"no such {kind}: {path}. The top folder holds: {held}.")
+
+
 def _folder_arg(ctx: ToolContext, path: str | None) -> Path:
     """The real folder `path` names in the workspace (the workspace itself for None or ".").
 
@@ -365,7 +381,7 @@ def _folder_arg(ctx: ToolContext, path: str | None) -> Path:
         return _real(str(ctx.workspace))
     folder = resolve_in_workspace(ctx.workspace, path)
     if not folder.is_dir():
-        raise ToolError(f"no such folder: {path}. Call list_files to see what exists.")
+        raise _missing("folder", path, ctx.workspace)
     return folder
 
 
@@ -447,7 +463,7 @@ def _text_file(folder: Path, path: str) -> Path:
     """
     target = resolve_in_workspace(folder, path)
     if not target.is_file() or target.name.startswith("."):
-        raise ToolError(f"no such file: {path}. Call list_files to see what exists.")
+        raise _missing("file", path, folder)
     return target
 
 
@@ -526,7 +542,7 @@ def _searched_files(ctx: ToolContext, root: Path, path: str | None) -> Iterator[
             yield target.relative_to(root).as_posix(), target, target.stat().st_size
             return
         if not target.is_dir():
-            raise ToolError(f"no such file or folder: {path}. Call list_files to see what exists.")
+            raise _missing("file or folder", path, ctx.workspace)
     yield from Folder(root).files(_folder_arg(ctx, path))
 
 

@@ -22,7 +22,7 @@ def test_recover_under_three_tool_error_policies(provider: str) -> None:
     assert fatal.status == "failed" and "timeout.log" in (fatal.reason or "") and fatal.turns == 1
     # the model read exactly what each policy wrote
     assert next(m.content for m in text.messages if m.role == "tool") == \
-        "Error: no such file: timeout.log. Call list_files to see what exists."
+        "Error: no such file: timeout.log. The top folder holds: access.log, errors.log, notes.txt."
     assert next(m.content for m in generic.messages if m.role == "tool") == "Error: the tool failed."
     assert text.cost_usd > generic.cost_usd > fatal.cost_usd
 

@@ -1077,9 +1077,15 @@ def test_second_opinion_asks_again_in_a_fresh_context(fake: FakeProvider, second
     assert shown["messages"][:-3] == system and [m["role"] for m in shown["messages"][-3:]] == ["user", "assistant", "user"]
     assert shown["messages"][-1]["content"].startswith('Another reading of the same files answered: "There are 2 parts."')
     assert shown["tool_choice"] == "none" and len(fake.requests) == 4
-    # the run keeps the whole conversation, in order
+    # the run keeps the whole conversation, in order; the transcript says which requests left it out
     assert [m.content for m in state.messages[-5:]] == ["There are 2 parts.", fresh, second,
                                                         shown["messages"][-1]["content"], "The files do not say."]
+    from runner.render import transcript_lines
+
+    lines = transcript_lines(state, [], width=80)
+    assert any(line.startswith("── runner (asks again, sent alone after the system prompt) ") for line in lines)
+    assert "  (it restates read_file errors.log)" in lines
+    assert any(line.startswith("── runner (asks again, in that fresh context) ") for line in lines)
 
 
 def test_second_opinion_is_not_asked_for_an_abstention_nor_without_results(fake: FakeProvider) -> None:

@@ -67,8 +67,14 @@ def test_symlink_escape_is_refused(ws: Path, tmp_path: Path) -> None:
         read(ws, "link.txt")
 
 
-def test_missing_file_tells_the_model_what_to_do(ws: Path) -> None:
-    with pytest.raises(ToolError, match="Call list_files"):
+def test_missing_file_tells_the_model_what_exists(ws: Path) -> None:
+    with pytest.raises(ToolError, match=r"no such file: timeout\.log\. The top folder holds: access\.log, errors\.log, "
+                                        r"notes\.txt\.$"):
+        read(ws, "timeout.log")
+    for i in range(14):
+        (ws / f"extra{i:02}.txt").write_text("x")
+    (ws / "sub").mkdir()
+    with pytest.raises(ToolError, match=r"holds: access\.log, errors\.log, extra00\.txt, .* and 6 more\.$"):
         read(ws, "timeout.log")
 
 
