@@ -714,7 +714,10 @@ def finished_calls(text: str) -> int:
             except json.JSONDecodeError:
                 pass
         return done
-    rest, done = _OPEN_FENCE.sub("", text.lstrip(), count=1), 0
+    rest, done = text.lstrip(), 0
+    fence = _OPEN_FENCE.match(rest)
+    if fence:  # a closed fence still counts its calls
+        rest = rest[fence.end():].rstrip().removesuffix("```")
     if rest.startswith("{{") or "```" in rest:
         return 0
     while rest.startswith("{"):

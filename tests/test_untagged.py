@@ -20,6 +20,7 @@ from runner.chat_adapter import (
     ReplySplitter,
     TextDelta,
     call_grammar,
+    finished_calls,
     parse_untagged,
     untagged_call_grammar,
     untagged_start,
@@ -174,3 +175,19 @@ def test_qwen_coder_bare_json_becomes_a_tool_call(coder: Any) -> None:
     assert not any(d.get("content") for d in deltas)  # no protocol text streamed as content
     streamed = [tc for d in deltas for tc in d.get("tool_calls") or [] if tc.get("id")]
     assert [tc["function"]["name"] for tc in streamed] == [call["function"]["name"]]
+
+
+@pytest.mark.parametrize(("text", "finished"), [
+    ('<tool_call>\n{"name": "a", "arguments": {"p": "}"}}', 1),  # the object is closed: the tag may follow
+    ('<tool_call>\n{"name": "a", "arguments": {"p": "}"}', 0),
+    ('<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call>\n<tool_call>', 1),
+    ('{"name": "a", "arguments": {}}', 1),
+    ('{"name": "a", "arguments": {}}\n{"name": "b", "arguments": {}}', 2),
+    ('```json\n{"name": "a", "arguments": {}}', 1),
+    ('```json\n{"name": "a", "arguments": {}}\n```', 1),  # a closed fence still counts
+    ('```json\n{"name": "a", "arguments": {}', 0),
+    ('{{"name": "a", "arguments": {}}}', 0),  # doubled braces: the engine waits for the end of turn
+    ("", 0),
+])
+def test_finished_calls_counts_the_calls_a_reply_has_closed(text: str, finished: int) -> None:
+    assert finished_calls(text) == finished
