@@ -18,7 +18,8 @@ prompt, greedy, the same number of tokens, no grammar, right after each task), b
 and evaluated per kind of turn (the forced-answer turn's, ``tool_choice`` none, among them);
 whether every reply was identical on both sides, compared turn by turn wherever the two sides
 sent the same conversation (a ``tool_choice`` none turn's prompt differs by design, so its reply,
-and every turn of that task after a reply that differed, is counted apart); the speculative acceptance rate; the load average before and after.
+and every turn of that task after a reply that differed, is counted apart); the speculative
+acceptance rate; the load average before and after.
 ``--json FILE`` writes ``{"mean_turn_ratio", "p95_turn_ratio", "identical", "gen_tok_s_vs_raw",
 "acceptance_rate", "load_average"}``.
 
@@ -219,11 +220,15 @@ def report(sides: dict[str, Side], raw_ms: list[float], load: list[list[float]],
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct", help="manifest name or .gguf path")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="It takes minutes: --six-only took 4 min at rest on 2 cores "
+                                            "(2026-12-05); the test half has ten times as many tasks.")
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct",
+                        help="manifest name or .gguf path (default: %(default)s)")
     parser.add_argument("--six-only", action="store_true", help="the six-task suite only (not the test half)")
-    parser.add_argument("--limit", type=int, default=None, help="the first N tasks only")
-    parser.add_argument("--draft", choices=["auto", "none", "lookup"], default="auto", help="the new side's drafting")
+    parser.add_argument("--limit", type=int, default=None, help="the first N tasks only (default: all)")
+    parser.add_argument("--draft", choices=["auto", "none", "lookup"], default="auto",
+                        help="the new side's drafting (default: auto, the manifest's)")
     parser.add_argument("--no-raw", action="store_true", help="skip the llama-cpp-python replay")
     parser.add_argument("--json", type=Path, default=None, help="write the headline numbers here")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the tables here")
