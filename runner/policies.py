@@ -643,8 +643,8 @@ def review_answer(state: RunState) -> str | None:
         return None
     last_turn = _turns_left(state) == 1  # a review that asks to look again needs two
     text = None
-    if _sent(state, SECOND_OPINION[0]):  # the last review a run gets
-        text = _disagreement(state)
+    if (asked := _afresh_at(state)) is not None:  # the second opinion is the last review a run gets
+        text = _disagreement(state, asked)
     elif "abstain_check" in steering and ABSTENTION.search(last.content or ""):
         if not (last_turn or _sent(state, CHECK_ABSTENTION) or (_listed(state) and not unread_files(state))
                 or _sent(state, NON_ANSWERS["unsupported"][0], since_read=True)):
@@ -688,10 +688,10 @@ def _second_opinion_due(state: RunState) -> bool:
             and _turns_left(state) >= 2 and bool(restated_results(state)))
 
 
-def _disagreement(state: RunState) -> str | None:
-    """After the second opinion (`SECOND_OPINION`), the message that shows the model its first
-    answer when the two disagree (`disagree`), once; None to take the second answer."""
-    asked = max(i for i, m in enumerate(state.messages) if starts_afresh(m))
+def _disagreement(state: RunState, asked: int) -> str | None:
+    """After the second opinion (`SECOND_OPINION`, the message at `asked`), the message that
+    shows the model its first answer when the two disagree (`disagree`), once; None to take the
+    second answer."""
     first = next((m.content or "" for m in reversed(state.messages[:asked]) if m.role == "assistant"), "")
     if _sent(state, DISAGREE[0]) or _turns_left(state) < 1 or asked != len(state.messages) - 2:
         return None
@@ -737,10 +737,15 @@ def disagree(first: str, second: str) -> bool:
 def request_messages(state: RunState) -> list[Message]:
     """The messages the next request sends: the run's, or, once second_opinion asked again, a
     fresh context: the system prompt, then everything from that request on."""
-    at = [i for i, m in enumerate(state.messages) if starts_afresh(m)]
-    if not at:
+    at = _afresh_at(state)
+    if at is None:
         return state.messages
-    return [*state.messages[:1 if state.messages[0].role == "system" else 0], *state.messages[at[-1]:]]
+    return [*state.messages[:1 if state.messages[0].role == "system" else 0], *state.messages[at:]]
+
+
+def _afresh_at(state: RunState) -> int | None:
+    """Where second_opinion's request is in the run's messages, None before it was sent."""
+    return next((i for i in range(len(state.messages) - 1, -1, -1) if starts_afresh(state.messages[i])), None)
 
 
 def starts_afresh(message: Message) -> bool:
@@ -1226,7 +1231,7 @@ def _review_last(state: RunState) -> str | None:
 
 def _last_is(state: RunState, template: str) -> bool:
     """The last message is the harness's, made from `template`."""
-    return _harness_message_last(state) and (state.messages[-1].content or "").startswith(_prefix(template))
+    return _made_from(state.messages[-1], template)
 
 
 def _sent(state: RunState, template: str, since_read: bool = False) -> bool:
@@ -1242,8 +1247,7 @@ def _sent(state: RunState, template: str, since_read: bool = False) -> bool:
             if m.role == "tool" and m.tool_call_id in ok:
                 start = i if signatures[m.tool_call_id] not in seen else start
                 seen.add(signatures[m.tool_call_id])
-    return any(m.role == "user" and m.name == CORRECTIVE_NAME and (m.content or "").startswith(_prefix(template))
-               for m in state.messages[start:])
+    return any(_made_from(m, template) for m in state.messages[start:])
 
 
 def _prefix(template: str) -> str:

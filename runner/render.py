@@ -768,13 +768,10 @@ def folder_line(config: RunConfig) -> str:
     return f"folder {where} · {how}"
 
 
-def _heading(m: Message, afresh: bool, width: int) -> list[str]:
+def _heading(m: Message, alone: bool, afresh: bool, width: int) -> list[str]:
     """The rule above a system or user message: who wrote it, and for runner's own, whether it
-    went with the conversation, alone after the system prompt (second_opinion, with the tool
-    results it restates), or in that fresh context."""
-    from runner import policies
-
-    alone = policies.starts_afresh(m)
+    went with the conversation, `alone` after the system prompt (second_opinion, with the tool
+    results it restates), or in that fresh context (`afresh`)."""
     who = m.role if m.name != "runner" else (
         "runner (asks again, sent alone after the system prompt)" if alone
         else "runner (asks again, in that fresh context)" if afresh else "runner (asks again)")
@@ -819,8 +816,9 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
         out += _resumed(resumes, i, records[at].turn if m.role == "assistant" and at < len(records) else None, width)
         out.append("")
         if m.role in ("system", "user"):
-            afresh = afresh or policies.starts_afresh(m)
-            out += _heading(m, afresh, width)
+            alone = policies.starts_afresh(m)
+            afresh = afresh or alone
+            out += _heading(m, alone, afresh, width)
             out += _body(m.content or "", width, full, "", wrap=True, keep_last=m.name == "runner")
         elif m.role == "assistant":
             reply = records[at] if at < len(records) else None

@@ -360,12 +360,11 @@ MISSING_SHOWS = 12
 
 
 def _missing(kind: str, path: str, workspace: Path) -> ToolError:
-    """The error for a path that names nothing: what the top folder holds, so the next call
-    can name something that exists (folders with a trailing slash; hidden entries left out)."""
-    try:
-        names = sorted(e.name + "/" * e.is_dir() for e in Path(workspace).iterdir() if not e.name.startswith("."))
-    except OSError:
-        names = []
+    """The error for a path that names nothing: what the top folder holds as list_files shows it
+    (`Folder.entries`; folders with a trailing slash), so the next call can name something
+    that exists."""
+    root = _real(str(workspace))
+    names = [e.name + "/" * e.is_dir(follow_symlinks=False) for e in Folder(root).entries(root)]
     more = f" and {len(names) - MISSING_SHOWS} more" if len(names) > MISSING_SHOWS else ""
     held = ", ".join(names[:MISSING_SHOWS]) + more if names else "nothing"
     return ToolError(f"no such {kind}: {path}. The top folder holds: {held}.")
