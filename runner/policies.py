@@ -695,7 +695,7 @@ def _disagreement(state: RunState, asked: int) -> str | None:
     first = next((m.content or "" for m in reversed(state.messages[:asked]) if m.role == "assistant"), "")
     if _sent(state, DISAGREE[0]) or _turns_left(state) < 1 or asked != len(state.messages) - 2:
         return None
-    if not disagree(first, state.messages[-1].content or ""):
+    if not disagree(first, state.messages[-1].content or "", question(state)):
         return None
     return DISAGREE[0].format(claim=" ".join(first.split())[:300])
 
@@ -705,24 +705,26 @@ KEY_FILE = re.compile(r"[\w.-]+\.[A-Za-z][A-Za-z0-9]{0,4}\b")
 KEY_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 
 
-def answer_keys(answer: str) -> set[str]:
+def answer_keys(answer: str, asked: str = "") -> set[str]:
     """What an answer gives, in lower case: the text it quotes, the files it names, its numbers
-    and the words of the names it gives (`NAMED`, but not `FILLER`, yes or no, a month)."""
+    and the words of the names it gives (`NAMED`, but not `FILLER`, yes or no, a month, nor a
+    word of the question `asked`: "Read" of a reply that echoes "Read notes.txt ...")."""
     keys = {" ".join(next(q for q in quoted if q).lower().split()) for quoted in QUOTED.findall(answer)}
     keys |= {name.lower() for name in KEY_FILE.findall(answer)}
     rest = KEY_FILE.sub(" ", QUOTED.sub(" ", answer))
     keys |= set(KEY_NUMBER.findall(rest))
+    in_question = set(re.findall(r"\w+", asked.lower()))
     for name in NAMED.finditer(rest):
         words = name.group(1).lower().split()
         if words[0] not in CALENDAR:
-            keys |= {w for w in words if w not in FILLER and w not in ANSWER_WORDS}
+            keys |= {w for w in words if w not in FILLER and w not in ANSWER_WORDS and w not in in_question}
     return keys
 
 
-def disagree(first: str, second: str) -> bool:
-    """Two answers to one question disagree: each gives something (`answer_keys`) the other
-    does not hold, or one opens with yes and the other with no, or only the second says the
-    information is not there."""
+def disagree(first: str, second: str, asked: str = "") -> bool:
+    """Two answers to the question `asked` disagree: each gives something (`answer_keys`) the
+    other does not hold, or one opens with yes and the other with no, or only the second says
+    the information is not there."""
     if ABSTENTION.search(first):
         return False
     if ABSTENTION.search(second):
@@ -731,7 +733,8 @@ def disagree(first: str, second: str) -> bool:
     opening = [re.match(r"\W*(yes|no)\b", x) for x in (a, b)]
     if opening[0] and opening[1] and opening[0].group(1) != opening[1].group(1):
         return True
-    return any(k not in b for k in answer_keys(first)) and any(k not in a for k in answer_keys(second))
+    return (any(k not in b for k in answer_keys(first, asked))
+            and any(k not in a for k in answer_keys(second, asked)))
 
 
 def request_messages(state: RunState) -> list[Message]:

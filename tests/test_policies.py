@@ -1052,6 +1052,15 @@ def test_two_answers_disagree_when_each_gives_what_the_other_lacks(first: str, s
     assert policies.disagree(first, second) is differ
 
 
+def test_a_reply_that_echoes_the_question_gives_no_name_of_its_own() -> None:
+    asked = "Read notes.txt and tell me what it says."
+    first = "notes.txt says Priya rotates the logs."
+    assert policies.disagree(first, asked)  # without the question, "Read" counts as a name
+    assert not policies.disagree(first, asked, asked)
+    assert policies.disagree(first, "notes.txt says Omar rotates the logs.", asked)
+    assert policies.answer_keys("Dana Levi joined in 2021.", "Who joined after Dana?") == {"levi", "2021"}
+
+
 @pytest.mark.parametrize(("second", "answer"), [
     ("The list holds 2 parts.", "The list holds 2 parts."),  # agreeing: the second answer is taken
     ("The list holds 5 parts.", "The files do not say."),  # disagreeing: shown both, the model decides
