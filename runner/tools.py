@@ -379,6 +379,8 @@ def _folder_arg(ctx: ToolContext, path: str | None) -> Path:
     if path in (None, "", ".", "./"):
         return _real(str(ctx.workspace))
     folder = resolve_in_workspace(ctx.workspace, path)
+    if folder.is_file():
+        raise ToolError(f"{path} is a file, not a folder: read it with read_file")
     if not folder.is_dir():
         raise _missing("folder", path, ctx.workspace)
     return folder
@@ -461,6 +463,8 @@ def _text_file(folder: Path, path: str) -> Path:
         PermanentToolError: outside the workspace. ToolError: no such file.
     """
     target = resolve_in_workspace(folder, path)
+    if target.is_dir():
+        raise ToolError(f"{path} is a folder, not a file: list it with list_files")
     if not target.is_file() or target.name.startswith("."):
         raise _missing("file", path, folder)
     return target

@@ -102,6 +102,13 @@ def test_list_files_leaves_out_hidden_and_ignored_entries_unless_asked(own: Path
         call(FolderListFiles(), own, path="nowhere")
 
 
+def test_a_file_listed_or_a_folder_read_says_which_tool_fits(own: Path) -> None:
+    with pytest.raises(ToolError, match=r"^README\.md is a file, not a folder: read it with read_file$"):
+        call(FolderListFiles(), own, path="README.md")
+    with pytest.raises(ToolError, match=r"^src/deep is a folder, not a file: list it with list_files$"):
+        call(FolderReadFile(), own, path="src/deep")
+
+
 def test_list_files_says_how_many_entries_it_left_out(tmp_path: Path) -> None:
     for i in range(MAX_LIST_ENTRIES + 37):
         (tmp_path / f"f{i:04d}.txt").write_text("x")
