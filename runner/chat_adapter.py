@@ -490,9 +490,12 @@ def parse_untagged(text: str, tool_names: Sequence[str]) -> list[tuple[str, Json
 
 @dataclass(frozen=True)
 class TextDelta:
-    """Content text, in order; the deltas concatenate to the reply's stripped content."""
+    """Content text, in order; the deltas concatenate to the reply's stripped content.
+    `logprobs`: when asked for, the OpenAI ``logprobs.content`` entries of the tokens this text
+    completes (a token split across deltas goes with the later one), else None."""
 
     text: str
+    logprobs: list[JsonObject] | None = None
 
 
 @dataclass(frozen=True)

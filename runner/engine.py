@@ -33,6 +33,7 @@ from runner.chat_adapter import (
     JsonObject,
     ReplySplitter,
     RequestError,
+    TextDelta,
     ToolChoice,
     call_grammar,
     count_prior_calls,
@@ -169,6 +170,25 @@ class _Reply:
     blank_refused: int = 0
     logprobs: list[JsonObject] | None = None
     top_logprobs: int = 0
+    scored: int = 0
+
+
+def _scored(reply: _Reply, events: Iterator[Event]) -> Iterator[Event]:
+    """`events` with each `TextDelta` carrying the log probability entries of the tokens its
+    text completes, counted by characters of the content so far (which leaves out the reply's
+    leading whitespace); `reply.scored` is how many entries went out."""
+    shown, taken = 0, ""
+    for event in events:
+        if isinstance(event, TextDelta) and reply.logprobs is not None:
+            shown += len(event.text)
+            start = reply.scored
+            while reply.scored < len(reply.logprobs):
+                more = taken + reply.logprobs[reply.scored]["token"]
+                if len(more.lstrip()) > shown:
+                    break
+                taken, reply.scored = more, reply.scored + 1
+            event = TextDelta(event.text, reply.logprobs[start:reply.scored])
+        yield event
 
 
 class Engine:
@@ -312,10 +332,14 @@ class Engine:
         self.feeder.start_reply(max_tokens)
         prompt_done = time.perf_counter()
         reply = self._start_reply(request, choice, tools, prose_only, max_tokens, seg_tokens[-1], began)
+        yield from _scored(reply, self._reply_events(reply, cancel))
+        yield self._finished(reply, prompt_tokens, cached, prompt_done)
+
+    def _reply_events(self, reply: _Reply, cancel: threading.Event) -> Iterator[Event]:
+        """The reply's text and call events, generated."""
         yield from self._decode(reply, cancel)
         yield from self._release_held(reply)  # a reply that ended while still undecided is text
         yield from reply.splitter.finish()
-        yield self._finished(reply, prompt_tokens, cached, prompt_done)
 
     def _start_reply(self, request: ChatRequest, choice: ToolChoice, tools: list[JsonObject],
                      prose_only: bool, max_tokens: int, header: list[int], began: float) -> _Reply:
@@ -548,7 +572,8 @@ class Engine:
         """
         done = time.perf_counter()
         finish = "tool_calls" if reply.finish == "stop" and reply.splitter.calls else reply.finish
-        logprobs = None if reply.logprobs is None else [] if reply.splitter.calls else reply.logprobs
+        logprobs = None if reply.logprobs is None else reply.logprobs[:reply.scored] if reply.splitter.calls \
+            else reply.logprobs
         return Finished(finish, prompt_tokens, reply.generated, logprobs=logprobs, timings={
             "prompt_tokens": prompt_tokens,
             "cached_prompt_tokens": cached,

@@ -527,29 +527,31 @@ def chunks(events: Iterator[Event], model: str, created: int, completion_id: str
            include_usage: bool, applied: Callable[[], JsonObject] | None = None) -> Iterator[JsonObject]:
     """`Engine.stream` events as OpenAI ``chat.completion.chunk`` dicts, as they come.
 
-    First a role chunk; one chunk per content delta; per tool call, a chunk opening it (id,
-    type, name, empty arguments) and one carrying its arguments; a finish chunk (with the
-    reply's token log probabilities, when asked for); then, when
+    First a role chunk; one chunk per content delta (with its tokens' log probabilities, when
+    asked for; the finish chunk carries any left); per tool call, a chunk opening it (id,
+    type, name, empty arguments) and one carrying its arguments; a finish chunk; then, when
     `include_usage`, a chunk with ``choices: []`` and the usage. The last chunk carries the
     engine's timings and what the server applied as ``runner``.
     """
     base = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model}
 
-    def chunk(delta: JsonObject, finish: str | None = None) -> JsonObject:
-        return base | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+    def chunk(delta: JsonObject, finish: str | None = None, scored: list[JsonObject] | None = None) -> JsonObject:
+        logprobs = None if scored is None else {"content": scored, "refusal": None}
+        return base | {"choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
 
     yield chunk({"role": "assistant", "content": ""})
+    sent = 0
     for event in events:
         if isinstance(event, TextDelta):
-            yield chunk({"content": event.text})
+            sent += len(event.logprobs or ())
+            yield chunk({"content": event.text}, scored=event.logprobs)
         elif isinstance(event, CallDelta):
             function = event.call["function"]
             yield chunk({"tool_calls": [{"index": event.index, "id": event.call["id"], "type": "function",
                                          "function": {"name": function["name"], "arguments": ""}}]})
             yield chunk({"tool_calls": [{"index": event.index, "function": {"arguments": function["arguments"]}}]})
         else:
-            last = chunk({}, event.finish_reason)
-            last["choices"][0]["logprobs"] = _logprobs(event)
+            last = chunk({}, event.finish_reason, None if event.logprobs is None else event.logprobs[sent:])
             if include_usage:
                 yield last
                 last = base | {"choices": [], "usage": usage(event)}

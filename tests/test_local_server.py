@@ -259,6 +259,11 @@ def test_logprobs_give_each_generated_tokens_probability_streamed_or_not(server:
     chunks, _ = stream(server, **body)
     streamed = [t for c in chunks for ch in c["choices"] for t in ((ch.get("logprobs") or {}).get("content") or [])]
     assert streamed == content
+    text, tokens = "", ""  # each text chunk carries its own tokens' entries, as they are generated
+    for choice in (ch for c in chunks for ch in c["choices"] if ch["delta"].get("content")):
+        text += choice["delta"]["content"]
+        tokens += "".join(t["token"] for t in choice["logprobs"]["content"])
+        assert text.startswith(tokens.lstrip()) and len(text) - len(tokens.lstrip()) < 8
     plain = post(server, messages=STORY, max_tokens=12)["choices"][0]
     assert plain["logprobs"] is None and plain["message"] == whole["message"]
     calls = post(server, messages=ask("Read notes.txt."), tools=ALL_TOOLS, tool_choice="required", max_tokens=96,
