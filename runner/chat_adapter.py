@@ -517,7 +517,7 @@ class Finished:
         prompt_tokens / completion_tokens: tokens of the rendered prompt / generated tokens.
         timings: `Engine` timings (ms and token counts; see `Engine.stream`).
         logprobs: OpenAI ``logprobs.content`` entries of the reply's text when they were asked
-            for (none for a reply that calls tools), else None.
+            for (a reply that calls tools: those of its text before the call), else None.
     """
 
     finish_reason: str

@@ -33,7 +33,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
@@ -195,7 +195,8 @@ class Backend:
     def events(self, sampling: Sampling, cancel: threading.Event) -> Iterator[Event]:
         """The reply as `runner.chat_adapter` events (see `Engine.stream`). With answer_on_repeat
         watching (`Steered.answered`), a reply of calls only, all already answered, is sampled
-        again as an answer before any of it is sent (`sampling` then says so)."""
+        again as an answer before any of it is sent (`sampling` then says so); its `Finished`
+        counts the tokens of both generations, which the server spent on this request."""
         if not sampling.steered.answered:
             yield from self._counted(sampling.request, cancel)
             return
@@ -214,7 +215,8 @@ class Backend:
                 repeats_only(sampling.steered, [c.call for c in calls if isinstance(c, CallDelta)]):
             _as_steered(sampling.request, "none")
             sampling.given = "answer_on_repeat"
-            yield from self._counted(sampling.request, cancel)
+            for event in self._counted(sampling.request, cancel):
+                yield _plus(event, finished) if isinstance(event, Finished) and finished is not None else event
             return
         yield from calls
         if finished is not None:
@@ -511,6 +513,15 @@ def complete(events: Iterator[Event], model: str, created: int, completion_id: s
 def _logprobs(finished: Finished) -> JsonObject | None:
     """A choice's OpenAI ``logprobs`` object: None unless the request asked for them."""
     return None if finished.logprobs is None else {"content": finished.logprobs, "refusal": None}
+
+
+def _plus(finished: Finished, first: Finished) -> Finished:
+    """`finished` counting the tokens of the `first` generation of the same request too."""
+    cached = finished.timings.get("cached_prompt_tokens", 0) + first.timings.get("cached_prompt_tokens", 0)
+    timings = finished.timings | ({"cached_prompt_tokens": cached} if "cached_prompt_tokens" in finished.timings else {})
+    return replace(finished, prompt_tokens=finished.prompt_tokens + first.prompt_tokens,
+                               completion_tokens=finished.completion_tokens + first.completion_tokens,
+                               timings=timings | {"resampled_from_tokens": first.prompt_tokens + first.completion_tokens})
 
 
 def usage(finished: Finished) -> JsonObject:

@@ -44,6 +44,10 @@ AFTER_RESULTS = [{"role": "user", "content": "Weather in Oslo?"}, *looked_up("c0
 """A conversation after which SmolLM2's greedy reply ends its turn at once (it did so before)."""
 REPEATED = [{"role": "user", "content": "Weather in Paris?"}, *looked_up("c0", "Paris"), *looked_up("c1", "Paris")]
 """The model's last turn repeated a call already answered."""
+REPEATS_AGAIN = [{"role": "user", "content": "Weather in Rome?"}, *(m for i in range(3) for m in looked_up(f"a{i}", "Rome")),
+                 {"role": "assistant", "content": "Rome: 9 C"},
+                 {"role": "user", "content": "Weather in Oslo?"}, *looked_up("b0", "Oslo")]
+"""After an earlier question looked up three times, SmolLM2 calls for Oslo's weather again."""
 DOUBLED = [message for _ in range(3) for message in (
     {"role": "user", "content": "Weather in Oslo?"}, {"role": "assistant", "content": f"{UNTAGGED_CALL}\n{UNTAGGED_CALL}"},
 )] + [{"role": "user", "content": "Weather in Oslo?"}]
@@ -136,6 +140,16 @@ def test_steering_is_reported_in_the_header_the_reply_and_the_log(steered_server
     assert kept.headers[STEERING_HEADER] == "none"  # a client's own tool_choice stands
     lines = log_lines(steered_server, at_least=before + 3)[before:]
     assert [line.split(" steer=")[1].split()[0] for line in lines] == ["first_turn_required", "answer_on_repeat", "none"]
+
+
+def test_a_reply_sampled_again_counts_the_tokens_of_both_generations(steered_server: LocalServer) -> None:
+    reply = chat(steered_server, messages=REPEATS_AGAIN, max_tokens=40)
+    assert reply.headers[STEERING_HEADER] == "answer_on_repeat"  # decided after the reply, not before
+    body = reply.json()
+    first, timings = body["runner"]["resampled_from_tokens"], body["runner"]
+    assert first > timings["prompt_tokens"] > 0
+    assert body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"] == \
+        timings["prompt_tokens"] + timings["eval_tokens"] + first
 
 
 def test_with_steering_off_the_server_samples_the_request_as_sent(plain_server: LocalServer) -> None:
