@@ -341,8 +341,13 @@ def config_show(
     ./runner.toml, the user's config file, default), then where and how runs are kept; the API
     key masked."""
     from runner.config import Settings, config_files, user_config_path
+    from runner.start import default_model
 
-    render.settings(Settings().rows(api_key) + store.settings_rows(), config_files(), user_config_path(), as_json)
+    rows = Settings().rows(api_key)
+    if not dict((name, value) for name, value, _ in rows)["base_url"]:
+        rows = [(name, default_model(), "manifest default") if name == "model" and not value else (name, value, source)
+                for name, value, source in rows]
+    render.settings(rows + store.settings_rows(), config_files(), user_config_path(), as_json)
     return 0
 
 

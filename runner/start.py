@@ -257,7 +257,10 @@ def _endpoint_choice(req: RunRequest, settings: Settings) -> tuple[str | None, s
                              "give --base-url URL")
         if req.prompt is not None and not req.prompt.strip():
             raise UsageError("the PROMPT is empty")
-        local = _pulled_default() if req.prompt is not None else None
+        if req.prompt is None:
+            raise UsageError("give a PROMPT (runner run \"Which file is the largest?\") or --scenario NAME (a "
+                             "scripted run)")
+        local = _pulled_default()
         if local is None:
             raise UsageError(_NO_ENDPOINT)
         model = local.name
@@ -335,6 +338,14 @@ def _suite_prompt(task_id: str) -> str | None:
 
 _NO_ENDPOINT = ("give --model NAME (a local model: runner models list), --base-url URL --model NAME (an "
                 "endpoint), or --scenario NAME (a scripted run)")
+
+
+def default_model() -> str:
+    """The model a PROMPT alone runs on (the manifest's default), as `config show` gives it."""
+    from runner import models
+
+    default = models.load_manifest().default
+    return default if _pulled_default() is not None else f"{default} (not pulled)"
 
 
 def _pulled_default() -> LocalChoice | None:

@@ -86,10 +86,14 @@ def test_config_show_says_where_and_how_runs_are_kept(tmp_path: Path) -> None:
         return {r["name"]: (r["value"], r["source"]) for r in json.loads(proc.stdout)["settings"]}
 
     unset: dict[str, str | None] = {"RUNNER_STORE": None, "RUNNER_DURABILITY": None, "RUNNER_LEASE_S": None,
-                                    "RUNNER_CONFIG": str(tmp_path / "none.toml")}
+                                    "RUNNER_CONFIG": str(tmp_path / "none.toml"), "RUNNER_MODELS_DIR": str(tmp_path)}
     rows = shown(unset)
     assert rows["runs_dir"] == ("./runs", "default") and rows["store"] == ("(the runs directory)", "default")
     assert rows["durability"] == ("process", "default") and rows["lease_s"][1] == "default"
+    # no model set: the one a PROMPT alone runs on, unless a base URL is set (its model is needed)
+    default = json.loads((Path(__file__).parents[1] / "models" / "manifest.json").read_text())["default"]
+    assert rows["model"] == (f"{default} (not pulled)", "manifest default")
+    assert shown({**unset, "RUNNER_BASE_URL": "http://127.0.0.1:9"})["model"] == ("", "default")
     rows = shown({**unset, "RUNNER_RUNS_DIR": str(tmp_path / "kept"), "RUNNER_DURABILITY": "power",
                   "RUNNER_STORE": "postgresql://bob:hunter2@db.example/runs", "RUNNER_LEASE_S": "12"})
     assert rows["runs_dir"] == (str(tmp_path / "kept"), "env RUNNER_RUNS_DIR")

@@ -178,7 +178,7 @@ def test_a_token_budget_stop_with_capped_replies_names_the_budget_that_pays_the_
 
 
 @pytest.mark.parametrize("args, message", [
-    (["run"], "give --model NAME"),
+    (["run"], "give a PROMPT"),
     (["run", "--scenario", "plan", "--model", "m"], "--model goes with --base-url"),
     (["run", "--scenario", "nope"], "unknown scenario"),
     (["run", "--scenario", "plan", "--tool-errors", "loud"], "--tool-errors"),
