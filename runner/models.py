@@ -339,8 +339,10 @@ def resolve(name: str, manifest: Manifest | None = None, directory: Path | None 
     manifest = manifest or load_manifest()
     if not any(m.name == name for m in manifest.models):
         candidate = Path(name).expanduser()
-        if candidate.suffix == ".gguf" and candidate.is_file():
-            return candidate.resolve()
+        if candidate.suffix == ".gguf":
+            if candidate.is_file():
+                return candidate.resolve()
+            raise ModelNotFound(f"{name}: no such file")
     entry = manifest.entry(name)
     path = _local_path(entry, directory or models_dir())
     if entry.source == "package":

@@ -269,7 +269,7 @@ class SuiteRequest:
         None, "Use this OpenAI-compatible endpoint as the 'local' provider instead of starting llama.cpp.",
         "--base-url")
     max_turns: int = option(8, "Turn cap per task (at least 1: unlike runner run's, a suite's tasks are always "
-                               "capped).")
+                               "capped).", metavar="N")
     max_tokens: int | None = option(None, "Cap on each reply, tokens [default: the server's].", min=1)
     latency_ms: float = _latency_ms(0.0)
     workspace: Path | None = option(

@@ -364,6 +364,8 @@ def test_serving_on_a_busy_port_or_a_missing_gguf_is_one_line(tmp_path: Path) ->
     missing = cli("serve", "--model", str(tmp_path / "nothing.gguf"), runs_dir=None)
     no_file = f"error: --model {tmp_path / 'nothing.gguf'}: no such file"
     assert missing.returncode == 2 and one_error(missing.stderr) == no_file
+    suite = cli("suite", "--model", str(tmp_path / "nothing.gguf"), runs_dir=tmp_path / "runs")
+    assert suite.returncode == 2 and one_error(suite.stderr) == f"error: {tmp_path / 'nothing.gguf'}: no such file"
 
 
 def test_a_run_resumes_against_its_provider_come_back_on_another_port(runs: Path) -> None:
