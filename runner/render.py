@@ -1099,8 +1099,9 @@ def run_totals(states: Sequence[tuple[RunState, str]], by: str | None) -> list[T
 
 def print_runs(infos: Sequence[RunInfo], store_opts: str = "") -> None:
     """The `runner runs` table: id, start, status, turns, cost, the model's distinguishing
-    name, and, where the terminal has room for it, the reason (`runner show` has it all);
-    `store_opts` (see `store_options`) goes into the commands it suggests."""
+    name, and, where the terminal has room for them, the prompt's first line and the reason
+    (`runner show` has it all); `store_opts` (see `store_options`) goes into the commands it
+    suggests."""
 
     def reason(i: RunInfo) -> str:
         if i.shown_status == "died":
@@ -1112,10 +1113,16 @@ def print_runs(infos: Sequence[RunInfo], store_opts: str = "") -> None:
     names = short_models(sorted({i.state.config.endpoint.model for i in infos}))
     wide = console().width >= 100
     print_table([("run id", "id"), ("started", "id"), ("status", "id"), ("turns", "num"),
-                 ("cost USD", "num"), ("model", "text"), *([("reason", "text")] if wide else [])],
+                 ("cost USD", "num"), ("model", "text"), *([("prompt", "text"), ("reason", "text")] if wide else [])],
                 [[i.state.run_id, when(i.state.created_at)[5:], i.shown_status, str(i.state.turns),
                   own_cost(i.state), names[i.state.config.endpoint.model],
-                  *([reason(i)] if wide else [])] for i in infos])
+                  *([first_line(i.state), reason(i)] if wide else [])] for i in infos])
+
+
+def first_line(state: RunState) -> str:
+    """The first line of a run's prompt (its first user message)."""
+    prompt = next((m.content or "" for m in state.messages if m.role == "user"), "")
+    return next((line.strip() for line in prompt.splitlines() if line.strip()), "")
 
 
 def own_cost(state: RunState) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from runner.scripted import ScriptedServer, ScriptedSettings
+from runner.store import FileStore
 from tests.conftest import cli, cli_json, cli_process, one_error
 
 
@@ -205,19 +206,25 @@ def test_runs_says_whether_the_runs_folder_is_missing_or_empty(tmp_path: Path) -
     assert empty.returncode == 0 and empty.stdout == f"no runs in {tmp_path / 'empty'}\n"
 
 
-def test_text_columns_take_what_their_cells_need_and_leave_the_rest_to_the_reason(runs: Path) -> None:
+def test_text_columns_take_what_their_cells_need_and_leave_the_rest_to_the_prompt_and_reason(runs: Path) -> None:
     for scenario in ("plan", "stuck"):
         cli_json("run", "--scenario", scenario, runs_dir=runs)
+    _, shown_json = cli_json("runs", "--limit", "1", runs_dir=runs)
+    task = next(m["content"] for m in FileStore(runs).load(shown_json[0]["run_id"]).model_dump()["messages"]
+                if m["role"] == "user")
     reason = ("repeated call: list_files was called with the same arguments 3 times in a row; "
               "the model is not making progress")
     for columns in (100, 120, 200):
         table = cli("runs", runs_dir=runs, env={"COLUMNS": str(columns)}).stdout
         head, _, first, _ = table.splitlines()
-        assert head.split()[-2:] == ["model", "reason"], table
-        assert head.index("reason") - head.index("model") == len("model") + 1, table  # "stuck", "plan": 5 wide
+        assert head.split()[-3:] == ["model", "prompt", "reason"], table
+        assert head.index("prompt") - head.index("model") == len("model") + 1, table  # "stuck", "plan": 5 wide
+        prompt = first[head.index("prompt"):head.index("reason")].rstrip()
+        assert prompt and task.startswith(prompt.rstrip("…")), table  # the stuck run's task, cut where it must be
         shown = first[head.index("reason"):].rstrip()
         assert shown == (reason if len(reason) <= columns - head.index("reason") else shown[:-1] + "…"), table
-        assert reason.startswith(shown.rstrip("…")) and len(shown) >= min(len(reason), columns - 70), table
+        room = (columns - head.index("prompt")) // 2 - 1  # the two share what is left
+        assert reason.startswith(shown.rstrip("…")) and len(shown) >= min(len(reason), room), table
         assert max(len(line.rstrip()) for line in table.splitlines()) <= columns, table
 
 
