@@ -657,6 +657,8 @@ def run_requested(req: SuiteRequest, runs_root: Path, *, store_location: str | N
     if req.resume_report is not None:  # its runs are in the store already: nothing to make
         return resume_suite(req.resume_report, runs_root, store_location=store_location, durability=durability,
                             on_result=on_result, executor=executor)
+    assert columns is not None
+    _check_scripted(suites, columns)
     made_dir = make_runs_dir(FileStore(runs_root)) if store_location is None else None
     if made_dir is not None and on_runs_dir is not None:
         on_runs_dir(made_dir)

@@ -127,6 +127,7 @@ def test_patterns_ids_and_the_workspace_are_checked_too(folder: Path, tmp_path: 
 def test_the_scripted_provider_is_for_the_six_task_suite_only(folder: Path, tmp_path: Path) -> None:
     done = cli("suite", "--suite", str(folder), "--provider", "scripted", runs_dir=tmp_path / "runs")
     assert done.returncode == 2 and "answers only the six-task suite" in done.stderr
+    assert not (tmp_path / "runs").exists()  # refused before anything is written
 
 
 def test_abstaining_is_graded_apart_from_wrong() -> None:
