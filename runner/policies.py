@@ -37,7 +37,8 @@ CORRECTIVE_NAME = "runner"
 """The ``name`` of the user messages the harness writes."""
 
 POLICIES: dict[str, str] = {
-    "first_turn_required": "the first request sends tool_choice \"required\": the model's first reply is a call",
+    "first_turn_required": ("the first request sends tool_choice \"required\": the model's first reply is a call "
+                            "(a task that is only a greeting or thanks sends \"none\", and its answer is taken)"),
     "untagged_calls": "runner's local server reads a reply that opens with a JSON object as a call",
     "corrective_retries": "a protocol slip (an empty reply, an unreadable call) is answered with a short message "
                           "saying what went wrong, instead of the same request again",
@@ -214,6 +215,9 @@ FOLDER_QUESTION = re.compile(
     rf"\bhow many\b[^?]*\b(?:files?|folders?|director(?:y|ies))\b|{SIZE_QUESTION.pattern}"
     r"|\blist (?:the|all|every)\b[^?]*\bfiles\b", re.IGNORECASE)
 """A question about the files themselves (how many, which is largest), which a listing answers."""
+SMALL_TALK = re.compile(r"\W*(?:hi|hello|hey|hiya|howdy|good (?:morning|afternoon|evening)|thanks|thank you|"
+                        r"thx|cheers|bye|goodbye)(?: there| again| all| everyone| so much| a lot)?[\W_]*", re.IGNORECASE)
+"""A task that is only a greeting or thanks: it asks nothing of the files."""
 READ_EACH = re.compile(r"\bread (?:each|every|all)\b|\bread (?:them|the files)\b", re.IGNORECASE)
 """A question that asks for every file to be read, which a listing does not answer."""
 FILE_QUESTION = re.compile(
@@ -440,7 +444,15 @@ def tool_choice(state: RunState, sends_tools: bool = True) -> str | None:
     if _read_on(state) or _read_on_stall(state):
         return "required"
     first = state.config.endpoint.first_turn_tool_choice
+    if state.turns == 0 and first == "required" and small_talk(state):
+        return "none"  # a greeting asks for no call: answered in words, not with a listing
     return first if state.turns == 0 else "auto"
+
+
+def small_talk(state: RunState) -> bool:
+    """The run's task is only a greeting or thanks (`SMALL_TALK`): there is nothing to look up,
+    so the first turn requires no call and its answer is not reviewed."""
+    return SMALL_TALK.fullmatch(question(state)) is not None
 
 
 def _read_on(state: RunState) -> bool:
@@ -638,6 +650,8 @@ def review_answer(state: RunState) -> str | None:
     last = state.messages[-1]
     steering = state.config.steering
     if last.role != "assistant" or last.tool_calls or not {"abstain_check", "answer_check"} & set(steering):
+        return None
+    if small_talk(state):
         return None
     if _turns_left(state) < 1:
         return None

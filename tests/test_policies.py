@@ -191,6 +191,21 @@ def _say(text: str) -> Answer:
     return completion({"role": "assistant", "content": text})
 
 
+@pytest.mark.parametrize(("prompt", "small"), [("hi", True), ("Thanks!", True), ("Hello there.", True),
+                                                ("hi, which file is largest?", False), ("Thank the team", False)])
+def test_a_greeting_requires_no_call_and_its_answer_is_taken(fake: FakeProvider, prompt: str, small: bool) -> None:
+    replies = iter([_say("Hello! What would you like to know about the files?"),
+                    _call("list_files", turn=1), _say("It is notes.txt.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt=prompt, first_turn_tool_choice="required", steering=["answer_check"]),
+                  fake.base_url, None)
+    assert fake.requests[0]["tool_choice"] == ("none" if small else "required")
+    if small:
+        assert state.status == "completed" and state.answer.startswith("Hello!") and len(fake.requests) == 1
+    else:  # an answer before any call is sent back, as for any task
+        assert len(fake.requests) > 1 and fake.requests[1]["messages"][-1]["name"] == "runner"
+
+
 def test_answer_check_asks_for_a_read_when_the_answer_came_before_any_file_was(fake: FakeProvider) -> None:
     replies = iter([_call("list_files", turn=1), _say("The folder holds 3 files."),
                     _call("read_file", '{"path": "notes.txt"}', 2), _say("Rotate the logs.")])
