@@ -177,14 +177,15 @@ def _scored(reply: _Reply, events: Iterator[Event]) -> Iterator[Event]:
     """`events` with each `TextDelta` carrying the log probability entries of the tokens its
     text completes, counted by characters of the content so far (which leaves out the reply's
     leading whitespace); `reply.scored` is how many entries went out."""
-    shown, taken = 0, ""
+    shown = taken = 0  # characters of content sent, and of the tokens' text given out (leading whitespace aside)
     for event in events:
         if isinstance(event, TextDelta) and reply.logprobs is not None:
             shown += len(event.text)
             start = reply.scored
             while reply.scored < len(reply.logprobs):
-                more = taken + reply.logprobs[reply.scored]["token"]
-                if len(more.lstrip()) > shown:
+                token = reply.logprobs[reply.scored]["token"]
+                more = taken + len(token if taken else token.lstrip())
+                if more > shown:
                     break
                 taken, reply.scored = more, reply.scored + 1
             event = TextDelta(event.text, reply.logprobs[start:reply.scored])
