@@ -204,7 +204,12 @@ async def run(state: RunState, rt: Runtime) -> RunState:
                 _stop(state, *limit)
                 break
             rt.before_effect()
-            reply, max_tokens = await race(_ask_model(state, rt), rt.cancel)
+            try:
+                reply, max_tokens = await race(_ask_model(state, rt), rt.cancel)
+            except ProviderError as exc:
+                if exc.kind == "context_overflow" and _elide_one_more(state):
+                    continue  # asked again with one more early result cut to a line
+                raise
             _record_reply(state, rt, reply, max_tokens)
     except Cancelled as exc:
         _stop(state, "interrupted", CancelledInterruption(reason=exc.reason), f"cancelled: {exc.reason}")
@@ -333,12 +338,47 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     if narrower := policies.grammar_tools(state, rt.tool_schemas):
         extra["grammar_tools"] = narrower
     extra |= policies.request_fields(state)
-    reply = await rt.client.chat(cfg.endpoint.model, policies.request_messages(state), tools, max_tokens=max_tokens,
+    reply = await rt.client.chat(cfg.endpoint.model, sent_messages(state), tools, max_tokens=max_tokens,
                                  extra=extra or None,
                                  on_delta=meter.update if meter else None, call_ids=call_id_stem(state))
     if meter:
         meter.finish(reply.completion_tokens, reply.message.content or "")
     return reply, max_tokens
+
+
+ELIDED = ("[An earlier result of {tool}, {chars:,} characters, is left out here to fit the model's context "
+          "window; call the tool again if you need it.]")
+"""What a request sends in place of a tool result elided to fit the context window."""
+
+
+def sent_messages(state: RunState) -> list[Message]:
+    """The messages the next request sends: the policies' (`policies.request_messages`), the
+    first `RunState.elided_results` of its elidable tool results (`_elidable`) each cut to one
+    line (`ELIDED`). The run keeps every result whole."""
+    messages = policies.request_messages(state)
+    cut = set(_elidable(messages)[:state.elided_results])
+    if not cut:
+        return messages
+    tools = {c.id: c.function.name for m in messages if m.role == "assistant" for c in (m.tool_calls or [])}
+    return [m.model_copy(update={"content": ELIDED.format(tool=tools.get(m.tool_call_id or "", "a tool"),
+                                                          chars=len(m.content or ""))}) if i in cut else m
+            for i, m in enumerate(messages)]
+
+
+def _elidable(messages: list[Message]) -> list[int]:
+    """Where the tool results that may be cut to a line are, earliest first: all but those after
+    the last reply (the model has not seen them yet) and any of a line already."""
+    last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=len(messages))
+    return [i for i, m in enumerate(messages[:last]) if m.role == "tool" and len(m.content or "") > len(ELIDED)]
+
+
+def _elide_one_more(state: RunState) -> bool:
+    """After a request refused as longer than the context window: send one more early tool
+    result as a line from now on; False when none is left to cut (the run then fails)."""
+    if state.elided_results >= len(_elidable(policies.request_messages(state))):
+        return False
+    state.elided_results += 1
+    return True
 
 
 def call_id_stem(state: RunState) -> str:

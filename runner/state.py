@@ -708,6 +708,10 @@ class RunState(BaseModel, defer_build=True):
     """Write-tool calls started but not yet recorded: call id -> signature (in doubt on resume)."""
     in_doubt: list[str] = []
     """Call ids whose earlier start has an unknown outcome: they run again only if approved."""
+    elided_results: int = 0
+    """How many of the earliest tool results the requests send as one line each, so that the
+    conversation fits the model's context window (raised by one for each request refused as
+    too long)."""
     seq: int = 0
     """Sequence number of the last committed save (0: never saved). A store accepts a save
     only from the state that follows its stored one, so an old copy cannot overwrite newer

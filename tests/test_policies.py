@@ -1118,3 +1118,35 @@ def test_second_opinion_is_not_asked_for_an_abstention_nor_without_results(fake:
     state = drive(_run(fake, prompt="How many parts are low?", steering=["answer_check", "second_opinion"]),
                   fake.base_url, None)
     assert state.answer == "The files do not say." and len(fake.requests) == 2
+
+
+def test_a_conversation_too_long_for_the_context_window_sends_its_earliest_results_as_a_line(
+        fake: FakeProvider, tmp_path: Path) -> None:
+    from runner.loop import ELIDED
+
+    for name in ("a.log", "b.log", "c.log"):
+        (tmp_path / name).write_text("".join(f"{name} line {i}: nothing happened\n" for i in range(100)))
+    replies = iter([_call("read_file", json.dumps({"path": name}), turn) for turn, name in
+                    enumerate(("a.log", "b.log", "c.log"))] + [_say("Nothing happened.")])
+
+    def answer(body: dict[str, Any]) -> Answer:
+        if sum(len(m.get("content") or "") for m in body["messages"]) > 9_000:
+            return error(400, "the prompt has 5,283 tokens, more than the 4,096 of the context window",
+                         "invalid_request_error", code="context_length_exceeded")
+        return next(replies)
+
+    fake.handler = answer
+    state = drive(_run(fake, prompt="What happened?", builtin_tools="folder", tools=["read_file"],
+                       workspace=str(tmp_path)), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "Nothing happened." and state.elided_results == 1
+    refused, fitted = fake.requests[-2:]
+    assert [m["role"] for m in refused["messages"]] == [m["role"] for m in fitted["messages"]]
+    kept = [m["content"] for m in fitted["messages"] if m["role"] == "tool"]
+    assert kept[0] == ELIDED.format(tool="read_file", chars=len((tmp_path / "a.log").read_text()))
+    assert kept[1:] == [(tmp_path / n).read_text() for n in ("b.log", "c.log")]  # the latest are sent whole
+    assert next(m.content for m in state.messages if m.role == "tool") == (tmp_path / "a.log").read_text()
+
+    fake.handler = lambda body: error(400, "maximum context length exceeded", "invalid_request_error",
+                                      code="context_length_exceeded")
+    hopeless = drive(_run(fake, prompt="What happened?"), fake.base_url, None)
+    assert hopeless.status == "failed" and hopeless.error is not None and hopeless.error.type == "context_overflow"
