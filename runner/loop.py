@@ -570,6 +570,13 @@ def _refused_before_approval(state: RunState, rt: Runtime, tool: Tool, call: Too
 
     if call.id in state.in_doubt:
         return False
+    declined = _declined_before(state, signature)
+    if declined is not None:
+        record = ToolRun(call_id=call.id, tool_name=tool.name, signature=signature, ok=False, ms=0, source="rejected",
+                         error=f"declined by the user earlier: {declined}")
+        _answer(state, rt, call, DECLINED_BEFORE.format(reason=declined), record)
+        _fail_if_fatal(state, RuntimeError(record.error), record)
+        return True
     try:
         tool.check(args, rt.workspace_now())
     except ToolError as exc:
@@ -579,6 +586,23 @@ def _refused_before_approval(state: RunState, rt: Runtime, tool: Tool, call: Too
         _fail_if_fatal(state, exc, record)
         return True
     return False
+
+
+DECLINED_BEFORE = ("The user declined this same call earlier ({reason}), so it was not asked again. Do something "
+                   "else, or answer.")
+"""The tool result of a call the user declined before with the same arguments."""
+
+
+def _declined_before(state: RunState, signature: str) -> str | None:
+    """The user's reason (or "no reason given") when they declined a call with `signature`
+    earlier in the run; a rejection, like an approval, holds for those exact arguments."""
+    calls = {c.id: c for m in state.messages if m.role == "assistant" for c in (m.tool_calls or [])}
+    for record in state.tool_runs:
+        call = calls.get(record.call_id)
+        if record.signature == "rejected" and call is not None and \
+                call_signature(call.function.name, call.function.arguments) == signature:
+            return (record.error or "").removeprefix("declined by the user: ") or "no reason given"
+    return None
 
 
 def _ask_approval(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, args: Any) -> None:

@@ -1150,3 +1150,24 @@ def test_a_conversation_too_long_for_the_context_window_sends_its_earliest_resul
                                       code="context_length_exceeded")
     hopeless = drive(_run(fake, prompt="What happened?"), fake.base_url, None)
     assert hopeless.status == "failed" and hopeless.error is not None and hopeless.error.type == "context_overflow"
+
+
+@pytest.mark.parametrize("then", ["answers", "asks again"])
+def test_a_call_the_user_declined_is_not_put_to_them_again(fake: FakeProvider, then: str) -> None:
+    from runner import loop
+
+    delete = '{"path": "access.log"}'
+    replies = iter([_call("delete_file", delete, 1), _call("delete_file", delete, 2),
+                    _say("I left access.log alone.") if then == "answers" else _call("delete_file", delete, 3)])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="Free some space.", tools=["delete_file"]), fake.base_url, None)
+    assert state.status == "interrupted" and state.interruption is not None
+    loop.reject(state, state.interruption.call_id, "keep it for the audit")  # type: ignore[union-attr]
+    state = drive(state, fake.base_url, None)
+    results = [m.content for m in state.messages if m.role == "tool"]
+    assert results[1] == loop.DECLINED_BEFORE.format(reason="keep it for the audit")  # not asked again
+    if then == "answers":
+        assert state.status == "completed" and state.answer == "I left access.log alone." and len(results) == 2
+    else:  # declined again: the same failure twice in a row ends the run
+        assert state.status == "failed" and state.error is not None and state.error.type == "repeated_failure"
+        assert results[2] == results[1]
