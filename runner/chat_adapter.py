@@ -392,6 +392,36 @@ def call_grammar(tools: Sequence[Mapping[str, Any]], only: str | None = None,
     return _grammar_for(json.dumps(call_schema(tools, only)), calls, after_open)
 
 
+def text_format_grammar(response_format: Any) -> str | None:
+    """The GBNF grammar of a reply in words that OpenAI's ``response_format`` asks for: None
+    for none or ``text``; any JSON object for ``json_object``; the schema's JSON for
+    ``json_schema`` (llama-cpp-python's converter).
+
+    Raises:
+        RequestError: another type, or a schema the converter cannot follow.
+    """
+    if response_format is None:
+        return None
+    kind = response_format.get("type") if isinstance(response_format, Mapping) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        schema: Any = {"type": "object"}
+    elif kind == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema", {"type": "object"}) if isinstance(spec, Mapping) else None
+        if not isinstance(schema, Mapping):
+            raise RequestError("response_format: json_schema needs {\"name\": ..., \"schema\": {...}}")
+    else:
+        raise RequestError(f"response_format: type {kind!r} is not text, json_object or json_schema")
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    try:
+        return str(json_schema_to_gbnf(json.dumps(schema)))
+    except (AssertionError, ValueError, KeyError, TypeError) as exc:
+        raise RequestError(f"response_format: a schema the grammar cannot follow ({exc})") from exc
+
+
 def untagged_call_grammar(tools: Sequence[Mapping[str, Any]], calls: int = MAX_CALLS_PER_TURN) -> str:
     """A GBNF grammar for a whole reply that is an untagged call: 1..`calls` call objects (one
     per line), bare, in a ```json fence, or one call in doubled braces (``{{…}}``).

@@ -43,6 +43,7 @@ from runner.chat_adapter import (
     offered_tool_names,
     parse_tool_choice,
     render_segments,
+    text_format_grammar,
     untagged_call_grammar,
     untagged_start,
 )
@@ -95,6 +96,8 @@ class ChatRequest:
         top_logprobs: None: no log probabilities; else each generated token's log probability
             under the model (before any grammar) with this many of the likeliest tokens beside
             it (OpenAI's ``logprobs`` and ``top_logprobs``).
+        response_format: OpenAI's ``response_format``: with ``json_object`` or ``json_schema``, a
+            reply that can call no tool is generated under that JSON's grammar.
     """
 
     messages: list[JsonObject]
@@ -106,6 +109,7 @@ class ChatRequest:
     none_keeps_tools: bool | None = None
     grammar_tools: list[JsonObject] = field(default_factory=list)
     top_logprobs: int | None = None
+    response_format: Any = None
 
 
 def _callable(request: ChatRequest) -> list[JsonObject]:
@@ -171,6 +175,7 @@ class _Reply:
     logprobs: list[JsonObject] | None = None
     top_logprobs: int = 0
     scored: int = 0
+    format_kept: bool | None = None
 
 
 def _scored(reply: _Reply, events: Iterator[Event]) -> Iterator[Event]:
@@ -293,17 +298,24 @@ class Engine:
         # conversation's KV entries are reused; a grammar rules the call out instead
         # (`no_call_grammar`).
         tools = _callable(request) if choice.mode != "none" else []
+        if tools:  # built now, not once a call opens mid-reply: a schema it cannot follow is a 400
+            try:
+                call_grammar(tools, choice.name)
+            except (AssertionError, ValueError, KeyError, TypeError) as exc:
+                raise RequestError(f"tools: a parameter schema the call grammar cannot follow ({exc})") from exc
         keeps_tools = self.none_keeps_tools if request.none_keeps_tools is None else request.none_keeps_tools
         shown = request.tools if keeps_tools else tools
         # With the tools hidden (none_keeps_tools off) only a model that writes untagged calls
         # is held to prose, as before.
         prose_only = choice.mode == "none" and bool(request.tools) and (bool(shown) or self.untagged_calls)
+        text_format = text_format_grammar(request.response_format)
         segments = render_segments(request.messages, shown, self._default_system)
         with self._lock:
-            yield from self._generate(request, choice, tools, segments, cancel, prose_only)
+            yield from self._generate(request, choice, tools, segments, cancel, prose_only, text_format)
 
     def _generate(self, request: ChatRequest, choice: ToolChoice, tools: list[JsonObject],
-                  segments: list[str], cancel: threading.Event, prose_only: bool = False) -> Iterator[Event]:
+                  segments: list[str], cancel: threading.Event, prose_only: bool = False,
+                  text_format: str | None = None) -> Iterator[Event]:
         """Evaluate the prompt, then generate the reply as events ending with `Finished`.
 
         Args:
@@ -314,6 +326,8 @@ class Engine:
             segments: the rendered prompt, one string per turn (`render_segments`).
             cancel: set to stop generation within one token.
             prose_only: generate under `no_call_grammar` (see `stream`).
+            text_format: the GBNF grammar ``response_format`` asks a reply in words to follow
+                (`text_format_grammar`); it applies when no tool can be called.
 
         Raises:
             ContextOverflow: the prompt leaves no room for a reply token.
@@ -333,6 +347,9 @@ class Engine:
         self.feeder.start_reply(max_tokens)
         prompt_done = time.perf_counter()
         reply = self._start_reply(request, choice, tools, prose_only, max_tokens, seg_tokens[-1], began)
+        if text_format is not None and not tools:
+            reply.sampler = self._grammar_sampler(text_format)
+        reply.format_kept = text_format is not None and not tools if request.response_format else None
         yield from _scored(reply, self._reply_events(reply, cancel))
         yield self._finished(reply, prompt_tokens, cached, prompt_done)
 
@@ -590,6 +607,8 @@ class Engine:
             "dropped_call": reply.splitter.dropped_call,
             "duplicate_calls": reply.splitter.duplicates,
             "blank_refused": reply.blank_refused,
+            **({} if reply.format_kept is None else
+               {"response_format": "followed" if reply.format_kept else "not enforced: tools could be called"}),
         })
 
     def _load_prompt(self, seg_tokens: list[list[int]]) -> int:

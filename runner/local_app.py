@@ -59,7 +59,8 @@ class MessageIn(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    role: Literal["system", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    """``developer`` (OpenAI's name for system instructions to newer models) is read as system."""
     content: str | list[Any] | None = None
 
 
@@ -94,17 +95,23 @@ class ChatBody(BaseModel):
     """Return each generated token's log probability (``choices[].logprobs.content``)."""
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     """With `logprobs`: how many of the likeliest tokens each entry lists beside its own."""
+    response_format: dict[str, Any] | None = None
+    """``json_object`` / ``json_schema``: a reply that can call no tool follows it (a grammar)."""
+    n: int = Field(default=1, ge=1, le=1)
+    """Replies per request: one (greedy decoding would give n identical ones)."""
 
     def to_request(self, parallel_default: bool) -> ChatRequest:
         tools = self.tools or [{"type": "function", "function": f} for f in self.functions or []]
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         parallel = self.parallel_tool_calls if self.parallel_tool_calls is not None else parallel_default
         return ChatRequest(
-            messages=[m.model_dump(exclude_none=True) | {"content": m.content} for m in self.messages],
+            messages=[m.model_dump(exclude_none=True) | {"content": m.content}
+                      | ({"role": "system"} if m.role == "developer" else {}) for m in self.messages],
             tools=tools, tool_choice=self.tool_choice, stop=stop,
             max_tokens=self.max_completion_tokens or self.max_tokens,
             parallel_tool_calls=parallel, grammar_tools=self.grammar_tools or [],
             top_logprobs=(self.top_logprobs or 0) if self.logprobs else None,
+            response_format=self.response_format,
         )
 
 
@@ -313,8 +320,15 @@ def build_app(backend: Backend, model_name: str) -> Callable[..., Any]:
         Route("/extras/tokenize/count", count_tokens, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/stats", stats, methods=["GET"]),
-    ])
+    ], exception_handlers={404: _not_routed, 405: _not_routed})
     return _logged(app, backend)
+
+
+async def _not_routed(request: Request, exc: Exception) -> Response:
+    """An unknown path or method, as an OpenAI-style error (clients read ``error.message``)."""
+    status = getattr(exc, "status_code", 404)
+    what = "no such path" if status == 404 else f"{request.method} is not served here"
+    return _error(status, f"{what}: {request.url.path} (the chat API is POST {CHAT_PATH})")
 
 
 REQUEST_LOG_PREFIX = "request: "

@@ -518,3 +518,48 @@ def test_a_context_llama_cpp_rounds_up_is_kept_to_the_size_asked_for() -> None:
                 error = reply.json()["error"]
                 assert reply.status_code == 400 and error["code"] == "context_length_exceeded", reply.text
                 assert error["n_ctx"] == 300 and error["n_prompt_tokens"] > 300, error
+
+
+def test_requests_it_cannot_serve_as_asked_get_openai_errors_not_a_crash(server: LocalServer) -> None:
+    banana = [{"type": "function", "function": {"name": "peel", "parameters": {
+        "type": "object", "properties": {"fruit": {"type": "banana"}}}}}]
+    for streamed in (False, True):
+        reply = httpx.post(f"{server.base_url}/chat/completions", timeout=60, json={
+            "messages": ask("Peel it."), "tools": banana, "stream": streamed, "max_tokens": 8})
+        assert reply.status_code == 400, reply.text
+        assert "parameter schema" in reply.json()["error"]["message"] and "banana" in reply.json()["error"]["message"]
+    two = httpx.post(f"{server.base_url}/chat/completions", json={"messages": STORY, "n": 2}, timeout=60)
+    assert two.status_code == 400 and two.json()["error"]["param"] == "n"
+    for method, path in (("GET", "/v1/embeddings"), ("GET", "/v1/chat/completions")):
+        missing = httpx.request(method, server.base_url.removesuffix("/v1") + path, timeout=10)
+        assert missing.status_code in (404, 405) and "POST /v1/chat/completions" in missing.json()["error"]["message"]
+    as_system = [{"role": "system", "content": "Answer in French."}, *STORY]
+    as_developer = [{"role": "developer", "content": "Answer in French."}, *STORY]
+    assert post(server, messages=as_developer, max_tokens=8)["choices"][0]["message"] == \
+        post(server, messages=as_system, max_tokens=8)["choices"][0]["message"]
+
+
+def test_response_format_holds_a_reply_in_words_to_its_json(server: LocalServer) -> None:
+    city = {"type": "json_schema", "json_schema": {"name": "city", "schema": {
+        "type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+        "required": ["city", "population"], "additionalProperties": False}}}
+    for streamed in (False, True):
+        body: dict[str, Any] = {"messages": ask("Name a big city in Japan."), "response_format": city,
+                                "max_tokens": 60}
+        if streamed:
+            chunks, _ = stream(server, **body)
+            text = "".join(ch["delta"].get("content") or "" for c in chunks for ch in c["choices"])
+            said = chunks[-1]["runner"]["response_format"]
+        else:
+            reply = post(server, **body)
+            text, said = reply["choices"][0]["message"]["content"], reply["runner"]["response_format"]
+        data = json.loads(text)
+        assert set(data) == {"city", "population"} and isinstance(data["population"], int), text
+        assert said == "followed"
+    anything = post(server, messages=ask("Describe a cat."), response_format={"type": "json_object"}, max_tokens=60)
+    assert isinstance(json.loads(anything["choices"][0]["message"]["content"]), dict)
+    with_tools = post(server, messages=ask("Read notes.txt."), tools=ALL_TOOLS, response_format=city, max_tokens=60)
+    assert with_tools["runner"]["response_format"] == "not enforced: tools could be called"
+    bad = httpx.post(f"{server.base_url}/chat/completions", timeout=60,
+                     json={"messages": STORY, "response_format": {"type": "yaml"}})
+    assert bad.status_code == 400 and "response_format" in bad.json()["error"]["message"]
