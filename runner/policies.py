@@ -213,11 +213,14 @@ FILLER = frozenset("a an the is are was were be it its this that there here of i
 """Words an answer may add to its question's and still say nothing new."""
 FOLDER_QUESTION = re.compile(
     rf"\bhow many\b[^?]*\b(?:files?|folders?|director(?:y|ies))\b|{SIZE_QUESTION.pattern}"
-    r"|\blist (?:the|all|every)\b[^?]*\bfiles\b", re.IGNORECASE)
+    r"|\blist (?:the|all|every|each)\b[^?]*\bfiles?\b", re.IGNORECASE)
 """A question about the files themselves (how many, which is largest), which a listing answers."""
-SMALL_TALK = re.compile(r"\W*(?:hi|hello|hey|hiya|howdy|good (?:morning|afternoon|evening)|thanks|thank you|"
-                        r"thx|cheers|bye|goodbye)(?: there| again| all| everyone| so much| a lot)?[\W_]*", re.IGNORECASE)
-"""A task that is only a greeting or thanks: it asks nothing of the files."""
+SMALL_TALK = re.compile(
+    r"(?:\W*(?:hi|hello|hey|hiya|howdy|good (?:morning|afternoon|evening)|thanks|thank you|thx|cheers|bye|goodbye|"
+    r"ok|okay|great|cool|nice|perfect|that'?s (?:all|it)|that is (?:all|it)|how are you|who are you|"
+    r"what can you do|can you help(?: me)?)(?: there| again| all| everyone| so much| very much| a lot| today)?)+[\W_]*",
+    re.IGNORECASE)
+"""A task that is only greetings, thanks or asking what the agent is: it asks nothing of the files."""
 READ_EACH = re.compile(r"\bread (?:each|every|all)\b|\bread (?:them|the files)\b", re.IGNORECASE)
 """A question that asks for every file to be read, which a listing does not answer."""
 FILE_QUESTION = re.compile(

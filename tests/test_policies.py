@@ -191,8 +191,10 @@ def _say(text: str) -> Answer:
     return completion({"role": "assistant", "content": text})
 
 
-@pytest.mark.parametrize(("prompt", "small"), [("hi", True), ("Thanks!", True), ("Hello there.", True),
-                                                ("hi, which file is largest?", False), ("Thank the team", False)])
+@pytest.mark.parametrize(("prompt", "small"), [
+    ("hi", True), ("Thanks!", True), ("Hello there.", True), ("thanks, that's all", True),
+    ("Hello! Can you help me?", True), ("What can you do?", True),
+    ("hi, which file is largest?", False), ("Thank the team", False), ("Okay, is caching on?", False)])
 def test_a_greeting_requires_no_call_and_its_answer_is_taken(fake: FakeProvider, prompt: str, small: bool) -> None:
     replies = iter([_say("Hello! What would you like to know about the files?"),
                     _call("list_files", turn=1), _say("It is notes.txt.")])
@@ -1171,3 +1173,10 @@ def test_a_call_the_user_declined_is_not_put_to_them_again(fake: FakeProvider, t
     else:  # declined again: the same failure twice in a row ends the run
         assert state.status == "failed" and state.error is not None and state.error.type == "repeated_failure"
         assert results[2] == results[1]
+
+
+@pytest.mark.parametrize(("asked", "about_files"), [
+    ("List every file in the folder with its size.", True), ("List the files and then read each one.", True),
+    ("How many files are there?", True), ("What is the first book on the reading list?", False)])
+def test_a_question_about_the_files_themselves_is_told_apart(asked: str, about_files: bool) -> None:
+    assert bool(policies.FOLDER_QUESTION.search(asked)) is about_files
