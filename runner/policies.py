@@ -446,10 +446,14 @@ def tool_choice(state: RunState, sends_tools: bool = True) -> str | None:
         return "none" if _turns_left(state) == 1 else review
     if _read_on(state) or _read_on_stall(state):
         return "required"
+    return first_turn_choice(state) if state.turns == 0 else "auto"
+
+
+def first_turn_choice(state: RunState) -> str:
+    """The first request's ``tool_choice``: the endpoint's, but "none" instead of "required"
+    for small talk (`small_talk`), which asks for no call: answered in words, not with a listing."""
     first = state.config.endpoint.first_turn_tool_choice
-    if state.turns == 0 and first == "required" and small_talk(state):
-        return "none"  # a greeting asks for no call: answered in words, not with a listing
-    return first if state.turns == 0 else "auto"
+    return "none" if first == "required" and small_talk(state) else first
 
 
 def small_talk(state: RunState) -> bool:

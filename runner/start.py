@@ -407,7 +407,9 @@ def _llama_note(state: RunState) -> str:
     with contextlib.suppress(RunnerError):  # not on disk now: the start says so next
         choice = local_choice(recorded)
     file = choice.path.name if choice is not None else Path(recorded).name
-    turn = (f"first turn tool_choice={endpoint.first_turn_tool_choice}" if not state.turns
+    from runner import policies
+
+    turn = (f"first turn tool_choice={policies.first_turn_choice(state)}" if not state.turns
             else f"continuing at turn {state.turns + 1}")
     return f"model: {endpoint.model}, {turn}\n  starting llama.cpp on {file} for this run"
 
