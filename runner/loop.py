@@ -138,13 +138,18 @@ class Runtime:
 
     def commit(self, state: RunState, *events: _Event) -> None:
         """Save `state` and this transition's trace events (after any deferred ones) together;
-        in memory, only trace them."""
+        in memory, only trace them. A save the full disk refused committed nothing: its events
+        go with the next commit (the stop's), as its transition does."""
         if self._deferred:
             events, self._deferred = (*self._deferred, *events), []
         if self._clock[1]:
             state.wall_ms = self._clock[0] + (time.perf_counter() - self._clock[1]) * 1000
         if self.run is not None:
-            self.run.commit(state, events)
+            try:
+                self.run.commit(state, events)
+            except DiskFull:
+                self._deferred = list(events)
+                raise
         else:
             for event in events:
                 self.tracer.emit(event)
