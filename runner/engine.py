@@ -347,9 +347,10 @@ class Engine:
         self.feeder.start_reply(max_tokens)
         prompt_done = time.perf_counter()
         reply = self._start_reply(request, choice, tools, prose_only, max_tokens, seg_tokens[-1], began)
-        if text_format is not None and not tools:
-            reply.sampler = self._grammar_sampler(text_format)
-        reply.format_kept = text_format is not None and not tools if request.response_format else None
+        if text_format is not None:
+            reply.format_kept = not tools
+            if not tools:
+                reply.sampler = self._grammar_sampler(text_format)
         yield from _scored(reply, self._reply_events(reply, cancel))
         yield self._finished(reply, prompt_tokens, cached, prompt_done)
 

@@ -568,8 +568,10 @@ def _needs_verdict(state: RunState, tool: Tool, call: ToolCall, signature: str) 
 def _refused_before_approval(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, args: Any,
                              signature: str) -> bool:
     """A call that could only fail (`Tool.check`: a delete of a file that does not exist) is
-    answered with its error at once, as if it had run, and no one is asked to approve it. A
-    call in doubt after a crash is asked about whatever the files say now."""
+    answered with its error at once, as if it had run, and no one is asked to approve it; so is
+    a call the user declined before with the same arguments (`DECLINED_BEFORE`; asked for again
+    in a row, it fails the run). A call in doubt after a crash is asked about whatever the files
+    say now."""
     from runner.tools import ToolError
     from runner.trace import ToolStart
 
@@ -580,7 +582,10 @@ def _refused_before_approval(state: RunState, rt: Runtime, tool: Tool, call: Too
         record = ToolRun(call_id=call.id, tool_name=tool.name, signature=signature, ok=False, ms=0, source="rejected",
                          error=f"declined by the user earlier: {declined}")
         _answer(state, rt, call, DECLINED_BEFORE.format(reason=declined), record)
-        _fail_if_fatal(state, RuntimeError(record.error), record)
+        streak, limit = _streak(state, record), state.config.limits.max_identical_failures
+        if 0 < limit <= streak:
+            what = f"{tool.name} was asked for again {streak} times in a row after the user declined it"
+            _fail(state, "repeated_failure", f"{what}: {declined}", f"repeated call: {what}")
         return True
     try:
         tool.check(args, rt.workspace_now())

@@ -560,6 +560,7 @@ def test_response_format_holds_a_reply_in_words_to_its_json(server: LocalServer)
     assert isinstance(json.loads(anything["choices"][0]["message"]["content"]), dict)
     with_tools = post(server, messages=ask("Read notes.txt."), tools=ALL_TOOLS, response_format=city, max_tokens=60)
     assert with_tools["runner"]["response_format"] == "not enforced: tools could be called"
+    assert "response_format" not in post(server, messages=STORY, response_format={"type": "text"}, max_tokens=4)["runner"]
     bad = httpx.post(f"{server.base_url}/chat/completions", timeout=60,
                      json={"messages": STORY, "response_format": {"type": "yaml"}})
     assert bad.status_code == 400 and "response_format" in bad.json()["error"]["message"]
