@@ -534,8 +534,8 @@ def _plus(finished: Finished, first: Finished) -> Finished:
     cached = finished.timings.get("cached_prompt_tokens", 0) + first.timings.get("cached_prompt_tokens", 0)
     timings = finished.timings | ({"cached_prompt_tokens": cached} if "cached_prompt_tokens" in finished.timings else {})
     return replace(finished, prompt_tokens=finished.prompt_tokens + first.prompt_tokens,
-                               completion_tokens=finished.completion_tokens + first.completion_tokens,
-                               timings=timings | {"resampled_from_tokens": first.prompt_tokens + first.completion_tokens})
+                   completion_tokens=finished.completion_tokens + first.completion_tokens,
+                   timings=timings | {"resampled_from_tokens": first.prompt_tokens + first.completion_tokens})
 
 
 def usage(finished: Finished) -> JsonObject:

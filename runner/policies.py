@@ -38,7 +38,8 @@ CORRECTIVE_NAME = "runner"
 
 POLICIES: dict[str, str] = {
     "first_turn_required": ("the first request sends tool_choice \"required\": the model's first reply is a call "
-                            "(a task that is only a greeting or thanks sends \"none\", and its answer is taken)"),
+                            "(a task that is only small talk, a greeting or thanks, sends \"none\", and its answer is "
+                            "taken)"),
     "untagged_calls": "runner's local server reads a reply that opens with a JSON object as a call",
     "corrective_retries": "a protocol slip (an empty reply, an unreadable call) is answered with a short message "
                           "saying what went wrong, instead of the same request again",
@@ -457,7 +458,7 @@ def first_turn_choice(state: RunState) -> str:
 
 
 def small_talk(state: RunState) -> bool:
-    """The run's task is only a greeting or thanks (`SMALL_TALK`): there is nothing to look up,
+    """The run's task is only small talk (`SMALL_TALK`): there is nothing to look up,
     so the first turn requires no call and its answer is not reviewed."""
     return SMALL_TALK.fullmatch(question(state)) is not None
 
