@@ -197,6 +197,24 @@ def _scored(reply: _Reply, events: Iterator[Event]) -> Iterator[Event]:
         yield event
 
 
+def _check_schemas(tools: list[JsonObject]) -> None:
+    """Each tool's parameters are a JSON schema the call grammar can follow.
+
+    Raises:
+        RequestError: naming the first tool whose parameters are not.
+    """
+    for tool in tools:
+        name = offered_tool_names([tool])[0]
+        parameters = tool.get("function", {}).get("parameters", {})
+        if not isinstance(parameters, dict):
+            raise RequestError(f"tools: the parameters of {name!r} are not a JSON schema object")
+        try:
+            call_grammar([tool])
+        except (AssertionError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise RequestError(f"tools: the parameter schema of {name!r} is one the call grammar cannot follow "
+                               f"({exc})") from exc
+
+
 class Engine:
     """Greedy chat generation on one `Llama`, one request at a time.
 
@@ -299,10 +317,8 @@ class Engine:
         # (`no_call_grammar`).
         tools = _callable(request) if choice.mode != "none" else []
         if tools:  # built now, not once a call opens mid-reply: a schema it cannot follow is a 400
-            try:
-                call_grammar(tools, choice.name)
-            except (AssertionError, ValueError, KeyError, TypeError) as exc:
-                raise RequestError(f"tools: a parameter schema the call grammar cannot follow ({exc})") from exc
+            _check_schemas(tools)
+            call_grammar(tools, choice.name)
         keeps_tools = self.none_keeps_tools if request.none_keeps_tools is None else request.none_keeps_tools
         shown = request.tools if keeps_tools else tools
         # With the tools hidden (none_keeps_tools off) only a model that writes untagged calls

@@ -790,6 +790,10 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
     `store_options`) goes into the commands it suggests."""
     out = [*(fit(line, width) for line in run_header(state, info.shown_status if info else None)),
            *_wrap(folder_line(state.config), width)]  # a path is never cut
+    if state.elided_results:
+        n = state.elided_results
+        out += textwrap.wrap(f"context: to fit the model's context window, its {n} earliest tool result"
+                             f"{'s' * (n != 1)} went as one line each in later requests (shown whole here)", width)
     records = list(state.per_turn)
     at = 0  # the next turn record: kept replies are assistant messages, slipped ones are not
 

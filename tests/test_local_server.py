@@ -527,7 +527,12 @@ def test_requests_it_cannot_serve_as_asked_get_openai_errors_not_a_crash(server:
         reply = httpx.post(f"{server.base_url}/chat/completions", timeout=60, json={
             "messages": ask("Peel it."), "tools": banana, "stream": streamed, "max_tokens": 8})
         assert reply.status_code == 400, reply.text
-        assert "parameter schema" in reply.json()["error"]["message"] and "banana" in reply.json()["error"]["message"]
+        message = reply.json()["error"]["message"]
+        assert "parameter schema of 'peel'" in message and "banana" in message, message
+    not_a_schema = [{"type": "function", "function": {"name": "peel", "parameters": "fruit"}}]
+    reply = httpx.post(f"{server.base_url}/chat/completions", timeout=60,
+                       json={"messages": ask("Peel it."), "tools": not_a_schema, "max_tokens": 8})
+    assert reply.status_code == 400 and "parameters of 'peel' are not a JSON schema object" in reply.text
     two = httpx.post(f"{server.base_url}/chat/completions", json={"messages": STORY, "n": 2}, timeout=60)
     assert two.status_code == 400 and two.json()["error"]["param"] == "n"
     for method, path in (("GET", "/v1/embeddings"), ("GET", "/v1/chat/completions")):

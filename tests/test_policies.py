@@ -1147,6 +1147,10 @@ def test_a_conversation_too_long_for_the_context_window_sends_its_earliest_resul
     assert kept[0] == ELIDED.format(tool="read_file", chars=len((tmp_path / "a.log").read_text()))
     assert kept[1:] == [(tmp_path / n).read_text() for n in ("b.log", "c.log")]  # the latest are sent whole
     assert next(m.content for m in state.messages if m.role == "tool") == (tmp_path / "a.log").read_text()
+    from runner.render import transcript_lines
+
+    shown = " ".join(transcript_lines(state, [], width=80))
+    assert "its 1 earliest tool result went as one line each in later requests" in shown
 
     fake.handler = lambda body: error(400, "maximum context length exceeded", "invalid_request_error",
                                       code="context_length_exceeded")
