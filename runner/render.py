@@ -1124,9 +1124,10 @@ def print_runs(infos: Sequence[RunInfo], store_opts: str = "") -> None:
 
 
 def first_line(state: RunState) -> str:
-    """The first line of a run's prompt (its first user message)."""
-    prompt = next((m.content or "" for m in state.messages if m.role == "user"), "")
-    return next((line.strip() for line in prompt.splitlines() if line.strip()), "")
+    """The first line of a run's prompt (`policies.question`: its first user message)."""
+    from runner.policies import question
+
+    return next((line.strip() for line in question(state).splitlines() if line.strip()), "")
 
 
 def own_cost(state: RunState) -> str:
