@@ -328,7 +328,9 @@ async def _not_routed(request: Request, exc: Exception) -> Response:
     """An unknown path or method, as an OpenAI-style error (clients read ``error.message``)."""
     status = getattr(exc, "status_code", 404)
     what = "no such path" if status == 404 else f"{request.method} is not served here"
-    return _error(status, f"{what}: {request.url.path} (the chat API is POST {CHAT_PATH})")
+    response = _error(status, f"{what}: {request.url.path} (the chat API is POST {CHAT_PATH})")
+    response.headers.update(getattr(exc, "headers", None) or {})  # a 405's Allow
+    return response
 
 
 REQUEST_LOG_PREFIX = "request: "

@@ -538,6 +538,7 @@ def test_requests_it_cannot_serve_as_asked_get_openai_errors_not_a_crash(server:
     for method, path in (("GET", "/v1/embeddings"), ("GET", "/v1/chat/completions")):
         missing = httpx.request(method, server.base_url.removesuffix("/v1") + path, timeout=10)
         assert missing.status_code in (404, 405) and "POST /v1/chat/completions" in missing.json()["error"]["message"]
+        assert missing.headers.get("allow") == ("POST" if missing.status_code == 405 else None)
     as_system = [{"role": "system", "content": "Answer in French."}, *STORY]
     as_developer = [{"role": "developer", "content": "Answer in French."}, *STORY]
     assert post(server, messages=as_developer, max_tokens=8)["choices"][0]["message"] == \
