@@ -197,22 +197,23 @@ def _scored(reply: _Reply, events: Iterator[Event]) -> Iterator[Event]:
         yield event
 
 
-def _check_schemas(tools: list[JsonObject]) -> None:
-    """Each tool's parameters are a JSON schema the call grammar can follow.
+_SCHEMA_ERRORS = (AssertionError, ValueError, KeyError, TypeError, AttributeError)
+"""What llama-cpp-python's schema converter raises for a schema it cannot follow."""
 
-    Raises:
-        RequestError: naming the first tool whose parameters are not.
-    """
+
+def _bad_schema(tools: list[JsonObject], exc: Exception) -> RequestError:
+    """The 400 for `tools` whose call grammar could not be built (`exc`), naming the first tool
+    whose parameters are no JSON schema object, or one the grammar cannot follow."""
     for tool in tools:
         name = offered_tool_names([tool])[0]
-        parameters = tool.get("function", {}).get("parameters", {})
-        if not isinstance(parameters, dict):
-            raise RequestError(f"tools: the parameters of {name!r} are not a JSON schema object")
+        if not isinstance(tool.get("function", {}).get("parameters", {}), dict):
+            return RequestError(f"tools: the parameters of {name!r} are not a JSON schema object")
         try:
             call_grammar([tool])
-        except (AssertionError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise RequestError(f"tools: the parameter schema of {name!r} is one the call grammar cannot follow "
-                               f"({exc})") from exc
+        except _SCHEMA_ERRORS as alone:
+            return RequestError(f"tools: the parameter schema of {name!r} is one the call grammar cannot follow "
+                                f"({alone})")
+    return RequestError(f"tools: a call grammar for them cannot be built ({exc})")
 
 
 class Engine:
@@ -317,8 +318,10 @@ class Engine:
         # (`no_call_grammar`).
         tools = _callable(request) if choice.mode != "none" else []
         if tools:  # built now, not once a call opens mid-reply: a schema it cannot follow is a 400
-            _check_schemas(tools)
-            call_grammar(tools, choice.name)
+            try:
+                call_grammar(tools, choice.name)
+            except _SCHEMA_ERRORS as exc:
+                raise _bad_schema(tools, exc) from exc
         keeps_tools = self.none_keeps_tools if request.none_keeps_tools is None else request.none_keeps_tools
         shown = request.tools if keeps_tools else tools
         # With the tools hidden (none_keeps_tools off) only a model that writes untagged calls

@@ -364,10 +364,8 @@ def sent_messages(state: RunState) -> list[Message]:
     cut = set(_elidable(messages)[:state.elided_results])
     if not cut:
         return messages
-    tools = {c.id: c.function.name for m in messages if m.role == "assistant" for c in (m.tool_calls or [])}
-    return [m.model_copy(update={"content": ELIDED.format(tool=tools.get(m.tool_call_id or "", "a tool"),
-                                                          chars=len(m.content or ""))}) if i in cut else m
-            for i, m in enumerate(messages)]
+    return [m.model_copy(update={"content": ELIDED.format(tool=m.name or "a tool", chars=len(m.content or ""))})
+            if i in cut else m for i, m in enumerate(messages)]
 
 
 def _elidable(messages: list[Message]) -> list[int]:
