@@ -239,9 +239,9 @@ def _placed(state: RunState, store: RunStore | None, lease: Lease | None, cancel
 def with_opening(state: RunState) -> RunState:
     """`state`; a new run, never saved, with what its steering policies add before its first turn."""
     if state.seq == 0 and state.turns == 0 and state.config.steering:
-        from runner import policies
+        from runner import steering
 
-        policies.opening(state, workspace_folder(state))
+        steering.opening(state, workspace_folder(state))
     return state
 
 

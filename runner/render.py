@@ -233,6 +233,8 @@ def run_lines(state: RunState, trace_at: str, width: int = 80, store_opts: str =
         lines += ["   answer:", *(f"     {line}".rstrip() for line in state.answer.strip().splitlines())]
     elif state.answer:
         lines.append(f"   answer: {json.dumps(state.answer.strip(), ensure_ascii=False)}")
+    if state.answer and state.answer_unsupported:
+        lines.append(f"   unsupported: no tool result says {state.answer_unsupported} (runner's review)")
     if state.per_turn:
         counts = [str(t.prompt_tokens) for t in state.per_turn]
         more = ""
@@ -479,8 +481,10 @@ def print_policies(as_json: bool) -> None:
     serve --steer` and each model's default set of them."""
     import json
 
-    from runner import models, policies
-    from runner.serve_steering import DEFAULT_ANSWER_AFTER_TURNS, SERVER_POLICIES
+    from runner import models
+    from runner import steering as policies
+    from runner.steering.registry import DEFAULT_ANSWER_AFTER_TURNS
+    from runner.steering.serve import SERVER_POLICIES
 
     entries = models.load_manifest().models
     by_model = {entry.name: policies.active_for_entry(entry) for entry in entries}
@@ -488,6 +492,8 @@ def print_policies(as_json: bool) -> None:
     served = {entry.name: entry.serve_policies for entry in entries}
     if as_json:
         print(json.dumps({"policies": policies.POLICIES, "models": by_model, "answer_after_tool_turns": forcing,
+                          "scopes": {p.name: {"hooks": list(p.hooks), "scope": p.scope, "where": list(p.where)}
+                                     for p in policies.REGISTRY},
                           "serve_policies": SERVER_POLICIES, "serve_models": served}, indent=2))
         return
     import shutil
@@ -495,31 +501,27 @@ def print_policies(as_json: bool) -> None:
 
     width = min(shutil.get_terminal_size((80, 24)).columns, 100)
 
-    def described(items: dict[str, str]) -> None:
-        for name, what in items.items():
-            print(name)
-            for line in what.splitlines():
-                hang = "  " if line.startswith("- ") else ""
-                print(textwrap.fill(line, width, initial_indent="    ", subsequent_indent="    " + hang))
-        print()
-
     def model_line(model: str, names: str) -> None:
         print(textwrap.fill(f"{model}: {names or 'none'}", width, subsequent_indent="    "))
 
-    described(policies.POLICIES)
+    for policy in policies.REGISTRY:
+        print(policy.name)
+        print(textwrap.fill(policy.description, width, initial_indent="    ", subsequent_indent="    "))
+        print(textwrap.fill(f"applies to: {policy.scope}; runs in: {', '.join(policy.where)}", width,
+                            initial_indent="    ", subsequent_indent="      "))
+    print()
     for model, names in by_model.items():
         turns = forcing[model]
         shown = [n + (f" (after {turns} tool turn{'s' if turns != 1 else ''})" if n == "answer_forcing" and turns else "")
                  for n in policies.POLICIES if n in names]
         model_line(model, ", ".join(shown))
     print()
-    print(textwrap.fill("The server policies of runner serve --steer: on applies them all, default each model's "
-                        "set below, off none.", width))
+    print(textwrap.fill("runner serve --steer runs the policies above that run in serve on a client's conversation: "
+                        "on applies them all, default each model's set below, off none.", width))
     print()
-    described(SERVER_POLICIES)
     for model, names in served.items():
         after = forcing[model] or DEFAULT_ANSWER_AFTER_TURNS
-        model_line(model, ", ".join(n + (f" (N={after})" if n == "answer_after_turns" else "") for n in names))
+        model_line(model, ", ".join(n + (f" (N={after})" if n == "answer_forcing" else "") for n in names))
 
 
 def score_lines(report: SuiteReport) -> list[str]:
@@ -772,9 +774,8 @@ def _heading(m: Message, alone: bool, afresh: bool, width: int) -> list[str]:
     """The rule above a system or user message: who wrote it, and for runner's own, whether it
     went with the conversation, `alone` after the system prompt (second_opinion, with the tool
     results it restates), or in that fresh context (`afresh`)."""
-    who = m.role if m.name != "runner" else (
-        "runner (asks again, sent alone after the system prompt)" if alone
-        else "runner (asks again, in that fresh context)" if afresh else "runner (asks again)")
+    who = m.role if m.harness is None else "runner (" + m.harness.label + (
+        ", sent alone after the system prompt)" if alone else ", in that fresh context)" if afresh else ")")
     lines = [f"── {who} " + "─" * max(width - len(who) - 4, 0)]
     if alone:
         sections = re.findall(r"^--- (.+) ---$", m.content or "", re.MULTILINE)
@@ -811,19 +812,17 @@ def transcript_lines(state: RunState, events: Sequence[TraceEvent], width: int =
     verdicts = _verdicts(events)
     servers = answered_by(events)
     runs, resumes = {r.call_id: r for r in state.tool_runs}, [e for e in events if e.type == "run_resumed"]
-    from runner import policies
-
     afresh = False  # from second_opinion's request on, the requests leave the conversation out
     for i, m in enumerate(state.messages):
-        if m.role == "assistant" or m.name == "runner":  # a reply, or runner's own corrective message
+        if m.role == "assistant" or m.harness is not None:  # a reply, or a message of runner's own
             out += slips()
         out += _resumed(resumes, i, records[at].turn if m.role == "assistant" and at < len(records) else None, width)
         out.append("")
         if m.role in ("system", "user"):
-            alone = policies.starts_afresh(m)
+            alone = m.harness is not None and m.harness.fresh
             afresh = afresh or alone
             out += _heading(m, alone, afresh, width)
-            out += _body(m.content or "", width, full, "", wrap=True, keep_last=m.name == "runner")
+            out += _body(m.content or "", width, full, "", wrap=True, keep_last=m.harness is not None)
         elif m.role == "assistant":
             reply = records[at] if at < len(records) else None
             at += 1
@@ -896,6 +895,8 @@ def _ending(state: RunState, info: RunInfo | None = None, width: int = 80, store
     lines = _wrap("answer: " + " ".join(state.answer.split()), width) if state.answer else []
     if len(lines) > ANSWER_LINES:  # a long reply is in full in its turn, above
         lines = [*lines[:ANSWER_LINES - 1], fit(lines[ANSWER_LINES - 1], width - 2) + " …"]
+    if state.answer and state.answer_unsupported:
+        lines += _wrap(f"unsupported: no tool result says {state.answer_unsupported} (runner's review)", width)
     why = [f"stopped: {state.status}" + (f" ({state.reason})" if state.reason else "")]
     if state.error is not None:
         why.append(f"error: {state.error.type}: {state.error.message}")
@@ -1124,8 +1125,8 @@ def print_runs(infos: Sequence[RunInfo], store_opts: str = "") -> None:
 
 
 def first_line(state: RunState) -> str:
-    """The first line of a run's prompt (`policies.question`: its first user message)."""
-    from runner.policies import question
+    """The first line of a run's prompt (`steering.question`: its first user message)."""
+    from runner.steering import question
 
     return next((line.strip() for line in question(state).splitlines() if line.strip()), "")
 

@@ -51,6 +51,9 @@ SMALL_TALK = re.compile(
     r"what can you do|can you help(?: me)?)(?: there| again| all| everyone| so much| very much| a lot| today)?)+[\W_]*",
     re.IGNORECASE)
 """A message that is only greetings, thanks or asking what the agent is: it asks nothing to look up."""
+BLANK = re.compile(r"\[[A-Za-z][\w .'-]{1,40}\](?!\()|<[A-Za-z]\w* [\w .'-]{1,40}>|\{[A-Za-z]\w* [\w .'-]{1,40}\}")
+"""A blank of a template answer: ``[region]``, ``<total amount>``, ``{user name}`` (not a Markdown
+link, nor a tag or a type such as ``<div>`` or ``List<String>``)."""
 LISTED_LINE = re.compile(r"^\s*[-*]?\s*\S+\.\w{1,5}\s*\(\d+ bytes\)\s*$", re.MULTILINE)
 """A line of a folder listing, ``path (N bytes)``."""
 LISTING_PASTE_LINES = 3

@@ -29,6 +29,9 @@ class RunResult(BaseModel, defer_build=True):
     """The typed cause of a `failed` run."""
     answer: str = ""
     """The model's final prose when completed, else empty."""
+    answer_unsupported: str | None = None
+    """Set when the run's own review found the answer unsupported by any tool result: what it
+    says that nothing returned."""
     turns: int = 0
     tool_runs: int = 0
     """Tool calls that really executed (cache hits and rejections excluded)."""
@@ -49,7 +52,7 @@ class RunResult(BaseModel, defer_build=True):
         return cls(
             run_id=state.run_id, parent_run_id=state.parent_run_id, model=state.config.endpoint.model,
             status=state.status, reason=state.reason, interruption=state.interruption, error=state.error,
-            answer=state.answer, turns=state.turns, tool_runs=state.tool_run_count,
+            answer=state.answer, answer_unsupported=state.answer_unsupported, turns=state.turns, tool_runs=state.tool_run_count,
             prompt_tokens=state.prompt_tokens, completion_tokens=state.completion_tokens,
             cost_usd=round(state.cost_usd, 9), child_cost_usd=round(state.child_cost_usd, 9),
             wall_ms=round(state.wall_ms, 3), per_turn_prompt_tokens=[t.prompt_tokens for t in state.per_turn],

@@ -24,12 +24,12 @@ from typing import Any, Callable, Iterable, Literal, Sequence
 
 from pydantic import BaseModel, Field, ValidationError
 
-from runner import fanout, policies
+from runner import fanout, steering
 from runner.chat_adapter import HANDLER_NAME
 from runner.endpoints import Endpoint, checked_base_url
 from runner.errors import UsageError
 from runner.fanout import Batch, Executor, LocalExecutor, RayExecutor
-from runner.policies import echoes
+from runner.replies import echoes
 from runner.request import SuiteRequest
 from runner.resources import tasks_dir
 from runner.result import RunResult
@@ -444,7 +444,7 @@ class SuiteReport(BaseModel):
     scores: list[Score] = []
     """One per (model, split), from `scores`."""
     policies: dict[str, list[str]] = {}
-    """The steering policies of each local column, by name (`runner.policies`)."""
+    """The steering policies of each local column, by name (`runner.steering`)."""
     report_path: str | None = None
     """Where the Markdown report was written (the JSON and the plot sit beside it)."""
     unfinished: list[str] = []
@@ -521,7 +521,7 @@ def harness_settings(column: Endpoint, run_settings: dict[str, Any] | None = Non
     A local model's manifest entry (found by name, or by the file name of its GGUF) gives
     ``answer_after_tool_turns``, ``answer_on_stall``, ``answer_restates_results``,
     ``parallel_tool_calls`` and ``system_addendum``; `run_settings` and `system_addendum`
-    take precedence, and `policy_edits` (`runner.policies.edited`) change the policies last."""
+    take precedence, and `policy_edits` (`runner.steering.edited`) change the policies last."""
     if column.scripted:
         return {}, ""
     from runner import models as models_mod
@@ -529,17 +529,17 @@ def harness_settings(column: Endpoint, run_settings: dict[str, Any] | None = Non
     entry = models_mod.entry_for(column.model, Path(column.local_model) if column.local_model else None)
     settings = (entry.harness_defaults() if entry is not None else {}) | (run_settings or {})
     if policy_edits:
-        own, at_endpoint = policies.split_fields(settings)
+        own, at_endpoint = steering.split_fields(settings)
         current = RunConfig(endpoint=column.model_copy(update=at_endpoint), **own)
-        settings = settings | policies.fields_for(policies.edited(policies.active(current), policy_edits), settings)
+        settings = settings | steering.fields_for(steering.edited(steering.active(current), policy_edits), settings)
     addendum = system_addendum if system_addendum is not None else (entry.system_addendum if entry else "")
     return settings, addendum
 
 
 def _policies_of(column: Endpoint, settings: dict[str, Any], addendum: str) -> list[str]:
     """The steering policies a local column's runs get, by name."""
-    own, at_endpoint = policies.split_fields(settings)
-    return policies.active(RunConfig(endpoint=column.model_copy(update=at_endpoint), **own))
+    own, at_endpoint = steering.split_fields(settings)
+    return steering.active(RunConfig(endpoint=column.model_copy(update=at_endpoint), **own))
 
 
 def _model_for(column: Endpoint, task: Task) -> str:
@@ -578,7 +578,7 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
         system_addendum: text added to the suite's system prompt for local columns, instead of
             the manifest's ``system_addendum`` (None: the manifest's; "": none).
         suites: the suites to run, in order (`load_suite`, `select_tasks`); policy_edits:
-            `--policy` values (`runner.policies.edited`); workspace: another folder to work over.
+            `--policy` values (`runner.steering.edited`); workspace: another folder to work over.
 
     Raises:
         UsageError, models.ModelNotFound: as `model_columns` and `_check_scripted`.
@@ -646,7 +646,7 @@ def run_requested(req: SuiteRequest, runs_root: Path, *, store_location: str | N
     Raises:
         UsageError, models.ModelNotFound: as `runner.fanout.executor` and `model_columns`.
     """
-    policies.edited([], req.policies)  # an unknown name is refused even when no column is local
+    steering.edited([], req.policies)  # an unknown name is refused even when no column is local
     if req.max_turns < 1:
         raise UsageError(f"--max-turns {req.max_turns}: a suite always caps its tasks' turns; give 1 or more")
     suites = requested_suites(req)
@@ -725,7 +725,7 @@ def _create_runs(suite: SuiteDefinition, column: Endpoint, location: StoreAt, jo
                                **overrides, **where)
             state = new_run(task.prompt, config, system=suite.system + addendum)
             if config.steering:
-                policies.opening(state, Path(config.workspace) if config.workspace else tasks_dir() / "workspace")
+                steering.opening(state, Path(config.workspace) if config.workspace else tasks_dir() / "workspace")
             fanout.create(state, location)
             key = f"{suite.name}/{task.id}" if qualified else task.id
             jobs[state.run_id] = Job(column=column, suite=suite, task=task, key=key, repeat=repeat)

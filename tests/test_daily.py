@@ -798,7 +798,7 @@ def test_show_places_a_slipped_turn_and_runners_correction(tmp_path: Path) -> No
     shown = runner("show", run_id, "--runs-dir", "runs", cwd=tmp_path, env={"COLUMNS": "80"}).stdout
     lines = shown.splitlines()
     slip = next(i for i, x in enumerate(lines) if "slip: blank_content, not kept" in x)
-    again = next(i for i, x in enumerate(lines) if x.startswith("── runner (asks again)"))
+    again = next(i for i, x in enumerate(lines) if x.startswith("── runner (corrects a slip; corrective_retries)"))
     answer = next(i for i, x in enumerate(lines) if x.startswith("── turn 2"))
     assert lines[slip].startswith("── turn 1") and slip < again < answer and "Three files." in lines[answer + 1]
 

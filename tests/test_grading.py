@@ -11,7 +11,7 @@ import pytest
 
 from runner.cancel import CancelToken
 from runner.harness import workspace_template
-from runner.policies import echoes
+from runner.replies import echoes
 from runner.suite import Task, load_suite
 from runner.tools import BASIC_TOOLS, ToolContext
 
