@@ -59,6 +59,11 @@ LISTED_LINE = re.compile(r"^\s*[-*]?\s*\S+\.\w{1,5}\s*\(\d+ bytes\)\s*$", re.MUL
 LISTING_PASTE_LINES = 3
 """A reply with this many listing lines or more pasted the listing."""
 
+PASTED_LINES = 3
+OWN_WORDS = 8
+"""A reply with `PASTED_LINES` lines of one tool result and fewer than `OWN_WORDS` words of its
+own pasted the result (`pastes`)."""
+
 ReplyKind = Literal["answer", "abstention", "no_answer"]
 
 
@@ -79,7 +84,7 @@ def classify(reply: str, question: str, tool_results: Sequence[str] = (),
              tool_names: Iterable[str] = ()) -> ReplyClass:
     """What `reply` is, as the last word of a run asked `question`: for small talk, an answer
     unless it is empty or protocol text; else no answer when it is empty,
-    holds the chat's markup or tool-call JSON, copies a tool result, pastes a folder listing,
+    holds the chat's markup or tool-call JSON, pastes a folder listing or a tool result,
     lists tool names, tells how to call the tools or says what it would read, or restates the
     question; an abstention when it says the information is not there; else an answer.
 
@@ -109,11 +114,11 @@ def no_answer_reason(reply: str, question: str, tool_results: Sequence[str] = ()
         return "writes a tool call or a tool schema as JSON"
     if len(LISTED_LINE.findall(text)) >= LISTING_PASTE_LINES:
         return "pastes the folder's listing"
-    if echoes(text, tool_results):
-        return "copies a tool result"
+    if pastes(text, tool_results):
+        return "pastes a tool result"
     if lists_tools(text.lower(), tool_names):
         return "lists tool names"
-    if tells_how(text, tool_names):
+    if instructs(text, tool_names):
         return "tells how to call the tools instead of answering"
     if restates(text, question):
         return "repeats the question"
@@ -128,6 +133,22 @@ def small_talk(question: str) -> bool:
 def abstains(reply: str) -> bool:
     """`reply` says the information is not there."""
     return ABSTAINS.search(reply) is not None
+
+
+def pastes(reply: str, tool_results: Iterable[str]) -> bool:
+    """`reply` is a tool result pasted back: `PASTED_LINES` or more of its lines are lines of one
+    result, word for word (case and runs of whitespace aside), and the rest of it has fewer
+    than `OWN_WORDS` words. Quoting a line or two inside an answer, or relaying a one-line
+    result ("Research summary: errors.log mentions a timeout"), is an answer."""
+    lines = [" ".join(line.lower().split()) for line in reply.splitlines()]
+    lines = [line for line in lines if line]
+    for result in tool_results:
+        held = {" ".join(line.lower().split()) for line in result.splitlines()} - {""}
+        copied = [line for line in lines if line in held]
+        own = [w for line in lines if line not in held for w in words(line)]
+        if len(copied) >= PASTED_LINES and len(own) < OWN_WORDS:
+            return True
+    return False
 
 
 def echoes(answer: str, tool_results: Iterable[str]) -> bool:
@@ -160,6 +181,17 @@ def tells_how(reply: str, tool_names: Iterable[str]) -> bool:
     call (`PLANS`) instead of answering."""
     named = any(name and re.search(rf"\b{re.escape(name)}\b", reply) for name in tool_names)
     return (named and TOOL_VERBS.search(reply) is not None) or PLANS.search(reply) is not None
+
+
+def instructs(reply: str, tool_names: Iterable[str]) -> bool:
+    """`reply` tells how to call a tool (a verb of calling right before the tool's name: "call
+    `read_file` with ...", "use the search_files tool") or says what it would read or call
+    (`PLANS`): narrower than `tells_how`, which a review may send back on a hunch."""
+    for name in tool_names:
+        if name and re.search(rf"\b(?:call|calling|use|using|invoke|run)\s+(?:the\s+)?[`'\"]?{re.escape(name)}\b",
+                              reply, re.IGNORECASE):
+            return True
+    return PLANS.search(reply) is not None
 
 
 def restates(reply: str, question: str) -> bool:

@@ -12,8 +12,8 @@ import pytest
 from runner import steering as policies
 from runner.errors import UsageError
 from runner.models import ModelEntry
-from runner.state import Endpoint, Message, RunConfig
 from runner.replies import restates
+from runner.state import Endpoint, Message, RunConfig
 from runner.steering import texts
 from runner.steering.checks import unshown_figure
 from runner.steering.reviews import _unread
