@@ -247,9 +247,10 @@ class ToolRun(BaseModel, defer_build=True):
     signature: str
     ok: bool
     ms: float
-    source: Literal["run", "cache", "rejected", "invalid", "skipped"] = "run"
+    source: Literal["run", "cache", "rejected", "invalid", "skipped", "refused"] = "run"
     """run: executed; cache: dedupe; rejected: the user declined; invalid: unknown tool or bad
-    arguments; skipped: not run because the budget or turn cap was reached mid-batch."""
+    arguments; skipped: not run because the budget or turn cap was reached mid-batch; refused:
+    not run because the tool found it could only fail (`Tool.check`), answered with that error."""
     error: str | None = None
 
 

@@ -201,10 +201,10 @@ class Tool:
 _SCHEMAS: dict[type[Tool], dict[str, Any]] = {}
 
 
-def _schema(tool_class: type[Tool]) -> dict[str, Any]:
+def _schema(tool_class: type[Tool], params_model: type[BaseModel] | None = None) -> dict[str, Any]:
     # Built once per class: pydantic's schema generation costs ~150 µs a tool.
     if tool_class not in _SCHEMAS:
-        params = tool_class.Params.model_json_schema()
+        params = (params_model or tool_class.Params).model_json_schema()
         params.pop("title", None)
         params.setdefault("properties", {})
         _SCHEMAS[tool_class] = {
@@ -261,9 +261,12 @@ def _visible_files(workspace: Path) -> list[tuple[str, int]]:
 MAX_LIST_ENTRIES = 200
 """list_files shows at most this many entries, then says how many more there are."""
 MAX_READ_CHARS = 16_000
-READ_ON_CHARS = 100
+"""read_file returns at most this many characters of a file (whole lines where it can), then
+a line saying what it left out and how to read on."""
+READ_ON_CHARS = 200
 """Characters kept free under a run's cap on results for the line saying where a read stopped."""
-"""read_file returns at most this many characters (whole lines), then says how to read on."""
+BINARY_PEEK_BYTES = 256
+"""A binary file read without an offset shows this many bytes (as hex) and says how to read on."""
 NO_MATCH = "No line matches "
 """How search_files' result starts when no line matched."""
 MAX_SEARCH_MATCHES = 100
@@ -454,6 +457,15 @@ class PathParams(BaseModel, defer_build=True):
 class ReadParams(PathParams, defer_build=True):
     start_line: int | None = Field(default=None, ge=1, description="First line to read, counting from 1")
     end_line: int | None = Field(default=None, ge=1, description="Last line to read (inclusive)")
+    offset: int | None = Field(default=None, ge=0, description=(
+        "Characters of start_line to skip (default 0), to read on inside a line too long for one read; "
+        "for a binary file, the byte to start at"))
+
+
+class DemoReadParams(PathParams, defer_build=True):
+    offset: int | None = Field(default=None, ge=0)
+    """The character (for a binary file: the byte) to start at: not in the demo catalog's schema,
+    which stays as its suite was measured with; a cut read's last line names it."""
 
 
 def _text_file(folder: Path, path: str) -> Path:
@@ -470,70 +482,171 @@ def _text_file(folder: Path, path: str) -> Path:
     return target
 
 
-def _read_text(target: Path, path: str) -> str:
+def _read_bytes(target: Path, path: str) -> bytes:
     try:
-        return target.read_text(encoding="utf-8", errors="replace")
+        return target.read_bytes()
     except PermissionError:
         raise PermanentToolError(f"permission denied: the process may not open {path}") from None
 
 
+def _read_text(target: Path, path: str) -> str:
+    """The file's text as it is on disk (line endings kept; bytes that are not UTF-8 as U+FFFD)."""
+    return _read_bytes(target, path).decode("utf-8", errors="replace")
+
+
+def _is_binary(data: bytes) -> bool:
+    """A NUL byte in the first 8 KB: a file no one reads as text."""
+    return b"\0" in data[:8192]
+
+
+def read_cap(ctx: ToolContext) -> int:
+    """The most characters of a file one read returns: `MAX_READ_CHARS`, lower under a run's
+    smaller cap on results, leaving room for the line that says where the read stopped."""
+    if ctx.max_chars is None:
+        return MAX_READ_CHARS
+    return max(1, min(MAX_READ_CHARS, ctx.max_chars - READ_ON_CHARS))
+
+
+def with_marker(body: str, marker: str) -> str:
+    """`body` followed by the line that says what a result left out: always after a line break
+    of its own, so the body is everything before the last "\\n[" of the result."""
+    return f"{body}\n[{marker}]"
+
+
+def read_binary(data: bytes, offset: int | None, cap: int) -> str:
+    """Bytes of a binary file as hex (two characters a byte), from `offset` (None: the first
+    `BINARY_PEEK_BYTES`), at most `cap` characters of it, then a line saying which bytes these
+    are and how to read on.
+
+    Raises:
+        ToolError: `offset` past the end of the file.
+    """
+    start = offset or 0
+    if start > len(data) or (start == len(data) and start > 0):
+        raise ToolError(f"the file has {len(data)} bytes; offset {start} is past its end")
+    count = min(BINARY_PEEK_BYTES, cap // 2) if offset is None else max(1, cap // 2)
+    chunk = data[start:start + count]
+    end = start + len(chunk)
+    shown = f"binary file of {len(data)} bytes, shown as hex: bytes {start}-{max(end - 1, start)}"
+    if end >= len(data):
+        return with_marker(chunk.hex(), f"{shown}, to its end")
+    return with_marker(chunk.hex(), f"{shown}; {len(data) - end} bytes left; read on with offset={end}")
+
+
+def read_chars(text: str, offset: int | None, cap: int) -> str:
+    """The text from character `offset`, at most `cap` characters of it (a cut falls between
+    two characters, never inside one), then, when cut, a line saying what was left and the
+    offset that reads on.
+
+    Raises:
+        ToolError: `offset` past the end of the text.
+    """
+    start = offset or 0
+    if start > len(text) or (start == len(text) and start > 0):
+        raise ToolError(f"the file has {len(text)} characters; offset {start} is past its end")
+    if len(text) - start <= cap:
+        return text[start:]
+    end = start + cap
+    return with_marker(text[start:end], f"characters {start + 1}-{end} of {len(text)} shown, {len(text) - end} "
+                                        f"left; read on with offset={end}")
+
+
+def read_lines(text: str, start: int, end: int | None, offset: int, cap: int, path: str) -> str:
+    """Lines `start` to `end` (None: the last) of `text`, the first from its character `offset`,
+    at most `cap` characters: whole lines, or, when the first line alone does not fit, part of
+    it. Lines end at "\\n" (as grep and editors count them). A read that stops before the end
+    says where, what it left and how to read on (the next start_line, or start_line and offset
+    inside a line). Each call scans the text once in C (a 10 MB file: a few ms).
+
+    Raises:
+        ToolError: a range or offset that does not fit the file (worded for the model).
+    """
+    total = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+    if end is not None and end < start:
+        raise ToolError(f"end_line {end} is before start_line {start}")
+    if start > max(total, 1):
+        raise ToolError(f"{path} has {total} lines; start_line {start} is past its end")
+    begin = len(text) - len(text.split("\n", start - 1)[-1]) if start > 1 else 0
+    pos = _line_end(text, begin)
+    length = pos - begin
+    if offset > length or (offset == length and offset > 0):
+        raise ToolError(f"line {start} of {path} has {length} characters; offset {offset} is past its end")
+    if length - offset > cap:  # the line alone is longer than a read: cut inside it
+        cut = offset + cap
+        return with_marker(text[begin + offset:begin + cut],
+                           f"line {start} of {total} cut at the size cap: characters {offset + 1}-{cut} of its "
+                           f"{length} shown, {length - cut} left; read on with start_line={start}, offset={cut}")
+    last = min(end or total, total)
+    size, through = length - offset, start
+    while through < last:
+        after = _line_end(text, pos)
+        if size + after - pos > cap:
+            break
+        size, pos, through = size + after - pos, after, through + 1
+    body = text[begin + offset:pos]
+    if through >= total:
+        return body
+    part = f" (line {start} from character {offset + 1})" if offset else ""
+    capped = " (cut at the size cap)" if through < last else ""
+    return with_marker(body, f"lines {start}-{through} of {total}{part}{capped}; {total - through} more lines "
+                             f"({len(text) - pos} characters) not shown; read on with start_line={through + 1}")
+
+
+def _line_end(text: str, at: int) -> int:
+    """Where the line starting at `at` ends, its "\\n" included."""
+    found = text.find("\n", at)
+    return len(text) if found == -1 else found + 1
+
+
 class FolderReadFile(Tool):
-    """read_file of the folder catalog: a line range, a size cap that says where it cut."""
+    """read_file of the folder catalog: a line range, a size cap that says where it cut and how
+    to read on (inside a long line too), a binary file as hex."""
 
     name = "read_file"
     read_only = True
     blocking = False
     description = ("Read a text file from the workspace (optionally lines start_line to end_line). A long file "
-                   "is cut at a whole line; the result says where it cut and how to read on.")
+                   "is cut at a whole line, a line too long for one read inside it; the result then ends with a "
+                   "line in brackets saying what was left out and the arguments that read on (start_line, and "
+                   "offset within a line). A binary file is shown as hex, offset counting bytes.")
     Params = ReadParams
 
     def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
-        assert isinstance(args, PathParams)
-        start = getattr(args, "start_line", None) or 1
-        end = getattr(args, "end_line", None)
-        target = _text_file(ctx.workspace, args.path)
-        with target.open("rb") as f:
-            if b"\0" in f.read(8192):
-                raise ToolError(f"{args.path} is not a text file ({target.stat().st_size} bytes); it cannot be read "
-                                "as text")
-        text = _read_text(target, args.path)
-        cap = MAX_READ_CHARS if ctx.max_chars is None else max(1, min(MAX_READ_CHARS, ctx.max_chars - READ_ON_CHARS))
-        if start == 1 and end is None and len(text) <= cap:
+        assert isinstance(args, ReadParams)
+        data = _read_bytes(_text_file(ctx.workspace, args.path), args.path)
+        cap = read_cap(ctx)
+        if _is_binary(data):
+            if args.start_line is not None or args.end_line is not None:
+                raise ToolError(f"{args.path} is a binary file ({len(data)} bytes): it has no lines; read it "
+                                "with offset (a byte)")
+            return read_binary(data, args.offset, cap)
+        text = data.decode("utf-8", errors="replace")
+        if args.start_line is None and args.end_line is None and not args.offset and len(text) <= cap:
             return text
-        lines = text.splitlines(keepends=True)
-        if end is not None and end < start:
-            raise ToolError(f"end_line {end} is before start_line {start}")
-        if start > max(len(lines), 1):
-            raise ToolError(f"{args.path} has {len(lines)} lines; start_line {start} is past its end")
-        last = min(end or len(lines), len(lines))
-        taken: list[str] = []
-        size = 0
-        for line in lines[start - 1:last]:
-            if size + len(line) > cap and taken:
-                break
-            taken.append(line[:cap])
-            size += len(line)
-        through = start + len(taken) - 1
-        body = "".join(taken)
-        if through < len(lines):
-            cut = " (cut at the size cap)" if through < last else ""
-            body += ("" if body.endswith("\n") else "\n") + (
-                f"[lines {start}-{through} of {len(lines)}{cut}; read on with start_line={through + 1}]")
-        return body
+        return read_lines(text, args.start_line or 1, args.end_line, args.offset or 0, cap, args.path)
 
 
 class ReadFile(Tool):
-    """read_file of the demo catalog: a path only, the whole file."""
+    """read_file of the demo catalog: a path, the whole file up to the read cap; a longer file
+    ends with a line naming the `offset` that reads on (an argument its schema leaves out, so
+    that the six-task suite's prompt stays as measured)."""
 
     name = "read_file"
     read_only = True
     blocking = False
     description = "Read a text file from the workspace and return its contents."
-    Params = PathParams
+    Params = DemoReadParams
+    SchemaParams: ClassVar[type[BaseModel]] = PathParams
+
+    def schema(self) -> dict[str, Any]:
+        return _schema(type(self), self.SchemaParams)
 
     def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
-        assert isinstance(args, PathParams)
-        return _read_text(_text_file(ctx.workspace, args.path), args.path)
+        assert isinstance(args, DemoReadParams)
+        data = _read_bytes(_text_file(ctx.workspace, args.path), args.path)
+        if _is_binary(data):
+            return read_binary(data, args.offset, read_cap(ctx))
+        return read_chars(data.decode("utf-8", errors="replace"), args.offset, read_cap(ctx))
 
 
 def _searched_files(ctx: ToolContext, root: Path, path: str | None) -> Iterator[tuple[str, Path, int]]:
@@ -848,13 +961,23 @@ FOLDER_TOOL_CLASSES: tuple[type[Tool], ...] = (FolderListFiles, FolderReadFile, 
 """Tools for a folder of one's own (`RunConfig.builtin_tools` "folder"), by name in `runner.catalog`."""
 
 
-def cap_text(text: str, max_chars: int | None) -> tuple[str, int]:
-    """`text` cut to `max_chars` characters plus a marker the model can read
-    (`[truncated: N of M characters omitted]`), and N; unchanged (and 0) when it fits."""
+CAP_HINT = "the rest is not kept; ask the tool for less at a time (a narrower query or a smaller range)"
+"""How a result cut by `cap_text` says to read on, unless its caller knows better."""
+
+
+def cap_text(text: str, max_chars: int | None, hint: str = CAP_HINT) -> tuple[str, int]:
+    """`text` cut to at most `max_chars` characters, its last line saying what was left out
+    (``[cut: characters 1-K of N shown, M left out; HINT]``), and M; unchanged (and 0) when it
+    fits. The cut falls between two characters, never inside one; a `max_chars` too small for
+    the line keeps no text and the line alone."""
     if max_chars is None or len(text) <= max_chars:
         return text, 0
-    omitted = len(text) - max_chars
-    return f"{text[:max_chars]}\n[truncated: {omitted} of {len(text)} characters omitted]", omitted
+
+    def marker(kept: int) -> str:
+        return f"cut: characters 1-{kept} of {len(text)} shown, {len(text) - kept} left out; {hint}"
+
+    kept = max(0, max_chars - len(marker(max_chars)) - 3)  # "\n[" and "]"; fewer digits than max_chars'
+    return with_marker(text[:kept], marker(kept)), len(text) - kept
 
 
 def acts_on_folder(tool: Tool) -> bool:
