@@ -500,7 +500,7 @@ async def _run_tool_calls(state: RunState, rt: Runtime, calls: list[ToolCall]) -
         signature = call_signature(tool.name, call.function.arguments)
         if _needs_verdict(state, tool, call, signature):
             if not _refused_before_approval(state, rt, tool, call, args, signature):
-                _ask_approval(state, rt, tool, call, args.model_dump())
+                _ask_approval(state, rt, tool, call, args)
                 return
             if state.status != "running":
                 return
@@ -613,15 +613,18 @@ def _declined_before(state: RunState, signature: str) -> str | None:
 
 
 def _ask_approval(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, args: Any) -> None:
+    """Stop `interrupted` for a verdict on `call` (`args`: its parsed arguments), with what it
+    would change as the files are now (`Tool.preview`)."""
     from runner.trace import ApprovalRequired
 
     in_doubt = call.id in state.in_doubt
+    preview = tool.preview(args, rt.workspace_now())
     rt.defer(ApprovalRequired(runId=state.run_id, toolName=tool.name,
                               args=call.function.arguments, callId=call.id, inDoubt=in_doubt))
     reason = (f"{tool.name} was started before a crash and its outcome is unknown; approve to run it again"
               if in_doubt else f"{tool.name} needs approval")
     _stop(state, "interrupted", ApprovalInterruption(
-        call_id=call.id, tool_name=tool.name, args=args, in_doubt=in_doubt), reason)
+        call_id=call.id, tool_name=tool.name, args=args.model_dump(), in_doubt=in_doubt, preview=preview), reason)
 
 
 def _cached_result(state: RunState, tool: Tool, signature: str) -> str | None:

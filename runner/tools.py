@@ -22,14 +22,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
 from runner.cancel import Cancelled, CancelToken
 
 if TYPE_CHECKING:
-    from runner.state import RunState
+    from runner.state import ChangePreview, RunState
 
 
 class ToolError(Exception):
@@ -157,6 +157,12 @@ class Tool:
         """Raise ToolError when the call could only fail in `folder` (the run's files as they
         are now: a delete of a file that does not exist), so that no one is asked to approve
         it. The call checks again when it runs. The default finds nothing to refuse."""
+
+    def preview(self, args: BaseModel, folder: Path) -> ChangePreview | None:
+        """What approving the call would change in `folder` (the run's files as they are now),
+        shown to the person asked (`change_preview`); None: the tool does not say. Raises
+        nothing: a call that cannot run is refused by `check` first."""
+        return None
 
     def json_object(self, arguments: str) -> dict[str, Any]:
         """The model's JSON argument string as an object.
@@ -775,6 +781,11 @@ class DeleteFile(Tool):
         assert isinstance(args, PathParams)
         _text_file(folder, args.path)
 
+    def preview(self, args: BaseModel, folder: Path) -> ChangePreview | None:
+        assert isinstance(args, PathParams)
+        before = _current_text(folder, args.path)
+        return None if before is None else change_preview(args.path, before, None)
+
     def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
         assert isinstance(args, PathParams)
         ledger = _ledger(ctx)
@@ -791,34 +802,62 @@ class DeleteFile(Tool):
 class WriteParams(BaseModel, defer_build=True):
     path: str = Field(description="The file to write, by its path in the workspace (missing folders are made)")
     content: str = Field(description="The whole new content of the file")
+    overwrite: bool = Field(default=False, description=(
+        "true to replace a file that exists, all of it (to change part of a file, use edit_file)"))
 
 
 class WriteFile(Tool):
     name = "write_file"
     blocking = False
-    description = "Create or replace a text file in the workspace with the given content. Requires the user's approval."
+    description = ("Create a text file in the workspace with the given content. A file that exists is replaced "
+                   "only with overwrite true, all of it: to change part of a file, use edit_file. Requires the "
+                   "user's approval.")
     Params = WriteParams
     needs_approval = True
     idempotent = True
 
+    def check(self, args: BaseModel, folder: Path) -> None:
+        assert isinstance(args, WriteParams)
+        self._target(args, folder)
+
+    def preview(self, args: BaseModel, folder: Path) -> ChangePreview | None:
+        assert isinstance(args, WriteParams)
+        return change_preview(args.path, _current_text(folder, args.path), args.content)
+
     def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
         assert isinstance(args, WriteParams)
-        target = resolve_in_workspace(ctx.workspace, args.path)
         ledger = _ledger(ctx)
         said = ledger.done(ctx.idempotency_key)
         if said is not None:
             return said
-        if target.is_dir():
-            raise ToolError(f"{args.path} is a folder; give a file name")
+        target = self._target(args, ctx.workspace)
         existed = target.exists()
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(args.content, encoding="utf-8")
+            target.write_bytes(args.content.encode("utf-8"))
         except PermissionError:
             raise PermanentToolError(f"permission denied: the process may not write {args.path}") from None
         said = f"{'Replaced' if existed else 'Created'} {args.path} ({len(args.content.encode())} bytes)."
         ledger.record(ctx.idempotency_key, "write", args.path, said)
         return said
+
+    @staticmethod
+    def _target(args: WriteParams, folder: Path) -> Path:
+        """Where the write goes, once it may go there.
+
+        Raises:
+            PermanentToolError: outside the workspace. ToolError: a folder, or a file that
+                exists without `overwrite`.
+        """
+        target = resolve_in_workspace(folder, args.path)
+        if target.is_dir():
+            raise ToolError(f"{args.path} is a folder; give a file name")
+        if target.exists() and not args.overwrite:
+            size = target.stat().st_size
+            raise ToolError(f"{args.path} exists ({size} bytes) and write_file would replace all of it. To change "
+                            f"part of it, use edit_file; to replace it, call write_file again with \"overwrite\": "
+                            "true.")
+        return target
 
 
 class EditParams(BaseModel, defer_build=True):
@@ -839,6 +878,14 @@ class EditFile(Tool):
     def check(self, args: BaseModel, folder: Path) -> None:
         self._located(args, folder)
 
+    def preview(self, args: BaseModel, folder: Path) -> ChangePreview | None:
+        assert isinstance(args, EditParams)
+        try:
+            _, text = self._located(args, folder)
+        except ToolError:
+            return None
+        return change_preview(args.path, text, text.replace(args.old, args.new, 1), edit=True)
+
     def run_sync(self, args: BaseModel, ctx: ToolContext) -> str:
         assert isinstance(args, EditParams)
         ledger = _ledger(ctx)
@@ -847,7 +894,7 @@ class EditFile(Tool):
             return said
         target, text = self._located(args, ctx.workspace)
         try:
-            target.write_text(text.replace(args.old, args.new, 1), encoding="utf-8")
+            target.write_bytes(text.replace(args.old, args.new, 1).encode("utf-8"))
         except PermissionError:
             raise PermanentToolError(f"permission denied: the process may not write {args.path}") from None
         line = text.count("\n", 0, text.find(args.old)) + 1
@@ -869,8 +916,7 @@ class EditFile(Tool):
         text = _read_text(target, args.path)
         count = text.count(args.old)
         if count == 0:
-            raise ToolError(f"the text of old does not occur in {args.path}; read_file it and copy the exact text "
-                            "(spaces and line breaks included)")
+            raise ToolError(f"the text of old does not occur in {args.path}" + _closest(text, args.old))
         if count > 1:
             lines: list[str] = []
             at = text.find(args.old)
@@ -880,6 +926,81 @@ class EditFile(Tool):
             raise ToolError(f"the text of old occurs {count} times in {args.path} (at lines {', '.join(lines)}); "
                             "include more of the text around it so it occurs once")
         return target, text
+
+
+CLOSEST_MAX_LINES = 20_000
+"""edit_file looks for the text closest to an `old` it did not find in files of at most this many lines."""
+CLOSEST_MIN_RATIO = 0.6
+"""How alike (difflib's ratio, 0-1) the closest text must be to be shown."""
+
+
+def _closest(text: str, old: str) -> str:
+    """What an edit whose `old` is not in `text` is told: the lines of the file most like `old`
+    (as many lines as `old` has; difflib's ratio), so the next call can copy them exactly; or
+    only to read the file and copy, when nothing is close."""
+    import difflib
+
+    plain = "; read_file it and copy the exact text (spaces and line breaks included)"
+    lines = text.split("\n")
+    width = max(1, len(old.strip("\n").split("\n")))
+    if len(lines) > CLOSEST_MAX_LINES:
+        return plain
+    wanted = old.strip("\n")
+    best, at = CLOSEST_MIN_RATIO, -1
+    for i in range(max(1, len(lines) - width + 1)):
+        matcher = difflib.SequenceMatcher(None, "\n".join(lines[i:i + width]), wanted, autojunk=False)
+        if matcher.real_quick_ratio() > best and matcher.quick_ratio() > best and matcher.ratio() > best:
+            best, at = matcher.ratio(), i
+    if at < 0:
+        return plain
+    found = "\n".join(lines[at:at + width])
+    where = f"line {at + 1}" if width == 1 else f"lines {at + 1}-{at + width}"
+    spaces = " (it differs only in spaces, tabs or line breaks)" if found.split() == wanted.split() else ""
+    return (f". The closest text is at {where}{spaces}; copy it exactly (quotes, spaces and line breaks "
+            f"included) into old:\n{found}")
+
+
+PREVIEW_LINES = 80
+"""A change preview's diff shows at most this many lines, then says how many more there are."""
+PREVIEW_MAX_LINES = 50_000
+"""Files longer than this (either side) are not compared line by line: the preview gives counts only."""
+
+
+def _current_text(folder: Path, path: str) -> str | None:
+    """The text of `path` in `folder` as it is now, or None when there is no such file (or it
+    cannot be read)."""
+    try:
+        target = resolve_in_workspace(folder, path)
+        return target.read_bytes().decode("utf-8", errors="replace") if target.is_file() else None
+    except (ToolError, OSError):
+        return None
+
+
+def change_preview(path: str, before: str | None, after: str | None, edit: bool = False) -> ChangePreview:
+    """What a write does to `path`: a unified diff from `before` (None: no such file) to
+    `after` (None: the file is deleted), with the lines it removes and adds, its diff cut to
+    `PREVIEW_LINES` lines (then one saying how many more). A side longer than
+    `PREVIEW_MAX_LINES` lines is not compared: no diff, and the counts are the whole files'."""
+    import difflib
+
+    from runner.state import ChangePreview
+
+    old = (before or "").splitlines(keepends=True)
+    new = (after or "").splitlines(keepends=True)
+    action: Literal["create", "replace", "edit", "delete"] = (
+        "create" if before is None else "delete" if after is None else "edit" if edit else "replace")
+    if max(len(old), len(new)) > PREVIEW_MAX_LINES:
+        return ChangePreview(path=path, action=action, removed_lines=len(old), added_lines=len(new))
+    diff = [line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+            for line in difflib.unified_diff(old, new, f"a/{path}" if before is not None else "/dev/null",
+                                             f"b/{path}" if after is not None else "/dev/null")]
+    body = [line for line in diff if not line.startswith(("---", "+++", "@@"))]
+    removed = sum(1 for line in body if line.startswith("-"))
+    added = sum(1 for line in body if line.startswith("+"))
+    shown = "".join(diff).splitlines()
+    if len(shown) > PREVIEW_LINES:
+        shown = [*shown[:PREVIEW_LINES], f"... {len(shown) - PREVIEW_LINES} more lines of the diff"]
+    return ChangePreview(path=path, action=action, removed_lines=removed, added_lines=added, diff="\n".join(shown))
 
 
 def deleted_files(where: Path) -> list[str]:

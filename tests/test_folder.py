@@ -218,8 +218,9 @@ def test_scan_archive_on_the_packaged_workspace() -> None:
 # --- a person's own question on their own folder, end to end ------------------------------------
 
 
-def _writer(path: str, content: str) -> Any:
-    """A provider that lists the folder, writes one file, then answers with what it listed."""
+def _writer(path: str, content: str, overwrite: bool = False) -> Any:
+    """A provider that lists the folder, writes one file (`overwrite`: one that exists), then
+    answers with what it listed."""
 
     def answer(body: dict[str, Any]) -> Answer:
         messages = body["messages"]
@@ -228,7 +229,7 @@ def _writer(path: str, content: str) -> Any:
             return completion({"role": "assistant", "content": None,
                                "tool_calls": [tool_call("c1", "list_files", "{}")]})
         if asked == 1:
-            args = json.dumps({"path": path, "content": content})
+            args = json.dumps({"path": path, "content": content, **({"overwrite": True} if overwrite else {})})
             return completion({"role": "assistant", "content": None,
                                "tool_calls": [tool_call("c2", "write_file", args)]})
         listing = next(m["content"] for m in messages if m["role"] == "tool")
@@ -273,7 +274,7 @@ def test_a_question_works_on_the_current_folder_and_a_write_waits_for_a_verdict(
 def test_sandbox_copy_leaves_the_folder_untouched_after_an_approved_write(folder: Path, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     before = _files(folder)
-    with FakeProvider(_writer("letter.txt", "overwritten\n")) as fake:
+    with FakeProvider(_writer("letter.txt", "overwritten\n", overwrite=True)) as fake:
         proc = cli("run", "Rewrite the letter", "--base-url", fake.base_url, "--model", "m", "--workspace",
                    str(folder), "--sandbox", "copy", "--json", runs_dir=runs)
         run_id = json.loads(proc.stdout)["run_id"]
