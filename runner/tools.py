@@ -692,7 +692,7 @@ class SearchFiles(Tool):
             raise ToolError(f"the pattern {args.pattern!r} is not a regular expression: {exc}") from None
         root = _real(str(ctx.workspace))
         matches: list[str] = []
-        total = searched = skipped = 0
+        total = searched = skipped = cut = 0
         for name, real, size in _searched_files(ctx, root, args.path):
             if ctx.cancel.is_cancelled:
                 raise Cancelled(ctx.cancel.reason or "cancelled")
@@ -706,15 +706,18 @@ class SearchFiles(Tool):
                     total += 1
                     if len(matches) < MAX_SEARCH_MATCHES:
                         shown = line.strip()
-                        cut = shown[:MAX_LINE_CHARS] + (" ..." if len(shown) > MAX_LINE_CHARS else "")
-                        matches.append(f"{name}:{number}: {cut}")
+                        cut += len(shown) > MAX_LINE_CHARS
+                        matches.append(f"{name}:{number}: {shown[:MAX_LINE_CHARS]}"
+                                       + (" ..." if len(shown) > MAX_LINE_CHARS else ""))
         files = f"{searched} file{'s' if searched != 1 else ''} searched" + (
             f", {skipped} skipped (binary or over {MAX_SEARCH_FILE_BYTES:,} bytes)" if skipped else "")
         if not matches:
             return f"{NO_MATCH}{args.pattern!r} ({files})."
         if total > len(matches):
             matches.append(_more(len(matches), total, "matches", "narrow the pattern or give path"))
-        return "\n".join(matches) + f"\n({total} match{'es' if total != 1 else ''}; {files})"
+        long = (f"; {cut} line{'s' if cut != 1 else ''} cut at {MAX_LINE_CHARS} characters (...): read_file "
+                "with its start_line shows it whole") if cut else ""
+        return "\n".join(matches) + f"\n({total} match{'es' if total != 1 else ''}; {files}{long})"
 
 
 def _text_or_none(real: Path, size: int) -> str | None:

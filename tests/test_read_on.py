@@ -186,3 +186,13 @@ def test_a_result_of_ones_own_tool_cut_by_the_runs_cap_says_so_once(tmp_path: Pa
     assert full.startswith(body) and f"of {len(full)} shown, {len(full) - len(body)} left out;" in marker
     trace = [json.loads(line) for line in (tmp_path / "runs" / state.run_id / "trace.jsonl").read_text().splitlines()]
     assert [e.get("omittedChars") for e in trace if e["type"] == "tool_result"] == [len(full) - len(body)]
+
+
+def test_a_search_match_cut_to_a_line_says_so_and_how_to_see_it_whole(files: Path) -> None:
+    from runner.tools import MAX_LINE_CHARS, SearchFiles
+
+    found = read(SearchFiles(), files, pattern='"id": 0,', path="minified.json").splitlines()
+    assert found[0].startswith('minified.json:1: [{"id": 0,') and found[0].endswith(" ...")
+    assert len(found[0]) == len("minified.json:1: ") + MAX_LINE_CHARS + len(" ...")
+    assert found[-1] == (f"(1 match; 1 file searched; 1 line cut at {MAX_LINE_CHARS} characters (...): read_file "
+                         "with its start_line shows it whole)")
