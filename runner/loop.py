@@ -618,7 +618,10 @@ def _ask_approval(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, args
     from runner.trace import ApprovalRequired
 
     in_doubt = call.id in state.in_doubt
-    preview = tool.preview(args, rt.workspace_now())
+    try:
+        preview = tool.preview(args, rt.workspace_now())
+    except Exception:  # a tool of one's own whose preview fails: the person is asked without one
+        preview = None
     rt.defer(ApprovalRequired(runId=state.run_id, toolName=tool.name,
                               args=call.function.arguments, callId=call.id, inDoubt=in_doubt))
     reason = (f"{tool.name} was started before a crash and its outcome is unknown; approve to run it again"
