@@ -149,7 +149,7 @@ class ToolSkipped(_Event):
     args: str
     reason: SkipReason
     detail: str | None = None
-    """What the model is told, in short (the error, or whose result it was given)."""
+    """Why, in words: the error the model is told, or the user's reason; None for a cached result."""
 
 
 class ToolProgress(_Event):
