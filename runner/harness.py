@@ -364,7 +364,7 @@ def give_verdict(store: RunStore, lease: Lease, state: RunState, call_id: str, v
         ValueError: `call_id` is not a pending call of the run.
     """
     from runner.state import call_signature, pending
-    from runner.trace import ToolResult, Verdict
+    from runner.trace import ToolResult, ToolSkipped, Verdict
 
     call = next((c for c in pending(state) if c.id == call_id), None)
     if verdict == "approve":
@@ -379,6 +379,8 @@ def give_verdict(store: RunStore, lease: Lease, state: RunState, call_id: str, v
         reason=reason or None)]
     if verdict != "approve":
         record = state.tool_runs[-1]
+        events.append(ToolSkipped(runId=state.run_id, toolName=record.tool_name, callId=call.id,
+                                  args=call.function.arguments, reason="rejected", detail=record.error))
         events.append(ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id, ms=0,
                                  ok=False, source="rejected", error=record.error))
     store.save(state, events, lease)

@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # these load where a run uses them, not with `from runner imp
     from runner.store import RunHandle
     from runner.streaming import TurnProgress
     from runner.tools import Tool, Workspace
-    from runner.trace import Tracer, _Event
+    from runner.trace import SkipReason, ToolSkipped, Tracer, _Event
 
 GENERIC_TOOL_ERROR = "Error: the tool failed."
 SLIPS = {
@@ -519,7 +519,7 @@ async def _run_tool_calls(state: RunState, rt: Runtime, calls: list[ToolCall]) -
         signature = call_signature(tool.name, call.function.arguments)
         if _needs_verdict(state, tool, call, signature):
             if not _refused_before_approval(state, rt, tool, call, args, signature):
-                _ask_approval(state, rt, tool, call, args.model_dump())
+                _ask_approval(state, rt, tool, call, args)
                 return
             if state.status != "running":
                 return
@@ -590,7 +590,6 @@ def _refused_before_approval(state: RunState, rt: Runtime, tool: Tool, call: Too
     in a row, it fails the run). A call in doubt after a crash is asked about whatever the files
     say now."""
     from runner.tools import ToolError
-    from runner.trace import ToolStart
 
     if call.id in state.in_doubt:
         return False
@@ -607,8 +606,8 @@ def _refused_before_approval(state: RunState, rt: Runtime, tool: Tool, call: Too
     try:
         tool.check(args, rt.workspace_now())
     except ToolError as exc:
-        rt.tracer.emit(ToolStart(runId=state.run_id, toolName=tool.name, args=call.function.arguments, callId=call.id))
-        record = ToolRun(call_id=call.id, tool_name=tool.name, signature=signature, ok=False, ms=0, error=str(exc))
+        record = ToolRun(call_id=call.id, tool_name=tool.name, signature=signature, ok=False, ms=0, source="refused",
+                         error=str(exc))
         _answer(state, rt, call, _error_text(state, rt, exc), record)
         _fail_if_fatal(state, exc, record)
         return True
@@ -633,15 +632,21 @@ def _declined_before(state: RunState, signature: str) -> str | None:
 
 
 def _ask_approval(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, args: Any) -> None:
+    """Stop `interrupted` for a verdict on `call` (`args`: its parsed arguments), with what it
+    would change as the files are now (`Tool.preview`)."""
     from runner.trace import ApprovalRequired
 
     in_doubt = call.id in state.in_doubt
+    try:
+        preview = tool.preview(args, rt.workspace_now())
+    except Exception:  # a tool of one's own whose preview fails: the person is asked without one
+        preview = None
     rt.defer(ApprovalRequired(runId=state.run_id, toolName=tool.name,
                               args=call.function.arguments, callId=call.id, inDoubt=in_doubt))
     reason = (f"{tool.name} was started before a crash and its outcome is unknown; approve to run it again"
               if in_doubt else f"{tool.name} needs approval")
     _stop(state, "interrupted", ApprovalInterruption(
-        call_id=call.id, tool_name=tool.name, args=args, in_doubt=in_doubt), reason)
+        call_id=call.id, tool_name=tool.name, args=args.model_dump(), in_doubt=in_doubt, preview=preview), reason)
 
 
 def _cached_result(state: RunState, tool: Tool, signature: str) -> str | None:
@@ -765,10 +770,29 @@ def _answer(state: RunState, rt: Runtime, call: ToolCall, text: str, record: Too
     text, omitted = cap_text(text, state.config.max_tool_result_chars)
     state.messages.append(Message(role="tool", tool_call_id=call.id, name=call.function.name, content=text))
     state.tool_runs.append(record)
-    rt.commit(state, ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id,
-                                ms=round(record.ms, 3), ok=record.ok, source=record.source,
-                                error=record.error, childRunId=child, omittedChars=omitted or None))
+    result = ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id, ms=round(record.ms, 3),
+                        ok=record.ok, source=record.source, error=record.error, childRunId=child,
+                        omittedChars=omitted or None)
+    skipped = _skipped(state, call, record)
+    rt.commit(state, *([skipped] if skipped is not None else []), result)
     _crash_point("tool_result")
+
+
+SKIP_REASONS: dict[str, SkipReason] = {"refused": "refused", "rejected": "declined_before", "cache": "cached",
+                                       "skipped": "limit", "invalid": "invalid"}
+"""A `ToolRun.source` that did not run the tool -> the `tool_skipped` reason (a rejection answered
+through `_answer` is a call declined before; one given as a verdict is traced by `reject`)."""
+
+
+def _skipped(state: RunState, call: ToolCall, record: ToolRun) -> ToolSkipped | None:
+    """The `tool_skipped` event of a call answered without running its tool; None for one that ran."""
+    from runner.trace import ToolSkipped
+
+    reason = SKIP_REASONS.get(record.source)
+    if reason is None:
+        return None
+    return ToolSkipped(runId=state.run_id, toolName=record.tool_name, callId=call.id, args=call.function.arguments,
+                       reason=reason, detail=record.error)
 
 
 def _fail_if_fatal(state: RunState, error: Exception, record: ToolRun) -> None:
@@ -839,8 +863,10 @@ def reject(state: RunState, call_id: str, reason: str = "", *, empty: bool = Fal
                      ok=False, ms=0, source="rejected", error=f"declined by the user: {reason}")
     state.tool_runs.append(record)
     if tracer is not None:
-        from runner.trace import ToolResult
+        from runner.trace import ToolResult, ToolSkipped
 
+        tracer.emit(ToolSkipped(runId=state.run_id, toolName=record.tool_name, callId=call.id,
+                                args=call.function.arguments, reason="rejected", detail=record.error))
         tracer.emit(ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id, ms=0,
                                ok=False, source="rejected", error=record.error))
     state.approved.pop(call_id, None)  # an approval of other arguments under this call id

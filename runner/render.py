@@ -247,8 +247,38 @@ def run_lines(state: RunState, trace_at: str, width: int = 80, store_opts: str =
         lines.append(f"   the tools worked on a copy of {state.config.workspace} (left unchanged): {copy}")
     if state.status not in ("completed",):
         lines.append(f"   stopped: {state.reason}")
-    lines += [f"   {line}" for line in next_steps(state, store_opts)]
-    return [part for line in lines for part in _wrapped(line, width)]
+    lines += [f"   {line}" for line in [*writes_line(state), *next_steps(state, store_opts)]]
+    return [part for line in lines for part in _wrapped(line, width)] + [
+        fit(f"   {line}", width) for line in preview_lines(state)]
+
+
+def writes_line(state: RunState) -> list[str]:
+    """What a run's writes came to, in one line ("writes: 1 done (...); 1 refused (...)", or
+    "nothing written" first when none was done); [] for a run that asked for no write."""
+    from runner.result import writes_of
+
+    writes = writes_of(state)
+    if not writes:
+        return []
+    done = [w for w in writes if w.outcome == "done"]
+    parts = [f"{len(done)} done ({', '.join(f'{w.tool} {w.path}' for w in done)})" if done else "nothing written"]
+    for kind in ("refused", "failed"):
+        some = [w for w in writes if w.outcome == kind]
+        if some:  # each why in its first sentence
+            parts.append(f"{len(some)} {kind} (" + "; ".join(f"{w.tool} {w.path}: {w.detail.split('. ')[0]}"
+                                                             for w in some) + ")")
+    return ["writes: " + "; ".join(parts)]
+
+
+def preview_lines(state: RunState) -> list[str]:
+    """While a write waits for approval, what it would change: the file, the lines it removes
+    and adds, and its diff (each line as it is, to be cut, never wrapped); else []."""
+    it = state.interruption
+    preview = it.preview if it is not None and it.type == "approval" else None
+    if preview is None:
+        return []
+    return [f"{preview.action} {preview.path}: {preview.removed_lines} lines removed, {preview.added_lines} added"
+            + ("" if preview.diff else " (too large to show a diff)"), *(f"  {line}" for line in preview.diff.splitlines())]
 
 
 def _wrapped(line: str, width: int, indent: str = "      ") -> list[str]:
@@ -900,8 +930,8 @@ def _ending(state: RunState, info: RunInfo | None = None, width: int = 80, store
     why = [f"stopped: {state.status}" + (f" ({state.reason})" if state.reason else "")]
     if state.error is not None:
         why.append(f"error: {state.error.type}: {state.error.message}")
-    return lines + [part for line in [*why, *next_steps(state, store_opts)]
-                    for part in _wrap(line, width)]  # why it stopped, and commands, are never cut
+    return lines + [part for line in [*why, *writes_line(state), *next_steps(state, store_opts)]
+                    for part in _wrap(line, width)] + [fit(line, width) for line in preview_lines(state)]
 
 
 def _not_stopped(info: RunInfo, width: int, store_opts: str = "") -> list[str]:

@@ -134,6 +134,22 @@ class Message(BaseModel, defer_build=True):
         return self.model_dump(exclude_none=True, exclude={"logprobs", "harness"})
 
 
+class ChangePreview(BaseModel, defer_build=True):
+    """What approving a write would do to one file, worked out when the run asked
+    (`runner.tools.change_preview`): a unified diff and its counts of lines."""
+
+    path: str
+    action: Literal["create", "replace", "edit", "delete"]
+    removed_lines: int
+    """Lines of the file as it was that the write takes out."""
+    added_lines: int
+    """Lines the write puts in."""
+    diff: str = ""
+    """The unified diff (``--- a/PATH``, ``+++ b/PATH``, hunks with 3 lines of context), at most
+    `runner.tools.PREVIEW_LINES` lines, then one saying how many more; "" when the file is too
+    large to compare (the counts are then the whole files')."""
+
+
 class ApprovalInterruption(BaseModel, defer_build=True):
     type: Literal["approval"] = "approval"
     call_id: str
@@ -141,6 +157,9 @@ class ApprovalInterruption(BaseModel, defer_build=True):
     args: Any
     in_doubt: bool = False
     """True when the call was started in an earlier process and its outcome is unknown."""
+    preview: ChangePreview | None = None
+    """What the write would change, as the files were when the run asked; None for a tool that
+    does not say (`Tool.preview`)."""
 
 
 class MaxTurnsInterruption(BaseModel, defer_build=True):
@@ -297,9 +316,10 @@ class ToolRun(BaseModel, defer_build=True):
     signature: str
     ok: bool
     ms: float
-    source: Literal["run", "cache", "rejected", "invalid", "skipped"] = "run"
+    source: Literal["run", "cache", "rejected", "invalid", "skipped", "refused"] = "run"
     """run: executed; cache: dedupe; rejected: the user declined; invalid: unknown tool or bad
-    arguments; skipped: not run because the budget or turn cap was reached mid-batch."""
+    arguments; skipped: not run because the budget or turn cap was reached mid-batch; refused:
+    not run because the tool found it could only fail (`Tool.check`), answered with that error."""
     error: str | None = None
 
 

@@ -350,6 +350,18 @@ def test_runs_filters_totals_and_suites(tmp_path: Path) -> None:
         assert "event: update" in first and time.monotonic() - started < 5
 
 
+def test_a_write_waiting_for_a_verdict_shows_the_diff_it_would_make(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    code, waiting = cli_json("run", "--scenario", "destructive", runs_dir=runs)
+    assert code == 3
+    with view_server({"RUNNER_RUNS_DIR": str(runs)}) as url, httpx.Client(base_url=url) as client:
+        page = client.get(f"/runs/{waiting['run_id']}").text
+    approval = page[page.index('id="approval"'):]
+    assert "delete <code>access.log</code>: 3 lines\n      removed, 0 added" in approval
+    diff = re.search(r'<pre class="diff" id="diff">(.*?)</pre>', approval, re.S)
+    assert diff is not None and '<span class="del">-10.0.0.4 - - [06/Sep/2026:09:12:00] &#34;GET' in diff.group(1)
+
+
 def test_a_verdict_on_a_run_that_cannot_be_written_says_why(tmp_path: Path) -> None:
     """The run's folder refuses writes (its lock file made immutable, as a read-only mount
     or another user's folder would): the web verdict is a page saying why, not a bare 500
