@@ -24,8 +24,10 @@ files, a file's text, the lines that match. A person's own tool or an MCP tool g
 no such kind, whatever its name (`View.role`)."""
 TABLE_FILES = (".csv", ".tsv")
 """Files read as tables (`table_rows`, `table_extremes`; the "unrelated" review)."""
-READ_STOPPED = re.compile(r"^\[lines \d+-(\d+) of \d+[^\n]*; read on with start_line=\d+\]$", re.MULTILINE)
-"""What a line-range read adds when it stops short of the file's end: the last line it returned."""
+READ_STOPPED = re.compile(r"^\[lines \d+-(\d+) of \d+[^\n]*; read on with start_line=\d+\]$"
+                          r"|^\[line (\d+) of \d+ [^\n]*; read on with start_line=\d+, offset=\d+\]$", re.MULTILINE)
+"""What a read adds when it stops short of the file's end: the last line it returned whole, or
+the line it stopped inside (then it returned the lines before it whole)."""
 LISTED = re.compile(r"^(\S[^\n]*?) \((\d+) bytes\)", re.MULTILINE)
 """A file in a listing: ``path (N bytes)``, path and size."""
 NO_MATCH = "No line matches "
@@ -231,7 +233,8 @@ class View:
         ranges: dict[str, list[tuple[int, int | None]]] = {}
         for path, text, start in self.reads:
             stop = READ_STOPPED.search(text)
-            ranges.setdefault(path, []).append((start, int(stop.group(1)) if stop else None))
+            through = None if stop is None else int(stop.group(1)) if stop.group(1) else int(stop.group(2)) - 1
+            ranges.setdefault(path, []).append((start, through))
         whole = set()
         for path, spans in ranges.items():
             reached = 0
