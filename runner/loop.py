@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from runner import steering
 from runner.cancel import Cancelled, CancelToken, race
 from runner.errors import DiskFull, NotPending, ProviderError
+from runner.replies import ReplyClass
 from runner.state import (
     FORMAT_VERSION,
     ApprovalInterruption,
@@ -442,13 +443,16 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
 
 def _final_word(state: RunState) -> str | None:
     """A reply that would end the run (prose, no calls) is judged (`steering.final_verdict`):
-    an answer is taken, marked when the run's own review found it unsupported; no answer gets
+    an answer is taken, marked when the run's own review found it unsupported; no answer, or
+    one that says a file was changed when runner's write tools changed none, gets
     one fresh request for the answer (whose text is returned), and then fails the run
     (`no_answer`), the reply kept in the transcript."""
     last = state.messages[-1]
     if last.role != "assistant" or last.tool_calls or not _answered(state):
         return None
     verdict = steering.final_verdict(state)
+    if verdict.kind != "no_answer" and (unmade := steering.unmade_change(state)) is not None:
+        verdict = ReplyClass("no_answer", f"says a file was changed, and no write was made ({unmade})")
     if verdict.kind != "no_answer":
         state.answer_unsupported = steering.unsupported_claim(state)
         return None

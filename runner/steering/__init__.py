@@ -34,7 +34,14 @@ from runner.steering.registry import (
     split_fields,
     with_endpoint,
 )
-from runner.steering.reviews import ask_once_more, final_verdict, non_answers, review_answer, unsupported_claim
+from runner.steering.reviews import (
+    ask_once_more,
+    final_verdict,
+    non_answers,
+    review_answer,
+    unmade_change,
+    unsupported_claim,
+)
 from runner.steering.texts import CORRECTIVE_NAME
 from runner.steering.turns import (
     TOP_LOGPROBS,
@@ -55,7 +62,7 @@ __all__ = [
     "correction", "disagree", "edited", "fields_for", "final_verdict", "first_turn_choice", "folder_listing",
     "grammar_tools", "mentions", "non_answers", "offered_tools", "opening", "question", "question_words",
     "request_fields", "request_messages", "restated_results", "review_answer", "small_talk", "split_fields",
-    "tool_choice", "tool_result_text", "unsupported_claim", "view", "with_endpoint",
+    "tool_choice", "tool_result_text", "unmade_change", "unsupported_claim", "view", "with_endpoint",
 ]
 
 

@@ -22,6 +22,14 @@ from runner.steering.registry import on
 from runner.steering.turns import restated_results
 from runner.steering.view import View, view
 
+CLAIMS_A_CHANGE = re.compile(
+    r"\b(?:updated|changed|bumped|replaced|renamed|deleted|removed|added|fixed|edited|modified|created|wrote|"
+    r"written|set (?:it|the|to))\b", re.IGNORECASE)
+"""A reply that says it changed a file."""
+SAYS_NOTHING_CHANGED = re.compile(
+    r"\b(?:not|no|nothing|never|unable|cannot|can't|could not|couldn't|didn't|did not|wasn't|was not|rejected|"
+    r"declined|refused|failed)\b", re.IGNORECASE)
+"""A reply that says a change was not made."""
 FORM_KINDS = ("instructions", "blanks", "restated", "copied", "unsupported")
 """The kinds of non-answer about a reply's form or what no tool returned: checked in any run."""
 
@@ -222,6 +230,19 @@ def ask_once_more(state: RunState, verdict: ReplyClass) -> bool:
     message = texts.harness_message(text, "last_attempt", "final_answer", tool_choice="none", fresh=True)
     state.messages.append(message)
     return True
+
+
+def unmade_change(state: RunState) -> str | None:
+    """When the run's calls of runner's write tools changed nothing (each declined, refused or
+    failed) and the reply about to be taken says it changed a file: what became of them, in
+    words ("write_file pyproject.toml: declined"); None otherwise."""
+    v = view(state)
+    if not v.writes or any(changed for _, _, changed in v.writes):
+        return None
+    answer = v.last.content or ""
+    if not CLAIMS_A_CHANGE.search(answer) or SAYS_NOTHING_CHANGED.search(answer):
+        return None
+    return "; ".join(f"{label}: {ended}" for label, ended, _ in v.writes)
 
 
 def unsupported_claim(state: RunState) -> str | None:

@@ -17,11 +17,12 @@ from typing import Any, Literal
 from runner.replies import small_talk
 from runner.state import HarnessNote, Message, RunState, ToolCall
 
-Role = Literal["listing", "read", "search"]
-FOLDER_TOOLS: dict[str, Role] = {"list_files": "listing", "read_file": "read", "search_files": "search"}
-"""runner's own folder tools (either catalog) and the evidence each gives: a listing of the
-files, a file's text, the lines that match. A person's own tool or an MCP tool gives evidence of
-no such kind, whatever its name (`View.role`)."""
+Role = Literal["listing", "read", "search", "write"]
+FOLDER_TOOLS: dict[str, Role] = {"list_files": "listing", "read_file": "read", "search_files": "search",
+                                 "write_file": "write", "edit_file": "write", "delete_file": "write"}
+"""runner's own folder tools (either catalog) and what each gives: a listing of the files, a
+file's text, the lines that match, a change kept in the write ledger. A person's own tool or an
+MCP tool is of no such kind, whatever its name (`View.role`)."""
 TABLE_FILES = (".csv", ".tsv")
 """Files read as tables (`table_rows`, `table_extremes`; the "unrelated" review)."""
 READ_STOPPED = re.compile(r"^\[lines \d+-(\d+) of \d+[^\n]*; read on with start_line=\d+\]$"
@@ -165,6 +166,19 @@ class View:
     def evidence_word(self) -> str:
         """How a message names the evidence: "files" in a folder run, else "tool results"."""
         return "files" if self.folder_run else "tool results"
+
+    @functools.cached_property
+    def writes(self) -> list[tuple[str, str, bool]]:
+        """Each call of runner's write tools: (call label, how it ended, whether it changed a
+        file); how it ended is "done", "declined", "refused" or "failed"."""
+        out = []
+        for r in self.state.tool_runs:
+            if self.role(r.tool_name) != "write" or r.source == "cache" or r.call_id not in self.calls:
+                continue
+            ended = ("done" if r.ok else "failed") if r.source == "run" else \
+                "declined" if r.source == "rejected" else "refused"
+            out.append((call_label(self.calls[r.call_id]), ended, ended == "done"))
+        return out
 
     @functools.cached_property
     def has_evidence(self) -> bool:
