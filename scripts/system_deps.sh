@@ -21,7 +21,13 @@ _system_deps_install() {  # _system_deps_install WHY PACKAGE...
     return 0
   fi
   local sudo=""
-  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  if [ "$(id -u)" != 0 ]; then
+    if ! command -v sudo >/dev/null; then
+      echo "system deps: not root and no sudo here: install $* yourself; going on without" >&2
+      return 0
+    fi
+    sudo="sudo"
+  fi
   local log
   log="$(mktemp)"
   if { [ -n "$_SYSTEM_DEPS_UPDATED" ] || $sudo apt-get update -qq; } >"$log" 2>&1 \
