@@ -616,7 +616,7 @@ class RunConfig(BaseModel, defer_build=True):
     """Sent as OpenAI's ``parallel_tool_calls`` (False: at most one call per turn; runner's
     local server then allows one call under its grammar). None: not sent."""
     steering: list[str] = []
-    """The steering policies in force that are not fields of their own (`runner.policies`:
+    """The steering policies in force that are not fields of their own (`runner.steering`:
     listing_in_prompt, abstain_option, evidence_first)."""
     workspace: str | None = None
     """The folder the tools work over, as an absolute path (None: the packaged three-file

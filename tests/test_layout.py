@@ -158,7 +158,7 @@ LAYOUT = [
     "runner.worker", "runner.interactive",
     "runner.harness", "runner.result", "runner.endpoints", "runner.local", "runner.local_app", "runner.engine",
     "runner.chat_adapter", "runner.kvprefix", "runner.models", "runner.scripted", "runner.catalog", "runner.research",
-    "runner.mcp", "runner.loop", "runner.steering", "runner.client",
+    "runner.mcp", "runner.mcp_launcher", "runner.loop", "runner.steering", "runner.client",
     "runner.streaming", "runner.inprocess", "runner.store", "runner.trace", "runner.tools", "runner.tokens", "runner.replies", "runner.resources",
     "runner.cancel", "runner.procs", "runner.config", "runner.state", "runner.request", "runner.errors",
 ]

@@ -4,7 +4,7 @@ a worker driving a run the page approved. Also the view's guard over plain HTTP:
 loopback Host check and the CSRF defence. Screenshots of each browser step go to the test's
 temp folder.
 
-Needs /usr/bin/chromium (`.ci/run` installs it: `apt-get install chromium`) and the
+Needs /usr/bin/chromium (`./scripts/test.sh` installs it: `apt-get install chromium`) and the
 `playwright` package (dev extra); playwright's own browser download is never used.
 """
 
