@@ -81,12 +81,15 @@ def test_edit_file_points_at_the_closest_text_when_old_is_not_found(project: Pat
         call(EditFile(), project, path="pyproject.toml", old="something else entirely, nothing alike", new="x")
 
 
-def _model(*steps: tuple[str, dict[str, Any]] | str) -> Any:
+def _model(*steps: tuple[str, dict[str, Any]] | str, asked_again: str | None = None) -> Any:
     """A model that makes the calls `steps` names one turn each (a str: its answer), whatever
-    the tools said."""
+    the tools said; asked for an answer alone (tool_choice "none"), it says `asked_again` (None:
+    its last step)."""
     def answer(body: dict[str, Any]) -> Answer:
         turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
         step = steps[min(turn, len(steps) - 1)]
+        if body.get("tool_choice") == "none":
+            step = asked_again or steps[-1]
         if isinstance(step, str):
             return completion({"role": "assistant", "content": step})
         name, args = step
@@ -127,10 +130,14 @@ def test_a_rejected_write_changes_nothing_and_the_result_says_so(project: Path, 
             "diff": waiting["interruption"]["preview"]["diff"]}
         assert '+version = "0.4.3"' in waiting["interruption"]["preview"]["diff"]
         third = cli("resume", run_id, "--reject", "c3", "--json", runs_dir=runs)
-    assert third.returncode == 0, third.stderr
+    assert third.returncode == 1, third.stderr
     result = json.loads(third.stdout)
     assert (project / "pyproject.toml").read_text() == PYPROJECT
-    assert result["status"] == "completed" and result["files_changed"] == []
+    assert result["status"] == "failed" and result["error"]["type"] == "no_answer" and result["files_changed"] == []
+    assert "says a file was changed, and no write was made (write_file pyproject.toml" in result["reason"]
+    assert result["reason"].endswith("edit_file pyproject.toml version = \"0.4.2\" version = \"0.4.3\": declined): no answer")
+    asked = fake.requests[-1]
+    assert asked["tool_choice"] == "none" and "declined" in asked["messages"][-1]["content"]
     assert [(w["call_id"], w["tool"], w["path"], w["outcome"]) for w in result["writes"]] == [
         ("c1", "write_file", "pyproject.toml", "refused"), ("c2", "write_file", "pyproject.toml", "refused"),
         ("c3", "edit_file", "pyproject.toml", "refused")]
@@ -153,3 +160,18 @@ def test_an_approved_edit_is_listed_as_done_with_the_file_it_changed(project: Pa
     assert result["files_changed"] == ["pyproject.toml"]
     assert [(w["outcome"], w["detail"]) for w in result["writes"]] == [
         ("done", "Edited pyproject.toml at line 3: replaced 17 characters with 17.")]
+
+
+def test_an_answer_that_says_the_write_was_declined_is_taken(project: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    edit = {"path": "pyproject.toml", "old": 'version = "0.4.2"', "new": 'version = "0.4.3"'}
+    model = _model(("edit_file", edit), "I updated the version to 0.4.3.",
+                   asked_again="The version was not changed: you declined the edit.")
+    with FakeProvider(model) as fake:
+        first = cli("run", "Bump the version in pyproject.toml to 0.4.3.", "--base-url", fake.base_url,
+                    "--model", "m", "--workspace", str(project), runs_dir=runs)
+        run_id = next(line.split()[-1] for line in first.stdout.splitlines() if "run id:" in line)
+        done = cli("resume", run_id, "--reject", "c1", "--json", runs_dir=runs)
+    result = json.loads(done.stdout)
+    assert result["status"] == "completed" and result["answer"] == "The version was not changed: you declined the edit."
+    assert result["files_changed"] == [] and (project / "pyproject.toml").read_text() == PYPROJECT
