@@ -190,3 +190,34 @@ def test_a_streamed_reply_carries_the_steering_in_its_header_and_last_chunk(stee
         chunks = [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: {")]
     assert chunks[-1]["runner"]["steering"] == "answer_on_stall"
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]).strip()
+
+
+def test_the_loop_and_the_server_run_the_same_policy_and_decide_alike() -> None:
+    """answer_on_stall and answer_forcing in runner's loop (a real run against a fake provider)
+    and in `runner serve`'s steering (the same conversation, as a client would send it): the
+    same turn is asked for as an answer, by the same policy."""
+    from tests.conftest import drive, scripted_run
+    from tests.fakeprovider import FakeProvider, completion, tool_call
+
+    for settings, policy in (({"answer_on_stall": True}, "answer_on_stall"),
+                             ({"answer_after_tool_turns": 2}, "answer_forcing")):
+        def model(body: dict[str, Any]) -> Any:
+            if body.get("tool_choice") == "none":
+                return completion({"role": "assistant", "content": "Paris: 9 C."})
+            turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+            return completion({"role": "assistant", "content": None, "tool_calls": [
+                tool_call(f"c{turn}", "read_file", json.dumps({"path": "notes.txt"}))]})
+
+        with FakeProvider(model) as fake:
+            state = drive(scripted_run("fake", prompt="What does notes.txt say?", base_url=fake.base_url,
+                                       first_turn_tool_choice="required", **settings), fake.base_url, None)
+        loop_choices = [r.get("tool_choice") for r in fake.requests]
+        assert loop_choices == ["required", "auto", "none"]
+        assert [m.harness.policy for m in state.messages if m.harness] == [policy]
+        tools = fake.requests[0]["tools"]
+        steering = Steering(("first_turn_required", policy), answer_after_turns=2)
+        client = [m for m in fake.requests[-1]["messages"] if m.get("name") != "runner"]
+        served = [steer(steering, client[:i + 1], tools, None)
+                  for i, m in enumerate(client) if m["role"] in ("user", "tool")]
+        assert [s.tool_choice for s in served] == ["required", None, "none"]  # None: the client's (auto) stands
+        assert [s.fired for s in served] == ["first_turn_required", None, policy]
