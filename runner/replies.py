@@ -37,9 +37,11 @@ ABSTAINS = re.compile(
     r"|information (?:is )?not (?:available|there)|not (?:available|found) in)", re.IGNORECASE)
 """A reply that says the information is not there (an abstention), in the ways models say it."""
 TOOL_VERBS = re.compile(r"\b(?:call|calling|use|using|invoke|run)\b", re.IGNORECASE)
-PLANS = re.compile(r"\b(?:I|you|we) (?:need|have|will need|would need|should|can|could|must|will|would)(?: to)? "
-                   r"(?:read|call|use|check|look|open|search|find|list|grep|scan|inspect)\b", re.IGNORECASE)
-"""A reply that says what to read or call instead of answering."""
+PLANS = re.compile(r"\b(?:I|we) (?:need|have|will need|would need|should|can|could|must|will|would)(?: to)? "
+                   r"(?:read|call|use|check|look|open|search|find|list|grep|scan|inspect)\b"
+                   r"|\blet me (?:read|call|use|check|look|open|search|find|list)\b", re.IGNORECASE)
+"""A reply that says what it would read or call instead of answering ("I need to read ...");
+telling the user what they can do ("you can use pytest") is an answer to a how-to question."""
 YES_NO = re.compile(r"\s*(?:is|are|was|were|does|do|did|can|could|has|have|had|should|will|would)\b", re.IGNORECASE)
 """A question answered by yes or no."""
 FILLER = frozenset("a an the is are was were be it its this that there here of in on to for and i my me you your "

@@ -51,7 +51,6 @@ from runner.steering.turns import (
     first_turn_choice,
     request_fields,
     request_messages,
-    restated_results,
     tool_choice,
 )
 from runner.steering.view import View, view
@@ -61,7 +60,7 @@ __all__ = [
     "View", "active", "active_for_entry", "answer_keys", "answers_repeat", "ask_once_more", "before_request",
     "correction", "disagree", "edited", "fields_for", "final_verdict", "first_turn_choice", "folder_listing",
     "grammar_tools", "mentions", "non_answers", "offered_tools", "opening", "question", "question_words",
-    "request_fields", "request_messages", "restated_results", "review_answer", "small_talk", "split_fields",
+    "request_fields", "request_messages", "review_answer", "small_talk", "split_fields",
     "tool_choice", "tool_result_text", "unmade_change", "unsupported_claim", "view", "with_endpoint",
 ]
 
