@@ -697,3 +697,43 @@ def test_the_readme_example_answers_with_the_time_the_tool_gave_under_the_local_
     assert done["answer_unsupported"] is None
     harness = [m for body in fake.requests for m in body["messages"] if m.get("name") == "runner"]
     assert not harness  # no review, no "not in the files"
+
+
+@pytest.mark.slow
+def test_a_run_killed_mid_mcp_call_resumes_on_the_question_it_was_asked(tmp_path: Path) -> None:
+    """Killed while an MCP call is in flight, under the 1.5B's steering, then resumed: every
+    request after the resume still carries the question as the user's message, and the answer
+    is to that question (a model that answers what its messages ask)."""
+    from runner import models
+    from runner.steering import active_for_entry
+
+    entry = models.entry_for("qwen2.5-coder-1.5b-instruct")
+    assert entry is not None
+    policies = [f"--policy={p}" for p in active_for_entry(entry) if p != "untagged_calls"]
+    step = calls(LONG)
+
+    def model(body: dict[str, Any]) -> Answer:
+        asked = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        if any(m["role"] == "tool" for m in body["messages"]) or body.get("tool_choice") == "none":
+            return completion({"role": "assistant", "content": f"The long operation finished ({asked[:24]})."})
+        return step(body)
+
+    runs = tmp_path / "runs"
+    with FakeProvider(model) as fake:
+        proc = spawn("run", "Run the long operation", "--base-url", fake.base_url, "--model", "fake",
+                     "--no-builtin-tools", "--mcp", f"everything={EVERYTHING}", *policies, runs=runs)
+        try:
+            wait_for(lambda: events_of(runs, "tool_start"))
+            time.sleep(0.5)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=30)
+        run_id = events_of(runs, "run_started")[0]["runId"]
+        before = len(fake.requests)
+        resumed = cli("resume", run_id, "--json", runs_dir=runs)
+    assert resumed.returncode == 0, resumed.stderr
+    done = json.loads(resumed.stdout)
+    assert done["status"] == "completed" and done["answer"] == "The long operation finished (Run the long operation)."
+    after = fake.requests[before:]
+    assert after and all(next(m for m in r["messages"] if m["role"] == "user")["content"] == "Run the long operation"
+                         for r in after)
