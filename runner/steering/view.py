@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from runner.replies import small_talk
 from runner.state import HarnessNote, Message, RunState, ToolCall
+from runner.steering.questions import FOLDER_QUESTION, READ_EACH
 
 Role = Literal["listing", "read", "search", "write"]
 FOLDER_TOOLS: dict[str, Role] = {"list_files": "listing", "read_file": "read", "search_files": "search",
@@ -185,8 +186,6 @@ class View:
         """A call that can hold an answer succeeded: any but a listing or a search that matched
         nothing; or a listing, when the question is about the files themselves; or a listing
         once the run was nudged past it."""
-        from runner.steering.questions import FOLDER_QUESTION, READ_EACH
-
         asked = self.question
         if FOLDER_QUESTION.search(asked) and not READ_EACH.search(asked) and any(r.ok for r in self.state.tool_runs):
             return True
