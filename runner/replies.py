@@ -87,8 +87,8 @@ def classify(reply: str, question: str, tool_results: Sequence[str] = (),
     """What `reply` is, as the last word of a run asked `question`: for small talk, an answer
     unless it is empty or protocol text; else no answer when it is empty,
     holds the chat's markup or tool-call JSON, pastes a folder listing or a tool result,
-    lists tool names, tells how to call the tools or says what it would read, or restates the
-    question; an abstention when it says the information is not there; else an answer.
+    lists tool names, tells how to call the tools or says what it would read, restates the
+    question, or leaves blanks to fill; an abstention when it says the information is not there; else an answer.
 
     Args:
         tool_results: the text of every tool result the run saw.
@@ -124,7 +124,16 @@ def no_answer_reason(reply: str, question: str, tool_results: Sequence[str] = ()
         return "tells how to call the tools instead of answering"
     if restates(text, question):
         return "repeats the question"
+    if blanks(text, question, tool_results):
+        return "leaves blanks to fill"
     return None
+
+
+def blanks(reply: str, question: str, tool_results: Iterable[str] = ()) -> list[str]:
+    """The blanks of a template reply ("released on [insert date]", "<the duration>"): text in
+    brackets that neither the question nor any tool result holds (a log's ``[ERROR]`` is no blank)."""
+    seen = " ".join([question, *tool_results]).lower()
+    return [b for b in dict.fromkeys(BLANK.findall(reply)) if b.lower() not in seen]
 
 
 def small_talk(question: str) -> bool:

@@ -1225,3 +1225,15 @@ def test_a_call_the_user_declined_is_not_put_to_them_again(fake: FakeProvider, t
     ("How many files are there?", True), ("What is the first book on the reading list?", False)])
 def test_a_question_about_the_files_themselves_is_told_apart(asked: str, about_files: bool) -> None:
     assert bool(policies.FOLDER_QUESTION.search(asked)) is about_files
+
+
+def test_an_abstention_is_sent_back_once_a_run_not_once_a_read(fake: FakeProvider) -> None:
+    no = "The information is not in the files."
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say(no),
+                    _call("read_file", '{"path": "access.log"}', 2), _say(no)])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="What is the backup password?", steering=["listing_in_prompt", "answer_check"]),
+                  fake.base_url, None)
+    assert state.status == "completed" and state.answer == no and len(fake.requests) == 4
+    reviews = [m.harness.detail for m in state.messages if m.harness is not None]
+    assert reviews == ["unrelated"]  # read another file after it, the same answer is taken

@@ -6,7 +6,8 @@ import pytest
 
 from runner.replies import classify
 
-NOTES = "Remember to rotate your logs.\nThe nightly export moved to 02:30.\nDana owns it.\nBackups run at 04:00."
+NOTES = ("Remember to rotate your logs.\nThe nightly export moved to 02:30.\nDana owns it.\nBackups run at 04:00.\n"
+         "[ERROR] disk full")
 LISTING = "app.log (120 bytes)\nnotes.md (88 bytes)\nconfig.yaml (301 bytes)\n"
 TOOLS = ["list_files", "read_file", "search_files"]
 
@@ -33,6 +34,8 @@ TOOLS = ["list_files", "read_file", "search_files"]
      "tells how to call the tools instead of answering"),
     ("How do I run the tests?", "You can use pytest: run `pytest tests/` from the project's folder.", "answer", None),
     ("Which tools do you have?", "list_files read_file search_files", "no_answer", "lists tool names"),
+    ("When was 0.7.0 released?", "Version 0.7.0 was released on [insert date].", "no_answer", "leaves blanks to fill"),
+    ("Which level is the first log line?", "The first line is an [ERROR] line.", "answer", None),
     ("hi", "Hello! How can I help you today?", "answer", None),  # small talk: a friendly reply answers it
     ("thanks, that's all", "", "no_answer", "is empty or protocol text"),
 ])

@@ -52,7 +52,8 @@ def review_answer(state: RunState) -> str | None:
         message = _abstention_review(v)
     elif "answer_check" in v.steering:
         last_turn = v.turns_left == 1
-        kind = next((k for k in _non_answers(v) if not v.sent("review", k, since_read=True)
+        again = not abstains(v.last.content or "")  # an abstention is sent back once a run, not once a read
+        kind = next((k for k in _non_answers(v) if not v.sent("review", k, since_read=again)
                      and not (last_turn and texts.NON_ANSWERS[k][1] == "required")), None)
         if kind is not None:
             message = texts.harness_message(_review_text(v, kind), "review", _policy_of(kind),
