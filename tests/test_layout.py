@@ -178,3 +178,23 @@ def test_dependencies_point_down_the_layout() -> None:
     upward = [f"{m} -> {d}" for m in MODULES for d in _runner_imports(_path(m))
               if top[d] != top[m] and order[top[d]] < order[top[m]]]
     assert not upward, "imports that point up the Layout list: " + ", ".join(upward)
+
+
+STEERING = {"runner.policies", "runner.serve_steering"}
+"""The steering: what the harness adds to steer a small model."""
+
+
+def test_grading_imports_nothing_from_the_steering() -> None:
+    """What a suite counts as an answer is decided apart from what steers the model: the
+    grading module reaches neither steering module, directly or through another."""
+    graph = {m: _runner_imports(_path(m)) - {m} for m in MODULES}
+    reached, todo = set(), ["runner.suite.grading"]
+    while todo:
+        for dep in graph[todo.pop()] - reached:
+            reached.add(dep)
+            todo.append(dep)
+    assert not reached & STEERING, sorted(reached)
+    code = ("import sys, runner.suite.grading as g; g.lists_tools('read_file'); "
+            f"print(sorted(m for m in sys.modules if m in {sorted(STEERING)!r}))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert loaded.stdout.strip() == "[]", loaded.stdout
