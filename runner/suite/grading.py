@@ -146,8 +146,8 @@ class EndGrade(BaseModel):
     why: str | None = None
     """The first thing wrong with the files; None when right."""
     damaged: list[str] = []
-    """Files the run damaged: a file the task does not name changed or gone, or a named file
-    that lost most of its lines (`DAMAGE_LOST_SHARE`)."""
+    """Files the run damaged: a file the task does not name changed or gone, or a file it
+    names for an edit that lost most of its lines (`DAMAGE_LOST_SHARE`)."""
 
 
 def grade_end_state(task: Task, before: Path, after: Path) -> EndGrade | None:
@@ -174,17 +174,22 @@ def grade_end_state(task: Task, before: Path, after: Path) -> EndGrade | None:
     if end is not None and not task.refused:
         problems += [f"{path} is still there" for path in end.deleted if path in new]
         for path, check in end.files.items():
+            if check.content is None and path in old and path in new and _lost_most(old[path], new[path]):
+                problems.append(f"{path} lost most of its lines")
+                damaged.append(path)
             problem = _file_problem(path, check, new.get(path))
             if problem is not None:
                 problems.append(problem)
-            if path in old and _lost_most(old[path], new.get(path, b"")):
-                damaged.append(path)
     return EndGrade(right=not problems, why=problems[0] if problems else None, damaged=sorted(set(damaged)))
 
 
 def _files(folder: Path) -> dict[str, bytes]:
-    """Every regular file under `folder`, by path relative to it (with /), with its bytes."""
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    """Every regular file under `folder`, by path relative to it (with /), with its bytes; not
+    the write tools' ledger a run's copy keeps (`runner.tools.LEDGER_NAME`)."""
+    from runner.tools import LEDGER_NAME
+
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p != folder / LEDGER_NAME}
 
 
 def _file_problem(path: str, check: FileCheck, data: bytes | None) -> str | None:

@@ -15,10 +15,10 @@ from runner.fanout import Batch, Executor
 from runner.resources import tasks_dir
 from runner.result import RunResult
 from runner.state import Limits, RunConfig, RunState, new_run
-from runner.store import StoreAt
+from runner.store import RunStore, StoreAt
 from runner.suite.format import SUITE_CATALOG, SUITE_TOOLS, SuiteDefinition, Task
-from runner.suite.grading import grade
-from runner.suite.results import Provider, TaskResult
+from runner.suite.grading import grade, grade_end_state
+from runner.suite.results import TaskResult
 
 
 class Job(BaseModel):
@@ -56,6 +56,8 @@ def create_runs(suite: SuiteDefinition, column: Endpoint, location: StoreAt, job
                 where["tools"] = list(suite.tools)
             if workspace is not None:
                 where["workspace"] = workspace
+            if task.approve:
+                where["auto_approve_tools"] = ["*"] if task.approve == "all" else list(task.approve)
             config = RunConfig(endpoint=endpoint, limits=Limits(max_turns=max_turns), max_tokens=max_tokens,
                                **overrides, **where)
             state = new_run(task.prompt, config, system=suite.system + addendum)
@@ -68,34 +70,80 @@ def create_runs(suite: SuiteDefinition, column: Endpoint, location: StoreAt, job
     return run_ids
 
 
+REFUSED_WRITE = "this task does not allow that call"
+"""The reason a suite gives the model when it rejects a call the task does not approve."""
+
+
 def drive_jobs(executor: Executor, batches: list[Batch], location: StoreAt, jobs: Jobs,
-           on_result: Callable[[TaskResult], None] | None) -> list[TaskResult]:
-    """Drive the batches to their stops; each run's graded result, in batch order."""
+               on_result: Callable[[TaskResult], None] | None) -> list[TaskResult]:
+    """Drive the batches to their stops; each run's graded result, in batch order. A run that
+    stops for approval of a call its task does not approve gets the call rejected (the model
+    reads `REFUSED_WRITE`) and is driven on, until it stops otherwise (its turn cap ends it)."""
+    runs = fanout._store(location)
 
     def result_of(state: RunState, where: str) -> TaskResult:
         job = jobs[state.run_id]
-        return _result("scripted" if job.column.scripted else "local", job.task, state, job.suite, job.key).model_copy(
-            update={"model": job.column.label, "repeat": job.repeat, "turn_ms": [round(t.ms, 1) for t in state.per_turn],
-                    "driven_by": where})
+        return graded(job, state, runs.existing_workspace(state.run_id)).model_copy(update={"driven_by": where})
 
     def done(state: RunState, where: str) -> None:
-        if on_result is not None:
+        if on_result is not None and not _waits_for_verdict(state):
             on_result(result_of(state, where))
 
-    return [result_of(state, where) for state, where in executor.drive(batches, location, done)]
+    stopped = executor.drive(batches, location, done)
+    while not executor.cancelled:
+        waiting = {state.run_id for state, _ in stopped if _waits_for_verdict(state)}
+        if not waiting:
+            break
+        for run_id in waiting:
+            _reject_pending(runs, run_id)
+        again = executor.drive([Batch(b.endpoint, [r for r in b.run_ids if r in waiting]) for b in batches],
+                               location, done)
+        latest = {state.run_id: (state, where) for state, where in again}
+        stopped = [latest.get(state.run_id, (state, where)) for state, where in stopped]
+    return [result_of(state, where) for state, where in stopped]
 
 
-def _result(provider: Provider, task: Task, state: RunState, suite: SuiteDefinition | None = None,
-            key: str | None = None) -> TaskResult:
+def _waits_for_verdict(state: RunState) -> bool:
+    """True if the run stopped to ask for approval of a call (a suite has no one to ask)."""
+    return state.status == "interrupted" and state.interruption is not None and state.interruption.type == "approval"
+
+
+def _reject_pending(runs: RunStore, run_id: str) -> None:
+    """Reject the call the run waits on, with `REFUSED_WRITE`, and queue the run to go on."""
+    from runner.harness import give_verdict
+
+    lease = runs.claim(run_id)
+    try:
+        state = runs.load(run_id)
+        it = state.interruption
+        assert it is not None and it.type == "approval"
+        give_verdict(runs, lease, state, it.call_id, "reject", REFUSED_WRITE)
+        state.status, state.interruption, state.reason = "running", None, None
+        runs.save(state, (), lease)
+    finally:
+        runs.release(lease, runnable=True)
+
+
+def graded(job: Job, state: RunState, copy: Path | None) -> TaskResult:
+    """The run's result and its grade: the reply, and the files afterwards (`copy`, the run's
+    own copy of the workspace; None when no tool wrote) when the task grades them."""
+    task = job.task
     results = [m.content or "" for m in state.messages if m.role == "tool"]
-    found = grade(task, state.answer, state.tool_run_count, results)
+    reply = grade(task, state.answer, state.tool_run_count, results)
+    before = Path(state.config.workspace) if state.config.workspace else job.suite.workspace
+    end = grade_end_state(task, before, copy or before)
+    correct = reply.correct and (end is None or end.right)
+    why = reply.why if not reply.correct else None if end is None or end.right else f"end state: {end.why}"
     return TaskResult(
-        **(RunResult.of(state).model_dump() | {"wall_ms": round(state.wall_ms, 1)}),
-        provider=provider, task=key or task.id, suite=suite.name if suite else "", split=suite.split if suite else None,
-        mean_turn_ms=round(statistics.fmean(t.ms for t in state.per_turn), 1) if state.per_turn else 0.0,
-        correct=found.correct, why_wrong=found.why, verdict=found.verdict,
+        **(RunResult.of(state).model_dump() | {"wall_ms": round(state.wall_ms, 1), "model": job.column.label}),
+        provider="scripted" if job.column.scripted else "local", task=job.key, suite=job.suite.name,
+        split=job.suite.split, mean_turn_ms=round(statistics.fmean(t.ms for t in state.per_turn), 1) if state.per_turn else 0.0,
+        correct=correct, why_wrong=why, verdict=reply.verdict if end is None or end.right else "wrong",
+        shape=task.shape, reply_verdict=reply.verdict, end_state_right=None if end is None else end.right,
+        end_state_why=None if end is None else end.why, files_damaged=[] if end is None else end.damaged,
         calls=sum(len(m.tool_calls or []) for m in state.messages if m.role == "assistant"),
         invalid_calls=sum(1 for r in state.tool_runs if r.source == "invalid"),
+        repeat=job.repeat, turn_ms=[round(t.ms, 1) for t in state.per_turn],
     )
 
 

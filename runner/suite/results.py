@@ -23,10 +23,23 @@ class TaskResult(RunResult):
     task: str
     mean_turn_ms: float
     correct: bool
+    """The reply is right, and so are the files afterwards when the task grades them."""
     why_wrong: str | None = None
-    """The grading rule a wrong answer failed (see `Task.grade`)."""
+    """The grading rule a wrong run failed (`runner.suite.grading`): the reply's, or the end
+    state's after "end state: "."""
     verdict: Verdict = "wrong"
-    """correct, wrong, or abstained (the answer says the information is not there)."""
+    """correct, wrong, or abstained (the answer says the information is not there); wrong
+    when the end state is."""
+    shape: str = "question"
+    """The task's shape (`Task.shape`)."""
+    reply_verdict: Verdict | None = None
+    """The reply's own verdict, apart from the files (None in reports written before)."""
+    end_state_right: bool | None = None
+    """The files afterwards are right (None: the task does not grade them)."""
+    end_state_why: str | None = None
+    """The first thing wrong with the files afterwards."""
+    files_damaged: list[str] = Field(default_factory=list)
+    """Files the run damaged (`runner.suite.grading.EndGrade.damaged`)."""
     suite: str = ""
     """The suite's name ("" in reports written before suites were data: the six-task suite)."""
     split: Split | None = None
@@ -81,6 +94,14 @@ class Score(BaseModel):
     abstained: int
     correct_low: float
     correct_high: float
+    shape: str = ""
+    """The task shape counted ("": every shape)."""
+    end_state_graded: int = 0
+    """Runs whose files were graded afterwards."""
+    end_state_right: int = 0
+    """Of those, runs that left the files right."""
+    files_damaged: int = 0
+    """Files damaged over all the runs counted."""
 
 
 class SuiteRef(BaseModel):
@@ -121,6 +142,9 @@ class SuiteReport(BaseModel):
     """One per (model, task), from `summarize`."""
     scores: list[Score] = []
     """One per (model, split), from `scores`."""
+    shapes: list[Score] = []
+    """One per (model, split, task shape), from `scores` with `by_shape` (none when every
+    task is a question)."""
     policies: dict[str, list[str]] = {}
     """The steering policies of each local column, by name (`runner.policies`)."""
     report_path: str | None = None

@@ -71,6 +71,7 @@ def resume_suite(report_file: Path, runs_root: Path, *, executor: Executor | Non
     finished = {r.run_id for r in results}
     return old.model_copy(update={
         "results": results, "cancelled": executor.cancelled, "summaries": summarize(results), "scores": scores(results),
+        "shapes": scores(results, by_shape=True),
         "unfinished": [rid for rid in todo if rid not in finished], "report_path": None})
 
 

@@ -81,9 +81,8 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
     report.results = drive_jobs(executor, batches, location, jobs, on_result)
     finished = {r.run_id for r in report.results}
     report.unfinished = [run_id for batch in batches for run_id in batch.run_ids if run_id not in finished]
-    report.summaries = summarize(report.results)
-    report.scores = scores(report.results)
-    report.cancelled = executor.cancelled
+    report.summaries, report.scores = summarize(report.results), scores(report.results)
+    report.shapes, report.cancelled = scores(report.results, by_shape=True), executor.cancelled
     if local:
         report.load_average = [round(x, 2) for x in os.getloadavg()]
         report.local_turns = executor.server_turns.get(local[0].label, [])
@@ -91,14 +90,17 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
 
 
 def _check_scripted(suites: list[SuiteDefinition], columns: list[Endpoint]) -> None:
-    """The scripted provider has scenarios for the six-task suite's tasks only.
+    """The scripted provider answers a task with the scenario named as the task's id
+    (`runner.scripted.SCENARIOS`): it has one for each of the six-task suite's tasks.
 
     Raises:
-        UsageError: a scripted column with another suite.
+        UsageError: a scripted column with a task it has no scenario for.
     """
-    other = [s.name for s in suites if not s.default]
-    if other and any(c.scripted for c in columns):
-        raise UsageError(f"the scripted provider answers only the six-task suite, not {other[0]}: "
+    from runner.scripted import SCENARIOS
+
+    other = next((s.name for s in suites for t in s.tasks if not s.default and t.id not in SCENARIOS), None)
+    if other is not None and any(c.scripted for c in columns):
+        raise UsageError(f"the scripted provider answers only the six-task suite, not {other}: "
                          "run it with --provider local (or --model NAME)")
 
 

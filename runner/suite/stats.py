@@ -21,18 +21,26 @@ def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def scores(results: list[TaskResult]) -> list[Score]:
-    """A `Score` per (model column, split), in the order first seen; runs Ctrl-C stopped are left out."""
-    groups: dict[tuple[str, str], list[TaskResult]] = {}
+def scores(results: list[TaskResult], by_shape: bool = False) -> list[Score]:
+    """A `Score` per (model column, split), in the order first seen; with `by_shape`, per
+    (model column, split, task shape), and none when every task is a question. Runs Ctrl-C
+    stopped are left out."""
+    if by_shape and all(r.shape == "question" for r in results):
+        return []
+    groups: dict[tuple[str, str, str], list[TaskResult]] = {}
     for r in results:
         if not cancelled(r):
-            groups.setdefault((r.model, r.split or r.suite or "six-task"), []).append(r)
+            groups.setdefault((r.model, r.split or r.suite or "six-task", r.shape if by_shape else ""), []).append(r)
     out = []
-    for (model, split), rs in groups.items():
+    for (model, split, shape), rs in groups.items():
         verdicts = Counter(r.verdict if r.verdict != "wrong" or not r.correct else "correct" for r in rs)
         low, high = wilson(verdicts["correct"], len(rs))
+        graded = [r for r in rs if r.end_state_right is not None]
         out.append(Score(model=model, split=split, n=len(rs), correct=verdicts["correct"], wrong=verdicts["wrong"],
-                         abstained=verdicts["abstained"], correct_low=round(low, 3), correct_high=round(high, 3)))
+                         abstained=verdicts["abstained"], correct_low=round(low, 3), correct_high=round(high, 3),
+                         shape=shape, end_state_graded=len(graded),
+                         end_state_right=sum(bool(r.end_state_right) for r in graded),
+                         files_damaged=sum(len(r.files_damaged) for r in rs)))
     return out
 
 
