@@ -87,6 +87,19 @@ class Task(BaseModel, extra="forbid"):
         return self.end is not None or self.refused
 
 
+class SuiteMcpServer(BaseModel, extra="forbid"):
+    """An MCP server a suite's runs offer the tools of (`runner.mcp`), under their own names."""
+
+    command: str = Field(min_length=1)
+    """Its command line; the program is found on PATH or where scripts/mcp_servers.sh installs
+    servers (``$RUNNER_MCP_SERVERS``, default ~/.cache/runner/mcp). ``${RUNNER_WORKSPACE}`` is
+    the run's own copy of the workspace."""
+    tools: list[str] = []
+    """Globs over its tool names: only these are offered (empty: every tool)."""
+    allow: list[str] = []
+    """Globs of its tools whose calls never need approval."""
+
+
 class SuiteDefinition(BaseModel, extra="forbid"):
     """A suite folder's `suite.json` (`docs/suite.md`)."""
 
@@ -104,6 +117,11 @@ class SuiteDefinition(BaseModel, extra="forbid"):
     tools: list[str] | None = None
     """The built-in tools offered (None: `SUITE_TOOLS`; the six-task suite's default catalog,
     `runner.state.DEFAULT_TOOLS`, for the six-task suite)."""
+    own_tools: dict[str, str] = {}
+    """Tools of one's own, offered after `tools`: name -> "module:attribute" or
+    "FILE.py:attribute" (a file path relative to the suite's folder), as `runner run --tool`."""
+    mcp: dict[str, SuiteMcpServer] = {}
+    """MCP servers whose tools are offered after those, by server name."""
     tasks: list[Task] = Field(min_length=1)
     folder: Path = Field(Path(), exclude=True)
     """The suite's folder (set on load): its `workspace/` is what the tools work over."""
@@ -111,6 +129,13 @@ class SuiteDefinition(BaseModel, extra="forbid"):
     @property
     def workspace(self) -> Path:
         return self.folder / "workspace"
+
+    def tool_ref(self, name: str) -> str:
+        """Where own tool `name` is imported from, a file's path made absolute."""
+        where, _, attribute = self.own_tools[name].rpartition(":")
+        if where.endswith(".py") and not Path(where).is_absolute():
+            where = str(self.folder / where)
+        return f"{where}:{attribute}"
 
     @property
     def default(self) -> bool:

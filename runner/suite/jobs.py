@@ -49,11 +49,7 @@ def create_runs(suite: SuiteDefinition, column: Endpoint, location: StoreAt, job
             overrides = dict(harness)  # endpoint settings (e.g. first_turn_tool_choice) go on the endpoint
             moved = {k: overrides.pop(k) for k in list(overrides) if k in Endpoint.model_fields}
             endpoint = column.model_copy(update={"model": _model_for(column, task), **moved})
-            where: dict[str, Any] = {} if suite.default else {
-                "workspace": str(suite.workspace), "tools": list(suite.tools or SUITE_TOOLS),
-                "builtin_tools": suite.catalog or SUITE_CATALOG}
-            if suite.tools is not None:
-                where["tools"] = list(suite.tools)
+            where = {} if suite.default else offered(suite)
             if workspace is not None:
                 where["workspace"] = workspace
             if task.approve:
@@ -68,6 +64,25 @@ def create_runs(suite: SuiteDefinition, column: Endpoint, location: StoreAt, job
             jobs[state.run_id] = Job(column=column, suite=suite, task=task, key=key, repeat=repeat)
             run_ids.append(state.run_id)
     return run_ids
+
+
+def offered(suite: SuiteDefinition) -> dict[str, Any]:
+    """The `RunConfig` fields of what a suite's runs work with: its workspace, its built-in
+    tools and their catalog, its own tools (by name and where each is imported from) and its
+    MCP servers (their tools under their own names)."""
+    import shlex
+
+    from runner.state import McpServer
+    from runner.suite.loading import installed_program
+
+    servers = []
+    for name, server in suite.mcp.items():
+        program, *args = shlex.split(server.command)
+        servers.append(McpServer(name=name, command=[installed_program(program) or program, *args], prefix="",
+                                 tools=list(server.tools), allow=list(server.allow)))
+    return {"workspace": str(suite.workspace), "tools": [*(suite.tools or SUITE_TOOLS), *suite.own_tools],
+            "builtin_tools": suite.catalog or SUITE_CATALOG,
+            "tool_refs": {name: suite.tool_ref(name) for name in suite.own_tools}, "mcp": servers}
 
 
 REFUSED_WRITE = "this task does not allow that call"

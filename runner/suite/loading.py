@@ -98,7 +98,7 @@ def _mistakes(suite: SuiteDefinition) -> list[str]:
     out = []
     if not suite.workspace.is_dir():
         out.append(f"workspace/: there is no folder {suite.workspace} for the tools to work over")
-    out += _tool_mistakes(suite)
+    out += _tool_mistakes(suite) + _own_tool_mistakes(suite) + _mcp_mistakes(suite)
     seen: set[str] = set()
     for i, task in enumerate(suite.tasks):
         if task.id in seen:
@@ -125,6 +125,64 @@ def _tool_mistakes(suite: SuiteDefinition) -> list[str]:
     return out
 
 
+def _own_tool_mistakes(suite: SuiteDefinition) -> list[str]:
+    """Own tools that cannot be imported, or are named like a built-in tool the suite offers."""
+    from runner.catalog import load
+    from runner.errors import UnknownTool
+
+    out = []
+    for name in suite.own_tools:
+        if name in (suite.tools or SUITE_TOOLS):
+            out.append(f"own_tools.{name}: the suite offers a built-in tool of that name")
+            continue
+        try:
+            load(suite.tool_ref(name), expect=name)
+        except UnknownTool as exc:
+            out.append(f"own_tools.{name}: {exc}")
+    return out
+
+
+def _mcp_mistakes(suite: SuiteDefinition) -> list[str]:
+    """MCP servers with a bad name or a program that is not installed."""
+    import shlex
+
+    from runner.mcp import check_name
+
+    out = []
+    for name, server in suite.mcp.items():
+        try:
+            check_name(name, f"mcp.{name}")
+        except UsageError as exc:
+            out.append(str(exc))
+        try:
+            program = shlex.split(server.command)[0]
+        except (ValueError, IndexError) as exc:
+            out.append(f"mcp.{name}.command: not a command line ({exc or 'empty'})")
+            continue
+        if installed_program(program) is None:
+            out.append(f"mcp.{name}.command: {program} is not installed (on PATH, or in "
+                       f"{mcp_servers_dir()} where scripts/mcp_servers.sh installs servers)")
+    return out
+
+
+def mcp_servers_dir() -> Path:
+    """Where scripts/mcp_servers.sh installs MCP servers: $RUNNER_MCP_SERVERS, else ~/.cache/runner/mcp."""
+    import os
+
+    return Path(os.environ.get("RUNNER_MCP_SERVERS") or Path.home() / ".cache" / "runner" / "mcp")
+
+
+def installed_program(program: str) -> str | None:
+    """The path of `program`: itself if it is a path, else found on PATH, then in the
+    servers scripts/mcp_servers.sh installs (its venv's bin/, npm's node_modules/.bin/)."""
+    import shutil
+
+    if "/" in program:
+        return program if Path(program).is_file() else None
+    cache = mcp_servers_dir()
+    return shutil.which(program) or shutil.which(program, path=f"{cache / 'py' / 'bin'}:{cache / 'node_modules' / '.bin'}")
+
+
 def _task_mistakes(where: str, task: Task, suite: SuiteDefinition) -> list[str]:
     """What one task gets wrong: its reply check, its approvals, its end-state checks."""
     out = []
@@ -135,7 +193,7 @@ def _task_mistakes(where: str, task: Task, suite: SuiteDefinition) -> list[str]:
         out += _bad_patterns(f"{where}.check.{field}", getattr(check, field) if check else [])
     if check is not None and not check.all and not check.absent and not task.graded_files:
         out.append(f"{where}.check: give `all` patterns a right answer matches, or `absent`: true")
-    offered = suite.tools or list(SUITE_TOOLS)
+    offered = [*(suite.tools or SUITE_TOOLS), *suite.own_tools]
     for j, name in enumerate(task.approve if isinstance(task.approve, list) else []):
         if name not in offered:
             out.append(f"{where}.approve[{j}]: {name!r} is not a tool this suite offers ({', '.join(offered)})")
