@@ -111,8 +111,8 @@ def drive_jobs(executor: Executor, batches: list[Batch], location: StoreAt, jobs
             break
         for run_id in waiting:
             _reject_pending(runs, run_id)
-        again = executor.drive([Batch(b.endpoint, [r for r in b.run_ids if r in waiting]) for b in batches],
-                               location, done)
+        again = executor.drive([Batch(b.endpoint, [r for r in b.run_ids if r in waiting]) for b in batches
+                                if waiting & set(b.run_ids)], location, done)
         latest = {state.run_id: (state, where) for state, where in again}
         stopped = [latest.get(state.run_id, (state, where)) for state, where in stopped]
     return [result_of(state, where) for state, where in stopped]
