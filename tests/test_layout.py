@@ -159,7 +159,7 @@ LAYOUT = [
     "runner.harness", "runner.result", "runner.endpoints", "runner.local", "runner.local_app", "runner.engine",
     "runner.chat_adapter", "runner.kvprefix", "runner.models", "runner.scripted", "runner.catalog", "runner.research",
     "runner.mcp", "runner.loop", "runner.policies", "runner.serve_steering", "runner.client",
-    "runner.streaming", "runner.inprocess", "runner.store", "runner.trace", "runner.tools", "runner.tokens", "runner.resources",
+    "runner.streaming", "runner.inprocess", "runner.store", "runner.trace", "runner.tools", "runner.tokens", "runner.replies", "runner.resources",
     "runner.cancel", "runner.procs", "runner.config", "runner.state", "runner.request", "runner.errors",
 ]
 """runner's modules from the top layer down (a package by its name): each imports only
