@@ -11,8 +11,9 @@ import pytest
 
 from runner.cancel import CancelToken
 from runner.harness import workspace_template
+from runner.replies import echoes
 from runner.suite import Task, load_suite
-from runner.suite.grading import echoes, grade
+from runner.suite.grading import grade
 from runner.tools import BASIC_TOOLS, ToolContext
 
 TASKS = {t.id: t for t in load_suite().tasks}
@@ -49,14 +50,14 @@ def test_an_echo_of_the_tool_protocol_is_wrong() -> None:
     echo = f"<tool_response>\n{LISTING}\n</tool_response>"
     for task in ("timeout_file", "largest_file", "rotate_logs"):
         found = grade(TASKS[task], echo, 1, [LISTING])
-        assert not found.correct and found.why == "contains tool-protocol text"
+        assert not found.correct and found.why == "holds the chat's tool-protocol markup"
     assert not grade(TASKS["count_files"], '<tool_call>{"name": "list_files"}</tool_call> 3', 1, []).correct
 
 
 def test_a_verbatim_copy_of_a_tool_result_is_wrong() -> None:
     listing_echo = "Here you go: " + LISTING
     assert echoes(listing_echo, [LISTING])
-    assert grade(TASKS["largest_file"], listing_echo, 1, [LISTING]).why == "reproduces a tool result verbatim"
+    assert grade(TASKS["largest_file"], listing_echo, 1, [LISTING]).why == "copies a tool result"
     line = ERRORS.splitlines()[2]  # one long log line, copied with other spacing and case
     assert len(line) >= 40 and echoes("The answer: " + " ".join(line.upper().split()), [ERRORS])
     assert not grade(TASKS["timeout_file"], f"errors.log says {line}", 2, [ERRORS]).correct
@@ -98,7 +99,7 @@ def test_task_model_is_the_checked_in_one() -> None:
 ])
 def test_tool_call_or_schema_json_is_wrong(answer: str) -> None:
     found = grade(TASKS["timeout_file"], answer, 2, [LISTING, ERRORS])
-    assert not found.correct and found.why == "is a tool call or tool schema written as JSON"
+    assert not found.correct and found.why == "writes a tool call or a tool schema as JSON"
 
 
 @pytest.mark.parametrize("answer", [

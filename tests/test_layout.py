@@ -194,7 +194,8 @@ def test_grading_imports_nothing_from_the_steering() -> None:
             reached.add(dep)
             todo.append(dep)
     assert not reached & STEERING, sorted(reached)
-    code = ("import sys, runner.suite.grading as g; g.lists_tools('read_file'); "
+    code = ("import sys, runner.suite.grading as g, runner.suite.format as f; "
+            "g.grade(f.Task(id='t', prompt='Which?', check=f.Check(all=['x'])), 'read_file and list_files', 0); "
             f"print(sorted(m for m in sys.modules if m in {sorted(STEERING)!r}))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert loaded.stdout.strip() == "[]", loaded.stdout

@@ -1,42 +1,23 @@
 """Grading a suite run: its final reply against the task's answer check (correct, wrong or
-abstained), before which every reply is checked for what is no answer at all (chat-protocol
-text, a pasted tool result, tool-call JSON, a list of tools).
+abstained), and the files it left against the task's end state.
 
-Grading imports nothing from the steering: what counts as protocol text, an echo or an
-abstention is decided here (`reply_fault`, `abstains`), not by the policies that steer a model.
+What a reply is (an answer, an abstention, or no answer at all: protocol text, a pasted tool
+result, tool JSON, a list of tools, ...) is `runner.replies.classify`'s judgement, the one the
+steering uses too; grading imports nothing from the steering itself.
 """
 
 from __future__ import annotations
 
-import itertools
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel
 
+from runner import replies
 from runner.suite.format import Check, FileCheck, Task
 
-PROTOCOL_TEXT = re.compile(r"</?tool_(?:call|response)>|<\|im_(?:start|end)\|>")
-"""Chat-protocol markup: an answer containing it pasted the transcript, it did not answer."""
-TOOL_JSON = re.compile(r'"(?:name|arguments|parameters|properties|function|type)"\s*:')
-"""A JSON key of a tool call or a tool schema: an answer containing one wrote a call or pasted
-the tools as text, it did not answer."""
-TOOL_LIST_MAX_OTHER_WORDS = 6
-"""An answer naming two or more tools with fewer other words than this is a list of tools."""
-ECHO_LINE_CHARS = 40
-"""A tool-result line at least this long, found verbatim in a reply, makes the reply a copy."""
-
-ABSTAINS = re.compile(
-    r"\b(?:(?:is|are|was|were|'s)(?:n't| not) (?:mentioned|found|listed|specified|present|available|included|stated|"
-    r"given|provided|defined|configured|recorded|shown|there|in (?:the|any))"
-    r"|not (?:mentioned|listed|specified|stated|recorded|provided|given) (?:in|anywhere)"
-    r"|no (?:information|mention|record|data|details?|entry|indication|reference)s?\b"
-    r"|(?:does|do|did)(?:n't| not) (?:say|mention|contain|specify|include|list|state|show|give|record)"
-    r"|(?:cannot|can't|could not|couldn't|unable to) (?:find|determine|tell|locate|see)"
-    r"|there (?:is|are) no (?:\w+ )?(?:information|mention|record|data|details?|entry|file)"
-    r"|information (?:is )?not (?:available|there)|not (?:available|found) in)")
-"""An answer that says the information is not there (an abstention), in the ways models say it."""
 Verdict = Literal["correct", "wrong", "abstained"]
 
 
@@ -48,31 +29,36 @@ class Grade(BaseModel):
     """correct; abstained (said the information is not there, on a task that has it); wrong."""
 
 
-def grade(task: Task, answer: str, tool_runs: int, tool_results: list[str] = []) -> Grade:  # noqa: B006
+def grade(task: Task, answer: str, tool_runs: int, tool_results: Sequence[str] = (),
+          tool_names: Sequence[str] | None = None) -> Grade:
     """Grade an answer: correct, wrong, or abstained (it says the information is not there,
-    on a task whose folder holds it). Before the task's own patterns, `reply_fault` holds for
-    every task: an answer that is no answer (protocol text, a pasted tool result, tool JSON, a
-    list of tools) is wrong.
+    on a task whose folder holds it). Before the task's own patterns, a reply that is no
+    answer at all (`runner.replies.classify`) is wrong.
 
     Args:
         tool_runs: how many tool calls really ran.
         tool_results: the text of every tool result the run saw.
+        tool_names: the tools the run offered (None: every built-in tool's name).
     """
-    found = _grade(task, answer, tool_runs, tool_results)
+    if tool_names is None:
+        from runner.catalog import NAMES
+
+        tool_names = NAMES
+    kind = replies.classify(answer, task.prompt, tool_results, tool_names)
+    found = _grade(task, answer, kind, tool_runs)
     if found.correct:
         return found.model_copy(update={"verdict": "correct"})
-    if not (task.check and task.check.absent) and answer.strip() and abstains(answer):
+    if not (task.check and task.check.absent) and kind.kind == "abstention":
         return found.model_copy(update={"verdict": "abstained", "why": "says the information is not there"})
     return found
 
 
-def _grade(task: Task, answer: str, tool_runs: int, tool_results: list[str]) -> Grade:
+def _grade(task: Task, answer: str, kind: replies.ReplyClass, tool_runs: int) -> Grade:
     text = answer.lower()
     check = task.check or Check()
-    fault = reply_fault(answer, tool_results)
-    if fault is not None:
-        return Grade(correct=False, why=fault)
-    if check.absent and not abstains(answer):
+    if kind.kind == "no_answer":
+        return Grade(correct=False, why=kind.why)
+    if check.absent and kind.kind != "abstention":
         return Grade(correct=False, why="does not say the information is not there")
     missing = [p for p in check.all if not re.search(p, text)]
     if missing:
@@ -83,55 +69,6 @@ def _grade(task: Task, answer: str, tool_runs: int, tool_results: list[str]) -> 
     if tool_runs < task.min_tool_runs:
         return Grade(correct=False, why=f"{tool_runs} tool runs, the task needs {task.min_tool_runs}")
     return Grade(correct=True)
-
-
-def reply_fault(answer: str, tool_results: list[str]) -> str | None:
-    """Why a final reply is no answer at all, whatever the task, or None: it is empty, holds
-    chat-protocol text, reproduces a tool result verbatim (pasting the evidence back is not an
-    answer), holds tool-call or tool-schema JSON, or is a list of tool names."""
-    text = answer.lower()
-    if not text.strip():
-        return "no answer"
-    if PROTOCOL_TEXT.search(text):
-        return "contains tool-protocol text"
-    if echoes(answer, tool_results):
-        return "reproduces a tool result verbatim"
-    if TOOL_JSON.search(text):
-        return "is a tool call or tool schema written as JSON"
-    if lists_tools(text):
-        return "lists tool names"
-    return None
-
-
-def abstains(answer: str) -> bool:
-    """True if `answer` says the information is not there (`ABSTAINS`)."""
-    return ABSTAINS.search(answer.lower()) is not None
-
-
-def echoes(answer: str, tool_results: list[str]) -> bool:
-    """True if `answer` reproduces a tool result: one of its lines of `ECHO_LINE_CHARS`+
-    characters, or two of its consecutive lines, appear verbatim (case and runs of whitespace
-    ignored). Quoting a short phrase or one short line (a one-line note) is allowed."""
-    flat = " ".join(answer.lower().split())
-    for result in tool_results:
-        lines = [line for line in (" ".join(raw.lower().split()) for raw in result.splitlines()) if line]
-        if any(len(line) >= ECHO_LINE_CHARS and line in flat for line in lines):
-            return True
-        if any(f"{a} {b}" in flat for a, b in itertools.pairwise(lines)):
-            return True
-    return False
-
-
-def lists_tools(text: str) -> bool:
-    """True if `text` names three or more of runner's tools, or two or more with fewer than
-    `TOOL_LIST_MAX_OTHER_WORDS` other words: a list of tools, not an answer."""
-    from runner.catalog import NAMES
-
-    named = {name for name in NAMES if re.search(rf"\b{re.escape(name)}\b", text)}
-    if len(named) >= 3:
-        return True
-    other = [w for w in re.findall(r"[a-z0-9_.]+", text) if w not in named]
-    return len(named) >= 2 and len(other) < TOOL_LIST_MAX_OTHER_WORDS
 
 
 DAMAGE_LOST_SHARE = 0.5

@@ -144,7 +144,8 @@ def graded(job: Job, state: RunState, copy: Path | None) -> TaskResult:
     own copy of the workspace; None when no tool wrote) when the task grades them."""
     task = job.task
     results = [m.content or "" for m in state.messages if m.role == "tool"]
-    reply = grade(task, state.answer, state.tool_run_count, results)
+    offered = [*state.config.tools, *(name for server in state.config.mcp for name in server.listing)]
+    reply = grade(task, state.answer, state.tool_run_count, results, offered)
     before = Path(state.config.workspace) if state.config.workspace else job.suite.workspace
     end = grade_end_state(task, before, copy or before)
     correct = reply.correct and (end is None or end.right)
