@@ -156,3 +156,12 @@ def test_every_mistake_of_the_end_state_checks_is_a_line_of_its_own(folder: Path
         "tasks[1].approve: the writes it approves go ungraded: give `end` (the files afterwards)",
         "tasks[2].end.files['tally/__init__.py']: give `content`, or `all` / `none` patterns",
     ]
+
+
+def test_the_reply_of_a_task_graded_by_its_files_only_has_to_be_a_message(folder: Path) -> None:
+    from runner.suite.grading import grade
+
+    task = load_suite(folder).tasks[0]  # edit_bump: no reply check
+    assert grade(task, "Bump the version in pyproject.toml to 0.4.3?", 1).verdict == "correct"  # asks back
+    assert grade(task, '<tool_call>{"name": "edit_file"}</tool_call>', 1).why == "is empty or protocol text"
+    assert grade(task, "", 1).verdict == "wrong"

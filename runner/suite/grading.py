@@ -33,7 +33,8 @@ def grade(task: Task, answer: str, tool_runs: int, tool_results: Sequence[str] =
           tool_names: Sequence[str] | None = None) -> Grade:
     """Grade an answer: correct, wrong, or abstained (it says the information is not there,
     on a task whose folder holds it). Before the task's own patterns, a reply that is no
-    answer at all (`runner.replies.classify`) is wrong.
+    answer at all (`runner.replies.classify`) is wrong; on a task graded by its files, only
+    one that is no message at all (`_message`).
 
     Args:
         tool_runs: how many tool calls really ran.
@@ -44,13 +45,22 @@ def grade(task: Task, answer: str, tool_runs: int, tool_results: Sequence[str] =
         from runner.catalog import NAMES
 
         tool_names = NAMES
-    kind = replies.classify(answer, task.prompt, tool_results, tool_names)
+    kind = _message(answer) if task.graded_files else replies.classify(answer, task.prompt, tool_results, tool_names)
     found = _grade(task, answer, kind, tool_runs)
     if found.correct:
         return found.model_copy(update={"verdict": "correct"})
     if not (task.check and task.check.absent) and kind.kind == "abstention":
         return found.model_copy(update={"verdict": "abstained", "why": "says the information is not there"})
     return found
+
+
+def _message(reply: str) -> replies.ReplyClass:
+    """What the reply of a task graded by its files is: such a task asks for an action, not an
+    answer, so a reply that says what was done, asks back or restates the request is a
+    message; only an empty one, or one holding the protocol's markup or tool JSON, is not."""
+    if not reply.strip() or replies.PROTOCOL.search(reply) or replies.TOOL_JSON.search(reply):
+        return replies.ReplyClass("no_answer", "is empty or protocol text")
+    return replies.ReplyClass("answer")
 
 
 def _grade(task: Task, answer: str, kind: replies.ReplyClass, tool_runs: int) -> Grade:
