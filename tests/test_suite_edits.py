@@ -165,3 +165,14 @@ def test_the_reply_of_a_task_graded_by_its_files_only_has_to_be_a_message(folder
     assert grade(task, "Bump the version in pyproject.toml to 0.4.3?", 1).verdict == "correct"  # asks back
     assert grade(task, '<tool_call>{"name": "edit_file"}</tool_call>', 1).why == "is empty or protocol text"
     assert grade(task, "", 1).verdict == "wrong"
+
+
+def test_a_mistyped_field_of_a_task_is_one_line_too(folder: Path, tmp_path: Path) -> None:
+    bad = {"system": "s", "tasks": [{"id": "a", "prompt": "A", "approve": "some",
+                                     "end": {"files": {"README.md": {"content": 3}}, "deleted": "README.md"}}]}
+    (folder / "suite.json").write_text(json.dumps(bad))
+    done = cli("suite", "--suite", str(folder), "--provider", "scripted", runs_dir=tmp_path / "runs")
+    assert sorted(line.strip() for line in done.stderr.strip().splitlines()[1:]) == [
+        'tasks[0].approve: give "all" or a list of tool names',
+        "tasks[0].end.deleted: Input should be a valid array",
+        "tasks[0].end.files['README.md'].content: Input should be a valid string"]

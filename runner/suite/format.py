@@ -9,9 +9,9 @@ files its tools work over (`docs/suite.md` has the format). Reading and checking
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from runner.resources import tasks_dir
 
@@ -80,6 +80,14 @@ class Task(BaseModel, extra="forbid"):
     approval is rejected, and the model reads that it was."""
     refused: bool = False
     """No write may take effect: every file of the workspace stays as it was and none is added."""
+
+    @field_validator("approve", mode="before")
+    @classmethod
+    def _all_or_names(cls, value: Any) -> Any:
+        """One complaint for a value that is neither "all" nor a list of names (not one per form)."""
+        if value != "all" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise ValueError('give "all" or a list of tool names')
+        return value
 
     @property
     def graded_files(self) -> bool:

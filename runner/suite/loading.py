@@ -47,10 +47,16 @@ def load_suite(path: Path | None = None) -> SuiteDefinition:
 
 
 def _where(loc: tuple[Any, ...]) -> str:
-    """A pydantic error location as a path into the file: tasks[3].check.all[0]."""
+    """A pydantic error location as a path into the file: tasks[3].check.all[0], a path key
+    in brackets (tasks[0].end.files['a.txt'].content)."""
     out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    for before, part in zip((None, *loc), loc):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif before == "files":
+            out += f"[{part!r}]"
+        else:
+            out += f".{part}" if out else str(part)
     return out or "the file"
 
 
@@ -86,6 +92,8 @@ def _what(error: Any) -> str:
         return f"not a field of {where} (docs/suite.md lists them)"
     if error["type"] == "missing":
         return "is missing"
+    if error["type"] == "value_error":
+        return str(error["ctx"]["error"])
     if error["type"] == "json_invalid":
         return f"not valid JSON ({error['ctx'].get('error', '')})"
     return str(error["msg"])
