@@ -239,9 +239,9 @@ def _placed(state: RunState, store: RunStore | None, lease: Lease | None, cancel
 def with_opening(state: RunState) -> RunState:
     """`state`; a new run, never saved, with what its steering policies add before its first turn."""
     if state.seq == 0 and state.turns == 0 and state.config.steering:
-        from runner import policies
+        from runner import steering
 
-        policies.opening(state, workspace_folder(state))
+        steering.opening(state, workspace_folder(state))
     return state
 
 
@@ -364,7 +364,7 @@ def give_verdict(store: RunStore, lease: Lease, state: RunState, call_id: str, v
         ValueError: `call_id` is not a pending call of the run.
     """
     from runner.state import call_signature, pending
-    from runner.trace import ToolResult, Verdict
+    from runner.trace import ToolResult, ToolSkipped, Verdict
 
     call = next((c for c in pending(state) if c.id == call_id), None)
     if verdict == "approve":
@@ -379,6 +379,8 @@ def give_verdict(store: RunStore, lease: Lease, state: RunState, call_id: str, v
         reason=reason or None)]
     if verdict != "approve":
         record = state.tool_runs[-1]
+        events.append(ToolSkipped(runId=state.run_id, toolName=record.tool_name, callId=call.id,
+                                  args=call.function.arguments, reason="rejected", detail=record.error))
         events.append(ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id, ms=0,
                                  ok=False, source="rejected", error=record.error))
     store.save(state, events, lease)

@@ -125,7 +125,7 @@ class LocalSettings(BaseModel):
         "and verifies them in one batch; none decodes one token at a time; auto: the manifest's for the model."))
     draft_tokens: int = Field(default=DEFAULT_DRAFT_TOKENS, ge=1, description="Most tokens drafted at a time.")
     steer: Literal["off", "default", "on"] = Field(default="off", description=(
-        "Server steering for clients that do not steer (runner.serve_steering): off; default: the "
+        "Server steering for clients that do not steer (runner.steering.serve): off; default: the "
         "policies of the model's manifest entry (serve_policies); on: every server policy. runner's own "
         "loop steers itself and runs its servers with off."))
     omp_wait_policy: Literal["PASSIVE", "ACTIVE"] = Field(default="PASSIVE", description=(
@@ -286,8 +286,8 @@ def serve(settings: LocalSettings) -> None:
     """
     import uvicorn
 
-    from runner import serve_steering
     from runner.local_app import Backend, build_app
+    from runner.steering import serve
 
     entry = manifest_entry(settings)
     backend = Backend(load_llama(settings), settings.chat_format, settings.max_tokens, settings.reuse_prefix,
@@ -296,7 +296,7 @@ def serve(settings: LocalSettings) -> None:
                       stop_at_call_end=settings.stop_at_call_end,
                       draft_tokens=settings.draft_tokens,
                       parallel_default=entry is None or entry.parallel_tool_calls is not False,
-                      steering=serve_steering.for_mode(settings.steer, entry.serve_policies if entry else [],
+                      steering=serve.for_mode(settings.steer, entry.serve_policies if entry else [],
                                                        entry.answer_after_tool_turns if entry else None))
     if backend.engine is not None:
         if settings.prefix_cache_mb and settings.reuse_prefix:

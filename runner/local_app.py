@@ -11,7 +11,7 @@ Routes:
   with any other llama-cpp-python chat format, from ``Llama.create_chat_completion`` (its reply
   in one chunk, not stoppable half-way). A request that does not say ``parallel_tool_calls`` gets
   the model's default (`Backend.parallel_default`), and the server's steering
-  (`runner.serve_steering`) may choose how the reply is sampled; each reply reports both in its
+  (`runner.steering.serve`) may choose how the reply is sampled; each reply reports both in its
   ``runner`` object and its ``x-runner-steering`` / ``x-runner-parallel-tool-calls`` headers. Invalid
   requests (no ``messages``, a bad role, a bad ``tool_choice``, a prompt longer than the
   context) get HTTP 400 with an OpenAI error body. When the client goes away (timeout,
@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runner.chat_adapter import HANDLER_NAME, CallDelta, Event, Finished, JsonObject, RequestError, TextDelta
 from runner.engine import ChatRequest, ContextOverflow, Engine
-from runner.serve_steering import Steered, Steering, repeats_only, steer
+from runner.steering.serve import Steered, Steering, repeats_only, steer
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
@@ -135,7 +135,7 @@ class Sampling:
 
     Attributes:
         request: what the engine gets (parallel_tool_calls and tool_choice as applied).
-        steered: what the server's steering made of the request (`runner.serve_steering.steer`).
+        steered: what the server's steering made of the request (`runner.steering.serve.steer`).
         given: the policy that chose how the reply was sampled, "none", or "off" when the
             server does not steer.
     """
@@ -155,7 +155,7 @@ class Sampling:
 
 def _as_steered(request: ChatRequest, tool_choice: Any) -> None:
     """Steering chose `tool_choice` for `request`; an answer it asks for ("none") is sampled
-    with the tools left out of the prompt (see `runner.serve_steering`)."""
+    with the tools left out of the prompt (see `runner.steering.serve`)."""
     request.tool_choice = tool_choice
     if tool_choice == "none":
         request.none_keeps_tools = False
@@ -174,7 +174,7 @@ class Backend:
         untagged_calls: read a reply that opens with a JSON object as a call (`Engine`).
         parallel_default: ``parallel_tool_calls`` for a request that does not say (the model
             manifest's, else True).
-        steering: the server policies applied to every request (`runner.serve_steering`).
+        steering: the server policies applied to every request (`runner.steering.serve`).
         engine_options: further `Engine` keyword arguments (``check_first``, ``none_keeps_tools``…).
     """
 
@@ -337,7 +337,7 @@ REQUEST_LOG_PREFIX = "request: "
 """How each request's log line on stderr begins (`runner serve` shows these lines)."""
 STEERING_HEADER = "x-runner-steering"
 """Response header of a chat reply: the server policy that chose its tool_choice
-(`runner.serve_steering`), "none", or "off" when the server does not steer."""
+(`runner.steering.serve`), "none", or "off" when the server does not steer."""
 PARALLEL_HEADER = "x-runner-parallel-tool-calls"
 """Response header of a chat reply: the parallel_tool_calls it was sampled with, "true" or "false"."""
 

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from runner import policies
+from runner import steering
 from runner.cancel import Cancelled, CancelToken, race
 from runner.errors import DiskFull, NotPending, ProviderError
+from runner.replies import ReplyClass
 from runner.state import (
     FORMAT_VERSION,
     ApprovalInterruption,
@@ -47,7 +48,7 @@ if TYPE_CHECKING:  # these load where a run uses them, not with `from runner imp
     from runner.store import RunHandle
     from runner.streaming import TurnProgress
     from runner.tools import Tool, Workspace
-    from runner.trace import Tracer, _Event
+    from runner.trace import SkipReason, ToolSkipped, Tracer, _Event
 
 GENERIC_TOOL_ERROR = "Error: the tool failed."
 SLIPS = {
@@ -239,7 +240,7 @@ def _opening(state: RunState, rt: Runtime, fresh: bool) -> _Event:
 
     if fresh:
         return RunStarted(runId=state.run_id, formatVersion=TRACE_FORMAT_VERSION, model=state.config.endpoint.model,
-                          parentRunId=state.parent_run_id, prompt=policies.question(state), endpoint=rt.client.base_url,
+                          parentRunId=state.parent_run_id, prompt=steering.question(state), endpoint=rt.client.base_url,
                           server=rt.server_settings)
     return RunResumed(runId=state.run_id, turns=state.turns, costUsd=state.cost_usd,
                       approved=[c.id for c in pending(state) if c.id in state.approved], endpoint=rt.client.base_url,
@@ -333,16 +334,16 @@ async def _ask_model(state: RunState, rt: Runtime) -> tuple[ChatReply, int | Non
     cap = _reply_token_budget(state, rt)
     if cap is not None:
         max_tokens = cap if max_tokens is None else min(max_tokens, cap)
-    policies.before_request(state)
-    tool_choice = policies.tool_choice(state, bool(rt.tool_schemas))
+    steering.before_request(state)
+    tool_choice = steering.tool_choice(state, bool(rt.tool_schemas))
     extra: dict[str, Any] = {"tool_choice": tool_choice} if tool_choice else {}
     if cfg.parallel_tool_calls is not None:
         extra["parallel_tool_calls"] = cfg.parallel_tool_calls
     meter = TurnMeter(state.turns + 1, rt.on_turn) if rt.on_turn else None  # live per-turn line
-    tools = policies.offered_tools(state, rt.tool_schemas)
-    if narrower := policies.grammar_tools(state, rt.tool_schemas):
+    tools = steering.offered_tools(state, rt.tool_schemas)
+    if narrower := steering.grammar_tools(state, rt.tool_schemas):
         extra["grammar_tools"] = narrower
-    extra |= policies.request_fields(state)
+    extra |= steering.request_fields(state)
     reply = await rt.client.chat(cfg.endpoint.model, sent_messages(state), tools, max_tokens=max_tokens,
                                  extra=extra or None,
                                  on_delta=meter.update if meter else None, call_ids=call_id_stem(state))
@@ -357,10 +358,10 @@ ELIDED = ("[An earlier result of {tool}, {chars:,} characters, is left out here 
 
 
 def sent_messages(state: RunState) -> list[Message]:
-    """The messages the next request sends: the policies' (`policies.request_messages`), the
+    """The messages the next request sends: the policies' (`steering.request_messages`), the
     first `RunState.elided_results` of its elidable tool results (`_elidable`) each cut to one
     line (`ELIDED`). The run keeps every result whole."""
-    messages = policies.request_messages(state)
+    messages = steering.request_messages(state)
     cut = set(_elidable(messages)[:state.elided_results])
     if not cut:
         return messages
@@ -378,7 +379,7 @@ def _elidable(messages: list[Message]) -> list[int]:
 def _elide_one_more(state: RunState) -> bool:
     """After a request refused as longer than the context window: send one more early tool
     result as a line from now on; False when none is left to cut (the run then fails)."""
-    if state.elided_results >= len(_elidable(policies.request_messages(state))):
+    if state.elided_results >= len(_elidable(steering.request_messages(state))):
         return False
     state.elided_results += 1
     return True
@@ -400,7 +401,7 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
     from runner.trace import TurnEvent, engine_fields
 
     cfg = state.config
-    tool_choice = policies.tool_choice(state, bool(rt.tool_schemas))  # what `_ask_model` sent: the state has not changed since
+    tool_choice = steering.tool_choice(state, bool(rt.tool_schemas))  # what `_ask_model` sent: the state has not changed since
     cost = (reply.prompt_tokens * cfg.price_in_usd_per_mtok
             + reply.completion_tokens * cfg.price_out_usd_per_mtok) / 1e6
     state.turns += 1
@@ -424,9 +425,9 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
     if slip is not None:
         _fail_if_slipping(state)
         if state.status == "running" and cfg.on_slip == "corrective":
-            corrective = policies.correction(state, [t.name for t in rt.tools], slip)
+            corrective = steering.correction(state, [t.name for t in rt.tools], slip)
     else:
-        corrective = policies.review_answer(state)
+        corrective = steering.review_answer(state) or _final_word(state)
     rt.commit(state, TurnEvent(
         runId=state.run_id, turn=state.turns, promptTokens=reply.prompt_tokens,
         completionTokens=reply.completion_tokens,
@@ -438,6 +439,28 @@ def _record_reply(state: RunState, rt: Runtime, reply: ChatReply, max_tokens: in
         toolChoice=tool_choice, **engine_fields(reply.engine),
     ))
     _crash_point("reply")
+
+
+def _final_word(state: RunState) -> str | None:
+    """A reply that would end the run (prose, no calls) is judged (`steering.final_verdict`):
+    an answer is taken, marked when the run's own review found it unsupported; no answer, or
+    one that says a file was changed when runner's write tools changed none, gets
+    one fresh request for the answer (whose text is returned), and then fails the run
+    (`no_answer`), the reply kept in the transcript."""
+    last = state.messages[-1]
+    if last.role != "assistant" or last.tool_calls or not _answered(state):
+        return None
+    verdict = steering.final_verdict(state)
+    if verdict.kind != "no_answer" and (unmade := steering.unmade_change(state)) is not None:
+        verdict = ReplyClass("no_answer", f"says a file was changed, and no write was made ({unmade})")
+    if verdict.kind != "no_answer":
+        state.answer_unsupported = steering.unsupported_claim(state)
+        return None
+    if steering.ask_once_more(state, verdict):
+        return state.messages[-1].content
+    what = f"the model's last reply {verdict.why}: no answer"
+    _fail(state, "no_answer", what, what)
+    return None
 
 
 def _fail_if_slipping(state: RunState) -> None:
@@ -500,7 +523,7 @@ async def _run_tool_calls(state: RunState, rt: Runtime, calls: list[ToolCall]) -
         signature = call_signature(tool.name, call.function.arguments)
         if _needs_verdict(state, tool, call, signature):
             if not _refused_before_approval(state, rt, tool, call, args, signature):
-                _ask_approval(state, rt, tool, call, args.model_dump())
+                _ask_approval(state, rt, tool, call, args)
                 return
             if state.status != "running":
                 return
@@ -571,7 +594,6 @@ def _refused_before_approval(state: RunState, rt: Runtime, tool: Tool, call: Too
     in a row, it fails the run). A call in doubt after a crash is asked about whatever the files
     say now."""
     from runner.tools import ToolError
-    from runner.trace import ToolStart
 
     if call.id in state.in_doubt:
         return False
@@ -588,8 +610,8 @@ def _refused_before_approval(state: RunState, rt: Runtime, tool: Tool, call: Too
     try:
         tool.check(args, rt.workspace_now())
     except ToolError as exc:
-        rt.tracer.emit(ToolStart(runId=state.run_id, toolName=tool.name, args=call.function.arguments, callId=call.id))
-        record = ToolRun(call_id=call.id, tool_name=tool.name, signature=signature, ok=False, ms=0, error=str(exc))
+        record = ToolRun(call_id=call.id, tool_name=tool.name, signature=signature, ok=False, ms=0, source="refused",
+                         error=str(exc))
         _answer(state, rt, call, _error_text(state, rt, exc), record)
         _fail_if_fatal(state, exc, record)
         return True
@@ -614,15 +636,21 @@ def _declined_before(state: RunState, signature: str) -> str | None:
 
 
 def _ask_approval(state: RunState, rt: Runtime, tool: Tool, call: ToolCall, args: Any) -> None:
+    """Stop `interrupted` for a verdict on `call` (`args`: its parsed arguments), with what it
+    would change as the files are now (`Tool.preview`)."""
     from runner.trace import ApprovalRequired
 
     in_doubt = call.id in state.in_doubt
+    try:
+        preview = tool.preview(args, rt.workspace_now())
+    except Exception:  # a tool of one's own whose preview fails: the person is asked without one
+        preview = None
     rt.defer(ApprovalRequired(runId=state.run_id, toolName=tool.name,
                               args=call.function.arguments, callId=call.id, inDoubt=in_doubt))
     reason = (f"{tool.name} was started before a crash and its outcome is unknown; approve to run it again"
               if in_doubt else f"{tool.name} needs approval")
     _stop(state, "interrupted", ApprovalInterruption(
-        call_id=call.id, tool_name=tool.name, args=args, in_doubt=in_doubt), reason)
+        call_id=call.id, tool_name=tool.name, args=args.model_dump(), in_doubt=in_doubt, preview=preview), reason)
 
 
 def _cached_result(state: RunState, tool: Tool, signature: str) -> str | None:
@@ -742,14 +770,33 @@ def _answer(state: RunState, rt: Runtime, call: ToolCall, text: str, record: Too
     from runner.trace import ToolResult
 
     if record.ok:
-        text = policies.tool_result_text(state, call, text, record.signature)
+        text = steering.tool_result_text(state, call, text, record.signature)
     text, omitted = cap_text(text, state.config.max_tool_result_chars)
     state.messages.append(Message(role="tool", tool_call_id=call.id, name=call.function.name, content=text))
     state.tool_runs.append(record)
-    rt.commit(state, ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id,
-                                ms=round(record.ms, 3), ok=record.ok, source=record.source,
-                                error=record.error, childRunId=child, omittedChars=omitted or None))
+    result = ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id, ms=round(record.ms, 3),
+                        ok=record.ok, source=record.source, error=record.error, childRunId=child,
+                        omittedChars=omitted or None)
+    skipped = _skipped(state, call, record)
+    rt.commit(state, *([skipped] if skipped is not None else []), result)
     _crash_point("tool_result")
+
+
+SKIP_REASONS: dict[str, SkipReason] = {"refused": "refused", "rejected": "declined_before", "cache": "cached",
+                                       "skipped": "limit", "invalid": "invalid"}
+"""A `ToolRun.source` that did not run the tool -> the `tool_skipped` reason (a rejection answered
+through `_answer` is a call declined before; one given as a verdict is traced by `reject`)."""
+
+
+def _skipped(state: RunState, call: ToolCall, record: ToolRun) -> ToolSkipped | None:
+    """The `tool_skipped` event of a call answered without running its tool; None for one that ran."""
+    from runner.trace import ToolSkipped
+
+    reason = SKIP_REASONS.get(record.source)
+    if reason is None:
+        return None
+    return ToolSkipped(runId=state.run_id, toolName=record.tool_name, callId=call.id, args=call.function.arguments,
+                       reason=reason, detail=record.error)
 
 
 def _fail_if_fatal(state: RunState, error: Exception, record: ToolRun) -> None:
@@ -770,7 +817,7 @@ def _fail_if_repeating(state: RunState, record: ToolRun) -> None:
     """Stop `failed` when the same successful call came `max_identical_calls` times in a row."""
     limit = state.config.limits.max_identical_calls
     streak = _streak(state, record)
-    if limit > 0 and streak >= limit and not policies.answers_repeat(state):
+    if limit > 0 and streak >= limit and not steering.answers_repeat(state):
         what = f"{record.tool_name} was called with the same arguments {streak} times in a row"
         _fail(state, "repeated_call", what, f"repeated call: {what}; the model is not making progress")
 
@@ -820,8 +867,10 @@ def reject(state: RunState, call_id: str, reason: str = "", *, empty: bool = Fal
                      ok=False, ms=0, source="rejected", error=f"declined by the user: {reason}")
     state.tool_runs.append(record)
     if tracer is not None:
-        from runner.trace import ToolResult
+        from runner.trace import ToolResult, ToolSkipped
 
+        tracer.emit(ToolSkipped(runId=state.run_id, toolName=record.tool_name, callId=call.id,
+                                args=call.function.arguments, reason="rejected", detail=record.error))
         tracer.emit(ToolResult(runId=state.run_id, toolName=record.tool_name, callId=call.id, ms=0,
                                ok=False, source="rejected", error=record.error))
     state.approved.pop(call_id, None)  # an approval of other arguments under this call id

@@ -6,7 +6,7 @@ A run names its servers (`McpServer`, recorded in `RunConfig.mcp` without secret
 (`runner run`, `runner resume`, a worker) opens one session per server when it starts driving
 (`Servers.open`: the tools must be listed before the first request) and closes it at the stop.
 A stdio server runs under a small launcher in a process group of its own that dies with the
-process that started it, even a SIGKILLed one (`LAUNCHER`).
+process that started it, even a SIGKILLed one (`runner.mcp_launcher`).
 
 Each server tool is offered as ``PREFIX__TOOL`` (prefix: the server's name unless set), in a
 fixed order (servers as named, tools by name), its input schema made acceptable to strict
@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import BaseModel, RootModel
 
+from runner import mcp_launcher
 from runner.cancel import Cancelled, race
 from runner.errors import RunnerError, UsageError
 from runner.state import McpServer, RunState
@@ -64,6 +65,9 @@ TOOL_NAME_MAX = 64
 DESCRIPTION_MAX = 1024
 """Characters of a tool's description offered to the model (the rest is cut)."""
 STDERR_TAIL_CHARS = 2000
+EXIT_REPORT_WAIT_S = 10.0
+"""How long a failed call waits for the launcher's report of how its server ended, while the
+launcher still runs (it comes within milliseconds; seconds on a machine under heavy load)."""
 META_CALL_ID = "runner/callId"
 META_RUN_ID = "runner/runId"
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*(?<!_)")
@@ -507,63 +511,6 @@ def result_text(result: CallToolResult) -> str:
 # --- one server ------------------------------------------------------------------------------
 
 
-LAUNCHER = r"""
-import ctypes, os, signal, sys, time
-parent, argv = int(sys.argv[1]), sys.argv[2:]
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
-except (OSError, AttributeError):
-    pass
-if os.getppid() != parent:
-    os._exit(1)
-child = os.fork()
-if child == 0:
-    try:
-        os.execvp(argv[0], argv)
-    except OSError as exc:
-        sys.stderr.write("cannot run %s: %s\n" % (argv[0], exc.strerror))
-        sys.stderr.flush()
-        os._exit(127)
-sys.stderr.write("@runner-mcp pid=%d\n" % child)
-sys.stderr.flush()
-null = os.open(os.devnull, os.O_RDWR)
-os.dup2(null, 0)
-os.dup2(null, 1)
-def group(sig):
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        os.killpg(0, sig)
-    except OSError:
-        pass
-def stop(signum, frame):
-    group(signal.SIGTERM)
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline:
-        try:
-            if os.waitpid(child, os.WNOHANG)[0]:
-                break
-        except ChildProcessError:
-            break
-        time.sleep(0.02)
-    group(signal.SIGKILL)
-for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-    signal.signal(sig, stop)
-try:
-    status = os.waitpid(child, 0)[1]
-except ChildProcessError:
-    status = 0
-code = os.waitstatus_to_exitcode(status)
-sys.stderr.write("@runner-mcp exit=%d\n" % code)
-sys.stderr.flush()
-group(signal.SIGTERM)
-os._exit(code if code >= 0 else 128 - code)
-"""
-"""Runs a stdio server as its child, in the process group the client gives it: on the death
-of the process that started it (PR_SET_PDEATHSIG), on SIGTERM or SIGHUP, it stops the whole
-group (SIGTERM, then SIGKILL after 2 s), grandchildren included; it reports the server's pid
-and exit status on stderr."""
-
-
 class _Server:
     """One server of one run driver: its process (or connection), its session and its tools.
 
@@ -579,6 +526,8 @@ class _Server:
         self.workspace = workspace
         self.client: Client | None = None
         self.pid: int | None = None
+        self.launcher_pid: int | None = None
+        """The stdio server's launcher (`runner.mcp_launcher`): it reports how the server ended."""
         self.tools: list[RemoteTool] = []
         self.offered: list[str] = []
         """The names its tools are offered under (set by `Servers.open`)."""
@@ -602,13 +551,14 @@ class _Server:
         from runner.trace import McpServerStarted
 
         began = time.perf_counter()
-        self.down, self._closing = None, asyncio.Event()
+        self.down, self._closing, self.pid, self.launcher_pid = None, asyncio.Event(), None, None
         ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._own(ready))
         try:
             async with asyncio.timeout(self.spec.start_timeout_s):
                 self.client = await asyncio.shield(ready)
                 self.tools = await _listing(self.client)
+            self.pid, self.launcher_pid = self._pids()
         except (Exception, asyncio.CancelledError) as exc:
             why = (f"no tool list within {self.spec.start_timeout_s:g} s (start_timeout_s)"
                    if isinstance(exc, TimeoutError) else exc.why if isinstance(exc, McpStartError)
@@ -659,9 +609,10 @@ class _Server:
         argv = [self._expand(part) for part in spec.command or []]
         env = {k: self._value("env", k, v) for k, v in spec.env.items()}
         self._stderr = _StderrFile()
-        params = StdioServerParameters(command=sys.executable, args=["-S", "-c", LAUNCHER, str(os.getpid()), *argv],
-                                       env=env, cwd=self._expand(spec.cwd) if spec.cwd else None)
-        return _Watched(stdio_client(params, errlog=self._stderr.writer), self)
+        python, *args = mcp_launcher.command(sys.executable, os.getpid(), argv)
+        params = StdioServerParameters(command=python, args=args, env=env,
+                                       cwd=self._expand(spec.cwd) if spec.cwd else None)
+        return stdio_client(params, errlog=self._stderr.writer)
 
     def _expand(self, text: str) -> str:
         return expand(text, self.spec.name, self.workspace, self._filled)
@@ -694,19 +645,29 @@ class _Server:
         raise McpStartError(self.spec.name, f"its header {key} was given as a value, which runner never saves; "
                                             "write it as \"${VARIABLE}\" and set that variable where the run is driven")
 
+    def _pids(self) -> tuple[int | None, int | None]:
+        """The stdio server's pid and its launcher's, from the line the server writes (through
+        the launcher's code) before it runs: there once the server has answered. (None, None)
+        for a server at a URL."""
+        first = self._stderr.text().split("\n", 1)[0] if self._stderr is not None else ""
+        if not first.startswith(mcp_launcher.PREFIX + "pid="):
+            return None, None
+        pids = dict(part.split("=", 1) for part in first.removeprefix(mcp_launcher.PREFIX).split())
+        return int(pids["pid"]), int(pids["launcher"])
+
     def stderr_tail(self) -> str:
         """The last lines the server wrote to stderr (at most `STDERR_TAIL_CHARS`), the
         launcher's own lines left out."""
         if self._stderr is None:
             return ""
-        lines = [line for line in self._stderr.text().splitlines() if not line.startswith("@runner-mcp ")]
+        lines = [line for line in self._stderr.text().splitlines() if not line.startswith(mcp_launcher.PREFIX)]
         return self.scrub("\n".join(lines))[-STDERR_TAIL_CHARS:]
 
     def reported_exit(self) -> str | None:
         """How the server's process ended, as its launcher reported it ("exit code 1", "killed
         by SIGKILL"); None until it has."""
         for line in self._stderr.text().splitlines() if self._stderr is not None else []:
-            if line.startswith("@runner-mcp exit="):
+            if line.startswith(mcp_launcher.PREFIX + "exit="):
                 code = int(line.split("=", 1)[1])
                 return f"exit code {code}" if code >= 0 else f"killed by {_signal_name(-code)}"
         return None
@@ -766,16 +727,7 @@ class _Server:
 
         if isinstance(exc, TimeoutError) or "timed out" in str(exc).lower():
             return f"no answer within {self.spec.call_timeout_s:g} s (the call was cancelled on the server)"
-        # A server that died: its launcher reports how a moment after the pipe closes. A killed
-        # process closes its pipes before it is a zombie, so on a closed connection the pid can
-        # still look alive for a while: wait for the report then as well.
-        closed = _connection_closed(exc)
-        status = None
-        for _ in range(100):
-            status = self.reported_exit()
-            if status is not None or self.pid is None or (_running(self.pid) and not closed):
-                break
-            await asyncio.sleep(0.02)
+        status = await self._exit_report(_connection_closed(exc))
         status = status or self.exit_status()
         if status is None and self.spec.url is None:
             return f"the call failed: {self.scrub(_why(exc))}"
@@ -784,6 +736,23 @@ class _Server:
                                   stderrTail=self.stderr_tail()))
         return (f"the server stopped during the call ({self.down}); it is started again for the next call, so "
                 "you may try again")
+
+    async def _exit_report(self, closed: bool) -> str | None:
+        """How the server ended, as its launcher reports it, waited for while it may still come:
+        while the server is gone, or its connection `closed` (a killed process closes its pipes
+        before it is a zombie, so its pid can look alive a while longer), and its launcher,
+        which writes the report before it exits, still runs. None: the server lives, has no
+        launcher (a URL), or no report came within `EXIT_REPORT_WAIT_S`."""
+        deadline = time.monotonic() + EXIT_REPORT_WAIT_S
+        while True:
+            status = self.reported_exit()
+            if status is not None or self.pid is None or (not closed and _running(self.pid)):
+                return status
+            if self.launcher_pid is None or not _running(self.launcher_pid):
+                return self.reported_exit()  # the launcher is gone: what it wrote is all there is
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(0.02)
 
     async def _restart(self) -> None:
         """Start the server again after it went down.
@@ -836,30 +805,6 @@ class _StderrFile:
         for f in (self.writer, self._reader):
             with contextlib.suppress(OSError):
                 f.close()
-
-
-class _Watched:
-    """The stdio transport, reading the server's pid from the launcher's first line."""
-
-    def __init__(self, inner: Any, server: _Server) -> None:
-        self.inner = inner
-        self.server = server
-
-    async def __aenter__(self) -> Any:
-        streams = await self.inner.__aenter__()
-        stderr = self.server._stderr
-        for _ in range(400):  # the launcher writes its line before the server can answer
-            text = stderr.text() if stderr is not None else ""
-            if "\n" in text:
-                first = text.split("\n", 1)[0]
-                if first.startswith("@runner-mcp pid="):
-                    self.server.pid = int(first.split("=", 1)[1])
-                break
-            await asyncio.sleep(0.005)
-        return streams
-
-    async def __aexit__(self, *exc: Any) -> Any:
-        return await self.inner.__aexit__(*exc)
 
 
 async def _listing(client: Client) -> list[RemoteTool]:

@@ -131,11 +131,13 @@ class ModelEntry(BaseModel):
     call per turn); None: not sent."""
     serve_policies: list[str] = []
     """The server policies `runner serve --steer default` applies to every request for this
-    model (`runner.serve_steering.SERVER_POLICIES`), for clients that do not steer."""
+    model (`runner.steering.serve.SERVER_POLICIES`), for clients that do not steer (the names
+of an earlier manifest, answer_on_repeat and answer_after_turns, are read as answer_on_stall
+and answer_forcing)."""
     system_addendum: str = ""
     """Harness default for runs on this model: text added to the end of the system prompt."""
     policies: list[str] | None = None
-    """The steering policies runs on this model get, by name (`runner.policies.POLICIES`):
+    """The steering policies runs on this model get, by name (`runner.steering.POLICIES`):
     exactly these, every other off; the fields above give their parameters (N of answer
     forcing, when results are restated). None: the fields above alone say what is on."""
     steering: list[str] = []
@@ -148,7 +150,7 @@ class ModelEntry(BaseModel):
     @classmethod
     def _expand_policies(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("policies") is not None:
-            from runner.policies import fields_for
+            from runner.steering import fields_for
 
             data = {**data, **fields_for(data["policies"], data)}
         return data
@@ -156,8 +158,10 @@ class ModelEntry(BaseModel):
     @field_validator("serve_policies")
     @classmethod
     def _known_server_policies(cls, names: list[str]) -> list[str]:
-        from runner.serve_steering import SERVER_POLICIES
+        from runner.steering.serve import SERVER_POLICIES
 
+        renamed = {"answer_on_repeat": "answer_on_stall", "answer_after_turns": "answer_forcing"}
+        names = [renamed.get(n, n) for n in names]
         unknown = [n for n in names if n not in SERVER_POLICIES]
         if unknown:
             raise ValueError(f"unknown server policy {unknown[0]!r}; policies: {', '.join(SERVER_POLICIES)}")

@@ -14,7 +14,8 @@ the same spans with the same ids:
   timed by the trace's ``turn`` event and its ``ms``.
 - ``execute_tool NAME``: each tool run (``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
   ``runner.tool.result_chars``, ``error.type`` when it failed), from ``tool_start`` to
-  ``tool_result`` (or ``tool_cancelled``).
+  ``tool_result`` (or ``tool_cancelled``); a call answered without running (``tool_skipped``)
+  carries why as ``runner.tool.skipped``.
 
 Trace and span ids are digests of the root run id and the span's place in the run, so
 exporting a run again (or a resumed run after its first part) adds nothing twice: Phoenix,
@@ -180,9 +181,10 @@ class _SpanBuilder:
             status=Status(StatusCode.ERROR, f"protocol slip: {e.slip}") if e.slip else Status(StatusCode.OK),
             start_time=_ns(e.ts - e.ms / 1000), end_time=_ns(e.ts), instrumentation_scope=_SCOPE)
 
-    def tool_span(self, e: ToolResult | ToolCancelled, start: float | None) -> ReadableSpan:
+    def tool_span(self, e: ToolResult | ToolCancelled, start: float | None, skipped: str | None = None) -> ReadableSpan:
         """The ``execute_tool NAME`` span of one tool run, from `start` (its `tool_start`'s
-        time, or `e.ms` before `e` when None) to its result or cancellation."""
+        time, or `e.ms` before `e` when None) to its result or cancellation; `skipped`: why a
+        call answered without running was (its `tool_skipped` reason, ``runner.tool.skipped``)."""
         ok = e.type == "tool_result" and e.ok
         error = e.error if e.type == "tool_result" else f"cancelled: {e.reason}"
         attributes: dict[str, Any] = {
@@ -193,6 +195,8 @@ class _SpanBuilder:
         }
         if e.type == "tool_result":
             attributes["runner.tool.source"] = e.source
+        if skipped is not None:
+            attributes["runner.tool.skipped"] = skipped
         if not ok:
             attributes["error.type"] = "cancelled" if e.type == "tool_cancelled" else "tool_error"
         span_id = span_id_of(self.run_id, *self.place("tool", e.callId))
@@ -247,15 +251,18 @@ def run_spans(state: RunState, events: Sequence[TraceEvent], root_run_id: str, p
     builder = _SpanBuilder(state, root_run_id, resource)
     spans: list[ReadableSpan] = []
     starts: dict[str, float] = {}
+    skipped: dict[str, str] = {}
     children: list[str] = []
     span_events: list[Event] = []
     for e in events:
         if e.type == "tool_start":
             starts[e.callId] = e.ts
+        elif e.type == "tool_skipped":
+            skipped[e.callId] = e.reason
         elif e.type == "turn":
             spans.append(builder.turn_span(e))
         elif e.type in ("tool_result", "tool_cancelled"):
-            spans.append(builder.tool_span(e, starts.pop(e.callId, None)))
+            spans.append(builder.tool_span(e, starts.pop(e.callId, None), skipped.pop(e.callId, None)))
             if e.type == "tool_result" and e.childRunId:
                 children.append(e.childRunId)
         elif e.type == "verdict":

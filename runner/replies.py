@@ -37,9 +37,11 @@ ABSTAINS = re.compile(
     r"|information (?:is )?not (?:available|there)|not (?:available|found) in)", re.IGNORECASE)
 """A reply that says the information is not there (an abstention), in the ways models say it."""
 TOOL_VERBS = re.compile(r"\b(?:call|calling|use|using|invoke|run)\b", re.IGNORECASE)
-PLANS = re.compile(r"\b(?:I|you|we) (?:need|have|will need|would need|should|can|could|must|will|would)(?: to)? "
-                   r"(?:read|call|use|check|look|open|search|find|list|grep|scan|inspect)\b", re.IGNORECASE)
-"""A reply that says what to read or call instead of answering."""
+PLANS = re.compile(r"\b(?:I|we) (?:need|have|will need|would need|should|can|could|must|will|would)(?: to)? "
+                   r"(?:read|call|use|check|look|open|search|find|list|grep|scan|inspect)\b"
+                   r"|\blet me (?:read|call|use|check|look|open|search|find|list)\b", re.IGNORECASE)
+"""A reply that says what it would read or call instead of answering ("I need to read ...");
+telling the user what they can do ("you can use pytest") is an answer to a how-to question."""
 YES_NO = re.compile(r"\s*(?:is|are|was|were|does|do|did|can|could|has|have|had|should|will|would)\b", re.IGNORECASE)
 """A question answered by yes or no."""
 FILLER = frozenset("a an the is are was were be it its this that there here of in on to for and i my me you your "
@@ -51,10 +53,18 @@ SMALL_TALK = re.compile(
     r"what can you do|can you help(?: me)?)(?: there| again| all| everyone| so much| very much| a lot| today)?)+[\W_]*",
     re.IGNORECASE)
 """A message that is only greetings, thanks or asking what the agent is: it asks nothing to look up."""
+BLANK = re.compile(r"\[[A-Za-z][\w .'-]{1,40}\](?!\()|<[A-Za-z]\w* [\w .'-]{1,40}>|\{[A-Za-z]\w* [\w .'-]{1,40}\}")
+"""A blank of a template answer: ``[region]``, ``<total amount>``, ``{user name}`` (not a Markdown
+link, nor a tag or a type such as ``<div>`` or ``List<String>``)."""
 LISTED_LINE = re.compile(r"^\s*[-*]?\s*\S+\.\w{1,5}\s*\(\d+ bytes\)\s*$", re.MULTILINE)
 """A line of a folder listing, ``path (N bytes)``."""
 LISTING_PASTE_LINES = 3
 """A reply with this many listing lines or more pasted the listing."""
+
+PASTED_LINES = 3
+OWN_WORDS = 8
+"""A reply with `PASTED_LINES` lines of one tool result and fewer than `OWN_WORDS` words of its
+own pasted the result (`pastes`)."""
 
 ReplyKind = Literal["answer", "abstention", "no_answer"]
 
@@ -76,7 +86,7 @@ def classify(reply: str, question: str, tool_results: Sequence[str] = (),
              tool_names: Iterable[str] = ()) -> ReplyClass:
     """What `reply` is, as the last word of a run asked `question`: for small talk, an answer
     unless it is empty or protocol text; else no answer when it is empty,
-    holds the chat's markup or tool-call JSON, copies a tool result, pastes a folder listing,
+    holds the chat's markup or tool-call JSON, pastes a folder listing or a tool result,
     lists tool names, tells how to call the tools or says what it would read, or restates the
     question; an abstention when it says the information is not there; else an answer.
 
@@ -106,11 +116,11 @@ def no_answer_reason(reply: str, question: str, tool_results: Sequence[str] = ()
         return "writes a tool call or a tool schema as JSON"
     if len(LISTED_LINE.findall(text)) >= LISTING_PASTE_LINES:
         return "pastes the folder's listing"
-    if echoes(text, tool_results):
-        return "copies a tool result"
+    if pastes(text, tool_results):
+        return "pastes a tool result"
     if lists_tools(text.lower(), tool_names):
         return "lists tool names"
-    if tells_how(text, tool_names):
+    if instructs(text, tool_names):
         return "tells how to call the tools instead of answering"
     if restates(text, question):
         return "repeats the question"
@@ -125,6 +135,22 @@ def small_talk(question: str) -> bool:
 def abstains(reply: str) -> bool:
     """`reply` says the information is not there."""
     return ABSTAINS.search(reply) is not None
+
+
+def pastes(reply: str, tool_results: Iterable[str]) -> bool:
+    """`reply` is a tool result pasted back: `PASTED_LINES` or more of its lines are lines of one
+    result, word for word (case and runs of whitespace aside), and the rest of it has fewer
+    than `OWN_WORDS` words. Quoting a line or two inside an answer, or relaying a one-line
+    result ("Research summary: errors.log mentions a timeout"), is an answer."""
+    lines = [" ".join(line.lower().split()) for line in reply.splitlines()]
+    lines = [line for line in lines if line]
+    for result in tool_results:
+        held = {" ".join(line.lower().split()) for line in result.splitlines()} - {""}
+        copied = [line for line in lines if line in held]
+        own = [w for line in lines if line not in held for w in words(line)]
+        if len(copied) >= PASTED_LINES and len(own) < OWN_WORDS:
+            return True
+    return False
 
 
 def echoes(answer: str, tool_results: Iterable[str]) -> bool:
@@ -157,6 +183,17 @@ def tells_how(reply: str, tool_names: Iterable[str]) -> bool:
     call (`PLANS`) instead of answering."""
     named = any(name and re.search(rf"\b{re.escape(name)}\b", reply) for name in tool_names)
     return (named and TOOL_VERBS.search(reply) is not None) or PLANS.search(reply) is not None
+
+
+def instructs(reply: str, tool_names: Iterable[str]) -> bool:
+    """`reply` tells how to call a tool (a verb of calling right before the tool's name: "call
+    `read_file` with ...", "use the search_files tool") or says what it would read or call
+    (`PLANS`): narrower than `tells_how`, which a review may send back on a hunch."""
+    for name in tool_names:
+        if name and re.search(rf"\b(?:call|calling|use|using|invoke|run)\s+(?:the\s+)?[`'\"]?{re.escape(name)}\b",
+                              reply, re.IGNORECASE):
+            return True
+    return PLANS.search(reply) is not None
 
 
 def restates(reply: str, question: str) -> bool:

@@ -397,3 +397,6 @@ class ExperimentsRequest:
         False, "Leave out the local-model experiments (local_suite, local_harness: the slow ones).")
     list_names: bool = option(False, "List the experiments and exit.", "--list")
     out: Path | None = option(None, "Where reports go [default: experiments/ in the runs directory].", "--out")
+    journal: Path | None = option(
+        None, "Append each experiment's dated section to this file [default: journal.md beside the reports; "
+        "docs/journal.md: the checkout's journal].", "--journal", metavar="FILE")

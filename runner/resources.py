@@ -92,4 +92,5 @@ def run_experiments(req: ExperimentsRequest, runs_dir: Path | None = None) -> in
             raise UsageError(f"{flag} {folder} is a file, not a folder")
     return main([*(req.names or []), *(["--skip-local"] if req.skip_local else []),
                  *(["--list"] if req.list_names else []), *(["--out", str(req.out)] if req.out else []),
-                 *(["--runs-dir", str(runs_dir)] if runs_dir else [])])
+                 *(["--runs-dir", str(runs_dir)] if runs_dir else []),
+                 *(["--journal", str(req.journal)] if req.journal else [])])

@@ -150,15 +150,15 @@ def prepare(req: RunRequest) -> Prepared:
 
 
 def steered(config: RunConfig, edits: list[str], defaults: dict[str, Any]) -> RunConfig:
-    """`config` with its steering policies changed by `--policy` values (`runner.policies.edited`).
+    """`config` with its steering policies changed by `--policy` values (`runner.steering.edited`).
 
     Raises:
         UsageError: a name that is no policy.
     """
-    from runner import policies
+    from runner import steering
 
-    fields = policies.fields_for(policies.edited(policies.active(config), edits), defaults)
-    own, at_endpoint = policies.split_fields(fields)
+    fields = steering.fields_for(steering.edited(steering.active(config), edits), defaults)
+    own, at_endpoint = steering.split_fields(fields)
     return config.model_copy(update={**own, "endpoint": config.endpoint.model_copy(update=at_endpoint)})
 
 
@@ -407,9 +407,9 @@ def _llama_note(state: RunState) -> str:
     with contextlib.suppress(RunnerError):  # not on disk now: the start says so next
         choice = local_choice(recorded)
     file = choice.path.name if choice is not None else Path(recorded).name
-    from runner import policies
+    from runner import steering
 
-    turn = (f"first turn tool_choice={policies.first_turn_choice(state)}" if not state.turns
+    turn = (f"first turn tool_choice={steering.first_turn_choice(state)}" if not state.turns
             else f"continuing at turn {state.turns + 1}")
     return f"model: {endpoint.model}, {turn}\n  starting llama.cpp on {file} for this run"
 

@@ -16,8 +16,9 @@ from typing import Annotated, Any, Callable, Literal, NamedTuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
-FORMAT_VERSION = 3
-"""3: the config's endpoint fields in `RunConfig.endpoint`, its limits in `RunConfig.limits`
+FORMAT_VERSION = 4
+"""4: a `HarnessNote` on each message the harness adds (older ones load as kind "legacy"),
+`RunState.answer_unsupported`, the `no_answer` failure. 3: the config's endpoint fields in `RunConfig.endpoint`, its limits in `RunConfig.limits`
 (format-2 files, flat, are lifted on load). 2: `error`, the `provider_unavailable`
 interruption, limits on the max_turns / max_budget interruptions, `usage_estimated` / `slip` on
 turn records, `skipped` tool runs (every new field has a default, so version-1 files load)."""
@@ -66,6 +67,46 @@ class TokenLogprob(TopLogprob):
     """The likeliest tokens at this place, the generated one among them when it is likeliest."""
 
 
+HarnessKind = Literal[
+    "correction",  # after a protocol slip: what went wrong and what to do
+    "answer_request",  # answer forcing: the answer asked for (tool_choice "none")
+    "nudge",  # a repeated call before anything but a listing succeeded: look inside a file
+    "review",  # a reply that would have ended the run, sent back (`detail`: which kind of non-answer)
+    "second_opinion",  # the answer asked for again in a fresh context
+    "disagreement",  # the two answers disagree: which does the text support
+    "last_attempt",  # a final reply that is no answer: one fresh request for the answer
+    "legacy",  # written by a version that did not record kinds (format 3 and before)
+]
+"""What a message the harness added to a run is."""
+
+
+class HarnessNote(BaseModel, defer_build=True):
+    """What a message the harness added is, and who sent it (kept in the run, never sent)."""
+
+    kind: HarnessKind
+    policy: str
+    """The steering policy that sent it (`runner.steering`), or "legacy"."""
+    tool_choice: str | None = None
+    """The ``tool_choice`` the request carrying it sends (None: the usual one)."""
+    detail: str | None = None
+    """For a review, the kind of non-answer it answers ("restated", "unsupported", ...)."""
+    fresh: bool = False
+    """The request carrying it sends only the system prompt before it (a fresh context)."""
+
+    @property
+    def label(self) -> str:
+        """What it is in words, with what it reviewed and the policy that sent it (transcripts)."""
+        what = HARNESS_LABELS[self.kind] + (f": {self.detail}" if self.kind == "review" and self.detail else "")
+        return what if self.kind == "legacy" else f"{what}; {self.policy}"
+
+
+HARNESS_LABELS: dict[str, str] = {
+    "correction": "corrects a slip", "answer_request": "asks for the answer", "nudge": "nudges",
+    "review": "sends the answer back", "second_opinion": "asks again", "disagreement": "shows both answers",
+    "last_attempt": "asks once more", "legacy": "asks again"}
+"""How transcripts name each kind of harness message."""
+
+
 class Message(BaseModel, defer_build=True):
     """One chat message in the OpenAI shape (`system`, `user`, `assistant`, `tool`)."""
 
@@ -79,10 +120,34 @@ class Message(BaseModel, defer_build=True):
     logprobs: list[TokenLogprob] | None = None
     """An assistant reply's tokens with their log probabilities, when the request asked for
     them (kept in the run, never sent back)."""
+    harness: HarnessNote | None = None
+    """Set on the user messages the harness adds (named ``runner``): their kind and policy."""
+
+    @model_validator(mode="after")
+    def _legacy_note(self) -> "Message":
+        if self.harness is None and self.role == "user" and self.name == "runner":  # saved before notes existed
+            self.harness = HarnessNote(kind="legacy", policy="legacy")
+        return self
 
     def to_api(self) -> dict[str, Any]:
         """The dict sent to a chat-completions endpoint (no null fields)."""
-        return self.model_dump(exclude_none=True, exclude={"logprobs"})
+        return self.model_dump(exclude_none=True, exclude={"logprobs", "harness"})
+
+
+class ChangePreview(BaseModel, defer_build=True):
+    """What approving a write would do to one file, worked out when the run asked
+    (`runner.tools.change_preview`): a unified diff and its counts of lines."""
+
+    path: str
+    action: Literal["create", "replace", "edit", "delete"]
+    removed_lines: int
+    """Lines of the file as it was that the write takes out."""
+    added_lines: int
+    """Lines the write puts in."""
+    diff: str = ""
+    """The unified diff (``--- a/PATH``, ``+++ b/PATH``, hunks with 3 lines of context), at most
+    `runner.tools.PREVIEW_LINES` lines, then one saying how many more; "" when the file is too
+    large to compare (the counts are then the whole files')."""
 
 
 class ApprovalInterruption(BaseModel, defer_build=True):
@@ -92,6 +157,9 @@ class ApprovalInterruption(BaseModel, defer_build=True):
     args: Any
     in_doubt: bool = False
     """True when the call was started in an earlier process and its outcome is unknown."""
+    preview: ChangePreview | None = None
+    """What the write would change, as the files were when the run asked; None for a tool that
+    does not say (`Tool.preview`)."""
 
 
 class MaxTurnsInterruption(BaseModel, defer_build=True):
@@ -179,6 +247,7 @@ ErrorType = Literal[
     "permanent_tool_error",  # a tool failure no retry fixes (permission denied, ...)
     "repeated_failure",  # the same failing call N times in a row
     "repeated_call",  # the same successful call N times in a row
+    "no_answer",  # the model's last reply was no answer (a restated question, a pasted result, ...), twice
 ]
 """Why a `failed` run failed, as a closed set."""
 
@@ -247,9 +316,10 @@ class ToolRun(BaseModel, defer_build=True):
     signature: str
     ok: bool
     ms: float
-    source: Literal["run", "cache", "rejected", "invalid", "skipped"] = "run"
+    source: Literal["run", "cache", "rejected", "invalid", "skipped", "refused"] = "run"
     """run: executed; cache: dedupe; rejected: the user declined; invalid: unknown tool or bad
-    arguments; skipped: not run because the budget or turn cap was reached mid-batch."""
+    arguments; skipped: not run because the budget or turn cap was reached mid-batch; refused:
+    not run because the tool found it could only fail (`Tool.check`), answered with that error."""
     error: str | None = None
 
 
@@ -546,7 +616,7 @@ class RunConfig(BaseModel, defer_build=True):
     """Sent as OpenAI's ``parallel_tool_calls`` (False: at most one call per turn; runner's
     local server then allows one call under its grammar). None: not sent."""
     steering: list[str] = []
-    """The steering policies in force that are not fields of their own (`runner.policies`:
+    """The steering policies in force that are not fields of their own (`runner.steering`:
     listing_in_prompt, abstain_option, evidence_first)."""
     workspace: str | None = None
     """The folder the tools work over, as an absolute path (None: the packaged three-file
@@ -708,6 +778,9 @@ class RunState(BaseModel, defer_build=True):
     """Write-tool calls started but not yet recorded: call id -> signature (in doubt on resume)."""
     in_doubt: list[str] = []
     """Call ids whose earlier start has an unknown outcome: they run again only if approved."""
+    answer_unsupported: str | None = None
+    """Set when the run completed with an answer the run's own review found unsupported by
+    any tool result: what the answer says that nothing returned (a quoted name, a number)."""
     elided_results: int = 0
     """How many of the earliest tool results the requests send as one line each, so that the
     conversation fits the model's context window (raised by one for each request refused as

@@ -1,7 +1,8 @@
 """The trace: append-only JSONL, one event per line, `runId` on every line.
 
-The vocabulary is small on purpose: `run_started`, `run_resumed`, `turn`, `tool_start`,
-`tool_progress`, `tool_result`, `tool_cancelled`, `approval_required`, `run_stopped`, the MCP
+The vocabulary is small on purpose: `run_started`, `run_resumed`, `turn`, `tool_start` (a tool
+about to run) or `tool_skipped` (a call answered without running, and why), `tool_progress`,
+`tool_result` (every answered call), `tool_cancelled`, `approval_required`, `run_stopped`, the MCP
 servers' `mcp_server_started`, `mcp_call` and `mcp_server_exited`, and three
 operator events: `verdict` (an approval or rejection given from outside), `state_forced`
 (`resume --force`) and `run_repaired` (`runner repair`). The event's `type` is snake_case;
@@ -128,6 +129,27 @@ class ToolStart(_Event):
     toolName: str
     args: str
     callId: str
+
+
+SkipReason = Literal["refused", "declined_before", "rejected", "cached", "limit", "invalid"]
+"""Why a call was answered without running its tool: refused (the tool's check found it could only
+fail, e.g. a delete of a file that is not there), declined_before (the user declined the same
+call earlier), rejected (the user declined it now), cached (the same read-only call's earlier
+result), limit (the budget or turn cap was reached mid-batch), invalid (an unknown tool, or
+arguments that do not fit its schema)."""
+
+
+class ToolSkipped(_Event):
+    """A call answered without running its tool; its `tool_result` follows. A call that runs has
+    a `tool_start` instead, so counting starts counts executions."""
+
+    type: Literal["tool_skipped"] = "tool_skipped"
+    toolName: str
+    callId: str
+    args: str
+    reason: SkipReason
+    detail: str | None = None
+    """Why, in words: the error the model is told, or the user's reason; None for a cached result."""
 
 
 class ToolProgress(_Event):
@@ -272,7 +294,7 @@ class McpServerExited(_Event):
 
 TraceEvent = Annotated[
     Union[
-        RunStarted, RunResumed, TurnEvent, ToolStart, ToolProgress, ToolResult, ToolCancelled,
+        RunStarted, RunResumed, TurnEvent, ToolStart, ToolSkipped, ToolProgress, ToolResult, ToolCancelled,
         ApprovalRequired, RunStopped, Verdict, StateForced, RunRepaired, McpServerStarted, McpCall,
         McpServerExited,
     ],

@@ -7,7 +7,17 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${RUNNER_VENV:-$ROOT/.venv}"
 PY="${PYTHON:-python3}"
 stamp="$VENV/.runner-installed"
-want="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+# llama.cpp is compiled for this CPU (-march=native), except on a CPU with AMX: ggml's AMX
+# matrix kernels end in a general protection fault where the kernel does not grant the tile
+# state (seen on this kind of machine: every prompt of more than one token crashed the
+# process), so there the build names the CPU's instruction sets itself, AMX left out.
+if [ "$(uname -m)" = x86_64 ] && grep -qw amx_tile /proc/cpuinfo 2>/dev/null && [ -z "${CMAKE_ARGS:-}" ]; then
+  export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+  for flag in AVX512:avx512f AVX512_VBMI:avx512vbmi AVX512_VNNI:avx512_vnni AVX512_BF16:avx512_bf16 AVX_VNNI:avx_vnni; do
+    grep -qw "${flag#*:}" /proc/cpuinfo && CMAKE_ARGS="$CMAKE_ARGS -DGGML_${flag%%:*}=ON"
+  done
+fi
+want="$(cat "$ROOT/pyproject.toml" <(echo "${CMAKE_ARGS:-}") | sha256sum | cut -c1-16)"
 
 _bootstrap_step() {  # _bootstrap_step LABEL CMD...: run CMD with a heartbeat, log to a file
   local label="$1"; shift
@@ -36,6 +46,10 @@ fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
   _bootstrap_step "upgrading pip" "$VENV/bin/python" -m pip install --upgrade pip
+  if [ -n "${CMAKE_ARGS:-}" ] && [ -f "$stamp" ]; then  # a build made without these flags is not reused
+    _bootstrap_step "rebuilding llama.cpp ($CMAKE_ARGS)" "$VENV/bin/python" -m pip install --no-cache-dir \
+      --force-reinstall --no-deps "$(grep -o 'llama-cpp-python==[0-9.]*' "$ROOT/pyproject.toml")"
+  fi
   _bootstrap_step "installing runner (the first time compiles llama.cpp: 3-5 min)" \
     "$VENV/bin/python" -m pip install -e "$ROOT[dev]"
   echo "$want" > "$stamp"

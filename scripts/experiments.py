@@ -12,7 +12,10 @@ CLI, because its point is two separate processes.
 
 For each experiment it prints a table and writes `runs/experiments/<name>.md` (the table and
 what it shows, numbers from this run only) and `<name>.json` (the data); `turn_cap` also
-draws `turn_cap.png`. `runs/experiments/README.md` concatenates the sections in order.
+draws `turn_cap.png`. `runs/experiments/README.md` concatenates the sections in order. Each
+experiment's section is also appended, dated, with the commit and the load average, to a
+journal: `journal.md` beside the reports, or `--journal FILE` (`--journal docs/journal.md`
+keeps it in the checkout's journal, the history the docs point to).
 
 Exit status 1 if a headline check fails (turn cap: input tokens cap100/cap50 in 3.3-4.2;
 budgets: overshoot <= the last turn's cost; resume: same cost and tool runs as an
@@ -196,6 +199,26 @@ def write_outcome(name: str, outcome: Outcome) -> None:
     data = {"name": name, "title": outcome.title, "elapsed_s": round(outcome.elapsed_s, 3),
             "checks": [{"label": c.label, "ok": c.ok} for c in outcome.checks], **outcome.data}
     (OUT_DIR / f"{name}.json").write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+
+
+def append_journal(path: Path, name: str, outcome: Outcome) -> None:
+    """Append the experiment's section to the journal at `path`: a dated heading with the
+    command, the commit and the load average, then the section as `markdown` writes it."""
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "no checkout"
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    body = markdown(name, outcome).split("\n", 1)[1].lstrip("\n")
+    section = (f"## {when} · `runner experiments {name}`: {outcome.title}\n\n"
+               f"Commit {commit}; load average {load} when it finished.\n\n{body}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        path.write_text(JOURNAL_HEAD, encoding="utf-8")
+    with path.open("a", encoding="utf-8") as f:
+        f.write("\n" + section)
+
+
+JOURNAL_HEAD = "# Journal\n\nWhat was measured, when, on which commit: one dated section per experiment run.\n"
 
 
 def write_summary() -> Path:
@@ -738,7 +761,8 @@ HARNESS_SUITES = ("test", "six-task")
 def local_harness(lab: Lab) -> Outcome:
     """Per local model: the test half and the six-task suite, with each group of steering
     policies added in turn; every row from this one run."""
-    from runner import models, policies
+    from runner import models
+    from runner import steering as policies
     from runner.local import LocalServer
     from runner.suite import load_suite, run_suite, shipped_suites
 
@@ -799,7 +823,7 @@ those; RUNNER_HARNESS_FIRST_ROW=N: leave out the rows before the N-th, from 0)."
 def _harness_row(lab: Lab, name: str, path: Path, server: Any, names: list[str], entry: Any, suites: list[Any],
                  run_suite: Callable[..., Any]) -> dict[str, Any]:
     """The suites on `server` with exactly the policies `names`; counts per split."""
-    from runner import policies
+    from runner import steering as policies
 
     root = lab.runs_root / f"{name}-{len(list(lab.runs_root.glob(name + '-*')))}"
     fields = policies.fields_for(names, entry.harness_defaults())
@@ -842,6 +866,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the experiments and exit")
     parser.add_argument("--out", type=Path, help="where reports go [default: experiments/ in the runs directory]")
     parser.add_argument("--runs-dir", type=Path, help="the runs directory [default: $RUNNER_RUNS_DIR or ./runs]")
+    parser.add_argument("--journal", type=Path, help="append each experiment's dated section to this file "
+                        "[default: journal.md beside the reports; docs/journal.md: the checkout's journal]")
     args = parser.parse_args(argv)
     if args.list:
         width = max(shutil.get_terminal_size().columns, 40)  # $COLUMNS, the terminal, else 80
@@ -879,10 +905,12 @@ def main(argv: list[str] | None = None) -> int:
             outcome.elapsed_s = time.perf_counter() - started
             print_outcome(name, outcome)
             write_outcome(name, outcome)
+            append_journal(args.journal or OUT_DIR / "journal.md", name, outcome)
             failures += [f"{name}: {c.label}" for c in outcome.checks if not c.ok]
     summary = write_summary()
     print(f"\nwrote {', '.join(f'{name}.md' for name in names)} (each with its .json) in {OUT_DIR}")
     print(f"summary: {summary}")
+    print(f"journal: {args.journal or OUT_DIR / 'journal.md'}")
     print(f"total time: {time.perf_counter() - began:.1f} s for {len(names)} experiment(s)")
     for failure in failures:
         print(f"FAILED: {failure}", file=sys.stderr)

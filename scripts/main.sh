@@ -2,8 +2,11 @@
 # The main job: install (first time), pull the local model (first time), then run the six-task
 # suite on the scripted provider and Qwen2.5-Coder-1.5B-Instruct side by side. With arguments,
 # they go to `runner suite` as they are (e.g. --model A --model B to compare any set).
-# RUNNER_MAIN_MODEL names another manifest model for the local column.
+# RUNNER_MAIN_MODEL names another manifest model for the local column. On a fresh machine it
+# first installs what the install needs (system_deps.sh: python3's venv module, a compiler).
 set -euo pipefail
+source "$(dirname "$0")/system_deps.sh"
+system_deps build
 source "$(dirname "$0")/bootstrap.sh"
 cd "$ROOT"
 if [ $# -gt 0 ]; then

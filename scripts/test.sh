@@ -3,7 +3,15 @@
 # llama.cpp server, a throwaway PostgreSQL cluster and a local Ray cluster. Extra arguments go
 # to pytest. --fast (first argument) runs the quick subset: no llama.cpp, PostgreSQL or Ray,
 # nothing marked slow (docs/testing.md says what is in it).
+# On a fresh machine it first installs the system packages the tests need (system_deps.sh:
+# a compiler, Node and npm; for the full run also PostgreSQL 15 and Chromium), saying which.
 set -euo pipefail
+source "$(dirname "$0")/system_deps.sh"
+if [ "${1:-}" = "--fast" ]; then
+  system_deps build node
+else
+  system_deps build node postgres chromium
+fi
 source "$(dirname "$0")/bootstrap.sh"
 source "$(dirname "$0")/mcp_servers.sh"   # the MCP servers tests/test_mcp.py starts (once; then ~10 ms)
 cd "$ROOT"

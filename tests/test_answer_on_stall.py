@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from runner.policies import ASK_FOR_ANSWER, ASK_WITHOUT_RESULTS
+from runner.steering.texts import ASK_FOR_ANSWER, ASK_WITHOUT_RESULTS
 from tests.conftest import drive, scripted_run
 from tests.fakeprovider import Answer, FakeProvider, completion, error, tool_call
 
@@ -149,7 +149,7 @@ def test_show_keeps_the_request_line_of_a_long_restated_request(fake: FakeProvid
     asked = fake.requests[-1]["messages"][-1]["content"]
     assert len(asked.splitlines()) > RESULT_LINES + 1
     lines = transcript_lines(state, [], width=80)
-    at = lines.index(next(line for line in lines if line.startswith("── runner (asks again)")))
+    at = lines.index(next(line for line in lines if line.startswith("── runner (asks for the answer; answer_on_stall)")))
     cut = lines[at + 1:at + RESULT_LINES + 3]
     assert cut[RESULT_LINES].startswith("… ") and cut[RESULT_LINES].endswith("(--full shows all)")
     assert cut[-1] == "Using only this, answer in one short sentence: Which file is it?"

@@ -12,6 +12,7 @@ import http.server
 import importlib
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -652,8 +653,13 @@ def test_experiments_write_to_the_runs_directory_and_name_unknown_ones(tmp_path:
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "mine" / "experiments" / "dedupe.md").is_file()
     assert max(map(len, proc.stdout.splitlines())) <= 80
-    proc = runner("experiments", "dedupe", "--out", "elsewhere", cwd=tmp_path)
+    journal = (tmp_path / "mine" / "experiments" / "journal.md").read_text()
+    assert re.search(r"^## \d{4}-\d\d-\d\d \d\d:\d\d UTC · `runner experiments dedupe`: ", journal, re.M), journal
+    proc = runner("experiments", "dedupe", "--out", "elsewhere", "--journal", "kept.md", cwd=tmp_path)
     assert (tmp_path / "elsewhere" / "dedupe.md").is_file()
+    kept = (tmp_path / "kept.md").read_text()
+    assert kept.startswith("# Journal\n") and kept.count("`runner experiments dedupe`") == 1
+    assert "load average" in kept and not (tmp_path / "elsewhere" / "journal.md").exists()
 
 
 def test_shell_completion_installs_and_completes(tmp_path: Path) -> None:
@@ -798,7 +804,7 @@ def test_show_places_a_slipped_turn_and_runners_correction(tmp_path: Path) -> No
     shown = runner("show", run_id, "--runs-dir", "runs", cwd=tmp_path, env={"COLUMNS": "80"}).stdout
     lines = shown.splitlines()
     slip = next(i for i, x in enumerate(lines) if "slip: blank_content, not kept" in x)
-    again = next(i for i, x in enumerate(lines) if x.startswith("── runner (asks again)"))
+    again = next(i for i, x in enumerate(lines) if x.startswith("── runner (corrects a slip; corrective_retries)"))
     answer = next(i for i, x in enumerate(lines) if x.startswith("── turn 2"))
     assert lines[slip].startswith("── turn 1") and slip < again < answer and "Three files." in lines[answer + 1]
 

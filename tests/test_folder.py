@@ -120,19 +120,20 @@ def test_list_files_says_how_many_entries_it_left_out(tmp_path: Path) -> None:
 def test_read_file_reads_a_line_range_and_says_where_it_cut(tmp_path: Path) -> None:
     (tmp_path / "long.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
     assert call(FolderReadFile(), tmp_path, path="long.txt", start_line=3, end_line=4) == (
-        "line 3\nline 4\n[lines 3-4 of 10; read on with start_line=5]")
+        "line 3\nline 4\n\n[lines 3-4 of 10; 6 more lines (43 characters) not shown; read on with start_line=5]")
     assert call(FolderReadFile(), tmp_path, path="long.txt", start_line=9) == "line 9\nline 10\n"
     big = "".join(f"{i:05d} " + "y" * 94 + "\n" for i in range(1, 401))  # 400 lines of 101 characters
     (tmp_path / "big.txt").write_text(big)
     text = call(FolderReadFile(), tmp_path, path="big.txt")
     shown = MAX_READ_CHARS // 101
-    assert text.endswith(f"[lines 1-{shown} of 400 (cut at the size cap); read on with start_line={shown + 1}]")
-    assert len(text) < MAX_READ_CHARS + 100
+    assert text.endswith(f"\n\n[lines 1-{shown} of 400 (cut at the size cap); {400 - shown} more lines "
+                         f"({(400 - shown) * 101} characters) not shown; read on with start_line={shown + 1}]")
+    assert len(text) < MAX_READ_CHARS + 200
     with pytest.raises(ToolError, match="past its end"):
         call(FolderReadFile(), tmp_path, path="long.txt", start_line=11)
     (tmp_path / "blob.bin").write_bytes(b"\x00\x01" * 20)
-    with pytest.raises(ToolError, match="not a text file"):
-        call(FolderReadFile(), tmp_path, path="blob.bin")
+    assert call(FolderReadFile(), tmp_path, path="blob.bin") == (
+        "0001" * 20 + "\n[binary file of 40 bytes, shown as hex: bytes 0-39, to its end]")
 
 
 def test_search_files_gives_file_and_line_and_skips_ignored_files(own: Path) -> None:
@@ -217,8 +218,9 @@ def test_scan_archive_on_the_packaged_workspace() -> None:
 # --- a person's own question on their own folder, end to end ------------------------------------
 
 
-def _writer(path: str, content: str) -> Any:
-    """A provider that lists the folder, writes one file, then answers with what it listed."""
+def _writer(path: str, content: str, overwrite: bool = False) -> Any:
+    """A provider that lists the folder, writes one file (`overwrite`: one that exists), then
+    answers with what it listed."""
 
     def answer(body: dict[str, Any]) -> Answer:
         messages = body["messages"]
@@ -227,7 +229,7 @@ def _writer(path: str, content: str) -> Any:
             return completion({"role": "assistant", "content": None,
                                "tool_calls": [tool_call("c1", "list_files", "{}")]})
         if asked == 1:
-            args = json.dumps({"path": path, "content": content})
+            args = json.dumps({"path": path, "content": content, **({"overwrite": True} if overwrite else {})})
             return completion({"role": "assistant", "content": None,
                                "tool_calls": [tool_call("c2", "write_file", args)]})
         listing = next(m["content"] for m in messages if m["role"] == "tool")
@@ -272,7 +274,7 @@ def test_a_question_works_on_the_current_folder_and_a_write_waits_for_a_verdict(
 def test_sandbox_copy_leaves_the_folder_untouched_after_an_approved_write(folder: Path, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     before = _files(folder)
-    with FakeProvider(_writer("letter.txt", "overwritten\n")) as fake:
+    with FakeProvider(_writer("letter.txt", "overwritten\n", overwrite=True)) as fake:
         proc = cli("run", "Rewrite the letter", "--base-url", fake.base_url, "--model", "m", "--workspace",
                    str(folder), "--sandbox", "copy", "--json", runs_dir=runs)
         run_id = json.loads(proc.stdout)["run_id"]
@@ -373,9 +375,11 @@ def test_a_write_that_could_only_fail_is_answered_with_its_error_and_not_put_to_
     assert out["status"] == "completed" and error in out["answer"] and out["interruption"] is None
     assert _files(folder) == before
     state = FileStore(tmp_path / "runs").load(out["run_id"])
-    assert [(r.tool_name, r.ok, r.source) for r in state.tool_runs] == [(tool, False, "run")]
+    assert [(r.tool_name, r.ok, r.source) for r in state.tool_runs] == [(tool, False, "refused")]
     trace = [json.loads(line) for line in (tmp_path / "runs" / out["run_id"] / "trace.jsonl").read_text().splitlines()]
-    assert [e["type"] for e in trace if e["type"].startswith(("tool", "approval"))] == ["tool_start", "tool_result"]
+    assert [e["type"] for e in trace if e["type"].startswith(("tool", "approval"))] == ["tool_skipped", "tool_result"]
+    skipped = next(e for e in trace if e["type"] == "tool_skipped")
+    assert skipped["reason"] == "refused" and error in skipped["detail"]
 
 
 def test_a_delete_of_a_file_that_exists_still_waits_for_approval(folder: Path, tmp_path: Path) -> None:
@@ -414,7 +418,8 @@ def test_a_read_cuts_at_a_whole_line_under_the_runs_cap_on_results(tmp_path: Pat
                                    tools=list(catalog.FOLDER_TOOLS), workspace=str(tmp_path),
                                    max_tool_result_chars=cap), fake.base_url, None)
     result = next(m.content or "" for m in state.messages if m.role == "tool")
-    shown = result.splitlines()
-    assert len(result) <= cap and shown[-1] == (
-        f"[lines 1-{len(shown) - 1} of 300 (cut at the size cap); read on with start_line={len(shown)}]")
-    assert shown[:-1] == lines[:len(shown) - 1]  # whole lines only
+    body, _, marker = result.rpartition("\n[")
+    shown = body.splitlines()
+    assert len(result) <= cap and marker.startswith(f"lines 1-{len(shown)} of 300 (cut at the size cap); ")
+    assert marker.endswith(f"; read on with start_line={len(shown) + 1}]")
+    assert shown == lines[:len(shown)] and body.endswith("\n")  # whole lines only

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from runner import loop, store
+from runner.harness import workspace_template
 from runner.tools import deleted_files
 from tests.conftest import cli, cli_json, drive, scripted_run
 
@@ -85,6 +86,40 @@ def test_dedupe_never_swallows_a_write_unless_told_to(provider: str, runs: Path)
     assert deleted_files(runs / safe.run_id / "workspace") == ["access.log"]
 
 
+def test_the_trace_shows_a_start_only_for_the_delete_that_ran(runs: Path) -> None:
+    """Two identical deletes, the first approved: it starts and ends; the second, which could
+    only fail, is answered at once and traced as skipped (refused), never as started."""
+    code, out = cli_json("run", "--scenario", "double_delete", runs_dir=runs)
+    assert code == 3 and out["interruption"]["call_id"] == "c1"
+    code, out = cli_json("resume", out["run_id"], "--approve", "c1", runs_dir=runs)
+    assert code == 0 and out["status"] == "completed" and out["tool_runs"] == 1
+    events = [json.loads(line) for line in store.trace_path(runs, out["run_id"]).read_text().splitlines()]
+    calls = [(e["type"], e["callId"]) + ((e["reason"],) if e["type"] == "tool_skipped" else ())
+             for e in events if e["type"].startswith("tool_")]
+    assert calls == [("tool_start", "c1"), ("tool_result", "c1"), ("tool_skipped", "c2", "refused"),
+                     ("tool_result", "c2")]
+    skipped = next(e for e in events if e["type"] == "tool_skipped")
+    assert "no such file: access.log" in skipped["detail"] and skipped["args"] == '{"path": "access.log"}'
+    assert deleted_files(runs / out["run_id"] / "workspace") == ["access.log"]
+
+
+def test_every_answer_without_a_run_is_traced_as_skipped_with_why(runs: Path) -> None:
+    """A cached read, a rejection and an invalid call each trace tool_skipped before their
+    result, and no tool_start: the trace's starts count what ran."""
+    _, cached = cli_json("run", "--scenario", "repeat", "--dedupe", runs_dir=runs)
+    _, stopped = cli_json("run", "--scenario", "destructive", runs_dir=runs)
+    _, rejected = cli_json("resume", stopped["run_id"], "--reject", "c2", "--reason", "keep it", runs_dir=runs)
+    _, invalid = cli_json("run", "--scenario", "unknown_tool", runs_dir=runs)
+    for out, reason in ((cached, "cached"), (rejected, "rejected"), (invalid, "invalid")):
+        events = [json.loads(line) for line in store.trace_path(runs, out["run_id"]).read_text().splitlines()]
+        started = {e["callId"] for e in events if e["type"] == "tool_start"}
+        skipped = {e["callId"]: e["reason"] for e in events if e["type"] == "tool_skipped"}
+        answered = [e["callId"] for e in events if e["type"] == "tool_result"]
+        assert reason in skipped.values(), (reason, skipped)
+        assert not started & set(skipped) and sorted(answered) == sorted([*started, *skipped])
+        assert len(started) == out["tool_runs"]
+
+
 def test_idempotency_key_reaches_the_write_tool(provider: str, runs: Path) -> None:
     state = drive(scripted_run("double_delete", auto_approve=True), provider, runs)
     ledger = (runs / state.run_id / "workspace" / ".deleted.jsonl").read_text().splitlines()
@@ -108,8 +143,11 @@ def _files(runs: Path, run_id: str) -> Path:
 def test_destructive_stops_for_approval_with_nothing_deleted(runs: Path) -> None:
     out = _stop_for_approval(runs)
     assert out["status"] == "interrupted" and out["turns"] == 2
+    preview = out["interruption"].pop("preview")
     assert out["interruption"] == {"type": "approval", "call_id": "c2", "tool_name": "delete_file",
                                    "args": {"path": "access.log"}, "in_doubt": False}
+    assert (preview["action"], preview["path"], preview["added_lines"]) == ("delete", "access.log", 0)
+    assert preview["removed_lines"] == (workspace_template() / "access.log").read_text().count("\n") > 0
     assert not (runs / out["run_id"] / "workspace").exists()  # no tool that may write ran: no copy
     assert (_files(runs, out["run_id"]) / "access.log").exists()
     events = [json.loads(line) for line in store.trace_path(runs, out["run_id"]).read_text().splitlines()]

@@ -57,7 +57,7 @@ def test_an_echo_of_the_tool_protocol_is_wrong() -> None:
 def test_a_verbatim_copy_of_a_tool_result_is_wrong() -> None:
     listing_echo = "Here you go: " + LISTING
     assert echoes(listing_echo, [LISTING])
-    assert grade(TASKS["largest_file"], listing_echo, 1, [LISTING]).why == "copies a tool result"
+    assert grade(TASKS["largest_file"], listing_echo, 1, [LISTING]).why == "reproduces a tool result verbatim"
     line = ERRORS.splitlines()[2]  # one long log line, copied with other spacing and case
     assert len(line) >= 40 and echoes("The answer: " + " ".join(line.upper().split()), [ERRORS])
     assert not grade(TASKS["timeout_file"], f"errors.log says {line}", 2, [ERRORS]).correct

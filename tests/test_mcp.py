@@ -52,7 +52,7 @@ Step = tuple[str, dict[str, Any]]
 
 def calls(*steps: Step | Callable[[list[dict[str, Any]]], Step]) -> Callable[[dict[str, Any]], Answer]:
     """A model that makes one tool call per turn, `steps` in order (a step may be a function
-    of the messages), then answers with the last tool result."""
+    of the messages), then answers, naming the last tool result's first line."""
 
     def handler(body: dict[str, Any]) -> Answer:
         messages = body["messages"]
@@ -63,7 +63,8 @@ def calls(*steps: Step | Callable[[list[dict[str, Any]]], Step]) -> Callable[[di
             return completion({"role": "assistant", "content": None,
                                "tool_calls": [tool_call(f"c{turn + 1}", name, json.dumps(args))]})
         last = next((m["content"] for m in reversed(messages) if m["role"] == "tool"), "")
-        return completion({"role": "assistant", "content": f"Done. Last result: {last[:300]}"})
+        first = next((line.strip() for line in last.splitlines() if line.strip()), "nothing")
+        return completion({"role": "assistant", "content": f"Done. The last call returned {first[:200]}"})
 
     return handler
 
@@ -658,3 +659,81 @@ def _cmdline(proc: Path) -> str:
         return (proc / "cmdline").read_text()
     except OSError:
         return ""
+
+
+def test_the_readme_example_answers_with_the_time_the_tool_gave_under_the_local_models_steering(
+        tmp_path: Path) -> None:
+    """`runner run "What time is it in Tokyo?" --mcp time=...` with the folder tools and every
+    steering policy the 1.5B gets, the model replying as the 1.5B did: the right call, then the
+    time in words (18:05 as "6:05 PM"). The reviews that weigh an answer against files read do
+    not apply to an answer from another tool: it is taken, as the tool gave it."""
+    from runner import models
+    from runner.steering import active_for_entry
+
+    entry = models.entry_for("qwen2.5-coder-1.5b-instruct")
+    assert entry is not None
+    policies = [p for p in active_for_entry(entry) if p != "untagged_calls"]
+
+    def model(body: dict[str, Any]) -> Answer:
+        messages = body["messages"]
+        result = next((m["content"] for m in reversed(messages) if m["role"] == "tool"), None)
+        if result is None:
+            return completion({"role": "assistant", "content": None, "tool_calls": [
+                tool_call("c1", "time__get_current_time", json.dumps({"timezone": "Asia/Tokyo"}))]})
+        hour, minute = json.loads(result)["datetime"][11:16].split(":")
+        twelve = f"{int(hour) % 12 or 12}:{minute} {'PM' if int(hour) >= 12 else 'AM'}"
+        return completion({"role": "assistant", "content": f"The current time in Tokyo is {twelve}."})
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "notes.md").write_text("Standup at 09:30.\n")
+    with FakeProvider(model) as fake:
+        proc = cli("run", "What time is it in Tokyo?", "--base-url", fake.base_url, "--model", "fake",
+                   "--workspace", str(folder), "--mcp", f"time={TIME}",
+                   *(f"--policy={p}" for p in policies), "--json", runs_dir=tmp_path / "runs")
+    assert proc.returncode == 0, proc.stderr
+    done = json.loads(proc.stdout)
+    assert done["status"] == "completed" and done["answer"].startswith("The current time in Tokyo is ")
+    assert done["answer_unsupported"] is None
+    harness = [m for body in fake.requests for m in body["messages"] if m.get("name") == "runner"]
+    assert not harness  # no review, no "not in the files"
+
+
+@pytest.mark.slow
+def test_a_run_killed_mid_mcp_call_resumes_on_the_question_it_was_asked(tmp_path: Path) -> None:
+    """Killed while an MCP call is in flight, under the 1.5B's steering, then resumed: every
+    request after the resume still carries the question as the user's message, and the answer
+    is to that question (a model that answers what its messages ask)."""
+    from runner import models
+    from runner.steering import active_for_entry
+
+    entry = models.entry_for("qwen2.5-coder-1.5b-instruct")
+    assert entry is not None
+    policies = [f"--policy={p}" for p in active_for_entry(entry) if p != "untagged_calls"]
+    step = calls(LONG)
+
+    def model(body: dict[str, Any]) -> Answer:
+        asked = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        if any(m["role"] == "tool" for m in body["messages"]) or body.get("tool_choice") == "none":
+            return completion({"role": "assistant", "content": f"The long operation finished ({asked[:24]})."})
+        return step(body)
+
+    runs = tmp_path / "runs"
+    with FakeProvider(model) as fake:
+        proc = spawn("run", "Run the long operation", "--base-url", fake.base_url, "--model", "fake",
+                     "--no-builtin-tools", "--mcp", f"everything={EVERYTHING}", *policies, runs=runs)
+        try:
+            wait_for(lambda: events_of(runs, "tool_start"))
+            time.sleep(0.5)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=30)
+        run_id = events_of(runs, "run_started")[0]["runId"]
+        before = len(fake.requests)
+        resumed = cli("resume", run_id, "--json", runs_dir=runs)
+    assert resumed.returncode == 0, resumed.stderr
+    done = json.loads(resumed.stdout)
+    assert done["status"] == "completed" and done["answer"] == "The long operation finished (Run the long operation)."
+    after = fake.requests[before:]
+    assert after and all(next(m for m in r["messages"] if m["role"] == "user")["content"] == "Run the long operation"
+                         for r in after)

@@ -73,3 +73,11 @@ def test_a_child_run_nests_under_the_research_call_and_a_verdict_is_an_event(run
     assert unfinished == [] and root.attributes["runner.status"] == "completed"  # its last stop
     assert [e.name for e in root.events] == ["runner.approval_required", "runner.verdict"]
     assert len(spans) == 1 + done["turns"] + done["tool_runs"]  # both processes' turns, each once
+
+
+def test_a_call_answered_without_running_says_why_on_its_span(runs: Path) -> None:
+    code, run = cli_json("run", "--scenario", "repeat", "--dedupe", runs_dir=runs)
+    assert code == 0
+    spans, _ = _spans(FileStore(runs), run["run_id"])
+    tools = sorted(_by_name(spans, "execute_tool read_file"), key=lambda s: s.start_time)
+    assert [s.attributes.get("runner.tool.skipped") for s in tools] == [None, "cached"]

@@ -9,10 +9,15 @@ from typing import Any, Iterator
 
 import pytest
 
-from runner import policies
+from runner import steering as policies
 from runner.errors import UsageError
 from runner.models import ModelEntry
+from runner.replies import restates
 from runner.state import Endpoint, Message, RunConfig
+from runner.steering import texts
+from runner.steering.checks import unshown_figure
+from runner.steering.reviews import _unread
+from runner.steering.view import call_label
 from tests.conftest import cli, drive, scripted_run
 from tests.fakeprovider import Answer, FakeProvider, completion, error, tool_call
 
@@ -76,7 +81,7 @@ def test_listing_in_prompt_and_abstain_option_extend_the_system_prompt_once(fake
     lines = systems[0].split("\n\n")[1].splitlines()[1:]
     assert [line.split(" ")[0] for line in lines] == ["access.log", "errors.log", "notes.txt"]
     assert lines[2].endswith("; matches the question's rotating, logs")  # notes.txt: "rotate your logs"
-    assert systems[0].endswith(policies.ABSTAIN)
+    assert systems[0].endswith(texts.ABSTAIN)
 
 
 def test_question_words_leave_out_what_names_no_file() -> None:
@@ -91,8 +96,8 @@ def test_evidence_first_nudges_a_repeated_listing_and_asks_once_a_file_was_read(
     assert state.status == "completed" and state.answer == "Done."
     assert [r.get("tool_choice") for r in fake.requests] == ["auto", "auto", "auto", "auto", "none"]
     nudge = fake.requests[2]["messages"][-1]
-    assert nudge["name"] == "runner" and nudge["content"] == policies.NUDGE.format(question="Which file is it?")
-    assert fake.requests[4]["messages"][-1]["content"] == policies.ASK_FOR_ANSWER.format(question="Which file is it?")
+    assert nudge["name"] == "runner" and nudge["content"] == texts.NUDGE.format(question="Which file is it?")
+    assert fake.requests[4]["messages"][-1]["content"] == texts.ASK_FOR_ANSWER.format(question="Which file is it?")
 
 
 def test_without_evidence_first_a_repeated_listing_asks_for_the_answer_at_once(fake: FakeProvider) -> None:
@@ -133,9 +138,11 @@ def test_runner_policies_lists_every_policy_and_each_models_set(tmp_path: Path) 
     assert list(shown["policies"]) == list(policies.POLICIES)
     assert "first_turn_required" in shown["models"]["qwen2.5-coder-1.5b-instruct"]
     assert shown["answer_after_tool_turns"]["qwen2.5-coder-1.5b-instruct"] == 6
-    assert list(shown["serve_policies"]) == ["first_turn_required", "answer_on_repeat", "answer_after_turns"]
+    assert list(shown["serve_policies"]) == ["first_turn_required", "answer_forcing", "answer_on_stall"]
+    assert shown["scopes"]["answer_check"]["where"] == ["run"] and "serve" in shown["scopes"]["answer_forcing"]["where"]
     table = cli("policies", runs_dir=tmp_path, env={"COLUMNS": "80"}).stdout
-    assert "answer_forcing (after 6" in table and "\nanswer_on_repeat\n" in table
+    assert "answer_forcing (after 6" in table and "\nanswer_on_stall\n" in table
+    assert "    applies to: runs whose evidence comes from runner's folder tools alone" in table
     assert max(len(line) for line in table.splitlines()) <= 80
 
 
@@ -152,7 +159,7 @@ def test_abstain_check_sends_one_reminder_before_an_abstention_is_taken(fake: Fa
     state = drive(_run(fake, steering=["abstain_check"]), fake.base_url, None)
     assert state.status == "completed" and state.answer == "The information is not in the files."
     reminder = fake.requests[2]["messages"][-1]
-    assert reminder["name"] == "runner" and reminder["content"] == policies.CHECK_ABSTENTION.format(
+    assert reminder["name"] == "runner" and reminder["content"] == texts.CHECK_ABSTENTION.format(
         read="nothing yet", unread="", question="Which file is it?")
     assert fake.requests[2].get("tool_choice") == "required" and len(fake.requests) == 4  # one reminder only
 
@@ -245,22 +252,39 @@ def test_answer_check_reviews_a_non_answer_once_per_kind(fake: FakeProvider, kin
     replies = iter([_call("read_file", '{"path": "notes.txt"}', 1), *[_say(reply)] * 5])
     fake.handler = lambda body: next(replies)
     state = drive(_run(fake, prompt="What does notes.txt say?", steering=["answer_check"]), fake.base_url, None)
-    kinds = policies.non_answers(state)
+    kinds = policies.non_answers(state.model_copy(update={"messages": state.messages[:-2]}))
     assert kinds[0] == kind
-    # reviewed once for each kind it is, then taken
-    assert state.status == "completed" and state.answer == reply and len(fake.requests) == 2 + len(kinds)
-    reviews = [r["messages"][-1]["content"][:30] for r in fake.requests[2:]]
+    # reviewed once for each kind it is, asked once more in a fresh context, then the run fails: no answer
+    assert state.status == "failed" and state.error is not None and state.error.type == "no_answer"
+    assert state.answer == "" and state.messages[-1].content == reply and len(fake.requests) == 3 + len(kinds)
+    reviews = [r["messages"][-1]["content"][:30] for r in fake.requests[2:-1]]
     assert len(set(reviews)) == len(reviews) == len(kinds)
+    last = fake.requests[-1]["messages"]  # a fresh context: the run has no system prompt, so the request alone
+    assert len(last) == 1 and last[0]["name"] == "runner" and fake.requests[-1]["tool_choice"] == "none"
     sent = fake.requests[2]["messages"][-1]["content"]
-    assert sent.startswith(policies.NON_ANSWERS[kind][0][:30]) and (review is None or sent == review)
+    assert sent.startswith(texts.NON_ANSWERS[kind][0][:30]) and (review is None or sent == review)
     assert fake.requests[2].get("tool_choice") == choice
 
 
-def test_without_answer_check_a_restated_question_is_the_answer(fake: FakeProvider) -> None:
-    replies = iter([_call("read_file", '{"path": "notes.txt"}', 1), _say("What does notes.txt say?")])
+def test_without_answer_check_a_restated_question_gets_one_more_attempt_then_fails_as_no_answer(
+        fake: FakeProvider) -> None:
+    replies = iter([_call("read_file", '{"path": "notes.txt"}', 1), _say("What does notes.txt say?"),
+                    _say("What does notes.txt say?")])
     fake.handler = lambda body: next(replies)
     state = drive(_run(fake, prompt="What does notes.txt say?"), fake.base_url, None)
-    assert state.status == "completed" and state.answer == "What does notes.txt say?" and len(fake.requests) == 2
+    assert state.status == "failed" and state.error is not None and state.error.type == "no_answer"
+    assert "repeats the question" in (state.reason or "") and len(fake.requests) == 3
+    last = fake.requests[-1]["messages"]
+    assert [m["role"] for m in last] == ["user"] and "Remember to rotate your logs." in last[0]["content"]
+    assert state.messages[-1].content == "What does notes.txt say?"  # the reply is kept for the person
+
+
+def test_a_no_answer_that_the_last_attempt_answers_is_taken(fake: FakeProvider) -> None:
+    replies = iter([_call("read_file", '{"path": "notes.txt"}', 1), _say("What does notes.txt say?"),
+                    _say("It says to rotate the logs.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="What does notes.txt say?"), fake.base_url, None)
+    assert state.status == "completed" and state.answer == "It says to rotate the logs."
 
 
 def test_path_choices_limits_read_file_to_the_listed_files(fake: FakeProvider) -> None:
@@ -286,7 +310,7 @@ def test_a_question_about_the_files_is_answered_from_a_repeated_listing_without_
                        steering=["evidence_first", "answer_check"]), fake.base_url, None)
     assert state.status == "completed" and state.answer == "Done."
     assert [r.get("tool_choice") for r in fake.requests] == ["auto", "auto", "none"]
-    assert not any(m.get("name") == "runner" and m["content"].startswith(policies.NUDGE[:40])
+    assert not any(m.get("name") == "runner" and m["content"].startswith(texts.NUDGE[:40])
                    for m in fake.requests[-1]["messages"])
 
 
@@ -412,11 +436,26 @@ def test_a_question_that_names_the_file_read_is_answered_from_it(fake: FakeProvi
     assert state.status == "completed" and state.answer == "Three requests." and len(fake.requests) == 2
 
 
-def test_every_review_starts_with_words_of_its_own() -> None:
-    """A review is recognised by how it starts, so no two may start alike, nor with a blank."""
-    templates = [policies.CHECK_ABSTENTION, *(t for t, _ in policies.NON_ANSWERS.values())]
-    prefixes = [policies._prefix(t) for t in templates]
-    assert all(len(p) >= 12 for p in prefixes) and len(set(prefixes)) == len(prefixes)
+def test_every_harness_message_carries_its_kind_and_policy_and_none_is_sent_to_the_model(fake: FakeProvider) -> None:
+    """Reviews are found again by their note, not their words: a review whose text a later
+    version reworded still counts as sent, and the note never reaches the provider."""
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say("What does errors.log say?"),
+                    _say("Job 8830 timed out after 30000 ms.")])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="Which job timed out?", steering=["answer_check"]), fake.base_url, None)
+    notes = [m.harness for m in state.messages if m.name == "runner"]
+    assert notes and all(n is not None and n.kind == "review" and n.policy == "answer_check" for n in notes)
+    assert notes[0].detail == "restated" and notes[0].tool_choice == "none"
+    assert all("harness" not in m for body in fake.requests for m in body["messages"])
+    reworded = state.model_copy(deep=True)
+    reworded.messages[-2].content = "Some other wording of the same review."
+    reworded.messages.pop()
+    reworded.messages.append(reworded.messages[-2].model_copy(update={"harness": None, "name": None,
+                                                                      "role": "assistant",
+                                                                      "content": "What does errors.log say?"}))
+    assert policies.view(reworded).sent("review", "restated", since_read=True)
+    loaded = type(state).model_validate_json(state.model_dump_json())
+    assert [m.harness for m in loaded.messages] == [m.harness for m in state.messages]
 
 
 @pytest.mark.parametrize(("prompt", "steering", "reply", "answer", "review", "choice"), [
@@ -431,13 +470,13 @@ def test_every_review_starts_with_words_of_its_own() -> None:
      "Answer my question from what the files say, in one short sentence: How long did job 8830 run before it "
      "timed out?", "auto"),
     ("Which job timed out?", ["answer_check"], "Job `9931` timed out.", 'Job "8830" timed out.',  # quoted, and said
-     "Nothing you read says `9931`. If the files do not hold the answer, say that the information is not in the "
-     "files; otherwise answer my question in one short sentence from what they say: Which job timed out?", "auto"),
+     "Nothing you read says `9931`. Answer my question in one short sentence from what the files say, or say that "
+     "the information is not in the files: Which job timed out?", "auto"),
     ("Which worker timed out?", ["answer_check"], "The worker in Region A timed out.",
      "Worker 7 timed out on Monday, UTC, 30 degrees Celsius, the ERROR line says.",  # a weekday, a unit or
      # a time zone may come from a value; ERROR is in the file
-     "Nothing you read says `Region A`. If the files do not hold the answer, say that the information is not in the "
-     "files; otherwise answer my question in one short sentence from what they say: Which worker timed out?", "auto"),
+     "Nothing you read says `Region A`. Answer my question in one short sentence from what the files say, or say "
+     "that the information is not in the files: Which worker timed out?", "auto"),
     ("Which job timed out, and after how long?", ["answer_check"], "Job [job id] timed out after <the duration>.",
      "Job 8830 timed out after 30000 ms, see [the log](errors.log) <br>.",  # a link, a tag: no blanks
      "Your answer leaves blanks to fill ([job id], <the duration>): it is a template, not an answer. Read the file that "
@@ -484,19 +523,20 @@ def test_what_was_read_names_a_read_by_its_path_and_another_call_by_its_tool() -
     state.messages.append(Message(role="assistant", tool_calls=[
         ToolCall(id=i, function=FunctionCall(name=n, arguments=json.dumps(a))) for i, n, a in calls]))
     state.tool_runs += [ToolRun(call_id=i, tool_name=n, signature=i, ok=True, ms=1) for i, n, _ in calls]
-    assert policies._read_labels(state) == ["app.log", "list_files", "search_files quota"]
-    assert policies._read_labels(state, listings=False) == ["app.log", "search_files quota"]
+    assert policies.view(state).read_labels() == ["app.log", "list_files", "search_files quota"]
+    assert policies.view(state).read_labels(listings=False) == ["app.log", "search_files quota"]
 
 
 def test_a_review_is_sent_again_only_after_another_file_was_read(fake: FakeProvider) -> None:
     asked = "What does notes.txt say?"
     replies = iter([_call("read_file", '{"path": "notes.txt"}', 1), _say(asked), _call("read_file", '{"path": "errors.log"}', 2),
-                    _say(asked), _say(asked)])
+                    _say(asked), _say(asked), _say(asked)])
     fake.handler = lambda body: next(replies)
     state = drive(_run(fake, prompt=asked, steering=["answer_check"]), fake.base_url, None)
-    assert state.status == "completed" and state.answer == asked and len(fake.requests) == 5
+    assert state.status == "failed" and state.error is not None and state.error.type == "no_answer"
+    assert len(fake.requests) == 6  # the last of them the one fresh attempt
     reviews = [r["messages"][-1]["content"] for r in fake.requests if r["messages"][-1].get("name") == "runner"]
-    assert [r.startswith("Your reply repeated my question") for r in reviews] == [True, True]
+    assert [r.startswith("Your reply repeated my question") for r in reviews] == [True, True, False]
 
 
 def test_a_read_repeated_word_for_word_does_not_earn_the_same_review_again(fake: FakeProvider) -> None:
@@ -505,9 +545,9 @@ def test_a_read_repeated_word_for_word_does_not_earn_the_same_review_again(fake:
     replies = iter([read, _say(asked), _call("read_file", '{"path": "notes.txt"}', 2), _say(asked), _say("Rotate.")])
     fake.handler = lambda body: next(replies)
     state = drive(_run(fake, prompt=asked, steering=["answer_check"]), fake.base_url, None)
-    assert state.status == "completed" and state.answer == asked and len(fake.requests) == 4
+    assert state.status == "completed" and state.answer == "Rotate." and len(fake.requests) == 5
     reviews = [r["messages"][-1]["content"] for r in fake.requests if r["messages"][-1].get("name") == "runner"]
-    assert [r.startswith("Your reply repeated my question") for r in reviews] == [True]
+    assert [r.startswith("Your reply repeated my question") for r in reviews] == [True, False]
 
 
 def test_listing_extremes_names_the_largest_and_smallest_file_for_a_question_about_sizes(fake: FakeProvider) -> None:
@@ -518,7 +558,7 @@ def test_listing_extremes_names_the_largest_and_smallest_file_for_a_question_abo
     assert system.endswith("The folder holds 3 files (path and size in bytes):\naccess.log (195 bytes)\n"
                            "errors.log (423 bytes)\nnotes.txt (30 bytes)\nOf these, the largest is errors.log, "
                            "423 bytes; the smallest is notes.txt, 30 bytes.")
-    assert policies.unread_files(state) == ["access.log", "errors.log"]
+    assert policies.view(state).unread == ["access.log", "errors.log"]
     read_file = next(t for t in fake.requests[0]["tools"] if t["function"]["name"] == "read_file")
     assert read_file["function"]["parameters"]["properties"]["path"]["enum"] == ["access.log", "errors.log", "notes.txt"]
     other = drive(_run(fake, prompt="What is the largest job number?", steering=steering), fake.base_url, None)
@@ -560,7 +600,7 @@ def test_an_extreme_answer_is_taken_when_right_or_when_the_listing_cannot_tell(
     ("Is the port 8080 or 9090?", "The port is 8080.", False),  # a choice the question offers
 ])
 def test_an_answer_that_adds_no_word_to_the_question_restates_it(prompt: str, reply: str, restated: bool) -> None:
-    assert policies._adds_nothing(reply, prompt) is restated
+    assert restates(reply, prompt) is restated
 
 
 def test_a_question_word_written_another_way_is_still_mentioned() -> None:
@@ -577,7 +617,7 @@ def test_after_an_unsupported_claim_the_answer_may_be_that_it_is_not_there(fake:
                        steering=["listing_in_prompt", "answer_check", "abstain_check"]), fake.base_url, None)
     # reviewed once; the abstention then stands, though files are unread: the review offered it
     assert state.status == "completed" and state.answer == "The information is not in the files."
-    assert len(fake.requests) == 3 and policies.unread_files(state) == ["access.log", "notes.txt"]
+    assert len(fake.requests) == 3 and policies.view(state).unread == ["access.log", "notes.txt"]
     assert fake.requests[2]["messages"][-1]["content"].startswith("Nothing you read says `alpine:3.19`.")
 
 
@@ -627,7 +667,7 @@ def test_a_restated_call_names_its_arguments_that_are_not_text() -> None:
     from runner.state import FunctionCall, ToolCall
 
     def label(args: str) -> str:
-        return policies._call_label(ToolCall(id="c", function=FunctionCall(name="list_files", arguments=args)))
+        return call_label(ToolCall(id="c", function=FunctionCall(name="list_files", arguments=args)))
 
     assert label('{"path": "src", "recursive": false, "max_depth": 2}') == "list_files src recursive=false max_depth=2"
     assert label("{}") == "list_files" and label("not json") == "list_files"
@@ -746,7 +786,7 @@ def test_repeat_results_points_a_repeated_read_to_the_earlier_result(fake: FakeP
     first, again = [m["content"] for m in fake.requests[-1]["messages"] if m["role"] == "tool"]
     assert "ERROR" in first
     if steering:
-        assert again == policies.REPEATED_RESULT.format(call="read_file errors.log")
+        assert again == texts.REPEATED_RESULT.format(call="read_file errors.log")
         call = next(c for m in state.messages for c in (m.tool_calls or []))
         changed = first + "one more line\n"
         assert policies.tool_result_text(state, call, changed, state.tool_runs[0].signature) == changed
@@ -823,8 +863,8 @@ def test_a_search_that_matched_nothing_mentions_nothing_and_reads_nothing(fake: 
     assert state.tool_runs[1].ok and state.answer == "Ana is on call in December."
     assert fake.requests[3]["messages"][-1]["content"].startswith(
         "The files you read (app.log, search_files on call December app.log) do not mention")
-    assert policies._result_texts(state, listings=False)[0].startswith("app.log\n08:00 service started")
-    assert len(policies._result_texts(state, listings=False)) == 2  # the two reads, not the search
+    assert policies.view(state).result_texts(listings=False)[0].startswith("app.log\n08:00 service started")
+    assert len(policies.view(state).result_texts(listings=False)) == 2  # the two reads, not the search
 
 
 def test_when_every_search_found_nothing_the_request_does_not_point_to_results(fake: FakeProvider,
@@ -836,7 +876,7 @@ def test_when_every_search_found_nothing_the_request_does_not_point_to_results(f
     drive(_run(fake, prompt="Where is the zebra?", builtin_tools="folder", tools=list(catalog.FOLDER_TOOLS),
                workspace=str(tmp_path), answer_on_stall=True, answer_after_tool_turns=6), fake.base_url, None)
     assert fake.requests[-1]["tool_choice"] == "none"
-    assert fake.requests[-1]["messages"][-1]["content"] == policies.ASK_WITHOUT_RESULTS.format(
+    assert fake.requests[-1]["messages"][-1]["content"] == texts.ASK_WITHOUT_RESULTS.format(
         question="Where is the zebra?")
 
 
@@ -855,9 +895,10 @@ def test_a_number_no_file_read_shows_is_sent_to_the_unread_files_then_may_be_not
     assert reviews[1] == ("No file you read gives `45 minutes`. Files you have not read: access.log. Read the file "
                           "most likely to hold the answer, then answer my question in one short sentence: How long "
                           "did the scheduler wait?")
-    assert reviews[2].startswith("Nothing you read says `45 minutes`. If the files do not hold the answer")
+    assert reviews[2].startswith("Nothing you read says `45 minutes`. Answer my question in one short sentence "
+                                 "from what the files say, or say that the information is not in the files:")
     state.messages.append(Message(role="assistant", content="It waited 400 and then 45 of them."))
-    assert policies._unshown_figure(state) == "`45`"  # a word after the number shown only if it says more
+    assert unshown_figure(policies.view(state)) == "`45`"  # a word after the number shown only if it says more
     assert [r["tool_choice"] for r in fake.requests] == ["auto", "auto", "required", "auto", "required", "auto", "auto"]
 
 
@@ -910,7 +951,7 @@ def test_a_file_read_in_part_stays_unread_until_its_ranges_reach_the_end(fake: F
     review = fake.requests[2]["messages"][-1]["content"]
     assert review.startswith("You have read only part of app.log. Read the rest of it")
     assert fake.requests[2]["tool_choice"] == "required"
-    assert policies.unread_files(state) == []
+    assert policies.view(state).unread == []
 
 
 def test_a_not_there_after_one_line_of_a_file_that_mentions_the_question_is_sent_back(
@@ -927,7 +968,7 @@ def test_a_not_there_after_one_line_of_a_file_that_mentions_the_question_is_sent
         steering=["answer_check", "listing_in_prompt"])
     assert state.answer == "Ana closed the maintenance window." and len(fake.requests) == 4
     assert fake.requests[2]["messages"][-1]["content"].startswith("You have read only part of ops.log.")
-    assert policies._unread(state.model_copy(update={"messages": state.messages[:4]})) == (
+    assert _unread(policies.view(state.model_copy(update={"messages": state.messages[:4]}))) == (
         " Files you have not read: notes.md, ops.log (read in part).")
 
 
@@ -951,7 +992,7 @@ def test_line_ranges_make_a_whole_read_only_when_they_join_up(ranges: list[tuple
         state.messages += [Message(role="assistant", tool_calls=[call]),
                            Message(role="tool", tool_call_id=call.id, content=text)]
         state.tool_runs.append(ToolRun(call_id=call.id, tool_name="read_file", signature=call.id, ok=True, ms=1))
-    assert policies._read_whole(policies._reads(state)) == ({"app.log"} if whole else set())
+    assert policies.view(state).read_whole == ({"app.log"} if whole else set())
 
 
 def test_read_on_stall_asks_for_a_read_of_an_unread_file_instead_of_the_answer(fake: FakeProvider) -> None:
@@ -1109,9 +1150,9 @@ def test_second_opinion_asks_again_in_a_fresh_context(fake: FakeProvider, second
     from runner.render import transcript_lines
 
     lines = transcript_lines(state, [], width=80)
-    assert any(line.startswith("── runner (asks again, sent alone after the system prompt) ") for line in lines)
+    assert any(line.startswith("── runner (asks again; second_opinion, sent alone after the system prompt) ") for line in lines)
     assert "  (it restates read_file errors.log)" in lines
-    assert any(line.startswith("── runner (asks again, in that fresh context) ") for line in lines)
+    assert any(line.startswith("── runner (shows both answers; second_opinion, in that fresh context) ") for line in lines)
 
 
 def test_second_opinion_is_not_asked_for_an_abstention_nor_without_results(fake: FakeProvider) -> None:

@@ -18,7 +18,7 @@ from runner import models
 from runner.engine import ChatRequest, Engine
 from runner.local import LocalServer, LocalSettings, load_llama
 from runner.local_app import PARALLEL_HEADER, STEERING_HEADER, complete
-from runner.serve_steering import Steering, for_mode, repeats_only, steer
+from runner.steering.serve import Steering, for_mode, repeats_only, steer
 
 SMOL = "smollm2-135m-instruct"
 WEATHER = [{"type": "function", "function": {
@@ -71,7 +71,7 @@ def steered_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSe
     manifest = json.loads(models.manifest_path().read_text(encoding="utf-8"))
     for entry in manifest["models"]:
         if entry["name"] == SMOL:
-            entry.update(parallel_tool_calls=False, serve_policies=["first_turn_required", "answer_on_repeat"])
+            entry.update(parallel_tool_calls=False, serve_policies=["first_turn_required", "answer_on_stall"])
     (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     settings = LocalSettings(model=models.resolve(SMOL), port=0, n_threads=1, steer="default")
     with pytest.MonkeyPatch.context() as patch:
@@ -132,19 +132,19 @@ def test_steering_is_reported_in_the_header_the_reply_and_the_log(steered_server
     assert first.headers[STEERING_HEADER] == "first_turn_required"
     assert first.json()["runner"]["tool_choice"] == "required" and first.json()["choices"][0]["message"]["tool_calls"]
     repeated = chat(steered_server, messages=REPEATED, max_tokens=40)
-    assert repeated.headers[STEERING_HEADER] == "answer_on_repeat"
+    assert repeated.headers[STEERING_HEADER] == "answer_on_stall"
     message = repeated.json()["choices"][0]["message"]
     assert repeated.json()["runner"]["tool_choice"] == "none" and not message.get("tool_calls")
     assert (message["content"] or "").strip()
     kept = chat(steered_server, messages=REPEATED, tool_choice="required", max_tokens=40)
     assert kept.headers[STEERING_HEADER] == "none"  # a client's own tool_choice stands
     lines = log_lines(steered_server, at_least=before + 3)[before:]
-    assert [line.split(" steer=")[1].split()[0] for line in lines] == ["first_turn_required", "answer_on_repeat", "none"]
+    assert [line.split(" steer=")[1].split()[0] for line in lines] == ["first_turn_required", "answer_on_stall", "none"]
 
 
 def test_a_reply_sampled_again_counts_the_tokens_of_both_generations(steered_server: LocalServer) -> None:
     reply = chat(steered_server, messages=REPEATS_AGAIN, max_tokens=40)
-    assert reply.headers[STEERING_HEADER] == "answer_on_repeat"  # decided after the reply, not before
+    assert reply.headers[STEERING_HEADER] == "answer_on_stall"  # decided after the reply, not before
     body = reply.json()
     first, timings = body["runner"]["resampled_from_tokens"], body["runner"]
     assert first > timings["prompt_tokens"] > 0
@@ -165,18 +165,20 @@ def test_with_steering_off_the_server_samples_the_request_as_sent(plain_server: 
 
 def test_the_policies_read_the_conversation_alone() -> None:
     on = for_mode("on", [], None)
-    assert steer(on, [{"role": "user", "content": "Hi"}], WEATHER, None).tool_choice == "required"
-    assert steer(on, [{"role": "user", "content": "Hi"}], [], None).fired is None  # no tools offered
-    assert steer(on, REPEATED, WEATHER, "auto").fired == "answer_on_repeat"
+    asked = [{"role": "user", "content": "How warm is it in Oslo?"}]
+    assert steer(on, asked, WEATHER, None).tool_choice == "required"
+    assert steer(on, asked, [], None).fired is None  # no tools offered
+    assert steer(on, [{"role": "user", "content": "Hi"}], WEATHER, None).fired is None  # small talk: nothing to look up
+    assert steer(on, REPEATED, WEATHER, "auto").fired == "answer_on_stall"
     assert steer(on, REPEATED, WEATHER, {"type": "function", "function": {"name": "get_weather"}}).fired is None
     after_one = steer(on, REPEATED[:3], WEATHER, None)
     assert after_one.fired is None and repeats_only(after_one, [call("c9", "Paris")])
     assert not repeats_only(after_one, [call("c9", "Rome")])
     turns = [{"role": "user", "content": "Weather?"}] + [m for i in range(3) for m in looked_up(f"c{i}", f"city{i}")]
-    assert steer(Steering(("answer_after_turns",), answer_after_turns=3), turns, WEATHER, None).tool_choice == "none"
-    assert steer(Steering(("answer_after_turns",), answer_after_turns=4), turns, WEATHER, None).fired is None
-    assert for_mode("off", ["answer_on_repeat"], None).policies == ()
-    assert for_mode("default", ["answer_on_repeat"], 2) == Steering(("answer_on_repeat",), 2)
+    assert steer(Steering(("answer_forcing",), answer_after_turns=3), turns, WEATHER, None).tool_choice == "none"
+    assert steer(Steering(("answer_forcing",), answer_after_turns=4), turns, WEATHER, None).fired is None
+    assert for_mode("off", ["answer_on_stall"], None).policies == ()
+    assert for_mode("default", ["answer_on_stall"], 2) == Steering(("answer_on_stall",), 2)
     with pytest.raises(ValueError, match="unknown server policy 'guess'"):
         for_mode("default", ["guess"], None)
 
@@ -184,7 +186,38 @@ def test_the_policies_read_the_conversation_alone() -> None:
 def test_a_streamed_reply_carries_the_steering_in_its_header_and_last_chunk(steered_server: LocalServer) -> None:
     body = {"model": "m", "tools": WEATHER, "messages": REPEATED, "max_tokens": 40, "stream": True}
     with httpx.stream("POST", steered_server.base_url + "/chat/completions", json=body, timeout=120) as reply:
-        assert reply.headers[STEERING_HEADER] == "answer_on_repeat" and reply.headers[PARALLEL_HEADER] == "false"
+        assert reply.headers[STEERING_HEADER] == "answer_on_stall" and reply.headers[PARALLEL_HEADER] == "false"
         chunks = [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: {")]
-    assert chunks[-1]["runner"]["steering"] == "answer_on_repeat"
+    assert chunks[-1]["runner"]["steering"] == "answer_on_stall"
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]).strip()
+
+
+def test_the_loop_and_the_server_run_the_same_policy_and_decide_alike() -> None:
+    """answer_on_stall and answer_forcing in runner's loop (a real run against a fake provider)
+    and in `runner serve`'s steering (the same conversation, as a client would send it): the
+    same turn is asked for as an answer, by the same policy."""
+    from tests.conftest import drive, scripted_run
+    from tests.fakeprovider import FakeProvider, completion, tool_call
+
+    for settings, policy in (({"answer_on_stall": True}, "answer_on_stall"),
+                             ({"answer_after_tool_turns": 2}, "answer_forcing")):
+        def model(body: dict[str, Any]) -> Any:
+            if body.get("tool_choice") == "none":
+                return completion({"role": "assistant", "content": "Paris: 9 C."})
+            turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+            return completion({"role": "assistant", "content": None, "tool_calls": [
+                tool_call(f"c{turn}", "read_file", json.dumps({"path": "notes.txt"}))]})
+
+        with FakeProvider(model) as fake:
+            state = drive(scripted_run("fake", prompt="What does notes.txt say?", base_url=fake.base_url,
+                                       first_turn_tool_choice="required", **settings), fake.base_url, None)
+        loop_choices = [r.get("tool_choice") for r in fake.requests]
+        assert loop_choices == ["required", "auto", "none"]
+        assert [m.harness.policy for m in state.messages if m.harness] == [policy]
+        tools = fake.requests[0]["tools"]
+        steering = Steering(("first_turn_required", policy), answer_after_turns=2)
+        client = [m for m in fake.requests[-1]["messages"] if m.get("name") != "runner"]
+        served = [steer(steering, client[:i + 1], tools, None)
+                  for i, m in enumerate(client) if m["role"] in ("user", "tool")]
+        assert [s.tool_choice for s in served] == ["required", None, "none"]  # None: the client's (auto) stands
+        assert [s.fired for s in served] == ["first_turn_required", None, policy]

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from runner import policies
+from runner import steering
 from runner.resources import tasks_dir
+from runner.steering import texts
 from runner.suite import load_suite, shipped_suites
 
 ROOT = Path(__file__).resolve().parent.parent
-HARNESS_MODULES = ["runner/policies.py", "runner/tools.py"]
+HARNESS_MODULES = [*(f"runner/steering/{p.name}" for p in sorted((ROOT / "runner/steering").glob("*.py"))), "runner/tools.py"]
 """Where the text the harness adds to a conversation lives (tool results and errors, the
 messages it writes)."""
 TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:/-]*[A-Za-z0-9]")
@@ -91,9 +92,9 @@ def _seen_by_models() -> dict[str, str]:
             seen[f"{suite.name} prompts"] = "\n".join(t.prompt for t in suite.tasks)
     from runner.loop import GENERIC_TOOL_ERROR
 
-    seen["policy texts"] = "\n".join([GENERIC_TOOL_ERROR, *policies.POLICIES.values(), *policies.CORRECTIONS.values(),
-                                      policies.ASK_FOR_ANSWER, policies.ASK_WITH_RESULTS, policies.ASK_WITHOUT_RESULTS, policies.NUDGE,
-                                      policies.LISTING, policies.ABSTAIN])
+    seen["policy texts"] = "\n".join([GENERIC_TOOL_ERROR, *steering.POLICIES.values(), *texts.CORRECTIONS.values(),
+                                      texts.ASK_FOR_ANSWER, texts.ASK_WITH_RESULTS, texts.ASK_WITHOUT_RESULTS, texts.NUDGE,
+                                      texts.LISTING, texts.ABSTAIN])
     return seen
 
 

@@ -52,7 +52,9 @@ def test_library_import_defines_only_the_run_state_models() -> None:
     probe = "from runner import run, RunState, RunConfig, execute\nimport sys\nprint('json' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout == "False\n"
     assert {m for m in loaded if m.startswith("runner.")} == {
-        "runner.state", "runner.loop", "runner.policies", "runner.harness", "runner.errors", "runner.cancel"}
+        "runner.state", "runner.loop", "runner.harness", "runner.errors", "runner.cancel", "runner.replies",
+        "runner.steering", *(f"runner.steering.{m}" for m in ("checks", "prompt", "questions", "registry", "reviews",
+                                                              "texts", "turns", "view"))}
 
 
 def test_a_public_name_loads_with_the_collector_paused_and_left_as_it_was() -> None:

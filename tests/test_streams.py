@@ -22,7 +22,7 @@ from runner.state import Message
 from tests.conftest import cli, cli_json, drive, scripted_run
 from tests.fakeprovider import Answer, FakeProvider, completion, stream, tool_call
 
-PROSE = {"role": "assistant", "content": "I will read the file and then tell you what it says."}
+PROSE = {"role": "assistant", "content": "The file says to rotate your logs every week."}
 CALL = {"role": "assistant", "content": None, "tool_calls": [tool_call("c1", "read_file", '{"path": "notes.txt"}')]}
 
 

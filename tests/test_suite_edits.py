@@ -41,7 +41,7 @@ TASKS: list[dict[str, Any]] = [
 ]
 
 
-def _call(name: str, **args: str) -> Reply:
+def _call(name: str, **args: str | bool) -> Reply:
     return [("c1", name, args)]
 
 
@@ -52,7 +52,7 @@ def _then(first: Reply, answer: str) -> Any:
 SCRIPTS = {
     "edit_bump": _then(_call("edit_file", path="pyproject.toml", old='version = "0.4.2"', new='version = "0.4.3"'),
                        "I bumped the version in pyproject.toml to 0.4.3."),
-    "edit_fragment": _then(_call("write_file", path="pyproject.toml", content='version = "0.4.3"\n'),
+    "edit_fragment": _then(_call("write_file", path="pyproject.toml", content='version = "0.4.3"\n', overwrite=True),
                            "I bumped the version in pyproject.toml to 0.4.3."),
     "delete_stale": _then(_call("delete_file", path="notes/stale.md"), "I deleted notes/stale.md."),
     "delete_other": _then(_call("delete_file", path="README.md"), "I deleted the stale notes."),

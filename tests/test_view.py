@@ -4,7 +4,7 @@ a worker driving a run the page approved. Also the view's guard over plain HTTP:
 loopback Host check and the CSRF defence. Screenshots of each browser step go to the test's
 temp folder.
 
-Needs /usr/bin/chromium (`.ci/run` installs it: `apt-get install chromium`) and the
+Needs /usr/bin/chromium (`./scripts/test.sh` installs it: `apt-get install chromium`) and the
 `playwright` package (dev extra); playwright's own browser download is never used.
 """
 
@@ -348,6 +348,18 @@ def test_runs_filters_totals_and_suites(tmp_path: Path) -> None:
                 if line.startswith("data:"):
                     break
         assert "event: update" in first and time.monotonic() - started < 5
+
+
+def test_a_write_waiting_for_a_verdict_shows_the_diff_it_would_make(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    code, waiting = cli_json("run", "--scenario", "destructive", runs_dir=runs)
+    assert code == 3
+    with view_server({"RUNNER_RUNS_DIR": str(runs)}) as url, httpx.Client(base_url=url) as client:
+        page = client.get(f"/runs/{waiting['run_id']}").text
+    approval = page[page.index('id="approval"'):]
+    assert "delete <code>access.log</code>: 3 lines\n      removed, 0 added" in approval
+    diff = re.search(r'<pre class="diff" id="diff">(.*?)</pre>', approval, re.S)
+    assert diff is not None and '<span class="del">-10.0.0.4 - - [06/Sep/2026:09:12:00] &#34;GET' in diff.group(1)
 
 
 def test_a_verdict_on_a_run_that_cannot_be_written_says_why(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from runner import policies
+from runner import steering
 from runner.chat_adapter import HANDLER_NAME
 from runner.endpoints import Endpoint, checked_base_url
 from runner.errors import UsageError
@@ -69,7 +69,7 @@ def harness_settings(column: Endpoint, run_settings: dict[str, Any] | None = Non
     A local model's manifest entry (found by name, or by the file name of its GGUF) gives
     ``answer_after_tool_turns``, ``answer_on_stall``, ``answer_restates_results``,
     ``parallel_tool_calls`` and ``system_addendum``; `run_settings` and `system_addendum`
-    take precedence, and `policy_edits` (`runner.policies.edited`) change the policies last."""
+    take precedence, and `policy_edits` (`runner.steering.edited`) change the policies last."""
     if column.scripted:
         return {}, ""
     from runner import models as models_mod
@@ -77,14 +77,14 @@ def harness_settings(column: Endpoint, run_settings: dict[str, Any] | None = Non
     entry = models_mod.entry_for(column.model, Path(column.local_model) if column.local_model else None)
     settings = (entry.harness_defaults() if entry is not None else {}) | (run_settings or {})
     if policy_edits:
-        own, at_endpoint = policies.split_fields(settings)
+        own, at_endpoint = steering.split_fields(settings)
         current = RunConfig(endpoint=column.model_copy(update=at_endpoint), **own)
-        settings = settings | policies.fields_for(policies.edited(policies.active(current), policy_edits), settings)
+        settings = settings | steering.fields_for(steering.edited(steering.active(current), policy_edits), settings)
     addendum = system_addendum if system_addendum is not None else (entry.system_addendum if entry else "")
     return settings, addendum
 
 
 def policies_of(column: Endpoint, settings: dict[str, Any], addendum: str) -> list[str]:
     """The steering policies a local column's runs get, by name."""
-    own, at_endpoint = policies.split_fields(settings)
-    return policies.active(RunConfig(endpoint=column.model_copy(update=at_endpoint), **own))
+    own, at_endpoint = steering.split_fields(settings)
+    return steering.active(RunConfig(endpoint=column.model_copy(update=at_endpoint), **own))

@@ -33,8 +33,10 @@ def grade(task: Task, answer: str, tool_runs: int, tool_results: Sequence[str] =
           tool_names: Sequence[str] | None = None) -> Grade:
     """Grade an answer: correct, wrong, or abstained (it says the information is not there,
     on a task whose folder holds it). Before the task's own patterns, a reply that is no
-    answer at all (`runner.replies.classify`) is wrong; on a task graded by its files, only
-    one that is no message at all (`_message`).
+    answer at all (`runner.replies.classify`) is wrong, and so is one that reproduces a tool
+    result verbatim (`runner.replies.echoes`: a long line or two lines of one; pasting the
+    evidence back is not an answer); on a task graded by its files, only a reply that is no
+    message at all (`_message`).
 
     Args:
         tool_runs: how many tool calls really ran.
@@ -46,6 +48,8 @@ def grade(task: Task, answer: str, tool_runs: int, tool_results: Sequence[str] =
 
         tool_names = NAMES
     kind = _message(answer) if task.graded_files else replies.classify(answer, task.prompt, tool_results, tool_names)
+    if kind.kind != "no_answer" and not task.graded_files and replies.echoes(answer, tool_results):
+        kind = replies.ReplyClass("no_answer", "reproduces a tool result verbatim")
     found = _grade(task, answer, kind, tool_runs)
     if found.correct:
         return found.model_copy(update={"verdict": "correct"})

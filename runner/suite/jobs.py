@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel
 
-from runner import fanout, policies
+from runner import fanout, steering
 from runner.endpoints import Endpoint
 from runner.fanout import Batch, Executor
 from runner.resources import tasks_dir
@@ -58,7 +58,7 @@ def create_runs(suite: SuiteDefinition, column: Endpoint, location: StoreAt, job
                                **overrides, **where)
             state = new_run(task.prompt, config, system=suite.system + addendum)
             if config.steering:
-                policies.opening(state, Path(config.workspace) if config.workspace else tasks_dir() / "workspace")
+                steering.opening(state, Path(config.workspace) if config.workspace else tasks_dir() / "workspace")
             fanout.create(state, location)
             key = f"{suite.name}/{task.id}" if qualified else task.id
             jobs[state.run_id] = Job(column=column, suite=suite, task=task, key=key, repeat=repeat)

@@ -146,7 +146,7 @@ class SuiteReport(BaseModel):
     """One per (model, split, task shape), from `scores` with `by_shape` (none when every
     task is a question)."""
     policies: dict[str, list[str]] = {}
-    """The steering policies of each local column, by name (`runner.policies`)."""
+    """The steering policies of each local column, by name (`runner.steering`)."""
     report_path: str | None = None
     """Where the Markdown report was written (the JSON and the plot sit beside it)."""
     unfinished: list[str] = []

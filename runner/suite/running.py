@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from runner import fanout, policies
+from runner import fanout, steering
 from runner.endpoints import Endpoint
 from runner.errors import UsageError
 from runner.fanout import Batch, Executor, LocalExecutor, RayExecutor
@@ -59,7 +59,7 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
         system_addendum: text added to the suite's system prompt for local columns, instead of
             the manifest's ``system_addendum`` (None: the manifest's; "": none).
         suites: the suites to run, in order (`load_suite`, `select_tasks`); policy_edits:
-            `--policy` values (`runner.policies.edited`); workspace: another folder to work over.
+            `--policy` values (`runner.steering.edited`); workspace: another folder to work over.
 
     Raises:
         UsageError, models.ModelNotFound: as `model_columns` and `_check_scripted`.
@@ -70,9 +70,9 @@ def run_suite(provider: str, runs_root: Path, *, models: Sequence[str] = (), bas
     _check_scripted(suites, columns)
     executor = executor or LocalExecutor()
     local = [c for c in columns if not c.scripted]
-    steering = {c.label: policies_of(c, *harness_settings(c, run_settings, system_addendum, policy_edits))
+    column_policies = {c.label: policies_of(c, *harness_settings(c, run_settings, system_addendum, policy_edits))
                 for c in local}
-    report = _new_report(suites, columns, executor, steering, base_url=base_url, max_turns=max_turns, repeats=repeats)
+    report = _new_report(suites, columns, executor, column_policies, base_url=base_url, max_turns=max_turns, repeats=repeats)
     location = StoreAt(store_location or str(runs_root.resolve()), durability)
     jobs: Jobs = {}
     batches = [Batch(column, [run_id for suite in suites for run_id in create_runs(
@@ -105,16 +105,16 @@ def _check_scripted(suites: list[SuiteDefinition], columns: list[Endpoint]) -> N
 
 
 def _new_report(suites: list[SuiteDefinition], columns: list[Endpoint], executor: Executor,
-                steering: dict[str, list[str]], **settings: Any) -> SuiteReport:
+                column_policies: dict[str, list[str]], **settings: Any) -> SuiteReport:
     """The report of a suite about to run: what runs, on which columns, with which policies
-    (`steering`, per local column), how; no results yet."""
+    (`column_policies`, per local column), how; no results yet."""
     local = [c for c in columns if not c.scripted]
-    first: ToolChoiceSetting = "required" if local and "first_turn_required" in steering[local[0].label] else "auto"
+    first: ToolChoiceSetting = "required" if local and "first_turn_required" in column_policies[local[0].label] else "auto"
     return SuiteReport(suites=[SuiteRef(name=x.name, split=x.split, path=str(x.folder), tasks=len(x.tasks))
                                for x in suites], model=local[0].label if local else None,
                        model_path=local[0].local_model if local else None, results=[],
                        models=[c.label for c in columns], executor="ray" if isinstance(executor, RayExecutor) else "local",
-                       first_turn_tool_choice=first, policies=steering, **settings)
+                       first_turn_tool_choice=first, policies=column_policies, **settings)
 
 
 def run_requested(req: SuiteRequest, runs_root: Path, *, store_location: str | None = None,
@@ -129,7 +129,7 @@ def run_requested(req: SuiteRequest, runs_root: Path, *, store_location: str | N
     Raises:
         UsageError, models.ModelNotFound: as `runner.fanout.executor` and `model_columns`.
     """
-    policies.edited([], req.policies)  # an unknown name is refused even when no column is local
+    steering.edited([], req.policies)  # an unknown name is refused even when no column is local
     if req.max_turns < 1:
         raise UsageError(f"--max-turns {req.max_turns}: a suite always caps its tasks' turns; give 1 or more")
     suites = requested_suites(req)

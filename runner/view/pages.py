@@ -119,6 +119,8 @@ class Entry:
     calls: list[CallView] = field(default_factory=list)
     turn_event: TurnEvent | None = None
     rewrites: list[dict[str, Any]] = field(default_factory=list)
+    label: str = ""
+    """For a message the harness added: what it is and the policy that sent it."""
 
 
 @dataclass
@@ -186,7 +188,8 @@ def transcript(state: RunState, events: list[TraceEvent]) -> list[Entry]:
             if message.tool_call_id not in calls_seen:
                 entries.append(Entry("tool", message.content or "", turn))
         else:
-            entries.append(Entry(message.role, message.content or "", turn or None))
+            entries.append(Entry(message.role, message.content or "", turn or None,
+                                 label=f"runner · {message.harness.label}" if message.harness else ""))
     entries.extend(Entry("note", f"turn {s.turn}: a protocol slip ({s.slip}) was billed, not kept"
                          + (f"; it said: {s.content}" if s.content else ""), turn=s.turn)
                    for s in slips if s.turn > turn)
