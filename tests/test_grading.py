@@ -13,6 +13,7 @@ from runner.cancel import CancelToken
 from runner.harness import workspace_template
 from runner.replies import echoes
 from runner.suite import Task, load_suite
+from runner.suite.grading import grade
 from runner.tools import BASIC_TOOLS, ToolContext
 
 TASKS = {t.id: t for t in load_suite().tasks}
@@ -40,26 +41,26 @@ ERRORS = tool_output("read_file", path="errors.log")
     ("rotate_logs", "Yes: notes.txt is about rotating logs. It says: Remember to rotate your logs.", [LISTING, NOTES], 2),
 ])
 def test_the_scripted_answers_are_right(task: str, answer: str, results: list[str], runs: int) -> None:
-    grade = TASKS[task].grade(answer, runs, results)
-    assert grade.correct, grade.why
+    found = grade(TASKS[task], answer, runs, results)
+    assert found.correct, found.why
 
 
 def test_an_echo_of_the_tool_protocol_is_wrong() -> None:
     """SmolLM2's old 'correct' answers: the raw tool response pasted back."""
     echo = f"<tool_response>\n{LISTING}\n</tool_response>"
     for task in ("timeout_file", "largest_file", "rotate_logs"):
-        grade = TASKS[task].grade(echo, 1, [LISTING])
-        assert not grade.correct and grade.why == "contains tool-protocol text"
-    assert not TASKS["count_files"].grade('<tool_call>{"name": "list_files"}</tool_call> 3', 1, []).correct
+        found = grade(TASKS[task], echo, 1, [LISTING])
+        assert not found.correct and found.why == "holds the chat's tool-protocol markup"
+    assert not grade(TASKS["count_files"], '<tool_call>{"name": "list_files"}</tool_call> 3', 1, []).correct
 
 
 def test_a_verbatim_copy_of_a_tool_result_is_wrong() -> None:
     listing_echo = "Here you go: " + LISTING
     assert echoes(listing_echo, [LISTING])
-    assert TASKS["largest_file"].grade(listing_echo, 1, [LISTING]).why == "reproduces a tool result verbatim"
+    assert grade(TASKS["largest_file"], listing_echo, 1, [LISTING]).why == "reproduces a tool result verbatim"
     line = ERRORS.splitlines()[2]  # one long log line, copied with other spacing and case
     assert len(line) >= 40 and echoes("The answer: " + " ".join(line.upper().split()), [ERRORS])
-    assert not TASKS["timeout_file"].grade(f"errors.log says {line}", 2, [ERRORS]).correct
+    assert not grade(TASKS["timeout_file"], f"errors.log says {line}", 2, [ERRORS]).correct
     # Quoting a phrase, or a one-line note, is not an echo.
     assert not echoes("worker 7 timed out after 30000 ms", [ERRORS])
     assert not echoes(f"It says: {NOTES.strip()}", [NOTES])
@@ -75,14 +76,14 @@ def test_a_verbatim_copy_of_a_tool_result_is_wrong() -> None:
     ("read_notes", "It says the worker timed out."),
 ])
 def test_each_task_names_its_wrong_answers(task: str, answer: str) -> None:
-    grade = TASKS[task].grade(answer, 5, [])
-    assert not grade.correct and grade.why is not None
+    found = grade(TASKS[task], answer, 5, [])
+    assert not found.correct and found.why is not None
 
 
 def test_too_few_tool_runs_is_wrong() -> None:
     answer = "I read access.log, errors.log and notes.txt."
-    assert TASKS["read_each"].grade(answer, 4, []).correct
-    assert TASKS["read_each"].grade(answer, 1, []).why == "1 tool runs, the task needs 4"
+    assert grade(TASKS["read_each"], answer, 4, []).correct
+    assert grade(TASKS["read_each"], answer, 1, []).why == "1 tool runs, the task needs 4"
 
 
 def test_task_model_is_the_checked_in_one() -> None:
@@ -97,8 +98,8 @@ def test_task_model_is_the_checked_in_one() -> None:
     '{"properties": {"path": {"type": "string"}}} errors.log',
 ])
 def test_tool_call_or_schema_json_is_wrong(answer: str) -> None:
-    grade = TASKS["timeout_file"].grade(answer, 2, [LISTING, ERRORS])
-    assert not grade.correct and grade.why == "is a tool call or tool schema written as JSON"
+    found = grade(TASKS["timeout_file"], answer, 2, [LISTING, ERRORS])
+    assert not found.correct and found.why == "writes a tool call or a tool schema as JSON"
 
 
 @pytest.mark.parametrize("answer", [
@@ -107,10 +108,10 @@ def test_tool_call_or_schema_json_is_wrong(answer: str) -> None:
     "I can use list_files, read_file, delete_file and scan_archive to find out; errors.log.",
 ])
 def test_a_list_of_tool_names_is_wrong(answer: str) -> None:
-    grade = TASKS["timeout_file"].grade(answer, 2, [LISTING, ERRORS])
-    assert not grade.correct and grade.why == "lists tool names"
+    found = grade(TASKS["timeout_file"], answer, 2, [LISTING, ERRORS])
+    assert not found.correct and found.why == "lists tool names"
 
 
 def test_naming_a_tool_in_a_real_answer_is_fine() -> None:
     answer = "I used list_files and then read_file on each log: errors.log mentions the timeout of worker 7."
-    assert TASKS["timeout_file"].grade(answer, 2, [LISTING, ERRORS]).correct
+    assert grade(TASKS["timeout_file"], answer, 2, [LISTING, ERRORS]).correct

@@ -178,3 +178,26 @@ def test_dependencies_point_down_the_layout() -> None:
     upward = [f"{m} -> {d}" for m in MODULES for d in _runner_imports(_path(m))
               if top[d] != top[m] and order[top[d]] < order[top[m]]]
     assert not upward, "imports that point up the Layout list: " + ", ".join(upward)
+
+
+STEERING = "runner.steering"
+"""The steering: what the harness adds to steer a small model (a package)."""
+
+
+def test_grading_imports_nothing_from_the_steering() -> None:
+    """What a suite counts as an answer is decided apart from what steers the model: the
+    grading module reaches no module of the steering, directly or through another, and
+    importing it loads none."""
+    graph = {m: _runner_imports(_path(m)) - {m} for m in MODULES}
+    reached, todo = set(), ["runner.suite.grading"]
+    while todo:
+        for dep in graph[todo.pop()] - reached:
+            reached.add(dep)
+            todo.append(dep)
+    assert "runner.replies" in reached
+    assert not [m for m in reached if m.split(".")[:2] == STEERING.split(".")], sorted(reached)
+    code = ("import sys, runner.suite.grading as g, runner.suite.format as f; "
+            "g.grade(f.Task(id='t', prompt='Which?', check=f.Check(all=['x'])), 'read_file and list_files', 0); "
+            f"print(sorted(m for m in sys.modules if m.split('.')[:2] == {STEERING.split('.')!r}))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert loaded.stdout.strip() == "[]", loaded.stdout

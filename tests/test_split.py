@@ -124,5 +124,5 @@ def test_the_check_finds_a_leak() -> None:
 def test_no_answer_follows_from_the_prompt_alone(folder: Path) -> None:
     """A check's required patterns must not match the task's own prompt (an echo of the question passes no task)."""
     for task in load_suite(folder).tasks:
-        for pattern in task.check.all:
+        for pattern in task.check.all if task.check else []:
             assert not re.search(pattern, task.prompt.lower()), (task.id, pattern)

@@ -221,17 +221,25 @@ def print_suite(report: SuiteReport) -> None:
 
 def score_lines(report: SuiteReport) -> list[str]:
     """Per model column and split (or suite): correct, wrong and abstained of N, with the
-    correct rate's 95% Wilson interval; nothing for a suite of the scripted column alone."""
+    correct rate's 95% Wilson interval; then per task shape, with the end states graded right
+    and the files damaged, when the tasks are not all questions. Nothing for a suite of
+    questions on the scripted column alone."""
     from runner.suite import scores
 
     rows = report.scores or scores(report.results)
-    if not [r for r in rows if r.model != "scripted"]:
+    if not [r for r in rows if r.model != "scripted"] and not report.shapes:
         return []
     lines = ["correct / wrong / abstained (says it is not there), 95% interval of correct:"]
     for r in rows:
         lines.append(f"  {_short(short_model(r.model), 18):<18} {r.split:<9} {r.correct:>3}/{r.n:<3} "
                      f"({r.correct / r.n:.0%}, {r.correct_low:.0%}-{r.correct_high:.0%})  {r.wrong} wrong  "
                      f"{r.abstained} abstained")
+    for r in report.shapes:  # per task shape, when the tasks are not all questions
+        lines.append(f"  {_short(short_model(r.model), 18):<18} {r.split:<9} {r.shape + ':':<9} {r.correct:>3}/{r.n:<3} "
+                     f"{r.wrong} wrong  {r.abstained} abstained")
+        if r.end_state_graded:
+            lines.append(f"    {r.shape}: end state right {r.end_state_right}/{r.end_state_graded}, "
+                         f"{r.files_damaged} files damaged")
     return lines
 
 

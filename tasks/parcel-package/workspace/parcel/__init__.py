@@ -1,0 +1,5 @@
+"""parcel: shipping labels for a small web shop."""
+
+from parcel.labels import build_label
+
+__all__ = ["build_label"]
