@@ -1,6 +1,6 @@
 """What a question asks, in the policies' terms: about the files themselves, for a file, for
 each file to be read, a comparison or a count; and the words that may name what holds its
-answer (`question_words`), with the matching rules every policy shares (`mentions`, `word_in`).
+answer (`question_words`), with the matching every policy shares (`mentions`, `word_in`).
 """
 
 from __future__ import annotations
