@@ -295,7 +295,8 @@ def serve(settings: LocalSettings) -> None:
                       none_keeps_tools=settings.none_keeps_tools, draft=draft(settings),
                       stop_at_call_end=settings.stop_at_call_end,
                       draft_tokens=settings.draft_tokens,
-                      parallel_default=entry is None or entry.parallel_tool_calls is not False,
+                      # OpenAI's default: the manifest's parallel_tool_calls is for runner's own loop.
+                      parallel_default=True,
                       steering=serve_steering.for_mode(settings.steer, entry.serve_policies if entry else [],
                                                        entry.answer_after_tool_turns if entry else None))
     if backend.engine is not None:
