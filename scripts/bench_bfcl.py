@@ -286,7 +286,7 @@ def load() -> str:
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     command = (f"python scripts/bench_bfcl.py --model {args.model} --split {args.split} --n {args.n} "
-               f"--seed {args.seed} --steer {args.steer}"
+               f"--seed {args.seed} --steer {args.steer}" + "".join(f" --setting {s}" for s in args.setting)
                + (f" --categories {' '.join(args.categories)}" if list(args.categories) != list(CATEGORIES) else ""))
     lines = [f"Measured {date} by `{command}` ({BFCL_PIN}'s data and checker; {os.cpu_count()} CPUs shared "
              "with other work). Each cell: right/asked (percent [95% Wilson interval]).", ""]
@@ -318,6 +318,8 @@ def main() -> None:
                         help="also run against a server already running at URL (…/v1)")
     parser.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="bfcl-eval's venv (created if missing)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of each server")
+    parser.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
+                        help="a runner serve setting (runner.local.LocalSettings field), e.g. call_threshold=0.5")
     parser.add_argument("--json", type=Path, help="write every case's row here")
     parser.add_argument("--no-docs", action="store_true", help="print the results only")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -344,8 +346,9 @@ def main() -> None:
         return {"rows": rows, "load_before": before, "load_after": load(), "wall_s": time.perf_counter() - began}
 
     if "runner" in args.servers:
-        settings = LocalSettings(model=models.resolve(args.model), model_name=args.model, port=0, steer=args.steer,
-                                 n_threads=args.threads)
+        settings = LocalSettings.model_validate({
+            "model": models.resolve(args.model), "model_name": args.model, "port": 0, "steer": args.steer,
+            "n_threads": args.threads, **dict(given.split("=", 1) for given in args.setting)})
         with LocalServer(settings, log_path=work / "runner-serve.log") as running:
             results[f"runner serve --steer {args.steer}"] = measure("runner serve", running.base_url)
     if "llama-cpp-python" in args.servers:
