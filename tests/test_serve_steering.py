@@ -186,7 +186,7 @@ def test_the_policies_read_the_conversation_alone() -> None:
 def test_a_streamed_reply_carries_the_steering_in_its_header_and_last_chunk(steered_server: LocalServer) -> None:
     body = {"model": "m", "tools": WEATHER, "messages": REPEATED, "max_tokens": 40, "stream": True}
     with httpx.stream("POST", steered_server.base_url + "/chat/completions", json=body, timeout=120) as reply:
-        assert reply.headers[STEERING_HEADER] == "answer_on_repeat" and reply.headers[PARALLEL_HEADER] == "false"
+        assert reply.headers[STEERING_HEADER] == "answer_on_repeat" and reply.headers[PARALLEL_HEADER] == "true"
         chunks = [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: {")]
     assert chunks[-1]["runner"]["steering"] == "answer_on_repeat"
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]).strip()
