@@ -221,7 +221,9 @@ def ensure_venv(venv: Path) -> Path:
     return python
 
 
-def run_worker(python: Path, url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+def run_worker(python: Path, url: str, args: argparse.Namespace, rows_path: Path) -> list[dict[str, Any]]:
+    """Every selected case asked of the server at `url` and graded, as the worker reports them;
+    each row is also appended to `rows_path` (JSON lines) as it comes."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     command = [str(python), str(Path(__file__).resolve()), "--worker", "--target", url, "--model-id", args.model,
                "--split", args.split, "--n", str(args.n), "--seed", str(args.seed), "--categories", *args.categories]
@@ -231,6 +233,8 @@ def run_worker(python: Path, url: str, args: argparse.Namespace) -> list[dict[st
         for line in worker.stdout:
             row = json.loads(line)
             rows.append(row)
+            with rows_path.open("a", encoding="utf-8") as kept:
+                kept.write(line)
             said = row["why"] if not row["right"] else ""
             calls = ", ".join(name for name, _ in row["calls"]) or "-"
             print(f"  {'ok' if row['right'] else '--'} {row['id']:<28} {row['seconds']:>6} s  calls: {calls[:60]}  "
@@ -337,12 +341,13 @@ def main() -> None:
 
     python = ensure_venv(args.venv)
     work = Path(tempfile.mkdtemp(prefix="bench-bfcl-"))
+    print(f"rows as they come: {work}/rows-*.jsonl", file=sys.stderr)
     results: dict[str, dict[str, Any]] = {}
 
     def measure(server: str, url: str) -> dict[str, Any]:
         print(f"{server} at {url} (load {load()})", file=sys.stderr, flush=True)
         began, before = time.perf_counter(), load()
-        rows = run_worker(python, url, args)
+        rows = run_worker(python, url, args, work / f"rows-{len(results)}.jsonl")
         return {"rows": rows, "load_before": before, "load_after": load(), "wall_s": time.perf_counter() - began}
 
     if "runner" in args.servers:
