@@ -308,6 +308,30 @@ def write_docs(text: str, path: Path) -> None:
     path.write_text(f"{head}{RESULTS_BEGIN}\n{text}{RESULTS_END}{tail}", encoding="utf-8")
 
 
+def from_files(args: argparse.Namespace) -> None:
+    """The table of the runs saved with ``--json`` (each a server or more, same split, n, seed
+    and categories, said by the command each file records), printed and written to the docs."""
+    results: dict[str, dict[str, Any]] = {}
+    commands = []
+    for path in args.from_json:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        results.update(saved["results"])
+        commands.append("python " + " ".join(saved["command"]))
+    categories = [c for c in CATEGORIES if any(r["category"] == c for res in results.values() for r in res["rows"])]
+    lines = [f"Written {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')} by "
+             f"`python scripts/bench_bfcl.py --from-json {' '.join(p.name for p in args.from_json)}` from runs "
+             f"of the servers apart, at the same time ({BFCL_PIN}'s data and checker; {os.cpu_count()} CPUs shared "
+             "with other work):", "", *(f"- `{c}`" for c in commands), "",
+             "Each cell: right/asked (percent [95% Wilson interval]).", ""]
+    for server, result in results.items():
+        lines.append(f"- {server}: load average before {result['load_before']}, after {result['load_after']}; "
+                     f"{result['wall_s']:.0f} s")
+    text = "\n".join([*lines, "", *table(results, categories)]) + "\n"
+    print(text)
+    if not args.no_docs:
+        write_docs(text, REPO / "docs" / "serve.md")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct", help="a manifest name")
@@ -326,12 +350,17 @@ def main() -> None:
                         help="a runner serve setting (runner.local.LocalSettings field), e.g. call_threshold=0.5")
     parser.add_argument("--json", type=Path, help="write every case's row here")
     parser.add_argument("--no-docs", action="store_true", help="print the results only")
+    parser.add_argument("--from-json", nargs="+", type=Path, default=[], metavar="FILE",
+                        help="ask nothing: the table from the --json files of earlier runs (servers run apart)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
     parser.add_argument("--model-id", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker_main(args)
+        return
+    if args.from_json:
+        from_files(args)
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_frameworks import LlamaCppPythonServer, llama_server_extras
