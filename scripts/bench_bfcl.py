@@ -117,8 +117,9 @@ def load_cases(category: str, split: str, n: int, seed: int) -> list[dict[str, A
     return [c | {"ground_truth": truth.get(c["id"])} for c in chosen]
 
 
-def request_body(case: dict[str, Any], model: str) -> dict[str, Any]:
-    """What BFCL's OpenAI chat-completions handler sends in FC mode for this single-turn case."""
+def request_body(case: dict[str, Any], model: str, max_tokens: int | None = None) -> dict[str, Any]:
+    """What BFCL's OpenAI chat-completions handler sends in FC mode for this single-turn case
+    (plus `max_tokens` when given: BFCL sends none)."""
     from bfcl_eval.constants.enums import ModelStyle
     from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI
     from bfcl_eval.model_handler.utils import convert_to_tool
@@ -128,6 +129,8 @@ def request_body(case: dict[str, Any], model: str) -> dict[str, Any]:
                             "store": False}
     if tools:
         body["tools"] = tools
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
     return body
 
 
@@ -187,7 +190,7 @@ def worker_main(args: argparse.Namespace) -> None:
     for category in args.categories:
         for case in load_cases(category, args.split, args.n, args.seed):
             began = time.perf_counter()
-            reply = ask(args.target, request_body(case, args.model_id))
+            reply = ask(args.target, request_body(case, args.model_id, args.max_tokens))
             right, why = grade(case, category, reply)
             message = reply.get("message") or {}
             print(json.dumps({
@@ -226,7 +229,8 @@ def run_worker(python: Path, url: str, args: argparse.Namespace, rows_path: Path
     each row is also appended to `rows_path` (JSON lines) as it comes."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     command = [str(python), str(Path(__file__).resolve()), "--worker", "--target", url, "--model-id", args.model,
-               "--split", args.split, "--n", str(args.n), "--seed", str(args.seed), "--categories", *args.categories]
+               "--split", args.split, "--n", str(args.n), "--seed", str(args.seed), "--categories", *args.categories,
+               *(["--max-tokens", str(args.max_tokens)] if args.max_tokens else [])]
     rows = []
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) as worker:
         assert worker.stdout is not None
@@ -291,6 +295,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     command = (f"python scripts/bench_bfcl.py --model {args.model} --split {args.split} --n {args.n} "
                f"--seed {args.seed} --steer {args.steer}" + "".join(f" --setting {s}" for s in args.setting)
+               + (f" --max-tokens {args.max_tokens}" if args.max_tokens else "")
                + (f" --categories {' '.join(args.categories)}" if list(args.categories) != list(CATEGORIES) else ""))
     lines = [f"Measured {date} by `{command}` ({BFCL_PIN}'s data and checker; {os.cpu_count()} CPUs shared "
              "with other work). Each cell: right/asked (percent [95% Wilson interval]).", ""]
@@ -350,6 +355,8 @@ def main() -> None:
                         help="a runner serve setting (runner.local.LocalSettings field), e.g. call_threshold=0.5")
     parser.add_argument("--json", type=Path, help="write every case's row here")
     parser.add_argument("--no-docs", action="store_true", help="print the results only")
+    parser.add_argument("--max-tokens", type=int, help="send max_tokens (BFCL sends none): a cap for a server "
+                        "that answers in long prose on a shared CPU; a call is made at the reply's start either way")
     parser.add_argument("--from-json", nargs="+", type=Path, default=[], metavar="FILE",
                         help="ask nothing: the table from the --json files of earlier runs (servers run apart)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
