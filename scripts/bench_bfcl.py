@@ -369,6 +369,9 @@ def main() -> None:
     if args.from_json:
         from_files(args)
         return
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the servers are stopped on the way out
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_frameworks import LlamaCppPythonServer, llama_server_extras
 
