@@ -147,6 +147,10 @@ class _Reply:
         watching: free text watched for the model writing ``<tool_call>`` (tool_choice auto).
         calling: the reply is under a call grammar (required, or since it opened a call).
         blank_refused: times the greedy token would have left the reply empty and was refused.
+        more_calls_chosen: times end of turn, the likeliest token after a finished call, was
+            refused because the model gave another call more probability (`_end_refused`).
+        call_probability: under ``tool_choice`` auto, the probability the model gave opening a
+            call as the reply's first visible token (`_start_refused`); None when not measured.
         logprobs: with `ChatRequest.top_logprobs`, one OpenAI ``logprobs.content`` entry per
             sampled token, else None. top_logprobs: the likeliest tokens each entry lists.
     """
@@ -172,6 +176,8 @@ class _Reply:
     calling: bool = False
     max_calls: int = MAX_CALLS_PER_TURN
     blank_refused: int = 0
+    more_calls_chosen: int = 0
+    call_probability: float | None = None
     logprobs: list[JsonObject] | None = None
     top_logprobs: int = 0
     scored: int = 0
@@ -255,6 +261,12 @@ class Engine:
         stop_at_call_end: end a reply as soon as it holds all the calls it may make
             (``parallel_tool_calls``): the closing tag and end of turn the grammar leaves are
             neither sampled nor evaluated (the same calls, fewer decodes); False generates them.
+        another_call_by_mass: after a finished call, when more calls are allowed, end of turn
+            is weighed against another call by probability mass, not by the single likeliest
+            token (`_end_refused`); False: plain greedy.
+        call_threshold: under ``tool_choice`` auto, a reply opens a call only when the model
+            gives that at least this probability among the visible first tokens
+            (`_start_refused`); None: greedy decides.
 
     `prefix_store`, when set, gives a cold engine the first segment's KV entries from disk
     (`runner.kvprefix`): loaded when no segment is reused from memory, saved when it was
@@ -269,7 +281,8 @@ class Engine:
     def __init__(self, llama: Llama, default_max_tokens: int = DEFAULT_MAX_TOKENS,
                  reuse_prefix: bool = True, jump_forward: bool = True, untagged_calls: bool = False,
                  check_first: bool = True, none_keeps_tools: bool = True, draft: DraftKind = "none",
-                 draft_tokens: int = DEFAULT_DRAFT_TOKENS, stop_at_call_end: bool = True) -> None:
+                 draft_tokens: int = DEFAULT_DRAFT_TOKENS, stop_at_call_end: bool = True,
+                 another_call_by_mass: bool = True, call_threshold: float | None = None) -> None:
         import llama_cpp
 
         self.llama = llama
@@ -281,10 +294,14 @@ class Engine:
         self.none_keeps_tools = none_keeps_tools
         self.keep_untagged_opening = check_first
         self.stop_at_call_end = stop_at_call_end
+        self.another_call_by_mass = another_call_by_mass
+        self.call_threshold = call_threshold
         self.feeder = Feeder(llama, draft, draft_tokens)
         self._lock = threading.Lock()
         self._segments: list[list[int]] = []
         self._blank: Any = None
+        self._eog: Any = None
+        self._call_openers: Any = None
         self._default_system = default_system_prompt(llama.metadata.get("tokenizer.chat_template"))
         self._vocab = llama._model.vocab
         self._is_eog = llama_cpp.llama_vocab_is_eog
@@ -430,8 +447,12 @@ class Engine:
                     reply.finish = "stop"
                     return
                 continue
-            token = reply.sampler.sample(self.llama._ctx, self.feeder.row, self._refused(reply))
-            reply.blank_refused += reply.sampler.refused_best
+            refused = self._refused(reply)
+            token = reply.sampler.sample(self.llama._ctx, self.feeder.row, refused)
+            if refused is not None and refused is self._eog:
+                reply.more_calls_chosen += reply.sampler.refused_best
+            else:
+                reply.blank_refused += reply.sampler.refused_best
             if self._is_eog(self._vocab, token):
                 reply.finish = "stop"
                 return
@@ -476,9 +497,72 @@ class Engine:
         as a boolean mask over the vocabulary; afterwards None. A reply therefore always holds
         prose or a call, even where greedy decoding would end the turn at once (a small model's
         habit right after tool results)."""
-        if (reply.text + (reply.held or "")).strip():
+        if not (reply.text + (reply.held or "")).strip():
+            return self._start_refused(reply)
+        return self._end_refused(reply)
+
+    def _start_refused(self, reply: _Reply) -> Any:
+        """The first visible token's refusals: blank tokens always (`blank_tokens`); under
+        ``tool_choice`` auto the probability of opening a call (``<``, ``{`` or a fence) among
+        the visible tokens is kept in `reply.call_probability`, and with `call_threshold` a
+        call the model gives less than that is refused as well: the reply is prose."""
+        blank = self.blank_tokens()
+        if not reply.watching or reply.call_probability is not None:
+            return blank
+        _, openers = self._boundary_masks()
+        probabilities = self._probabilities()
+        visible = float(probabilities[~blank].sum())
+        calls = float(probabilities[openers & ~blank].sum())
+        reply.call_probability = calls / visible if visible > 0 else 0.0
+        if self.call_threshold is not None and reply.call_probability < self.call_threshold:
+            return blank | openers
+        return blank
+
+    def _end_refused(self, reply: _Reply) -> Any:
+        """Right after a finished call, when the reply may make more: end of turn against another
+        call, each by the probability mass the model gives it. Greedy decoding compares single
+        tokens, and the model's wish to go on is spread over several (a newline, two newlines, the
+        opening tag, a brace…), most of which the call grammar may not even allow, while end of
+        turn is one token: a question that asks for four calls got one. When the tokens that lead
+        to another call (blank ones, ``<tool_call>``, an opening brace or fence) outweigh the
+        end-of-generation tokens, those are refused (a boolean mask) and the grammar's best
+        continuation is sampled; otherwise None."""
+        if not (self.another_call_by_mass and reply.calling and reply.max_calls > 1):
             return None
-        return self.blank_tokens()
+        text = reply.text.rstrip()
+        if not text.endswith(("}", CALL_CLOSE)) or not 0 < finished_calls(reply.text) < reply.max_calls:
+            return None
+        eog, openers = self._boundary_masks()
+        probabilities = self._probabilities()
+        return eog if float(probabilities[openers].sum()) > float(probabilities[eog].sum()) else None
+
+    def _probabilities(self) -> Any:
+        """The model's next-token distribution at the current row (numpy, sums to 1)."""
+        import llama_cpp
+        import numpy as np
+
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.llama._ctx.ctx, self.feeder.row),
+                                       shape=(self.llama.n_vocab(),)).astype(np.float64)
+        weights = np.exp(logits - logits.max())
+        return weights / weights.sum()
+
+    def _boundary_masks(self) -> tuple[Any, Any]:
+        """Boolean masks over the vocabulary: end-of-generation tokens, and the tokens that lead
+        from a finished call to another (blank, or opening with ``<``, ``{`` or a fence). Built
+        on first use, then kept."""
+        if self._eog is None:
+            import numpy as np
+
+            eog = np.zeros(self.llama.n_vocab(), dtype=bool)
+            openers = np.zeros(self.llama.n_vocab(), dtype=bool)
+            blank = self.blank_tokens()
+            for token in range(len(eog)):
+                eog[token] = self._is_eog(self._vocab, token)
+                text = self.llama.detokenize([token], special=True).decode("utf-8", errors="replace")
+                openers[token] = not eog[token] and (text.lstrip().startswith(("<", "{", "```"))
+                                                     or (bool(blank[token]) and text.strip() == "" and text != ""))
+            self._eog, self._call_openers = eog, openers
+        return self._eog, self._call_openers
 
     def blank_tokens(self) -> Any:
         """A boolean mask over the vocabulary (numpy), True for each token that adds nothing
@@ -627,6 +711,8 @@ class Engine:
             "dropped_call": reply.splitter.dropped_call,
             "duplicate_calls": reply.splitter.duplicates,
             "blank_refused": reply.blank_refused,
+            "more_calls_chosen": reply.more_calls_chosen,
+            **({} if reply.call_probability is None else {"call_probability": round(reply.call_probability, 4)}),
             **({} if reply.format_kept is None else
                {"response_format": "followed" if reply.format_kept else "not enforced: tools could be called"}),
         })

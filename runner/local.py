@@ -107,6 +107,12 @@ class LocalSettings(BaseModel):
     stop_at_call_end: bool = Field(default=True, description=(
         "End a reply once it holds every tool call it may make: the closing tag and end of turn the "
         "grammar leaves are neither sampled nor evaluated (the same calls, fewer decodes)."))
+    another_call_by_mass: bool = Field(default=True, description=(
+        "After a finished tool call, when the reply may make more, weigh end of turn against another "
+        "call by probability mass rather than by the single likeliest token."))
+    call_threshold: float | None = Field(default=None, ge=0.0, le=1.0, description=(
+        "Under tool_choice auto, open a tool call only when the model gives that at least this "
+        "probability as the reply's first visible token (unset: greedy decides)."))
     none_keeps_tools: bool = Field(default=True, description=(
         "tool_choice none keeps the tools in the prompt (the conversation's KV entries are reused) and "
         "rules calls out by grammar; off: the tools are hidden and the conversation is evaluated again."))
@@ -294,8 +300,11 @@ def serve(settings: LocalSettings) -> None:
                       settings.jump_forward, untagged_calls(settings), check_first=settings.grammar_check_first,
                       none_keeps_tools=settings.none_keeps_tools, draft=draft(settings),
                       stop_at_call_end=settings.stop_at_call_end,
+                      another_call_by_mass=settings.another_call_by_mass,
+                      call_threshold=settings.call_threshold,
                       draft_tokens=settings.draft_tokens,
-                      parallel_default=entry is None or entry.parallel_tool_calls is not False,
+                      # OpenAI's default: the manifest's parallel_tool_calls is for runner's own loop.
+                      parallel_default=True,
                       steering=serve.for_mode(settings.steer, entry.serve_policies if entry else [],
                                                        entry.answer_after_tool_turns if entry else None))
     if backend.engine is not None:

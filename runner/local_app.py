@@ -10,11 +10,12 @@ Routes:
   calls must match while the prompt shows ``tools`` (its cached prefix kept);
   with any other llama-cpp-python chat format, from ``Llama.create_chat_completion`` (its reply
   in one chunk, not stoppable half-way). A request that does not say ``parallel_tool_calls`` gets
-  the model's default (`Backend.parallel_default`), and the server's steering
+  OpenAI's default, true (`Backend.parallel_default`), and the server's steering
   (`runner.steering.serve`) may choose how the reply is sampled; each reply reports both in its
   ``runner`` object and its ``x-runner-steering`` / ``x-runner-parallel-tool-calls`` headers. Invalid
-  requests (no ``messages``, a bad role, a bad ``tool_choice``, a prompt longer than the
-  context) get HTTP 400 with an OpenAI error body. When the client goes away (timeout,
+  requests (a body that fails OpenAI's checks, `runner.openai_request`: a tool without a name, a
+  message without a role, a tool message without ``tool_call_id``…; a prompt longer than the
+  context) get HTTP 400 with an OpenAI error body naming the field (``param``). When the client goes away (timeout,
   Ctrl-C), generation stops within one token and the next request starts at once.
 - ``GET /v1/models``: the one model.
 - ``POST /extras/tokenize/count``: ``{"input": str}`` -> ``{"count": tokens}``.
@@ -34,13 +35,13 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runner.chat_adapter import HANDLER_NAME, CallDelta, Event, Finished, JsonObject, RequestError, TextDelta
 from runner.engine import ChatRequest, ContextOverflow, Engine
+from runner.openai_request import BodyError, ChatBody, parse_body
 from runner.steering.serve import Steered, Steering, repeats_only, steer
 
 if TYPE_CHECKING:
@@ -52,67 +53,6 @@ if TYPE_CHECKING:
 CHAT_PATH = "/v1/chat/completions"
 RECENT_REPLIES = 200
 T = TypeVar("T")
-
-
-class MessageIn(BaseModel):
-    """One request message; fields other than these pass through unchanged."""
-
-    model_config = ConfigDict(extra="allow")
-
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    """``developer`` (OpenAI's name for system instructions to newer models) is read as system."""
-    content: str | list[Any] | None = None
-
-
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    include_usage: bool = False
-
-
-class ChatBody(BaseModel):
-    """The part of an OpenAI chat request this server reads; other fields are ignored
-    (sampling is always greedy)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    model: str | None = None
-    messages: list[MessageIn] = Field(min_length=1)
-    tools: list[dict[str, Any]] | None = None
-    functions: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    stop: str | list[str] | None = None
-    parallel_tool_calls: bool | None = None
-    """None: the request does not say; the model's default applies (`Backend.parallel_default`)."""
-    grammar_tools: list[dict[str, Any]] | None = None
-    """runner's own field: narrower definitions of some of `tools` that the reply's calls must
-    match, while the prompt shows `tools` (`ChatRequest.grammar_tools`)."""
-    logprobs: bool = False
-    """Return each generated token's log probability (``choices[].logprobs.content``)."""
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    """With `logprobs`: how many of the likeliest tokens each entry lists beside its own."""
-    response_format: dict[str, Any] | None = None
-    """``json_object`` / ``json_schema``: a reply that can call no tool follows it (a grammar)."""
-    n: int = Field(default=1, ge=1, le=1)
-    """Replies per request: one (greedy decoding would give n identical ones)."""
-
-    def to_request(self, parallel_default: bool) -> ChatRequest:
-        tools = self.tools or [{"type": "function", "function": f} for f in self.functions or []]
-        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        parallel = self.parallel_tool_calls if self.parallel_tool_calls is not None else parallel_default
-        return ChatRequest(
-            messages=[m.model_dump(exclude_none=True) | {"content": m.content}
-                      | ({"role": "system"} if m.role == "developer" else {}) for m in self.messages],
-            tools=tools, tool_choice=self.tool_choice, stop=stop,
-            max_tokens=self.max_completion_tokens or self.max_tokens,
-            parallel_tool_calls=parallel, grammar_tools=self.grammar_tools or [],
-            top_logprobs=(self.top_logprobs or 0) if self.logprobs else None,
-            response_format=self.response_format,
-        )
 
 
 @dataclass
@@ -172,8 +112,8 @@ class Backend:
         reuse_prefix: keep KV entries of leading messages shared with the previous request.
         jump_forward: evaluate text the call grammar forces as one batch.
         untagged_calls: read a reply that opens with a JSON object as a call (`Engine`).
-        parallel_default: ``parallel_tool_calls`` for a request that does not say (the model
-            manifest's, else True).
+        parallel_default: ``parallel_tool_calls`` for a request that does not say (`runner serve`:
+            True, OpenAI's default).
         steering: the server policies applied to every request (`runner.steering.serve`).
         engine_options: further `Engine` keyword arguments (``check_first``, ``none_keeps_tools``…).
     """
@@ -200,7 +140,7 @@ class Backend:
         return Sampling(request, steered, steered.fired or ("none" if self.steering.policies else "off"))
 
     def events(self, sampling: Sampling, cancel: threading.Event) -> Iterator[Event]:
-        """The reply as `runner.chat_adapter` events (see `Engine.stream`). With answer_on_repeat
+        """The reply as `runner.chat_adapter` events (see `Engine.stream`). With answer_on_stall
         watching (`Steered.answered`), a reply of calls only, all already answered, is sampled
         again as an answer before any of it is sent (`sampling` then says so); its `Finished`
         counts the tokens of both generations, which the server spent on this request."""
@@ -221,7 +161,7 @@ class Backend:
         if not sent_text and not cancel.is_set() and \
                 repeats_only(sampling.steered, [c.call for c in calls if isinstance(c, CallDelta)]):
             _as_steered(sampling.request, "none")
-            sampling.given = "answer_on_repeat"
+            sampling.given = "answer_on_stall"
             for event in self._counted(sampling.request, cancel):
                 yield _plus(event, finished) if isinstance(event, Finished) and finished is not None else event
             return
@@ -391,11 +331,9 @@ async def _chat(request: Request, backend: Backend, model_name: str) -> Response
     if not isinstance(raw, dict):
         return raw
     try:
-        body = ChatBody.model_validate(raw)
-    except ValidationError as exc:
-        problem = exc.errors()[0]
-        where = ".".join(str(p) for p in problem["loc"])
-        return _error(400, f"invalid chat request at {where}: {problem['msg']}", param=where)
+        body = parse_body(raw)
+    except BodyError as exc:
+        return _error(400, str(exc), param=exc.param, code=exc.code)
     backend.stats.requests += 1
     cancel = threading.Event()
     sampling = backend.prepare(body)

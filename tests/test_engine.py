@@ -109,3 +109,36 @@ def test_prompt_lookup_drafts_are_verified_and_counted(tmp_path: Any) -> None:
 def test_without_drafting_the_timings_say_nothing_of_drafts(smollm2_server: LocalServer) -> None:
     reply = post(smollm2_server, messages=COPY, max_tokens=8)
     assert "draft_proposed" not in reply["runner"] and "draft_accepted" not in reply["runner"]
+
+
+# --- call against text, another call against end of turn, by probability mass ----------------
+
+
+def test_the_first_tokens_call_probability_is_reported_and_a_threshold_holds_the_reply_to_prose() -> None:
+    """Under tool_choice auto the reply reports the probability the model gave opening a call
+    (Qwen2.5-Coder-0.5B, untagged calls); a threshold above it makes the reply prose, one below
+    it leaves greedy's reply; weighing another call against end of turn changes a reply only
+    where it refused an end of turn."""
+    import threading
+
+    from runner.engine import ChatRequest, Engine
+    from runner.local import LocalSettings, load_llama
+    from runner.local_app import complete
+
+    llama = load_llama(LocalSettings(model=models.pull("qwen2.5-coder-0.5b-instruct"), n_threads=1))
+    request = ChatRequest(messages=ask("Read notes.txt."), tools=ALL_TOOLS, max_tokens=48)
+
+    def reply(engine: Engine) -> dict[str, Any]:
+        return complete(engine.stream(request, threading.Event()), "m", 0, "x")
+
+    greedy = reply(Engine(llama, untagged_calls=True))
+    probability = greedy["runner"]["call_probability"]
+    assert 0.5 < probability < 1.0, greedy["runner"]
+    assert greedy["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "read_file"
+    held = reply(Engine(llama, untagged_calls=True, call_threshold=probability + 0.01))
+    assert not held["choices"][0]["message"].get("tool_calls") and held["choices"][0]["message"]["content"]
+    kept = reply(Engine(llama, untagged_calls=True, call_threshold=probability - 0.01))
+    assert kept["choices"] == greedy["choices"]
+    plain = reply(Engine(llama, untagged_calls=True, another_call_by_mass=False))
+    assert plain["runner"]["more_calls_chosen"] == 0
+    assert (plain["choices"] == greedy["choices"]) == (greedy["runner"]["more_calls_chosen"] == 0)

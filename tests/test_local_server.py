@@ -532,7 +532,7 @@ def test_requests_it_cannot_serve_as_asked_get_openai_errors_not_a_crash(server:
     not_a_schema = [{"type": "function", "function": {"name": "peel", "parameters": "fruit"}}]
     reply = httpx.post(f"{server.base_url}/chat/completions", timeout=60,
                        json={"messages": ask("Peel it."), "tools": not_a_schema, "max_tokens": 8})
-    assert reply.status_code == 400 and "parameters of 'peel' are not a JSON schema object" in reply.text
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "tools[0].function.parameters"
     two = httpx.post(f"{server.base_url}/chat/completions", json={"messages": STORY, "n": 2}, timeout=60)
     assert two.status_code == 400 and two.json()["error"]["param"] == "n"
     for method, path in (("GET", "/v1/embeddings"), ("GET", "/v1/chat/completions")):
@@ -543,6 +543,57 @@ def test_requests_it_cannot_serve_as_asked_get_openai_errors_not_a_crash(server:
     as_developer = [{"role": "developer", "content": "Answer in French."}, *STORY]
     assert post(server, messages=as_developer, max_tokens=8)["choices"][0]["message"] == \
         post(server, messages=as_system, max_tokens=8)["choices"][0]["message"]
+
+
+CALLED = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "call_0", "type": "function", "function": {"name": "tail_log", "arguments": '{"path": "a.log", "lines": 2}'}}]}
+REFUSED: dict[str, tuple[dict[str, Any], str, str]] = {
+    "a tool without a name": ({"tools": [{"type": "function", "function": {"description": "Peel."}}]},
+                              "tools[0].function.name", "missing_required_parameter"),
+    "a name OpenAI refuses": ({"tools": [{"type": "function", "function": {"name": "peel it"}}]},
+                              "tools[0].function.name", "invalid_value"),
+    "a tool that is no function": ({"tools": [{"type": "retrieval"}]}, "tools[0].type", "invalid_value"),
+    "a message without a role": ({"messages": [{"content": "Hi."}]}, "messages[0].role", "missing_required_parameter"),
+    "an unknown role": ({"messages": [{"role": "robot", "content": "Hi."}]}, "messages[0].role", "invalid_value"),
+    "a user message without content": ({"messages": [{"role": "user"}]}, "messages[0].content",
+                                       "missing_required_parameter"),
+    "a tool result without tool_call_id": ({"messages": [*ask("Tail a.log."), CALLED, {"role": "tool", "content": "x"}]},
+                                           "messages[3].tool_call_id", "missing_required_parameter"),
+    "a call without an id": ({"messages": [*ask("Tail a.log."), {**CALLED, "tool_calls": [
+        {k: v for k, v in CALLED["tool_calls"][0].items() if k != "id"}]}]},
+        "messages[2].tool_calls[0].id", "missing_required_parameter"),
+    "arguments as an object": ({"messages": [*ask("Tail a.log."), {**CALLED, "tool_calls": [
+        {**CALLED["tool_calls"][0], "function": {"name": "tail_log", "arguments": {"lines": 2}}}]}]},
+        "messages[2].tool_calls[0].function.arguments", "invalid_type"),
+    "a named tool_choice without its function": ({"tools": [TAIL], "tool_choice": {"type": "function"}},
+                                                 "tool_choice.function", "missing_required_parameter"),
+    "no messages": ({"messages": []}, "messages", "invalid_value"),
+}
+"""Bodies OpenAI's API refuses, each with the param and code its 400 names."""
+
+
+@pytest.mark.parametrize("why", list(REFUSED))
+def test_a_body_openai_would_refuse_is_a_400_naming_the_field_streamed_or_not(server: LocalServer, why: str) -> None:
+    change, param, code = REFUSED[why]
+    for streamed in (False, True):
+        body = {"model": "smollm2", "messages": ask("Tail a.log."), "max_tokens": 4, "stream": streamed} | change
+        reply = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=60)
+        assert reply.status_code == 400, (why, reply.text)
+        error = reply.json()["error"]
+        assert (error["param"], error["code"], error["type"]) == (param, code, "invalid_request_error"), error
+        assert f"'{param}'" in error["message"]
+    assert health(server)["status"] == "ok"
+
+
+def test_a_full_conversation_in_every_role_is_accepted(server: LocalServer) -> None:
+    messages = [{"role": "developer", "content": [{"type": "text", "text": SYSTEM}]},
+                {"role": "user", "content": "Tail a.log."}, CALLED,
+                {"role": "tool", "tool_call_id": "call_0", "content": [{"type": "text", "text": "ok"}]}]
+    reply = post(server, messages=messages, tools=[TAIL], tool_choice={"type": "function", "function": {"name": "tail_log"}},
+                 max_tokens=48)
+    assert reply["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "tail_log"
+    legacy = post(server, messages=ask("Tail a.log."), functions=[TAIL["function"]], tool_choice="required", max_tokens=48)
+    assert legacy["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "tail_log"
 
 
 def test_response_format_holds_a_reply_in_words_to_its_json(server: LocalServer) -> None:

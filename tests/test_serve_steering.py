@@ -1,5 +1,5 @@
 """`runner serve` for clients that do not steer, on the real llama.cpp server with the packaged
-SmolLM2: what every reply gets (never empty, a call sent once, the manifest's
+SmolLM2: what every reply gets (never empty, a call sent once, OpenAI's default
 parallel_tool_calls), the server's steering (`--steer`) as its header and its log line say, and a
 server with steering off that samples exactly the request it was sent."""
 
@@ -115,15 +115,17 @@ def test_identical_calls_in_one_reply_are_sent_once(plain_server: LocalServer) -
     assert [c["function"]["arguments"] for c in reply["choices"][0]["message"]["tool_calls"]] == ['{"city": "Oslo"}']
 
 
-def test_the_manifest_default_for_parallel_calls_applies_when_the_request_does_not_say(
+def test_a_request_that_does_not_say_gets_openais_parallel_calls_whatever_the_manifest_says(
         plain_server: LocalServer, steered_server: LocalServer) -> None:
+    """The manifest's parallel_tool_calls is a default for runner's own loop, which sends it; a
+    client that does not say gets OpenAI's default, several calls allowed."""
     before = len(log_lines(steered_server))
     unsaid = chat(steered_server, messages=REPEATED, tool_choice="required")
-    assert unsaid.headers[PARALLEL_HEADER] == "false" and unsaid.json()["runner"]["parallel_tool_calls"] is False
-    said = chat(steered_server, messages=REPEATED, tool_choice="required", parallel_tool_calls=True)
-    assert said.headers[PARALLEL_HEADER] == "true"
+    assert unsaid.headers[PARALLEL_HEADER] == "true" and unsaid.json()["runner"]["parallel_tool_calls"] is True
+    said = chat(steered_server, messages=REPEATED, tool_choice="required", parallel_tool_calls=False)
+    assert said.headers[PARALLEL_HEADER] == "false" and said.json()["runner"]["parallel_tool_calls"] is False
     assert chat(plain_server, messages=REPEATED, tool_choice="required").headers[PARALLEL_HEADER] == "true"
-    assert log_lines(steered_server, at_least=before + 2)[before].count("parallel=false") == 1
+    assert log_lines(steered_server, at_least=before + 2)[before].count("parallel=true") == 1
 
 
 def test_steering_is_reported_in_the_header_the_reply_and_the_log(steered_server: LocalServer) -> None:
@@ -186,7 +188,7 @@ def test_the_policies_read_the_conversation_alone() -> None:
 def test_a_streamed_reply_carries_the_steering_in_its_header_and_last_chunk(steered_server: LocalServer) -> None:
     body = {"model": "m", "tools": WEATHER, "messages": REPEATED, "max_tokens": 40, "stream": True}
     with httpx.stream("POST", steered_server.base_url + "/chat/completions", json=body, timeout=120) as reply:
-        assert reply.headers[STEERING_HEADER] == "answer_on_stall" and reply.headers[PARALLEL_HEADER] == "false"
+        assert reply.headers[STEERING_HEADER] == "answer_on_stall" and reply.headers[PARALLEL_HEADER] == "true"
         chunks = [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: {")]
     assert chunks[-1]["runner"]["steering"] == "answer_on_stall"
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]).strip()
