@@ -46,12 +46,16 @@ fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
   _bootstrap_step "upgrading pip" "$VENV/bin/python" -m pip install --upgrade pip
-  if [ -n "${CMAKE_ARGS:-}" ] && [ -f "$stamp" ]; then  # a build made without these flags is not reused
-    _bootstrap_step "rebuilding llama.cpp ($CMAKE_ARGS)" "$VENV/bin/python" -m pip install --no-cache-dir \
-      --force-reinstall --no-deps "$(grep -o 'llama-cpp-python==[0-9.]*' "$ROOT/pyproject.toml")"
-  fi
   _bootstrap_step "installing runner (the first time compiles llama.cpp: 3-5 min)" \
     "$VENV/bin/python" -m pip install -e "$ROOT[dev]"
+  # pip reuses a wheel it built before whatever the flags: a build that cannot evaluate a prompt
+  # (AMX, above) is made again from source, without pip's cache.
+  if ! "$VENV/bin/python" "$ROOT/scripts/llama_smoke.py" >/dev/null 2>&1; then
+    _bootstrap_step "rebuilding llama.cpp (${CMAKE_ARGS:-native}): the installed build crashed on a prompt" \
+      "$VENV/bin/python" -m pip install --no-cache-dir --force-reinstall --no-deps \
+      "$(grep -o 'llama-cpp-python==[0-9.]*' "$ROOT/pyproject.toml")"
+    "$VENV/bin/python" "$ROOT/scripts/llama_smoke.py"
+  fi
   echo "$want" > "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"
