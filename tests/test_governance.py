@@ -178,10 +178,17 @@ def test_reject_with_a_reason_is_written_where_the_model_reads(runs: Path) -> No
     assert any(e["type"] == "tool_result" and e.get("source") == "rejected" for e in events)
 
 
-def test_empty_rejection_demo_shows_the_false_report(runs: Path) -> None:
+def test_empty_rejection_demo_false_report_is_caught_by_the_write_ledger(runs: Path) -> None:
+    """With the rejection sent to the model as an empty result, the model reports the delete it
+    never made (the lie the chapter warns about); the write ledger says nothing was written, so
+    the run asks once more, with the declined call restated, and takes the true answer."""
     out = _stop_for_approval(runs)
     _, done = cli_json("resume", out["run_id"], "--reject", "c2", "--unsafe-empty-rejection", runs_dir=runs)
-    assert done["answer"] == "Deleted access.log to free space."  # the lie the chapter warns about
+    state = store.load(runs, out["run_id"])
+    lies = [m.content for m in state.messages if m.role == "assistant" and not m.tool_calls]
+    assert lies[0] == "Deleted access.log to free space."
+    assert done["answer"] == "I did not delete anything: you declined the deletion."
+    assert [m.harness.kind for m in state.messages if m.harness] == ["last_attempt"]
     assert (_files(runs, out["run_id"]) / "access.log").exists()
 
 

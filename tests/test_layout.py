@@ -156,7 +156,7 @@ def test_wheel_installed_in_a_fresh_venv_runs_a_scenario_and_the_suite(tmp_path:
 LAYOUT = [
     "runner.__main__", "runner.cli", "runner.command", "runner.view", "runner.render", "runner.otel", "runner.start", "runner.suite", "runner.fanout",
     "runner.worker", "runner.interactive",
-    "runner.harness", "runner.result", "runner.endpoints", "runner.local", "runner.local_app", "runner.engine",
+    "runner.harness", "runner.result", "runner.endpoints", "runner.local", "runner.local_app", "runner.openai_request", "runner.engine",
     "runner.chat_adapter", "runner.kvprefix", "runner.models", "runner.scripted", "runner.catalog", "runner.research",
     "runner.mcp", "runner.mcp_launcher", "runner.loop", "runner.steering", "runner.client",
     "runner.streaming", "runner.inprocess", "runner.store", "runner.trace", "runner.tools", "runner.tokens", "runner.replies", "runner.resources",
@@ -189,7 +189,8 @@ def test_grading_imports_nothing_from_the_steering() -> None:
     grading module reaches no module of the steering, directly or through another, and
     importing it loads none."""
     graph = {m: _runner_imports(_path(m)) - {m} for m in MODULES}
-    reached, todo = set(), ["runner.suite.grading"]
+    reached: set[str] = set()
+    todo = ["runner.suite.grading"]
     while todo:
         for dep in graph[todo.pop()] - reached:
             reached.add(dep)

@@ -545,7 +545,7 @@ def test_requests_it_cannot_serve_as_asked_get_openai_errors_not_a_crash(server:
         post(server, messages=as_system, max_tokens=8)["choices"][0]["message"]
 
 
-CALLED = {"role": "assistant", "content": None, "tool_calls": [
+CALLED: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [
     {"id": "call_0", "type": "function", "function": {"name": "tail_log", "arguments": '{"path": "a.log", "lines": 2}'}}]}
 REFUSED: dict[str, tuple[dict[str, Any], str, str]] = {
     "a tool without a name": ({"tools": [{"type": "function", "function": {"description": "Peel."}}]},

@@ -132,12 +132,14 @@ def test_the_scripted_provider_is_for_the_six_task_suite_only(folder: Path, tmp_
 
 
 def test_abstaining_is_graded_apart_from_wrong() -> None:
-    task = Task(id="t", prompt="Which port?", check=Check(all=[r"\b5432\b"], none=[r"\b8080\b"]), min_tool_runs=0)
+    task = Task(id="t", prompt="Which port?", check=Check(all=[r"\b5432\b"], none=[r"\b8080\b"]), min_tool_runs=0,
+                shape="question")
     assert grade(task, "The database listens on port 5432.", 1).verdict == "correct"
     assert grade(task, "It listens on port 8080.", 1).verdict == "wrong"
     assert grade(task, "The files do not mention a port.", 1).verdict == "abstained"
     assert grade(task, "There is no information about the port in the files.", 1).verdict == "abstained"
-    absent = Task(id="a", prompt="Which SMTP server?", check=Check(absent=True, none=["mail.example"]), min_tool_runs=0)
+    absent = Task(id="a", prompt="Which SMTP server?", check=Check(absent=True, none=["mail.example"]), min_tool_runs=0,
+                  shape="question")
     assert grade(absent, "The configuration does not specify an SMTP server.", 1).verdict == "correct"
     assert grade(absent, "It sends mail through mail.example.", 1).verdict == "wrong"
     assert grade(absent, "The files don't mention it, but it is probably mail.example.", 1).verdict == "wrong"

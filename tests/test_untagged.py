@@ -108,7 +108,7 @@ def test_one_call_per_turn_admits_one_untagged_or_tagged_call_and_not_two() -> N
     """``parallel_tool_calls: false`` reaches the engine as one call per turn, under both grammars."""
     from llama_cpp import Llama
 
-    from runner.local_app import ChatBody
+    from runner.openai_request import ChatBody
 
     request = ChatBody.model_validate({"messages": [{"role": "user", "content": "Go."}], "parallel_tool_calls": False})
     assert request.to_request(parallel_default=True).parallel_tool_calls is False
