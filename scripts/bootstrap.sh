@@ -49,12 +49,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   _bootstrap_step "installing runner (the first time compiles llama.cpp: 3-5 min)" \
     "$VENV/bin/python" -m pip install -e "$ROOT[dev]"
   # pip reuses a wheel it built before whatever the flags: a build that cannot evaluate a prompt
-  # (AMX, above) is made again from source, without pip's cache.
-  if ! "$VENV/bin/python" "$ROOT/scripts/llama_smoke.py" >/dev/null 2>&1; then
+  # (AMX, above) is dropped from pip's cache and made again from source (the new one is cached).
+  if ! ( "$VENV/bin/python" "$ROOT/scripts/llama_smoke.py" ) >/dev/null 2>&1; then
+    "$VENV/bin/python" -m pip cache remove 'llama_cpp_python*' >/dev/null 2>&1 || true
     _bootstrap_step "rebuilding llama.cpp (${CMAKE_ARGS:-native}): the installed build crashed on a prompt" \
-      "$VENV/bin/python" -m pip install --no-cache-dir --force-reinstall --no-deps \
+      "$VENV/bin/python" -m pip install --force-reinstall --no-deps \
       "$(grep -o 'llama-cpp-python==[0-9.]*' "$ROOT/pyproject.toml")"
-    "$VENV/bin/python" "$ROOT/scripts/llama_smoke.py"
+    "$VENV/bin/python" "$ROOT/scripts/llama_smoke.py" >&2
   fi
   echo "$want" > "$stamp"
 fi

@@ -1238,3 +1238,14 @@ def test_an_abstention_is_sent_back_once_a_run_not_once_a_read(fake: FakeProvide
     assert state.status == "completed" and state.answer == no and len(fake.requests) == 4
     reviews = [m.harness.detail for m in state.messages if m.harness is not None]
     assert reviews == ["unrelated"]  # read another file after it, the same answer is taken
+
+
+def test_a_call_written_as_text_is_sent_back_as_instructions_and_its_file_stays_unread(fake: FakeProvider) -> None:
+    written = '{"name": "read_file", "arguments": {"path": "notes.txt"}}'
+    replies = iter([_call("read_file", '{"path": "errors.log"}', 1), _say(written), *[_say("Rotate your logs.")] * 2])
+    fake.handler = lambda body: next(replies)
+    state = drive(_run(fake, prompt="What does the note ask me to do?",
+                       steering=["listing_in_prompt", "answer_check"]), fake.base_url, None)
+    review = next(m for m in state.messages if m.harness is not None)
+    assert review.harness is not None and review.harness.detail == "instructions"
+    assert "Files you have not read: access.log, notes.txt." in (review.content or "")  # not "says `name`"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import runner.steering.checks as checks
 import runner.steering.texts as texts
-from runner.replies import BLANK, PROTOCOL, ReplyClass, abstains, classify, echoes, restates, tells_how
+from runner.replies import BLANK, PROTOCOL, TOOL_JSON, ReplyClass, abstains, classify, echoes, restates, tells_how
 from runner.state import Message, RunState
 from runner.steering.questions import FILE_QUESTION, READ_EACH, question_words
 from runner.steering.registry import on
@@ -99,6 +99,8 @@ def _non_answers(v: View) -> list[str]:
     kinds = []
     if folder and READ_EACH.search(asked) and v.unread:
         kinds.append("unread_each")
+    if TOOL_JSON.search(answer):  # a call written as text: what it names is no claim, its path no answer
+        return [*kinds, "instructions"]
     instructions = tells_how(answer, v.tool_names) and not _carries_an_answer(v, answer)
     if folder and not v.has_evidence:
         return [*kinds, "instructions" if instructions else "unread"]
@@ -167,7 +169,10 @@ def _review_text(v: View, kind: str) -> str:
 def _answer_named_aside(v: View, unread: list[str]) -> list[str]:
     """The unread files a review lists, less those the answer itself names (a file found by a
     search, say): a review never tells the model it has not read what it answered with."""
-    lowered = (v.last.content or "").lower()
+    answer = v.last.content or ""
+    if TOOL_JSON.search(answer) or tells_how(answer, v.tool_names):  # naming a file to read is no answer from it
+        return unread
+    lowered = answer.lower()
     return [p for p in unread if p.lower() not in lowered and p.rsplit("/", 1)[-1].lower() not in lowered]
 
 
