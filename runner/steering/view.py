@@ -20,9 +20,11 @@ from runner.steering.questions import FOLDER_QUESTION, READ_EACH
 
 Role = Literal["listing", "read", "search", "write"]
 FOLDER_TOOLS: dict[str, Role] = {"list_files": "listing", "read_file": "read", "search_files": "search",
-                                 "write_file": "write", "edit_file": "write", "delete_file": "write"}
+                                 "scan_archive": "search", "write_file": "write", "edit_file": "write",
+                                 "delete_file": "write"}
 """runner's own folder tools (either catalog) and what each gives: a listing of the files, a
-file's text, the lines that match, a change kept in the write ledger. A person's own tool or an
+file's text, the lines that match (the demo's archive scan among them), a change kept in the
+write ledger. A person's own tool or an
 MCP tool is of no such kind, whatever its name (`View.role`)."""
 TABLE_FILES = (".csv", ".tsv")
 """Files read as tables (`table_rows`, `table_extremes`; the "unrelated" review)."""
