@@ -860,7 +860,29 @@ class WriteFile(Tool):
             raise ToolError(f"{args.path} exists ({size} bytes) and write_file would replace all of it. To change "
                             f"part of it, use edit_file; to replace it, call write_file again with \"overwrite\": "
                             "true.")
+        if target.exists() and (dropped := _drops_most_of(target, args.content)) is not None:
+            kept, total = dropped
+            raise ToolError(f"write_file would replace {args.path} ({total} lines) with {len(args.content.splitlines())} "
+                            f"line(s), keeping {kept} of its lines: that drops most of the file. To change part of "
+                            "it, use edit_file (old: the exact text to change, new: what to put there); to replace "
+                            "it, give its whole new content.")
         return target
+
+
+def _drops_most_of(path: Path, content: str) -> tuple[int, int] | None:
+    """When `content` would replace a text file of four lines or more with a fragment, keeping
+    fewer than half of its lines and under half its size: (lines kept, lines it has); else None
+    (a rewrite of about its size, or a file too short to tell)."""
+    try:
+        old = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    lines = [line.strip() for line in old.splitlines() if line.strip()]
+    if len(lines) < 4 or len(content) * 2 >= len(old):
+        return None
+    new = {line.strip() for line in content.splitlines()}
+    kept = sum(1 for line in lines if line in new)
+    return (kept, len(lines)) if kept * 2 < len(lines) else None
 
 
 class EditParams(BaseModel, defer_build=True):

@@ -1,5 +1,5 @@
 """Tasks graded by the files they leave: the scripted provider (a scenario per task id) makes
-a right edit, replaces a file with a fragment of itself, deletes the right and the wrong file,
+a right edit, tries to replace a file with a fragment of itself (write_file refuses it), deletes the right and the wrong file,
 and asks for a write the task refuses; the report grades the files apart from the reply."""
 
 from __future__ import annotations
@@ -89,10 +89,11 @@ def test_the_files_a_run_leaves_are_graded_apart_from_its_reply(folder: Path, tm
     assert copy is not None and (copy / "pyproject.toml").read_text() == PYPROJECT.replace("0.4.2", "0.4.3")
     assert (folder / "workspace" / "pyproject.toml").read_text() == PYPROJECT  # the suite's own folder is untouched
 
-    fragment = by["edit_fragment"]  # the reply claims the bump; the file is a fragment of itself
-    assert fragment.reply_verdict == "correct" and not fragment.correct and fragment.verdict == "wrong"
-    assert fragment.end_state_right is False and fragment.files_damaged == ["pyproject.toml"]
-    assert fragment.why_wrong == "end state: pyproject.toml lost most of its lines"
+    fragment = by["edit_fragment"]  # write_file refuses to replace the file with a fragment of itself,
+    assert not fragment.correct and fragment.verdict == "wrong"  # and the reply that claims the bump is no answer
+    assert fragment.status == "failed" and fragment.error is not None and fragment.error.type == "no_answer"
+    assert fragment.end_state_right is False and fragment.files_damaged == []
+    assert (folder / "workspace" / "pyproject.toml").read_text() == PYPROJECT
 
     assert by["delete_stale"].correct and by["delete_stale"].end_state_right
     other = by["delete_other"]
@@ -119,10 +120,10 @@ def test_the_report_counts_each_shape_and_the_end_states(folder: Path, tmp_path:
     assert done.returncode == 0, done.stderr
     shapes = {s["shape"]: s for s in json.loads(done.stdout)["shapes"]}
     assert (shapes["edit"]["n"], shapes["edit"]["correct"], shapes["edit"]["end_state_graded"],
-            shapes["edit"]["end_state_right"], shapes["edit"]["files_damaged"]) == (4, 2, 4, 2, 2)
+            shapes["edit"]["end_state_right"], shapes["edit"]["files_damaged"]) == (4, 2, 4, 2, 1)
     assert (shapes["refusal"]["n"], shapes["refusal"]["correct"], shapes["refusal"]["files_damaged"]) == (2, 1, 0)
     table = cli("suite", "--suite", str(folder), "--provider", "scripted", runs_dir=tmp_path / "runs2")
-    assert "edit:       2/4   2 wrong  0 abstained\n    edit: end state right 2/4, 2 files damaged" in table.stdout
+    assert "edit:       2/4   2 wrong  0 abstained\n    edit: end state right 2/4, 1 files damaged" in table.stdout
     assert max(len(line) for line in table.stdout.splitlines()) <= 80
 
 
