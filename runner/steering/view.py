@@ -327,8 +327,9 @@ def view(state: RunState) -> View:
     key = (id(state), id(state.config), len(state.messages), len(state.tool_runs), state.turns, id(last),
            hash(last.content) if last is not None else 0, hash(state.messages[0].content) if last is not None else 0,
            hash(tuple(state.config.steering)))
-    if _last is not None and _last[0] == key:
-        return _last[1]
+    cached = _last  # read once: another thread may set it meanwhile (each view holds its own state)
+    if cached is not None and cached[0] == key:
+        return cached[1]
     made = View(state)
     _last = (key, made)
     return made
