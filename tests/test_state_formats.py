@@ -3,9 +3,9 @@
 `fixtures/runs_v2/` holds a FileStore run written by runner with state format 2 (flat config
 fields): `runner run --scenario destructive`, stopped for approval of `delete_file`.
 `fixtures/runs_v3/` holds one written with state format 3, before the harness's messages
-carried their kind: `runner run "What does notes.txt say?" --policy +answer_check` against a
-fake provider that read notes.txt, restated the question (so the run holds a review), then
-answered 404 (interrupted).
+carried their kind: `runner run "What does notes.txt say?" --policy +answer_check`, in a folder
+since removed, against a fake provider that read notes.txt, restated the question (so the run
+holds a review), then answered 404 (interrupted).
 """
 
 from __future__ import annotations
@@ -65,8 +65,12 @@ def test_a_format_3_run_with_a_review_loads_with_legacy_notes_and_resumes(tmp_pa
     assert review.harness is not None and review.harness.kind == "legacy"
     shown = cli("show", V3_RUN, runs_dir=runs)
     assert shown.returncode == 0 and "── runner (asks again) " in shown.stdout
+    folder = tmp_path / "project"  # the run worked on the folder it was started in, gone since
+    folder.mkdir()
+    (folder / "notes.txt").write_text("Remember to rotate your logs.\n")
     with FakeProvider(lambda body: completion({"role": "assistant", "content": "It says to rotate the logs."})) as fake:
-        resumed = cli("resume", V3_RUN, "--base-url", fake.base_url, "--json", runs_dir=runs)
+        resumed = cli("resume", V3_RUN, "--base-url", fake.base_url, "--workspace", str(folder), "--json",
+                      runs_dir=runs)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["answer"] == "It says to rotate the logs."
     assert all("harness" not in m for m in fake.requests[0]["messages"])
