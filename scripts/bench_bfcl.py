@@ -44,7 +44,6 @@ import argparse
 import datetime
 import hashlib
 import json
-import math
 import os
 import subprocess
 import sys
@@ -52,6 +51,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from runner.suite.stats import wilson
 
 REPO = Path(__file__).resolve().parent.parent
 BFCL_PIN = "bfcl-eval==2026.3.23"
@@ -246,16 +247,6 @@ def run_worker(python: Path, url: str, args: argparse.Namespace, rows_path: Path
     if worker.returncode:
         raise SystemExit(f"the bfcl worker failed (exit {worker.returncode})")
     return rows
-
-
-def wilson(right: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion, as fractions."""
-    if n == 0:
-        return 0.0, 1.0
-    p = right / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def cell(rows: list[dict[str, Any]]) -> str:
