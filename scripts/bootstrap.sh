@@ -50,7 +50,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     "$VENV/bin/python" -m pip install -e "$ROOT[dev]"
   # pip reuses a wheel it built before whatever the flags: a build that cannot evaluate a prompt
   # (AMX, above) is dropped from pip's cache and made again from source (the new one is cached).
-  if ! ( "$VENV/bin/python" "$ROOT/scripts/llama_smoke.py" ) >/dev/null 2>&1; then
+  # (the subshell waits for the check itself, so a crash's "Segmentation fault" line goes to /dev/null too)
+  if ! ( "$VENV/bin/python" "$ROOT/scripts/llama_smoke.py"; status=$?; exit "$status" ) >/dev/null 2>&1; then
     "$VENV/bin/python" -m pip cache remove 'llama_cpp_python*' >/dev/null 2>&1 || true
     _bootstrap_step "rebuilding llama.cpp (${CMAKE_ARGS:-native}): the installed build crashed on a prompt" \
       "$VENV/bin/python" -m pip install --force-reinstall --no-deps \
